@@ -1,0 +1,5 @@
+import sys
+
+from ddptui.cli import main
+
+sys.exit(main())

@@ -1,0 +1,4 @@
+"""One module per subcommand, each exposing ``run(args: argparse.Namespace) -> int``.
+
+They are imported only when their subcommand runs, so ``ddptui --help`` stays fast.
+"""

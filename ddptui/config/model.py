@@ -1,0 +1,96 @@
+"""The resolved hosts file: frozen dataclasses every other layer reads.
+
+Loading and validation live in :mod:`ddptui.config.load`; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+Backend: TypeAlias = Literal["auto", "nccl", "gloo"]
+GpuSelection: TypeAlias = Literal["all"] | int | tuple[int, ...]
+"""Which GPUs of a host a run may use: every one, the first N, or these indices."""
+ProcsPerNode: TypeAlias = Literal["gpus"] | int
+"""``"gpus"``: one process per selected GPU; an integer: that many (CPU hosts need one)."""
+MasterPort: TypeAlias = Literal["auto"] | int
+
+AUTO: Literal["auto"] = "auto"
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One machine, with every cluster default already applied.
+
+    Local paths (``identity_file``, ``known_hosts``) are expanded on the head node.
+    Remote paths (``python``, ``workdir``) keep a leading ``~``: it names the remote
+    user's home and is expanded on the host itself.
+    """
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    identity_file: Path | None = None
+    known_hosts: Path | None = None
+    python: str = "python3"
+    conda_env: str | None = None
+    workdir: str = "~/ddptui-runs"
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpus: GpuSelection = "all"
+    socket_ifname: str = AUTO
+    rank0: bool = False
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """What to run: the bundled trainer's settings and extra arguments."""
+
+    nproc_per_node: ProcsPerNode = "gpus"
+    checkpoint_every: int = 200
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Cluster-wide settings that are not per-machine defaults."""
+
+    master_port: MasterPort = 29500
+    backend: Backend = AUTO
+    connect_timeout: float = 10.0
+    max_parallel_connects: int = 32
+    min_free_disk_gb: float = 5.0
+    max_clock_skew_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated hosts file. ``hosts`` keeps file order; ``head`` is node 0."""
+
+    path: Path
+    cluster: ClusterConfig
+    hosts: tuple[HostConfig, ...]
+    job: JobConfig
+
+    @property
+    def head(self) -> HostConfig:
+        """Node 0: the host marked ``rank0 = true``, else the first one listed."""
+        for host in self.hosts:
+            if host.rank0:
+                return host
+        return self.hosts[0]
+
+    @property
+    def ordered_hosts(self) -> tuple[HostConfig, ...]:
+        """Hosts in node-rank order: node 0 first, the rest in file order."""
+        head = self.head
+        return (head, *(host for host in self.hosts if host is not head))
+
+    def host(self, name: str) -> HostConfig:
+        """The host called ``name``; ``KeyError`` if there is none."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
