@@ -1,0 +1,36 @@
+"""Without a test bed, cluster tests are skipped and the session summary says why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_summary_names_the_skipped_cluster_tests_and_the_reason() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/cluster/test_bringup.py::test_run_on_runs_inside_the_host",
+            "tests/cluster/test_localssh.py::test_an_untrusted_client_key_is_refused",
+        ],
+        cwd=REPO,
+        env={**os.environ, "DDPTUI_TESTBED": "off"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out
+    assert "1 passed, 1 skipped" in out
+    assert "test bed unavailable: turned off by DDPTUI_TESTBED=off" in out
+    summary = out[out.index("ddptui test bed") :]
+    assert "1 cluster test(s) SKIPPED: turned off by DDPTUI_TESTBED=off" in summary
+    assert "local_ssh_server" in summary

@@ -1,0 +1,136 @@
+"""Fixtures for the two SSH test tiers, and the report of which one ran.
+
+- ``testbed`` (session): a real 4-host cluster of network namespaces running OpenSSH sshd.
+  Needs root; elsewhere its tests are skipped and the summary says why. Every test that uses
+  it starts and ends with every fault undone (``_healthy_testbed``). Tests that build their
+  own ``TestBed`` request ``testbed_capable`` to be skipped the same way.
+- ``local_ssh_server`` (function): an in-process asyncssh server on 127.0.0.1; runs anywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import LocalSshServer, TestBed, TestBedBusy
+from tests.testbed.cluster import why_unavailable
+
+TESTBED_HOSTS = 4
+SKIP_REASON = "test bed unavailable: "
+_PREFIXES = ["ddpt", *(f"ddpt{i}" for i in range(1, 10))]
+
+
+@dataclass
+class _BedReport:
+    prefix: str = ""
+    subnet: str = ""
+    up_s: float = 0.0
+    down_s: float = 0.0
+    residue: tuple[str, ...] = ()
+    unavailable: str | None = None
+
+
+_REPORT = pytest.StashKey[_BedReport]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_REPORT] = _BedReport()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Whatever reaches the test bed, directly or through another fixture, is a cluster test,
+    # so `-m "not cluster"` deselects it without every author remembering the mark.
+    for item in items:
+        if "testbed_capable" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def testbed_capable(request: pytest.FixtureRequest) -> None:
+    """Skips the test (saying why) unless this machine can host test beds; for tests that
+    build their own :class:`TestBed`."""
+    report = request.config.stash[_REPORT]
+    report.unavailable = why_unavailable()
+    if report.unavailable is not None:
+        pytest.skip(SKIP_REASON + report.unavailable)
+
+
+@pytest.fixture(scope="session")
+def testbed(
+    testbed_capable: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestBed]:
+    """Four hosts (node0…node3), up for the session; skipped where namespaces can't be made."""
+    report = request.config.stash[_REPORT]
+    bed = _start(tmp_path_factory.mktemp("testbed"))
+    report.prefix, report.subnet, report.up_s = bed.prefix, str(bed.subnet), bed.up_seconds
+    yield bed
+    began = time.monotonic()
+    bed.stop()
+    report.down_s = time.monotonic() - began
+    report.residue = tuple(bed.residue())
+    if report.residue:
+        pytest.fail(f"the test bed left behind: {', '.join(report.residue)}")
+
+
+def _start(root: Path) -> TestBed:
+    # A concurrent session (another checkout, another engineer) holds "ddpt": take the next.
+    for prefix in _PREFIXES:
+        try:
+            return TestBed.start(TESTBED_HOSTS, root, prefix=prefix)
+        except TestBedBusy:
+            continue
+    raise TestBedBusy(f"every prefix of {_PREFIXES} is in use")
+
+
+@pytest.fixture(autouse=True)
+def _healthy_testbed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Undo every fault after each test that uses the test bed.
+
+    The bed starts healthy and every user restores it, so each test starts healthy too;
+    a restore that fails is an error of the test that left the mess.
+    """
+    if "testbed" not in request.fixturenames:
+        yield
+        return
+    bed: TestBed = request.getfixturevalue("testbed")
+    yield
+    bed.restore()
+
+
+@pytest.fixture
+def local_ssh_server(tmp_path: Path) -> Iterator[LocalSshServer]:
+    """A real SSH server (exec + SFTP) on 127.0.0.1 trusting ``.client_key``; see LocalSshServer."""
+    server = LocalSshServer.start(tmp_path / "local-ssh")
+    yield server
+    server.stop()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    report = config.stash[_REPORT]
+    skipped = [
+        rep
+        for rep in terminalreporter.stats.get("skipped", [])
+        if SKIP_REASON in str(getattr(rep, "longrepr", ""))
+    ]
+    if skipped:
+        terminalreporter.write_sep("-", "ddptui test bed", yellow=True)
+        terminalreporter.write_line(
+            f"{len(skipped)} cluster test(s) SKIPPED: {report.unavailable or 'see skip reasons'}."
+        )
+        terminalreporter.write_line(
+            "They need a multi-host test bed (root, iproute2, openssh-server). Tests using the "
+            "in-process SSH server on 127.0.0.1 (local_ssh_server) ran as usual."
+        )
+    elif report.prefix:
+        terminalreporter.write_sep("-", "ddptui test bed")
+        left = ", ".join(report.residue) if report.residue else "nothing left behind"
+        terminalreporter.write_line(
+            f"{TESTBED_HOSTS} hosts, prefix {report.prefix}, subnet {report.subnet}: "
+            f"up {report.up_s:.2f} s, down {report.down_s:.2f} s; {left}"
+        )

@@ -1,0 +1,173 @@
+"""Faults a real cluster has, made on demand on one test-bed host, and undone.
+
+Each fault has an explicit undo; :func:`restore` undoes them all (the fixtures call it
+around every test), so a fault never leaks into the next test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.testbed import keys, network, sshd
+from tests.testbed.host import NameResolution, PortHolder, TestHost
+
+
+def cut_link(host: TestHost) -> None:
+    """Unplug the host: packets to and from it vanish, so connects time out (not refused)."""
+    network.run(["ip", "link", "set", host.veth, "down"])
+
+
+def restore_link(host: TestHost) -> None:
+    network.run(["ip", "link", "set", host.veth, "up"])
+
+
+@contextmanager
+def link_cut(host: TestHost) -> Iterator[None]:
+    cut_link(host)
+    try:
+        yield
+    finally:
+        restore_link(host)
+
+
+def stop_sshd(host: TestHost) -> None:
+    """Stop the host's sshd: connects to port 22 are refused; open sessions live on."""
+    sshd.stop(host)
+
+
+def start_sshd(host: TestHost) -> None:
+    """Start the host's sshd and wait until it answers."""
+    sshd.start(host)
+
+
+@contextmanager
+def sshd_stopped(host: TestHost) -> Iterator[None]:
+    stop_sshd(host)
+    try:
+        yield
+    finally:
+        start_sshd(host)
+
+
+def freeze(host: TestHost) -> None:
+    """SIGSTOP every process of the host: it keeps its link but answers nothing (a hung node).
+
+    The kernel still completes TCP handshakes into listen backlogs, so SSH connects succeed
+    at the TCP level and then hang waiting for the banner.
+    """
+    inodes = network.namespace_inodes(host.namespace_files())
+    stopped: set[int] = set()
+    # A process may fork while we stop its siblings; repeat until no new pid shows up.
+    while pids := set(network.pids_in(inodes)) - stopped:
+        network.signal_all(pids, signal.SIGSTOP)
+        stopped |= pids
+
+
+def thaw(host: TestHost) -> None:
+    inodes = network.namespace_inodes(host.namespace_files())
+    network.signal_all(network.pids_in(inodes), signal.SIGCONT)
+
+
+@contextmanager
+def frozen(host: TestHost) -> Iterator[None]:
+    freeze(host)
+    try:
+        yield
+    finally:
+        thaw(host)
+
+
+def rotate_host_key(host: TestHost) -> str:
+    """Give the host a new host key (known_hosts keeps the old one); return the new public key.
+
+    sshd is restarted if it was running, since it loads host keys only at start.
+    """
+    public = keys.write_key_pair(host.host_key, host.hostname)
+    host.state.key_rotated = True
+    _restart_if_running(host)
+    return public
+
+
+def restore_host_key(host: TestHost) -> None:
+    """Put back the key known_hosts lists."""
+    keys.write_private(host.host_key, host.state.original_host_key)
+    host.state.key_rotated = False
+    _restart_if_running(host)
+
+
+def _restart_if_running(host: TestHost) -> None:
+    if sshd.running(host):
+        sshd.stop(host)
+        sshd.start(host)
+
+
+def occupy_port(host: TestHost, port: int) -> PortHolder:
+    """Listen on ``port`` (all addresses) inside the host until the handle is released."""
+    return PortHolder(host, port)
+
+
+def set_name_resolution(host: TestHost, mode: NameResolution) -> None:
+    """Make the host resolve its own hostname to its address, to 127.0.1.1, or not at all.
+
+    Applies to processes started afterwards, including new SSH sessions.
+    """
+    # Every process of the host sees this file through a bind mount made when it entered the
+    # namespace; replacing the file (a new inode) would leave them on the old one, so it is
+    # truncated and rewritten in place.
+    with host.etc_hosts.open("w") as out:
+        out.write(host.etc_hosts_text(mode))
+
+
+def install_double(host: TestHost, name: str, script_text: str) -> Path:
+    """Put an executable ``name`` first on this host's PATH (e.g. a recorded nvidia-smi)."""
+    path = host.bin_dir / name
+    path.write_text(script_text)
+    path.chmod(0o755)
+    return path
+
+
+def remove_double(host: TestHost, name: str) -> None:
+    (host.bin_dir / name).unlink(missing_ok=True)
+
+
+def restore(hosts: Sequence[TestHost]) -> None:
+    """Undo every fault and clear per-test state: the hosts as they were after bring-up.
+
+    Links up, nothing frozen, no held ports, original host keys, sshd running, normal name
+    resolution, no processes but sshd's listener, empty ``bin_dir``, ``workdir`` and ``home``.
+    """
+    for host in hosts:
+        thaw(host)
+        for holder in list(host.state.held_ports):
+            holder.release()
+    network.ip_batch(f"link set {host.veth} up" for host in hosts)
+    for host in hosts:
+        if host.state.key_rotated:
+            keys.write_private(host.host_key, host.state.original_host_key)
+            host.state.key_rotated = False
+            sshd.stop(host)
+        listener = sshd.listener_pid(host)
+        network.kill_and_wait(
+            network.namespace_inodes(host.namespace_files()),
+            keep=() if listener is None else (listener,),
+        )
+        if listener is None:
+            sshd.stop(host)  # reaps a listener that a test killed by itself
+            sshd.spawn(host)
+        if host.etc_hosts.read_text() != host.etc_hosts_text("normal"):
+            set_name_resolution(host, "normal")
+        for directory in (host.bin_dir, host.workdir, host.home):
+            _empty(directory)
+    sshd.wait_ready(hosts)
+
+
+def _empty(directory: Path) -> None:
+    for child in directory.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
