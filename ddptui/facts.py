@@ -1,0 +1,399 @@
+"""What the probe learned about one host, as typed values.
+
+Every fact a host may not be able to give is typed ``Maybe[T]``: the value, or :data:`NA`
+("not available"). A missing, null or mistyped field in the probe's JSON becomes ``NA``
+instead of an exception, so one odd host or driver never breaks a check; only output that is
+not a probe document at all raises :class:`ProbeError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Final, Literal, TypeAlias, TypeVar
+
+PROBE_VERSION: Final = 1
+"""The ``probe_version`` this parser reads; the probe script prints the same number."""
+
+_T = TypeVar("_T")
+
+
+class NotAvailable(enum.Enum):
+    """The type of :data:`NA`. An enum member, so ``x is NA`` narrows types under mypy."""
+
+    NA = "N/A"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NA: Final = NotAvailable.NA
+"""A fact the host could not report (no driver, ``[N/A]`` from nvidia-smi, a failed section)."""
+
+Maybe: TypeAlias = _T | Literal[NotAvailable.NA]
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+GpuSource: TypeAlias = Literal["nvml", "nvidia-smi", "none"]
+TorchStatus: TypeAlias = Literal["ok", "missing", "timeout", "error"]
+
+
+class ProbeError(Exception):
+    """The probe's output is not a probe document (garbage, truncated, another version)."""
+
+
+@dataclass(frozen=True)
+class Interface:
+    """A network interface and its IPv4 addresses with their prefix lengths."""
+
+    name: str
+    ipv4: tuple[ipaddress.IPv4Interface, ...] = ()
+
+
+@dataclass(frozen=True)
+class PythonFacts:
+    version: Maybe[str] = NA
+    executable: Maybe[str] = NA
+    is_conda: Maybe[bool] = NA
+    conda_env: str | None = None
+    """The conda environment's name (``"base"`` for the root prefix); ``None`` outside conda."""
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    """torch as a fresh interpreter on the host sees it. Values are ``NA`` unless status is ok."""
+
+    status: TorchStatus
+    detail: str = ""
+    """Why status is not ``ok``: the import's last error line, or the timeout."""
+    version: Maybe[str] = NA
+    cuda_build: Maybe[str | None] = NA
+    """``torch.version.cuda``: ``None`` for a CPU-only build."""
+    cuda_available: Maybe[bool] = NA
+    device_count: Maybe[int] = NA
+    nccl_version: Maybe[str] = NA
+    gloo_available: Maybe[bool] = NA
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process holding a GPU."""
+
+    pid: int
+    name: Maybe[str] = NA
+    used_memory_mib: Maybe[int] = NA
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    index: int
+    uuid: Maybe[str] = NA
+    name: Maybe[str] = NA
+    memory_total_mib: Maybe[int] = NA
+    memory_used_mib: Maybe[int] = NA
+    utilization_pct: Maybe[int] = NA
+    processes: Maybe[tuple[GpuProcess, ...]] = NA
+    """``NA`` when the driver would not list them, ``()`` when none hold the GPU."""
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """NVIDIA GPUs and driver. ``source == "none"`` is the no-driver fact, not an error."""
+
+    source: GpuSource = "none"
+    driver_version: Maybe[str] = NA
+    cuda_driver_version: Maybe[str] = NA
+    devices: tuple[GpuFacts, ...] = ()
+    problem: str = ""
+    """Why NVML or nvidia-smi could not be used, e.g. nvidia-smi's driver error."""
+
+
+@dataclass(frozen=True)
+class DiskFacts:
+    path: Maybe[str] = NA
+    """The workdir, ``~`` expanded on the host."""
+    checked_path: Maybe[str] = NA
+    """Its nearest existing ancestor, where free space was measured."""
+    free_bytes: Maybe[int] = NA
+    total_bytes: Maybe[int] = NA
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    port: int
+    in_use: Maybe[bool] = NA
+    detail: str = ""
+    """Why ``in_use`` is unknown, e.g. permission denied for a port below 1024."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Everything one probe run reported. ``section_errors`` maps a failed section to why."""
+
+    hostname: Maybe[str] = NA
+    fqdn: Maybe[str] = NA
+    resolved: tuple[IPAddress, ...] = ()
+    """What the hostname resolves to on the host itself."""
+    resolve_error: str = ""
+    interfaces: Maybe[tuple[Interface, ...]] = NA
+    python: PythonFacts = PythonFacts()
+    torch: TorchFacts = TorchFacts(status="error", detail="not reported")
+    gpus: GpuInventory = GpuInventory()
+    disk: DiskFacts = DiskFacts()
+    cpu_count: Maybe[int] = NA
+    memory_total_bytes: Maybe[int] = NA
+    pip_packages: Maybe[Mapping[str, str]] = NA
+    """Installed distributions (normalized name → version), as ``importlib.metadata`` sees them."""
+    conda_packages: Maybe[Mapping[str, str]] | None = None
+    """The conda environment's packages; ``None`` when the interpreter is not in one."""
+    port: PortFacts | None = None
+    """Node 0 only: whether the master port could be bound."""
+    time: Maybe[float] = NA
+    """The host's ``time.time()`` as the probe printed its answer."""
+    section_errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def loopback_addresses(self) -> tuple[IPAddress, ...]:
+        """The hostname's addresses that are loopback: the gloo/NCCL "127.0.1.1" trap."""
+        return tuple(address for address in self.resolved if address.is_loopback)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every fact; ``NA`` becomes ``null``."""
+        result = _jsonable(self)
+        assert isinstance(result, dict)
+        return result
+
+
+def clock_offset(probe_time: float, received_at: float) -> float:
+    """Host clock minus head clock, from the probe's ``time`` and when its answer arrived.
+
+    The probe stamps its answer as it prints, so compare with the arrival time rather than
+    the send time: the probe itself takes a second or two.
+    """
+    return probe_time - received_at
+
+
+def parse_facts(text: str) -> HostFacts:
+    """Parse the probe's stdout. Raises :class:`ProbeError` if it is not a probe document."""
+    doc = _load_document(text)
+    version = doc.get("probe_version")
+    if version != PROBE_VERSION:
+        raise ProbeError(
+            f"probe reported probe_version {version!r}, this ddptui reads {PROBE_VERSION}"
+        )
+    errors: dict[str, str] = {}
+
+    def section(name: str) -> dict[str, Any]:
+        value = doc.get(name)
+        if not isinstance(value, dict):
+            errors[name] = "missing from the probe's output"
+            return {}
+        if isinstance(value.get("error"), str):
+            errors[name] = value["error"]
+            return {}
+        return value
+
+    host = section("host")
+    packages = section("packages")
+    system = section("system")
+    return HostFacts(
+        hostname=_get(host, "hostname", str),
+        fqdn=_get(host, "fqdn", str),
+        resolved=tuple(_items(host.get("addresses"), _address)),
+        resolve_error=_str(host.get("resolve_error")),
+        interfaces=_interfaces(section("interfaces")),
+        python=_python(section("python")),
+        torch=_torch(doc.get("torch")),
+        gpus=_gpus(section("gpus")),
+        disk=_disk(section("disk")),
+        cpu_count=_get(system, "cpu_count", int),
+        memory_total_bytes=_get(system, "memory_total_bytes", int),
+        pip_packages=_packages(packages.get("pip")),
+        conda_packages=None if packages.get("conda") is None else _packages(packages["conda"]),
+        port=_port(doc.get("port")),
+        time=_get(doc, "time", float),
+        section_errors=errors,
+    )
+
+
+def _load_document(text: str) -> dict[str, Any]:
+    # A login shell may print banners before the probe runs; the document is the last line.
+    candidates = [text, *text.strip().splitlines()[-1:]]
+    for candidate in candidates:
+        try:
+            doc = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    snippet = text.strip()[:200] or "(no output)"
+    raise ProbeError(f"the probe did not print a JSON document; it printed: {snippet}")
+
+
+def _get(data: Mapping[str, Any], key: str, kind: type[_T]) -> Maybe[_T]:
+    value = data.get(key)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    # bool is an int subclass; a JSON true is never a count.
+    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    return NA
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _items(value: Any, parse: Callable[[Any], _T | None]) -> list[_T]:
+    if not isinstance(value, list):
+        return []
+    parsed = (parse(item) for item in value)
+    return [item for item in parsed if item is not None]
+
+
+def _address(value: Any) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(value)
+    except ValueError:
+        return None
+
+
+def _interfaces(data: Mapping[str, Any]) -> Maybe[tuple[Interface, ...]]:
+    if not isinstance(data.get("items"), list):
+        return NA
+    return tuple(_items(data["items"], _interface))
+
+
+def _interface(value: Any) -> Interface | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+
+    def ipv4(entry: Any) -> ipaddress.IPv4Interface | None:
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return ipaddress.IPv4Interface(f"{entry['address']}/{entry['prefixlen']}")
+        except (KeyError, ValueError):
+            return None
+
+    return Interface(name=value["name"], ipv4=tuple(_items(value.get("ipv4"), ipv4)))
+
+
+def _python(data: Mapping[str, Any]) -> PythonFacts:
+    conda_env = data.get("conda_env")
+    return PythonFacts(
+        version=_get(data, "version", str),
+        executable=_get(data, "executable", str),
+        is_conda=_get(data, "is_conda", bool),
+        conda_env=conda_env if isinstance(conda_env, str) else None,
+    )
+
+
+def _torch(data: Any) -> TorchFacts:
+    if not isinstance(data, dict):
+        return TorchFacts(status="error", detail="missing from the probe's output")
+    status = data.get("status")
+    if status in ("missing", "timeout"):
+        return TorchFacts(status=status, detail=_str(data.get("detail")))
+    if status != "ok":
+        detail = _str(data.get("detail")) or _str(data.get("error")) or "no status reported"
+        return TorchFacts(status="error", detail=detail)
+    cuda = data.get("cuda", NA)
+    return TorchFacts(
+        status="ok",
+        version=_get(data, "version", str),
+        cuda_build=cuda if cuda is None or isinstance(cuda, str) else NA,
+        cuda_available=_get(data, "cuda_available", bool),
+        device_count=_get(data, "device_count", int),
+        nccl_version=_get(data, "nccl", str),
+        gloo_available=_get(data, "gloo_available", bool),
+    )
+
+
+def _gpus(data: Mapping[str, Any]) -> GpuInventory:
+    source = data.get("source")
+    if source not in ("nvml", "nvidia-smi"):
+        return GpuInventory(problem=_str(data.get("problem")))
+    return GpuInventory(
+        source=source,
+        driver_version=_get(data, "driver_version", str),
+        cuda_driver_version=_get(data, "cuda_driver_version", str),
+        devices=tuple(_items(data.get("devices"), _gpu)),
+        problem=_str(data.get("problem")),
+    )
+
+
+def _gpu(value: Any) -> GpuFacts | None:
+    if not isinstance(value, dict):
+        return None
+    index = _get(value, "index", int)
+    if index is NA:
+        return None
+    processes = value.get("processes")
+    return GpuFacts(
+        index=index,
+        uuid=_get(value, "uuid", str),
+        name=_get(value, "name", str),
+        memory_total_mib=_get(value, "memory_total_mib", int),
+        memory_used_mib=_get(value, "memory_used_mib", int),
+        utilization_pct=_get(value, "utilization_pct", int),
+        processes=tuple(_items(processes, _gpu_process)) if isinstance(processes, list) else NA,
+    )
+
+
+def _gpu_process(value: Any) -> GpuProcess | None:
+    if not isinstance(value, dict):
+        return None
+    pid = _get(value, "pid", int)
+    if pid is NA:
+        return None
+    return GpuProcess(
+        pid=pid,
+        name=_get(value, "name", str),
+        used_memory_mib=_get(value, "used_memory_mib", int),
+    )
+
+
+def _disk(data: Mapping[str, Any]) -> DiskFacts:
+    return DiskFacts(
+        path=_get(data, "path", str),
+        checked_path=_get(data, "checked_path", str),
+        free_bytes=_get(data, "free_bytes", int),
+        total_bytes=_get(data, "total_bytes", int),
+    )
+
+
+def _packages(value: Any) -> Maybe[Mapping[str, str]]:
+    if not isinstance(value, dict):
+        return NA
+    return {name: version for name, version in value.items() if isinstance(version, str)}
+
+
+def _port(value: Any) -> PortFacts | None:
+    if not isinstance(value, dict):
+        return None
+    port = _get(value, "port", int)
+    if port is NA:
+        return None
+    detail = _str(value.get("detail")) or _str(value.get("error"))
+    return PortFacts(port=port, in_use=_get(value, "in_use", bool), detail=detail)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is NA:
+        return None
+    if is_dataclass(value) and not isinstance(value, type):
+        return {item.name: _jsonable(getattr(value, item.name)) for item in fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, ipaddress.IPv4Interface | ipaddress.IPv4Address | ipaddress.IPv6Address):
+        return str(value)
+    return value

@@ -1,0 +1,195 @@
+"""``evaluate``: every host's check → the list of findings ``ddptui check`` reports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from ddptui.config.model import Config, HostConfig
+from ddptui.facts import NA, HostFacts
+from ddptui.health.findings import Code, Finding, HostCheck, Severity
+from ddptui.health.gpus import gpu_findings
+from ddptui.health.network import network_findings, port_findings
+from ddptui.health.parity import package_findings, parity_findings
+from ddptui.remote.status import Reach
+
+BYTES_PER_GB = 1e9
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def evaluate(config: Config, checks: Sequence[HostCheck]) -> list[Finding]:
+    """All findings for the cluster: errors first, then warnings, then information.
+
+    Within a severity, findings keep node-rank order. Hosts that could not be probed get
+    their reachability finding and are left out of every comparison.
+    """
+    rank = {host.name: index for index, host in enumerate(config.ordered_hosts)}
+    ordered = sorted(checks, key=lambda check: rank.get(check.host.name, len(rank)))
+    probed = [(check.host, check.facts) for check in ordered if check.facts is not None]
+    findings: list[Finding] = []
+    for check in ordered:
+        findings += _host_findings(config, check)
+    findings += parity_findings(probed)
+    findings += gpu_findings(config, probed)
+    findings += network_findings(config, probed)
+    findings += port_findings(config, ordered)
+    findings += package_findings(probed)
+    return sorted(findings, key=lambda finding: _SEVERITY_ORDER[finding.severity])
+
+
+def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
+    host = check.host
+    if not check.reach.ok:
+        yield _unreached(config, check)
+        return
+    if check.facts is None:
+        yield Finding(
+            Code.PROBE_FAILED,
+            Severity.ERROR,
+            host.name,
+            f"{host.name} answered, but its probe returned no usable facts",
+            f"run `{host.python} -c 'import json'` on {host.name}: a shell start-up file that "
+            "prints text or a broken Python is the usual cause",
+        )
+        return
+    facts = check.facts
+    if facts.section_errors:
+        sections = "; ".join(f"{name}: {error}" for name, error in facts.section_errors.items())
+        yield Finding(
+            Code.PROBE_INCOMPLETE,
+            Severity.WARNING,
+            host.name,
+            f"the probe could not read everything on {host.name} ({sections}); "
+            "checks that need those facts were skipped",
+            "the reasons above name what is missing on the host",
+        )
+    yield from _torch_findings(host, facts)
+    yield from _disk_findings(config, host, facts)
+    if check.clock_offset_s is not None and abs(check.clock_offset_s) > (
+        config.cluster.max_clock_skew_s
+    ):
+        yield Finding(
+            Code.CLOCK_SKEW,
+            Severity.WARNING,
+            host.name,
+            f"{host.name}'s clock is {check.clock_offset_s:+.1f} s off the head node's "
+            f"(more than {config.cluster.max_clock_skew_s:g} s), so logs and events from "
+            "different hosts will be misordered",
+            "enable time sync on every host (timedatectl set-ntp true, or chrony)",
+        )
+
+
+def _unreached(config: Config, check: HostCheck) -> Finding:
+    host = check.host
+    detail = f": {check.reach.detail}" if check.reach.detail else ""
+    target = f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
+    reach = check.reach.reach
+    if reach is Reach.AUTH_FAILED:
+        return Finding(
+            Code.SSH_AUTH_FAILED,
+            Severity.ERROR,
+            host.name,
+            f"{target} refused key authentication{detail} (ddptui never uses passwords)",
+            f"install your public key there (ssh-copy-id -p {host.port} {target.rsplit(':', 1)[0]}"
+            "), or set identity_file / load the key into ssh-agent",
+        )
+    if reach is Reach.HOSTKEY_UNKNOWN:
+        return Finding(
+            Code.HOST_KEY_UNKNOWN,
+            Severity.ERROR,
+            host.name,
+            f"the host key of {host.name} ({host.address}) is not in known_hosts{detail}",
+            f"run `ddptui trust {config.path}` to review its fingerprint and accept it",
+        )
+    if reach is Reach.HOSTKEY_CHANGED:
+        # known_hosts names a host on a non-standard port as [address]:port.
+        entry = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+        return Finding(
+            Code.HOST_KEY_CHANGED,
+            Severity.ERROR,
+            host.name,
+            f"the host key of {host.name} ({host.address}) differs from the one in known_hosts"
+            f"{detail}: a reinstalled machine, or someone in the middle",
+            "confirm the new key with the machine's administrator, then remove the old one "
+            f"(ssh-keygen -R '{entry}') and run `ddptui trust`",
+        )
+    if reach is Reach.PYTHON_MISSING:
+        return Finding(
+            Code.PYTHON_MISSING,
+            Severity.ERROR,
+            host.name,
+            f"{host.python} does not run on {host.name}{detail}",
+            f"install Python 3.8 or newer there, or set python (or conda_env) for {host.name}",
+        )
+    why = {
+        Reach.DNS_FAILED: ("its address does not resolve", "check the address in the hosts file"),
+        Reach.REFUSED: (
+            f"nothing accepts SSH on port {host.port}",
+            "start sshd there, or set the host's port",
+        ),
+        Reach.TIMEOUT: (
+            f"no answer within {config.cluster.connect_timeout:g} s",
+            "check the address, routing and firewalls, or raise cluster.connect_timeout",
+        ),
+    }
+    if reach not in why:
+        return Finding(
+            Code.HOST_UNREACHABLE,
+            Severity.ERROR,
+            host.name,
+            f"checking {host.name} ({target}) failed{detail}",
+            f"try `ssh -p {host.port} {target.rsplit(':', 1)[0]}` to see the full error",
+        )
+    reason, fix = why[reach]
+    return Finding(
+        Code.HOST_UNREACHABLE,
+        Severity.ERROR,
+        host.name,
+        f"{host.name} ({target}) is unreachable: {reason}{detail}",
+        fix,
+    )
+
+
+def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
+    torch = facts.torch
+    python = facts.python.executable if facts.python.executable is not NA else host.python
+    if torch.status == "missing":
+        yield Finding(
+            Code.TORCH_MISSING,
+            Severity.ERROR,
+            host.name,
+            f"torch is not installed for {python} on {host.name}",
+            f"install it into that interpreter ({python} -m pip install torch, matching the "
+            "other hosts), or point python / conda_env at the environment that has it",
+        )
+    elif torch.status == "timeout":
+        yield Finding(
+            Code.TORCH_IMPORT_TIMEOUT,
+            Severity.ERROR,
+            host.name,
+            f"import torch did not finish in time on {host.name}",
+            f"run `{python} -c 'import torch'` there: a hung GPU driver or a slow network "
+            "file system is the usual cause",
+        )
+    elif torch.status == "error":
+        yield Finding(
+            Code.TORCH_BROKEN,
+            Severity.ERROR,
+            host.name,
+            f"import torch fails on {host.name}: {torch.detail}",
+            f"reinstall torch for {python}; the error names the missing piece",
+        )
+
+
+def _disk_findings(config: Config, host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
+    free = facts.disk.free_bytes
+    minimum = config.cluster.min_free_disk_gb
+    if free is NA or free >= minimum * BYTES_PER_GB:
+        return
+    yield Finding(
+        Code.LOW_DISK,
+        Severity.ERROR,
+        host.name,
+        f"only {free / BYTES_PER_GB:.1f} GB free at {facts.disk.checked_path} on {host.name} "
+        f"(the workdir needs {minimum:g} GB for checkpoints and logs)",
+        "free space there, point workdir at a larger disk, or lower cluster.min_free_disk_gb",
+    )

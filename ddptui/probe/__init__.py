@@ -1,0 +1,34 @@
+"""The host probe: the script text sent to each host and the arguments it takes.
+
+The script runs on the host's own Python, never inside ddptui; :mod:`ddptui.facts` parses
+what it prints.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+PROBE_SOURCE: str = files(__package__).joinpath("script.py").read_text(encoding="utf-8")
+"""The probe script, ready to send on stdin to ``python - *probe_args(…)``."""
+
+DEFAULT_TORCH_TIMEOUT_S = 20.0
+"""How long ``import torch`` may take on a host before the probe reports a ``timeout``."""
+
+
+def probe_args(
+    workdir: str,
+    *,
+    master_port: int | None = None,
+    torch_timeout: float = DEFAULT_TORCH_TIMEOUT_S,
+) -> list[str]:
+    """The script's own arguments (what follows ``python -``).
+
+    Args:
+        workdir: The host's workdir as configured; a leading ``~`` is expanded on the host.
+        master_port: Node 0 only: the port whose availability the probe reports.
+        torch_timeout: Seconds allowed for importing torch in the probe's subprocess.
+    """
+    args = ["--workdir", workdir, "--torch-timeout", f"{torch_timeout:g}"]
+    if master_port is not None:
+        args += ["--master-port", str(master_port)]
+    return args

@@ -1,0 +1,304 @@
+"""The probe script run for real, on this machine, with doubles for nvidia-smi, pynvml and torch."""
+
+from __future__ import annotations
+
+import ast
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.facts import NA, HostFacts, parse_facts
+from ddptui.health import Code, HostCheck, evaluate
+from ddptui.probe import PROBE_SOURCE, probe_args
+from ddptui.probe import script as probe_script
+from ddptui.remote.status import Reach, Reachability
+from tests.fixtures.gpu import DOUBLE, FIXTURES, nvidia_smi_double
+
+# Stand-ins that import instantly, so only one test pays for the real `import torch`.
+CUDA_TORCH = """
+import types
+__version__ = "2.4.1+cu121"
+version = types.SimpleNamespace(cuda="12.1")
+cuda = types.SimpleNamespace(
+    is_available=lambda: True,
+    device_count=lambda: 2,
+    nccl=types.SimpleNamespace(version=lambda: (2, 20, 5)),
+)
+distributed = types.SimpleNamespace(is_nccl_available=lambda: True, is_gloo_available=lambda: True)
+"""
+BROKEN_TORCH = 'raise ImportError("libcudart.so.12: cannot open shared object file")\n'
+HANGING_TORCH = """
+import os, sys, time
+with open(os.environ["HANG_PID_FILE"], "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(60)
+"""
+# Mirrors pynvml's API for the calls the probe makes; bytes where pynvml returns bytes.
+FAKE_PYNVML = """
+import types
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlSystemGetDriverVersion(): return "550.54.15"
+def nvmlSystemGetCudaDriverVersion(): return 12040
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetUUID(handle): return "GPU-fake-%d" % handle
+def nvmlDeviceGetName(handle): return "NVIDIA H100 80GB HBM3"
+def nvmlDeviceGetMemoryInfo(handle):
+    return types.SimpleNamespace(total=81559 * 2**20, used=(0, 40000 * 2**20)[handle])
+def nvmlDeviceGetUtilizationRates(handle):
+    if handle == 0:
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+    return types.SimpleNamespace(gpu=87)
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    if handle == 0:
+        return []
+    return [types.SimpleNamespace(pid=4242, usedGpuMemory=None)]
+def nvmlSystemGetProcessName(pid): return b"/usr/bin/python3"
+"""
+
+
+def _write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def run_probe(
+    tmp_path: Path,
+    *,
+    python_path: dict[str, str],
+    smi_fixture: str | None = None,
+    keep_path: bool = True,
+    extra_args: tuple[str, ...] = (),
+    torch_timeout: float = 20.0,
+) -> tuple[HostFacts, float]:
+    """Run the probe script under the venv's Python; return its facts and wall time."""
+    fakes = _write_package(tmp_path / "site", python_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if smi_fixture is not None:
+        (bin_dir / "nvidia-smi").write_text(nvidia_smi_double(smi_fixture))
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(fakes), HANG_PID_FILE=str(tmp_path / "hang.pid"))
+    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if keep_path else str(bin_dir)
+    args = probe_args(str(tmp_path / "work"), torch_timeout=torch_timeout) + list(extra_args)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-", *args],
+        input=PROBE_SOURCE,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    return parse_facts(done.stdout), time.monotonic() - started
+
+
+def test_source_parses_as_python_3_8() -> None:
+    ast.parse(PROBE_SOURCE, feature_version=(3, 8))
+
+
+def test_probe_args() -> None:
+    assert probe_args("~/runs") == ["--workdir", "~/runs", "--torch-timeout", "20"]
+    assert probe_args("/w", master_port=29500, torch_timeout=2.5) == [
+        "--workdir",
+        "/w",
+        "--torch-timeout",
+        "2.5",
+        "--master-port",
+        "29500",
+    ]
+
+
+def test_fixtures_were_recorded_with_the_probes_queries() -> None:
+    double = ast.parse(DOUBLE.read_text())
+    recorded = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in double.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+    }
+    assert recorded["QUERY_GPU"] == "--query-gpu=" + probe_script.QUERY_GPU_FIELDS
+    assert recorded["QUERY_APPS"] == "--query-compute-apps=" + probe_script.QUERY_APPS_FIELDS
+
+
+def test_real_host_with_real_torch(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("", 0))
+        listener.listen()
+        busy_port = listener.getsockname()[1]
+        facts, _ = run_probe(tmp_path, python_path={}, extra_args=("--master-port", str(busy_port)))
+    assert facts.section_errors == {}
+    assert facts.torch.status == "ok"
+    assert facts.torch.version == "2.13.0+cpu"
+    assert facts.torch.cuda_build is None
+    assert facts.torch.cuda_available is False
+    assert facts.torch.gloo_available is True
+    assert facts.hostname == socket.gethostname()
+    assert facts.python.executable == sys.executable
+    assert facts.interfaces is not NA
+    assert "lo" in {interface.name for interface in facts.interfaces}
+    assert facts.disk.checked_path == str(tmp_path)
+    assert facts.disk.free_bytes is not NA and facts.disk.free_bytes > 0
+    assert facts.pip_packages is not NA and facts.pip_packages["torch"] == "2.13.0+cpu"
+    assert facts.port is not None and facts.port.port == busy_port
+    assert facts.port.in_use is True
+    assert facts.time is not NA and abs(facts.time - time.time()) < 60
+
+
+def test_hanging_torch_is_a_timeout_and_is_killed(tmp_path: Path) -> None:
+    facts, elapsed = run_probe(
+        tmp_path, python_path={"torch/__init__.py": HANGING_TORCH}, torch_timeout=1.0
+    )
+    assert facts.torch.status == "timeout"
+    assert elapsed < 10
+    pid = int((tmp_path / "hang.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_no_nvidia_smi_no_ip_and_broken_torch(tmp_path: Path) -> None:
+    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": BROKEN_TORCH}, keep_path=False)
+    assert facts.gpus.source == "none"
+    assert facts.gpus.devices == ()
+    assert "nvidia-smi not found" in facts.gpus.problem
+    assert facts.torch.status == "error"
+    assert "libcudart.so.12" in facts.torch.detail
+    # Without `ip` on PATH the interfaces come from ioctl.
+    assert facts.interfaces is not NA
+    loopback = {interface.name: interface for interface in facts.interfaces}["lo"]
+    assert [str(network) for network in loopback.ipv4] == ["127.0.0.1/8"]
+
+
+def test_pynvml_is_preferred_and_its_gaps_are_not_available(tmp_path: Path) -> None:
+    facts, _ = run_probe(
+        tmp_path,
+        python_path={"torch/__init__.py": CUDA_TORCH, "pynvml.py": FAKE_PYNVML},
+        smi_fixture="a100x2_busy",
+    )
+    gpus = facts.gpus
+    assert (gpus.source, gpus.driver_version, gpus.cuda_driver_version) == (
+        "nvml",
+        "550.54.15",
+        "12.4",
+    )
+    first, second = gpus.devices
+    assert first.utilization_pct is NA
+    assert first.processes == ()
+    assert (second.memory_used_mib, second.utilization_pct) == (40000, 87)
+    assert second.processes is not NA
+    (process,) = second.processes
+    assert (process.pid, process.name, process.used_memory_mib) == (4242, "/usr/bin/python3", NA)
+
+
+@pytest.fixture(scope="module")
+def smi_facts(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], HostFacts]:
+    cache: dict[str, HostFacts] = {}
+
+    def probe(fixture: str) -> HostFacts:
+        if fixture not in cache:
+            tmp = tmp_path_factory.mktemp(fixture)
+            cache[fixture] = run_probe(
+                tmp, python_path={"torch/__init__.py": CUDA_TORCH}, smi_fixture=fixture
+            )[0]
+        return cache[fixture]
+
+    return probe
+
+
+@pytest.mark.parametrize(
+    ("fixture", "driver", "cuda", "count", "name"),
+    [
+        ("h100x8_idle", "550.54.15", "12.4", 8, "NVIDIA H100 80GB HBM3"),
+        ("h100x8_driver535", "535.104.05", "12.2", 8, "NVIDIA H100 80GB HBM3"),
+        ("a100x2_busy", "535.161.08", "12.2", 2, "NVIDIA A100-SXM4-40GB"),
+        ("na_fields", "535.129.03", "12.2", 2, "NVIDIA A100-SXM4-80GB"),
+    ],
+)
+def test_nvidia_smi_fallback(
+    smi_facts: Callable[[str], HostFacts],
+    fixture: str,
+    driver: str,
+    cuda: str,
+    count: int,
+    name: str,
+) -> None:
+    gpus = smi_facts(fixture).gpus
+    assert gpus.source == "nvidia-smi"
+    assert "pynvml" in gpus.problem
+    assert (gpus.driver_version, gpus.cuda_driver_version) == (driver, cuda)
+    assert [gpu.index for gpu in gpus.devices] == list(range(count))
+    assert {gpu.name for gpu in gpus.devices} == {name}
+    assert all(gpu.uuid is not NA and gpu.uuid.startswith("GPU-") for gpu in gpus.devices)
+
+
+def test_nvidia_smi_busy_gpu_names_its_process(smi_facts: Callable[[str], HostFacts]) -> None:
+    idle, busy = smi_facts("a100x2_busy").gpus.devices
+    assert (idle.memory_used_mib, idle.processes) == (4, ())
+    assert (busy.memory_total_mib, busy.memory_used_mib, busy.utilization_pct) == (40960, 30817, 98)
+    assert busy.processes is not NA
+    (process,) = busy.processes
+    assert (process.pid, process.name, process.used_memory_mib) == (
+        48213,
+        "/opt/conda/bin/python",
+        30806,
+    )
+
+
+def test_nvidia_smi_na_fields_are_not_available(smi_facts: Callable[[str], HostFacts]) -> None:
+    mig, other = smi_facts("na_fields").gpus.devices
+    assert (mig.memory_used_mib, mig.utilization_pct, mig.memory_total_mib) == (NA, NA, 81920)
+    assert mig.processes is not NA
+    assert mig.processes[0].used_memory_mib is NA
+    assert (other.memory_used_mib, other.utilization_pct) == (13, NA)
+
+
+def test_nvidia_smi_driver_failure_is_the_no_driver_fact(
+    smi_facts: Callable[[str], HostFacts],
+) -> None:
+    gpus = smi_facts("no_driver").gpus
+    assert (gpus.source, gpus.devices, gpus.driver_version) == ("none", (), NA)
+    assert "couldn't communicate with the NVIDIA driver" in gpus.problem
+
+
+def test_every_fixture_is_exercised() -> None:
+    assert set(FIXTURES) == {
+        "h100x8_idle",
+        "h100x8_driver535",
+        "a100x2_busy",
+        "na_fields",
+        "no_driver",
+    }
+
+
+def _checks(*pairs: tuple[HostConfig, HostFacts]) -> list[HostCheck]:
+    return [HostCheck(host, Reachability(Reach.OK), facts) for host, facts in pairs]
+
+
+def test_health_over_recorded_gpus(smi_facts: Callable[[str], HostFacts]) -> None:
+    """Findings from real probe output: the busy A100 and the driver parity of two H100 hosts."""
+    a, b = HostConfig("gpu-a", "10.0.0.1"), HostConfig("gpu-b", "10.0.0.2")
+    config = Config(Path("hosts.toml"), ClusterConfig(), (a, b), JobConfig())
+    findings = evaluate(
+        config, _checks((a, smi_facts("a100x2_busy")), (b, smi_facts("h100x8_idle")))
+    )
+    busy = [f for f in findings if f.code is Code.NOT_ENOUGH_FREE_GPUS]
+    assert [f.host for f in busy] == ["gpu-a"]
+    assert "/opt/conda/bin/python (pid 48213, 30806 MiB)" in busy[0].message
+
+    findings = evaluate(
+        config, _checks((a, smi_facts("h100x8_idle")), (b, smi_facts("h100x8_driver535")))
+    )
+    mismatched = {(f.code, f.host) for f in findings}
+    assert (Code.DRIVER_MISMATCH, "gpu-b") in mismatched
+    assert (Code.CUDA_DRIVER_MISMATCH, "gpu-b") in mismatched
+    assert Code.NOT_ENOUGH_FREE_GPUS not in {f.code for f in findings}
