@@ -1,0 +1,41 @@
+"""The hosts file: its schema (:mod:`.model`), loading (:mod:`.load`) and rendering.
+
+Other layers import from here: ``from ddptui.config import Config, load_config``.
+"""
+
+from __future__ import annotations
+
+from ddptui.config.load import CLUSTER_KEYS, HOST_KEYS, JOB_KEYS, load_config, parse_config
+from ddptui.config.model import (
+    AUTO,
+    Backend,
+    ClusterConfig,
+    Config,
+    GpuSelection,
+    HostConfig,
+    JobConfig,
+    MasterPort,
+    ProcsPerNode,
+)
+from ddptui.config.render import config_to_dict, config_to_toml
+from ddptui.config.starter import starter_text
+
+__all__ = [
+    "AUTO",
+    "CLUSTER_KEYS",
+    "HOST_KEYS",
+    "JOB_KEYS",
+    "Backend",
+    "ClusterConfig",
+    "Config",
+    "GpuSelection",
+    "HostConfig",
+    "JobConfig",
+    "MasterPort",
+    "ProcsPerNode",
+    "config_to_dict",
+    "config_to_toml",
+    "load_config",
+    "parse_config",
+    "starter_text",
+]

@@ -1,0 +1,101 @@
+"""A resolved :class:`~ddptui.config.model.Config` as data and as text.
+
+:func:`config_to_dict` is the stable JSON shape of ``ddptui config --json``::
+
+    {"path": str,
+     "cluster": {every ClusterConfig field},
+     "hosts": [{"name", "node_rank", every other HostConfig field}, ...],   # node-rank order
+     "job": {every JobConfig field}}
+
+Paths are strings, unset values ``null``, ``gpus`` is ``"all"``, a count or a list.
+
+:func:`config_to_toml` is the human form: a hosts file with every default written out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The resolved configuration as JSON-able data, hosts in node-rank order."""
+    return {
+        "path": str(config.path),
+        "cluster": _fields(config.cluster, ClusterConfig),
+        "hosts": [
+            {"name": host.name, "node_rank": rank, **_fields(host, HostConfig)}
+            for rank, host in enumerate(config.ordered_hosts)
+        ],
+        "job": _fields(config.job, JobConfig),
+    }
+
+
+def _fields(instance: object, kind: type) -> dict[str, Any]:
+    return {field.name: _jsonable(getattr(instance, field.name)) for field in fields(kind)}
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def config_to_toml(config: Config) -> str:
+    """The resolved configuration as a commented hosts file, hosts in node-rank order.
+
+    Every host lists every effective value; unset ones appear as comments. Loading the text
+    gives the same cluster, hosts and job, unless an expanded local path contains a ``$``.
+    """
+    data = config_to_dict(config)
+    lines = [
+        f"# {data['path']}, resolved: defaults applied, hosts in node-rank order.",
+        "",
+        "[cluster]",
+        *(assignment(key, value) for key, value in data["cluster"].items()),
+    ]
+    for host in data["hosts"]:
+        rank = host.pop("node_rank")
+        role = " (the rendezvous host)" if rank == 0 else ""
+        lines += ["", f"# node {rank}{role}", "[[hosts]]"]
+        lines += (_host_line(key, value, host) for key, value in host.items())
+    lines += ["", "[job]", *(assignment(key, value) for key, value in data["job"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def _host_line(key: str, value: object, host: Mapping[str, object]) -> str:
+    if value is None:
+        return f"# {key}: not set"
+    if key == "python" and host["conda_env"] is not None:
+        return f"# {assignment(key, value)}  (not used: conda_env is set)"
+    return assignment(key, value)
+
+
+def assignment(key: str, value: object) -> str:
+    """``key = value`` on one line, arrays and tables inline; tomli-w quotes every scalar.
+
+    ``key`` must be a bare TOML key (letters, digits, ``_`` and ``-``).
+    """
+    return f"{key} = {_inline(value)}"
+
+
+def _inline(value: object) -> str:
+    # tomli-w spreads arrays over several lines and tables into sections; one line per key
+    # reads better and lets a comment sit above each key, so only scalars go through it.
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_inline(item) for item in value) + "]"
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        return "{ " + ", ".join(assignment(key, item) for key, item in value.items()) + " }"
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")

@@ -1,0 +1,213 @@
+"""The commented starter hosts file that ``ddptui init`` writes.
+
+It documents every key, so the repository's ``hosts.example.toml`` is this same text
+(regenerate it with ``ddptui init hosts.example.toml --force``; a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+from ddptui.config.render import assignment
+
+_WIDTH = 96
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One documented key; an inactive one is written commented out, showing its syntax."""
+
+    name: str
+    value: object
+    doc: str
+    active: bool = True
+
+
+@dataclass(frozen=True)
+class _Table:
+    header: str
+    doc: str
+    keys: tuple[_Key, ...]
+
+
+_INTRO = """\
+ddptui hosts file. `ddptui config FILE` checks it and prints every host's effective settings.
+
+Paths: identity_file and known_hosts are files on this machine (the head node, where ddptui
+runs): `~` and $VARIABLES are expanded here, and a relative path is relative to this file's
+directory. python and workdir are paths on each host: they are used as written, so a leading
+`~` means that host's home directory."""
+
+_CLUSTER = _Table(
+    "[cluster]",
+    "Defaults for every host. Each of user, port, identity_file, known_hosts, python or "
+    "conda_env, workdir, env, gpus and socket_ifname can be overridden in a [[hosts]] entry.",
+    (
+        _Key(
+            "user",
+            "alice",
+            "SSH user name. Unset: the User from ~/.ssh/config, else your local user name.",
+            active=False,
+        ),
+        _Key("port", 22, "SSH port."),
+        _Key(
+            "identity_file",
+            "~/.ssh/id_ed25519",
+            "Private key to log in with (keys only: ddptui never asks for a password). "
+            "Unset: the keys from ~/.ssh/config and your ssh-agent.",
+            active=False,
+        ),
+        _Key(
+            "known_hosts",
+            "~/.ssh/known_hosts",
+            "Where the hosts' public keys are recorded; a host whose key is not there is "
+            "refused until `ddptui trust FILE` adds it.",
+        ),
+        _Key(
+            "python",
+            "python3",
+            "Python on each host, with torch installed: a path or a command on the remote "
+            "PATH, e.g. ~/miniconda3/envs/pytorch-dist/bin/python.",
+        ),
+        _Key(
+            "conda_env",
+            "pytorch-dist",
+            "Or the name of a conda environment on each host to run in, instead of python. "
+            "A table sets one of the two; a host that sets either replaces the cluster's choice.",
+            active=False,
+        ),
+        _Key(
+            "workdir",
+            "~/ddptui-runs",
+            "Directory on each host for the trainer's code, logs and checkpoints.",
+        ),
+        _Key(
+            "env",
+            {"NCCL_DEBUG": "WARN"},
+            "Environment variables for the trainer. A host's env is merged over this one.",
+        ),
+        _Key(
+            "gpus",
+            "all",
+            'Which GPUs to use: "all", a number (the first N; 0 on a CPU-only host), or a '
+            "list of indices such as [0, 2].",
+        ),
+        _Key(
+            "socket_ifname",
+            "auto",
+            "Network interface for NCCL and Gloo traffic (NCCL_SOCKET_IFNAME, "
+            'GLOO_SOCKET_IFNAME), e.g. "eth0"; "auto" lets ddptui choose.',
+        ),
+        _Key(
+            "master_port",
+            29500,
+            'Cluster-wide: the rendezvous port on node 0 (1–65535), or "auto" for a free one.',
+        ),
+        _Key(
+            "backend",
+            "auto",
+            'Cluster-wide: "nccl", "gloo", or "auto" (nccl when the hosts have GPUs, '
+            "gloo otherwise).",
+        ),
+        _Key("connect_timeout", 10.0, "Cluster-wide: seconds to wait for an SSH connection."),
+        _Key(
+            "max_parallel_connects",
+            32,
+            "Cluster-wide: at most this many SSH connections are opened at once.",
+        ),
+        _Key(
+            "min_free_disk_gb",
+            5.0,
+            "Cluster-wide: the check flags a host whose workdir has less free space (GB).",
+        ),
+        _Key(
+            "max_clock_skew_s",
+            2.0,
+            "Cluster-wide: the check flags a host whose clock differs from this machine's by "
+            "more than this many seconds.",
+        ),
+    ),
+)
+
+_HOSTS_DOC = (
+    "One [[hosts]] entry per machine. Node ranks follow this list, except that the host "
+    "marked rank0 is node 0, the rendezvous host."
+)
+_NAME_DOC = "Unique short name for the console and run records: letters, digits, '.', '_', '-'."
+_ADDRESS_DOC = "Hostname or IP address to connect to; no two hosts share an address and port."
+
+_HOSTS = (
+    _Table(
+        "[[hosts]]",
+        _HOSTS_DOC,
+        (
+            _Key("name", "gpu-a", _NAME_DOC),
+            _Key("address", "192.168.1.10", _ADDRESS_DOC),
+            _Key(
+                "rank0",
+                True,
+                "Make this host node 0 (at most one host). Unset: the first host listed.",
+                active=False,
+            ),
+        ),
+    ),
+    _Table(
+        "[[hosts]]",
+        "Any machine key from [cluster] can be set here for this host alone.",
+        (
+            _Key("name", "gpu-b", _NAME_DOC),
+            _Key("address", "192.168.1.11", _ADDRESS_DOC),
+            _Key("port", 2222, "This host's SSH port, instead of [cluster]'s.", active=False),
+            _Key("gpus", [0, 1], "Only GPUs 0 and 1 of this host.", active=False),
+            _Key(
+                "env",
+                {"NCCL_IB_DISABLE": "1"},
+                "Added to [cluster]'s env; a variable set in both takes this value.",
+                active=False,
+            ),
+        ),
+    ),
+)
+
+_JOB = _Table(
+    "[job]",
+    "What to run: the bundled trainer.",
+    (
+        _Key(
+            "nproc_per_node",
+            "gpus",
+            'Processes per host: "gpus" (one per selected GPU) or a number (CPU-only hosts '
+            "need one).",
+        ),
+        _Key("checkpoint_every", 200, "Save a checkpoint every this many steps."),
+        _Key(
+            "args",
+            ["--epochs", "3", "--batch-size", "32"],
+            "Extra arguments for the trainer.",
+        ),
+    ),
+)
+
+
+def starter_text() -> str:
+    """The starter hosts file: valid as written, every key explained by a comment."""
+    blocks = [_comment(_INTRO)]
+    blocks += (_table(table) for table in (_CLUSTER, *_HOSTS, _JOB))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _table(table: _Table) -> str:
+    lines = [_comment(table.doc), table.header]
+    for key in table.keys:
+        line = assignment(key.name, key.value)
+        lines += [_comment(key.doc), line if key.active else f"# {line}"]
+    return "\n".join(lines)
+
+
+def _comment(text: str) -> str:
+    return "\n".join(
+        f"# {line}".rstrip()
+        for paragraph in text.split("\n")
+        for line in (textwrap.wrap(paragraph, _WIDTH) or [""])
+    )

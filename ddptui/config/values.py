@@ -1,0 +1,319 @@
+"""Validators for single values of the hosts file.
+
+Each validator takes what the TOML parser produced and returns the typed value, or raises
+:class:`Invalid` saying what was expected and what was found. Where in the file the value
+sits is the caller's business (:mod:`ddptui.config.load`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeGuard
+
+Validator = Callable[[object], Any]
+
+_DESCRIBE_LIMIT = 60
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VARIABLE = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Linux caps interface names at IFNAMSIZ - 1 characters.
+_MAX_IFNAME = 15
+
+_NAME_RULE = "a name of letters, digits, '.', '_' or '-' (at most 64; a letter or digit first)"
+
+
+class Invalid(Exception):
+    """A value that does not fit. ``str()`` is the problem; ``subkey`` narrows the key.
+
+    ``subkey`` is appended to the key in the message: ``".NCCL_DEBUG"`` for an ``env``
+    entry, ``"[2]"`` for a list element.
+    """
+
+    def __init__(self, problem: str, subkey: str = "") -> None:
+        super().__init__(problem)
+        self.subkey = subkey
+
+
+def describe(value: object) -> str:
+    """``value`` the way it looked in the file, then its TOML type: ``"22" (a string)``."""
+    text = _literal(value)
+    if len(text) > _DESCRIBE_LIMIT:
+        text = text[: _DESCRIBE_LIMIT - 1] + "…"
+    return f"{text} ({_type_name(value)})"
+
+
+def expected(what: str, value: object, subkey: str = "") -> Invalid:
+    return Invalid(f"expected {what}, found {describe(value)}", subkey)
+
+
+def _type_name(value: object) -> str:
+    # bool before int: TOML booleans arrive as Python bools, which are ints.
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, datetime.datetime):
+        return "a date-time"
+    if isinstance(value, datetime.date):
+        return "a date"
+    if isinstance(value, datetime.time):
+        return "a time"
+    return type(value).__name__
+
+
+def _literal(value: object, budget: int = _DESCRIBE_LIMIT) -> str:
+    # The budget bounds both the output and the recursion: parsed TOML can nest deeply.
+    if budget <= 0:
+        return "…"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float):
+        return {"nan": "nan", "inf": "inf", "-inf": "-inf"}.get(str(value), repr(value))
+    if isinstance(value, list):
+        return "[" + _joined((_literal(item, budget - 2) for item in value), budget) + "]"
+    if isinstance(value, dict):
+        items = (f"{_key_label(key)} = {_literal(item, budget - 4)}" for key, item in value.items())
+        return "{" + _joined(items, budget) + "}"
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return repr(value)
+
+
+def _joined(parts: Iterable[str], budget: int) -> str:
+    text = ""
+    for part in parts:
+        text = f"{text}, {part}" if text else part
+        if len(text) > budget:
+            return text[:budget] + "…"
+    return text
+
+
+def _key_label(name: str) -> str:
+    return name if _ENV_NAME.fullmatch(name) else json.dumps(name, ensure_ascii=False)
+
+
+def _string(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or _CONTROL.search(value):
+        raise expected(what, value)
+    return value
+
+
+def _no_spaces(value: object, what: str) -> str:
+    text = _string(value, what)
+    if any(char.isspace() for char in text):
+        raise expected(what, value)
+    return text
+
+
+def _integer(value: object, low: int, high: int | None, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise expected(what, value)
+    if value < low or (high is not None and value > high):
+        raise expected(what, value)
+    return value
+
+
+def _number(value: object, low: float, *, inclusive: bool, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise expected(what, value)
+    number = float(value)
+    if not math.isfinite(number) or number < low or (number == low and not inclusive):
+        raise expected(what, value)
+    return number
+
+
+def user(value: object) -> str:
+    return _no_spaces(value, "a user name (a string without spaces)")
+
+
+def port(value: object) -> int:
+    return _integer(value, 1, 65535, "an integer 1–65535")
+
+
+def remote_path(value: object) -> str:
+    """A path on the host; a leading ``~`` stays: the host's shell expands it."""
+    return _string(value, "a path (a non-empty string)")
+
+
+def python(value: object) -> str:
+    return _string(value, "a Python executable: a path or a command (a non-empty string)")
+
+
+def conda_env(value: object) -> str:
+    what = "a conda environment name (a string without spaces or '/')"
+    name = _no_spaces(value, what)
+    if "/" in name:
+        raise expected(what, value)
+    return name
+
+
+def env(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise expected('a table of environment variables, like { NAME = "value" }', value)
+    variables: dict[str, str] = {}
+    for name, item in value.items():
+        subkey = f".{_key_label(name)}"
+        if not _ENV_NAME.fullmatch(name):
+            raise Invalid(
+                "expected an environment variable name (letters, digits and '_', "
+                "not starting with a digit)",
+                subkey,
+            )
+        if not isinstance(item, str) or "\x00" in item:
+            hint = f" — quote it: {json.dumps(str(item))}" if isinstance(item, (int, float)) else ""
+            raise Invalid(f"expected a string, found {describe(item)}{hint}", subkey)
+        variables[name] = item
+    return variables
+
+
+def gpus(value: object) -> str | int | tuple[int, ...]:
+    what = '"all", a number of GPUs ≥ 0, or a non-empty list of distinct GPU indices ≥ 0'
+    if value == "all":
+        return "all"
+    if _is_index(value):
+        return value
+    if not isinstance(value, list) or not value:
+        raise expected(what, value)
+    indices: list[int] = []
+    for position, item in enumerate(value):
+        if not _is_index(item):
+            raise expected("a GPU index (an integer ≥ 0)", item, f"[{position}]")
+        if item in indices:
+            raise Invalid(f"GPU {item} is listed twice", f"[{position}]")
+        indices.append(item)
+    return tuple(indices)
+
+
+def _is_index(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def socket_ifname(value: object) -> str:
+    what = f"\"auto\" or a network interface name (1–{_MAX_IFNAME} characters, no spaces or '/')"
+    name = _no_spaces(value, what)
+    if len(name) > _MAX_IFNAME or "/" in name or name in {".", ".."}:
+        raise expected(what, value)
+    return name
+
+
+def master_port(value: object) -> str | int:
+    if value == "auto":
+        return "auto"
+    return _integer(value, 1, 65535, '"auto" or an integer 1–65535')
+
+
+def backend(value: object) -> str:
+    if not isinstance(value, str) or value not in ("auto", "nccl", "gloo"):
+        raise expected('"auto", "nccl" or "gloo"', value)
+    return value
+
+
+def connect_timeout(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
+
+
+def max_parallel_connects(value: object) -> int:
+    return _integer(value, 1, None, "an integer ≥ 1")
+
+
+def min_free_disk_gb(value: object) -> float:
+    return _number(value, 0, inclusive=True, what="a number of GB ≥ 0")
+
+
+def max_clock_skew_s(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
+
+
+def name(value: object) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise expected(_NAME_RULE, value)
+    return value
+
+
+def address(value: object) -> str:
+    what = "a hostname or an IP address"
+    text = _no_spaces(value, what)
+    if "@" in text:
+        raise Invalid(f"expected {what}, found {describe(value)} — put the user in user = …")
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        labels = text.removesuffix(".").split(".")
+        if len(text) > 253 or not all(_HOSTNAME_LABEL.fullmatch(label) for label in labels):
+            raise expected(what, value) from None
+    return text
+
+
+def rank0(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise expected("true or false", value)
+    return value
+
+
+def nproc_per_node(value: object) -> str | int:
+    if value == "gpus":
+        return "gpus"
+    return _integer(value, 1, None, '"gpus" or an integer ≥ 1')
+
+
+def checkpoint_every(value: object) -> int:
+    return _integer(value, 1, None, "a number of steps ≥ 1")
+
+
+def args(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise expected("an array of strings", value)
+    for position, item in enumerate(value):
+        if not isinstance(item, str) or "\x00" in item:
+            raise expected("a string", item, f"[{position}]")
+    return tuple(value)
+
+
+def local_path(base_dir: Path) -> Validator:
+    """A validator for a path on this machine: ``$VARS`` and ``~`` expanded, then made absolute.
+
+    Relative paths are relative to ``base_dir`` (the hosts file's directory), so the file
+    means the same thing whatever directory ddptui is started from.
+    """
+
+    def validate(value: object) -> Path:
+        text = _string(value, "a path (a non-empty string)")
+        try:
+            expanded = Path(_expand_variables(text)).expanduser()
+        except RuntimeError:
+            user = text.split("/")[0]
+            raise Invalid(f"cannot expand {user}: no such user or no home directory") from None
+        return expanded if expanded.is_absolute() else base_dir / expanded
+
+    return validate
+
+
+def _expand_variables(text: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        variable = match.group("braced") if match.group("bare") is None else match.group("bare")
+        if not _ENV_NAME.fullmatch(variable):
+            raise Invalid(f"{match.group(0)!r} is not a valid variable reference")
+        if variable not in os.environ:
+            raise Invalid(f"${variable} is not set in the environment (found in {text!r})")
+        return os.environ[variable]
+
+    return _VARIABLE.sub(substitute, text)
