@@ -12,6 +12,7 @@ from tests.testbed import (
     TestBed,
     TestHost,
     cut_link,
+    firewall_port,
     freeze,
     install_double,
     occupy_port,
@@ -131,6 +132,19 @@ def test_occupy_port_holds_it_on_that_host_only(testbed: TestBed) -> None:
     assert tcp.outcome(node0.address, 29500, 2) == "refused"
     freed = testbed.run_on(node0, [testbed.python, "-c", _BIND, "29500"], check=True)
     assert freed.stdout.strip() == "bound"
+
+
+def test_firewall_drops_one_port_and_restore_opens_it(testbed: TestBed) -> None:
+    node0 = testbed.hosts[0]
+    holder = occupy_port(node0, 29500)
+    firewall_port(node0, 29500)
+    assert tcp.outcome(node0.address, 29500, 2) == "timeout"
+    assert tcp.outcome(node0.address, 22, 2) == "open"
+    testbed.restore()
+    assert holder not in node0.state.held_ports
+    holder = occupy_port(node0, 29500)
+    assert tcp.outcome(node0.address, 29500, 2) == "open"
+    holder.release()
 
 
 def _resolve_self(bed: TestBed, host: TestHost) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.testbed import keys, network, sshd
-from tests.testbed.host import NameResolution, PortHolder, TestHost
+from tests.testbed.host import NameResolution, PortHolder, TestHost, run_on
 
 
 def cut_link(host: TestHost) -> None:
@@ -110,6 +110,22 @@ def occupy_port(host: TestHost, port: int) -> PortHolder:
     return PortHolder(host, port)
 
 
+def firewall_port(host: TestHost, port: int) -> None:
+    """Silently drop TCP packets arriving for ``port`` on the host, as a site firewall does.
+
+    Connections to it then time out; SSH and every other port still work.
+    """
+    rule = ["INPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP"]
+    run_on(host, ["iptables", "-A", *rule], check=True)
+    host.state.firewalled = True
+
+
+def open_firewall(host: TestHost) -> None:
+    """Remove every rule :func:`firewall_port` added."""
+    run_on(host, ["iptables", "-F", "INPUT"], check=True)
+    host.state.firewalled = False
+
+
 def set_name_resolution(host: TestHost, mode: NameResolution) -> None:
     """Make the host resolve its own hostname to its address, to 127.0.1.1, or not at all.
 
@@ -144,6 +160,8 @@ def restore(hosts: Sequence[TestHost]) -> None:
         thaw(host)
         for holder in list(host.state.held_ports):
             holder.release()
+        if host.state.firewalled:
+            open_firewall(host)
     network.ip_batch(f"link set {host.veth} up" for host in hosts)
     for host in hosts:
         if host.state.key_rotated:

@@ -26,6 +26,7 @@ class HostState:
     original_host_key: bytes = b""
     key_rotated: bool = False
     held_ports: list[PortHolder] = field(default_factory=list)
+    firewalled: bool = False
 
 
 @dataclass(eq=False)
