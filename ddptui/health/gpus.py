@@ -125,8 +125,10 @@ def _host_gpu_findings(
             "so it would start no processes",
             "set job.nproc_per_node to an integer (processes per host) when any host is CPU-only",
         )
-    if backend == "nccl" and usable:
-        yield from _busy_findings(host, usable, procs_per_node(config, host, facts))
+    # Judged on the selected GPUs, not only those torch can use: a host whose torch is
+    # fixed next should not then surprise anyone with GPUs another job holds.
+    if backend == "nccl" and selected:
+        yield from _busy_findings(host, selected, procs_per_node(config, host, facts))
 
 
 def _busy_findings(host: HostConfig, usable: Sequence[GpuFacts], needed: int) -> Iterator[Finding]:
