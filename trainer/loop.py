@@ -1,0 +1,306 @@
+"""The training loop: build task, model and optimizer; step; log; checkpoint; stop on request."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .checkpoint import CheckpointStore
+from .cli import Config
+from .control import Control
+from .data import CharText, Shards, SyntheticRegression, Task
+from .dist import Runtime, TrainerError, broadcast_object
+from .events import EventLog, finite, memory_mib
+from .models import MLP, CharTransformer
+from .state import Parts, Progress, Resumed, Shape, restore, snapshot
+
+
+@dataclass(frozen=True)
+class Outcome:
+    step: int
+    reason: str
+
+
+def lr_factor(step: int, *, warmup: int, total: int, floor: float) -> float:
+    """Linear warm-up to 1, then a cosine down to ``floor`` at ``total`` steps."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _load_task(cfg: Config, rt: Runtime) -> Task:
+    if cfg.data is None:
+        return SyntheticRegression(cfg.samples, cfg.seed)
+    # Rank 0 reads and broadcasts, so the text need only exist on node 0.
+    read: dict[str, str] | None = None
+    if rt.placement.rank == 0:
+        try:
+            read = {"text": cfg.data.read_text(encoding="utf-8")}
+        except (OSError, UnicodeDecodeError) as e:
+            read = {"error": f"--data {cfg.data}: {e}"}
+    read = broadcast_object(read, rt.control_group)
+    assert read is not None
+    if "error" in read:
+        raise TrainerError(read["error"])
+    return CharText(read["text"], cfg.block_size)
+
+
+def _build_model(cfg: Config, task: Task) -> nn.Module:
+    if isinstance(task, CharText):
+        if cfg.width % cfg.heads:
+            raise TrainerError(f"--width {cfg.width} is not a multiple of --heads {cfg.heads}")
+        return CharTransformer(
+            len(task.vocab), cfg.width, cfg.depth, cfg.heads, cfg.block_size, cfg.dropout
+        )
+    return MLP(task.in_dim, cfg.width, cfg.depth, task.out_dim)  # type: ignore[attr-defined]
+
+
+def _shard(model: nn.Module, cfg: Config, rt: Runtime) -> nn.Module:
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+    except ImportError as e:
+        raise TrainerError(
+            f"--fsdp needs torch.distributed.fsdp.fully_shard (torch ≥ 2.6); "
+            f"this is torch {torch.__version__}"
+        ) from e
+    if cfg.precision == "fp16":
+        raise TrainerError("--fsdp supports --precision fp32 or bf16, not fp16")
+    try:
+        mesh = init_device_mesh(rt.device.type, (rt.placement.world_size,))
+        for layer in model.layers:  # type: ignore[union-attr]
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        raise TrainerError(
+            f"--fsdp is not supported by torch {torch.__version__} on {rt.device} "
+            f"with {rt.backend}: {e}"
+        ) from e
+    return model
+
+
+def _grad_sync(model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager[None]:
+    """Skip the gradient all-reduce (or reduce-scatter) on non-final micro-batches."""
+    if isinstance(model, DistributedDataParallel):
+        return contextlib.nullcontext() if enabled else model.no_sync()
+    model.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+    return contextlib.nullcontext()
+
+
+def _autocast(
+    cfg: Config, device: torch.device
+) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return partial(torch.autocast, device.type, dtype=dtype)
+
+
+class Trainer:
+    def __init__(self, cfg: Config, rt: Runtime, log: EventLog) -> None:
+        self.cfg, self.rt, self.log = cfg, rt, log
+        p = rt.placement
+        # First, so that a SIGTERM during set-up already means "stop after the first step".
+        self.control = Control(cfg.run_dir / "control" if p.rank == 0 else None, rt.control_group)
+        self.task = _load_task(cfg, rt)
+        # Same initial weights on every rank, whatever the wrapper does.
+        torch.manual_seed(cfg.seed)
+        model = _build_model(cfg, self.task).to(rt.device)
+        self.parameters = sum(t.numel() for t in model.parameters())
+        if cfg.fsdp:
+            model = _shard(model, cfg, rt)
+        else:
+            device_ids = [rt.device.index] if rt.device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=device_ids)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+        self.shards = Shards(
+            self.task,
+            rank=p.rank,
+            world_size=p.world_size,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+        )
+        self.steps_per_epoch = self.shards.batches_per_epoch // cfg.grad_accum
+        if self.steps_per_epoch == 0:
+            raise TrainerError(
+                f"{len(self.task)} samples over {p.world_size} ranks do not fill one step of "
+                f"--batch-size {cfg.batch_size} × --grad-accum {cfg.grad_accum}"
+            )
+        self.total_steps = cfg.epochs * self.steps_per_epoch
+        if cfg.max_steps is not None:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+        schedule = partial(
+            lr_factor, warmup=cfg.warmup_steps, total=self.total_steps, floor=cfg.min_lr_ratio
+        )
+        self.parts = Parts(
+            model,
+            optimizer,
+            torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
+            torch.amp.GradScaler(rt.device.type, enabled=cfg.precision == "fp16"),
+            cfg.fsdp,
+        )
+        self.shape = Shape(p.world_size, cfg.batch_size, cfg.grad_accum)
+        self.autocast = _autocast(cfg, rt.device)
+        self.store = CheckpointStore(cfg.run_dir / "checkpoints", cfg.keep)
+        # Dropout draws differ per rank, as they would with independent workers.
+        torch.manual_seed(cfg.seed + 1 + p.rank)
+        self.resumed: Resumed | None = None
+        if cfg.resume is not None:
+            self.resumed = restore(cfg.resume, self.store, self.parts, self.shape, rt, cfg.seed)
+        self.progress = self.resumed.progress if self.resumed else Progress()
+        self.last_saved = self.progress.step if self.resumed else -1
+
+    def start_event(self) -> dict[str, Any]:
+        cfg, rt, resumed = self.cfg, self.rt, self.resumed
+        versions = {"python": platform.python_version(), "torch": torch.__version__}
+        if rt.device.type == "cuda":
+            versions["cuda"] = str(torch.version.cuda)
+            nccl = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        return {
+            "config": cfg.to_json(),
+            "versions": versions,
+            "device": str(rt.device),
+            "backend": rt.backend,
+            "fsdp": cfg.fsdp,
+            "task": "char_lm" if isinstance(self.task, CharText) else "synthetic",
+            "parameters": self.parameters,
+            "global_batch": cfg.batch_size * cfg.grad_accum * rt.placement.world_size,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+            "start_step": self.progress.step,
+            "start_epoch": self.progress.epoch,
+            "resumed_from": resumed.path if resumed else None,
+            "exact_resume": resumed.exact if resumed else None,
+            "skipped_checkpoints": [vars(s) for s in resumed.skipped] if resumed else [],
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+
+    def _step(self, micro: list[torch.Tensor]) -> torch.Tensor:
+        model, optimizer, scaler = self.parts.model, self.parts.optimizer, self.parts.scaler
+        optimizer.zero_grad(set_to_none=True)
+        total: torch.Tensor | None = None
+        for i, indices in enumerate(micro):
+            x, y = self.task.batch(indices)
+            x = x.to(self.rt.device, non_blocking=True)
+            y = y.to(self.rt.device, non_blocking=True)
+            with _grad_sync(model, i == len(micro) - 1):
+                with self.autocast():
+                    loss = self.task.loss(model(x), y)
+                    if len(micro) > 1:
+                        loss = loss / len(micro)
+                scaler.scale(loss).backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        if self.cfg.grad_clip > 0:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), self.cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        self.parts.scheduler.step()
+        assert total is not None
+        return total
+
+    def _groups(self) -> Iterator[list[torch.Tensor]]:
+        """Micro-batch groups of the rest of the current epoch."""
+        ga = self.cfg.grad_accum
+        batches = self.shards.epoch(self.progress.epoch, skip=self.progress.batch_in_epoch)
+        for i in range(0, len(batches) - ga + 1, ga):
+            yield batches[i : i + ga]
+
+    def _checkpoint(self) -> None:
+        state = snapshot(self.parts, self.progress, self.shape, self.rt, self.cfg.to_json())
+        self.last_saved = self.progress.step
+        if state is None:
+            return
+        saved = self.store.save(
+            state,
+            step=self.progress.step,
+            epoch=self.progress.epoch,
+            world_size=self.rt.placement.world_size,
+        )
+        self.log.emit(
+            "checkpoint",
+            path=str(saved.path),
+            step=self.progress.step,
+            epoch=self.progress.epoch,
+            seconds=saved.seconds,
+            bytes=saved.bytes,
+        )
+
+    def run(self) -> Outcome:
+        cfg, progress, log, control = self.cfg, self.progress, self.log, self.control
+        per_epoch = self.steps_per_epoch * cfg.grad_accum
+        reason = "completed"
+        window_start, window_steps = time.perf_counter(), 0
+        while progress.step < self.total_steps and reason == "completed":
+            for micro in self._groups():
+                lr = self.parts.optimizer.param_groups[0]["lr"]
+                loss = self._step(micro)
+                progress.step += 1
+                progress.batch_in_epoch += cfg.grad_accum
+                window_steps += 1
+                finished = progress.step >= self.total_steps
+                if progress.step % cfg.log_every == 0 or finished:
+                    now = time.perf_counter()
+                    self._log_step(micro, loss, lr, (now - window_start) / window_steps)
+                    window_start, window_steps = now, 0
+                epoch_done = progress.batch_in_epoch >= per_epoch
+                if epoch_done:
+                    self._end_epoch()
+                requests = control.poll()
+                if requests.stop and not finished:
+                    reason = "stopped"
+                    log.emit("stop_requested", step=progress.step, source=requests.source)
+                periodic = cfg.checkpoint_every and progress.step % cfg.checkpoint_every == 0
+                if finished or reason == "stopped" or requests.save or periodic:
+                    self._checkpoint()
+                if finished or reason == "stopped" or epoch_done:
+                    break
+            else:
+                # Less than one step left in the epoch: only after a resume at another shape.
+                self._end_epoch()
+        control.settle()
+        if self.last_saved != progress.step:
+            self._checkpoint()
+        dist.barrier(group=self.rt.control_group)
+        return Outcome(progress.step, reason)
+
+    def _log_step(
+        self, micro: list[torch.Tensor], loss: torch.Tensor, lr: float, step_time: float
+    ) -> None:
+        fields: dict[str, Any] = {}
+        if self.cfg.log_samples:
+            fields["samples"] = torch.cat(micro).tolist()
+        self.log.emit(
+            "step",
+            epoch=self.progress.epoch,
+            step=self.progress.step,
+            # The only host-device sync of a step, and only on logged steps.
+            loss=finite(loss.item()),
+            lr=lr,
+            samples_per_s=self.cfg.batch_size * self.cfg.grad_accum / step_time,
+            step_time_s=step_time,
+            **memory_mib(self.rt.device),
+            **fields,
+        )
+
+    def _end_epoch(self) -> None:
+        self.log.emit("epoch_end", epoch=self.progress.epoch, step=self.progress.step)
+        self.progress.epoch += 1
+        self.progress.batch_in_epoch = 0

@@ -1,0 +1,49 @@
+"""Entry point: ``torchrun … -m trainer --run-dir DIR [args]`` or ``python -m trainer`` alone."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Sequence
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from . import dist
+from .cli import parse_args
+from .events import EventLog
+from .loop import Trainer
+
+
+def _warn(message: str) -> None:
+    print(f"trainer: warning: {message}", file=sys.stderr, flush=True)
+
+
+# @record writes the exception to torchrun's error file, so the launcher reports the root cause.
+@record
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status 0 when the run completed or stopped on request; an exception otherwise."""
+    cfg = parse_args(argv)
+    log = EventLog(cfg.run_dir, dist.Placement.from_env())
+    try:
+        rt = dist.start(cfg.backend, cfg.dist_timeout)
+        trainer = Trainer(cfg, rt, log)
+        if trainer.resumed is not None and rt.placement.rank == 0:
+            for skipped in trainer.resumed.skipped:
+                _warn(f"skipped checkpoint {skipped.path}: {skipped.reason}")
+            if not trainer.resumed.exact:
+                _warn(
+                    "resuming at another world size or batch shape: the data position is "
+                    "re-derived and the run will not match an uninterrupted one"
+                )
+        elif cfg.resume == "latest" and rt.placement.rank == 0:
+            _warn(f"no checkpoint in {trainer.store.directory}: starting from scratch")
+        log.emit("start", **trainer.start_event())
+        outcome = trainer.run()
+        dist.stop()
+        log.emit("done", step=outcome.step, reason=outcome.reason)
+        return 0
+    except Exception as e:
+        log.emit("error", message=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+        raise
+    finally:
+        log.close()
