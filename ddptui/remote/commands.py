@@ -1,0 +1,105 @@
+"""Remote command lines, built from argv lists, and what came back from running one.
+
+The remote side runs every command through the user's login shell (``sh -c`` semantics), so
+each argv is quoted with :func:`shlex.join`; nothing is ever pasted into a string.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ddptui.config.model import HostConfig
+from ddptui.remote.status import Reach, Reachability
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Where conda is looked for, in order: a non-interactive SSH shell rarely has it on PATH,
+# because `conda init` edits .bashrc after its "not interactive: return" line.
+_CONDA_SCRIPT = """\
+env_name=$1; shift
+for conda in "$(command -v conda)" "$HOME/miniconda3/bin/conda" "$HOME/anaconda3/bin/conda" \
+"$HOME/miniforge3/bin/conda"; do
+  if [ -x "$conda" ]; then
+    exec "$conda" run --no-capture-output -n "$env_name" python "$@"
+  fi
+done
+echo "conda: not found on PATH nor in ~/miniconda3, ~/anaconda3, ~/miniforge3" >&2
+exit 127"""
+
+# $0 is the path below $HOME: the remote shell never sees a bare "~" it could mis-expand.
+_HOME_SCRIPT = 'exec "$HOME/$0" "$@"'
+
+_NOT_FOUND = 127
+_NOT_EXECUTABLE = 126
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A finished remote command.
+
+    ``exit_status`` is None when the command's fate is unknown: the connection dropped, could
+    not be made (``reach`` says why) or the command timed out. None never means success.
+    """
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    reach: Reachability | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+
+def python_argv(host: HostConfig, *args: str) -> list[str]:
+    """The argv that runs ``host``'s Python with ``args``.
+
+    - ``conda_env`` set: ``conda run --no-capture-output -n ENV python ARGS`` (``python`` is
+      then ignored), with conda found on PATH or in ``~/miniconda3``, ``~/anaconda3`` or
+      ``~/miniforge3``; exit 127 when there is none.
+    - ``python`` starting with ``~/``: that path under the remote ``$HOME``.
+    - otherwise ``python`` as given: a name looked up on the remote PATH, or a path.
+    """
+    if host.conda_env is not None:
+        return ["sh", "-c", _CONDA_SCRIPT, "ddptui-conda", host.conda_env, *args]
+    if host.python.startswith("~/"):
+        return ["sh", "-c", _HOME_SCRIPT, host.python[2:], *args]
+    return [host.python, *args]
+
+
+def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """The remote command string for ``argv``, with ``env`` set through ``env(1)``.
+
+    SSH's own environment requests are refused by sshd unless listed in its AcceptEnv,
+    so variables travel on the command line instead.
+    """
+    if not argv:
+        raise ValueError("empty argv")
+    assignments = []
+    for name, value in (env or {}).items():
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"not an environment variable name: {name!r}")
+        assignments.append(f"{name}={value}")
+    prefix = ["env", *assignments] if assignments else []
+    return shlex.join([*prefix, *argv])
+
+
+def classify_python_failure(host: HostConfig, result: CommandResult) -> Reachability | None:
+    """``PYTHON_MISSING`` when a :func:`python_argv` command could not start its interpreter.
+
+    The remote shell exits 127 for a program it cannot find (and 126 for one it cannot
+    execute); anything else is the program's own exit status, and None is returned.
+    """
+    if result.exit_status not in (_NOT_FOUND, _NOT_EXECUTABLE):
+        return None
+    interpreter = f"conda env {host.conda_env!r}" if host.conda_env else host.python
+    lines = result.stderr.strip().splitlines()
+    why = lines[-1] if lines else f"exit status {result.exit_status}"
+    return Reachability(
+        Reach.PYTHON_MISSING,
+        f"{host.name}: cannot start {interpreter}: {why}; set python or conda_env for this host",
+    )
