@@ -1,0 +1,153 @@
+"""``ddptui check HOSTS [--json]``: the cluster health check, as tables or one JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ddptui.checking import CheckReport, check_cluster
+from ddptui.config import AUTO, HostConfig, load_config
+from ddptui.facts import NA, HostFacts, Maybe
+from ddptui.health import Code, HostCheck, Severity, choose_socket_ifname, is_free, parity_rows
+
+# Already in the hosts table's interface column; JSON keeps them for scripts.
+_SHOWN_IN_TABLES = {Code.SOCKET_IFNAME_CHOSEN}
+
+_SEVERITY_STYLE = {
+    Severity.ERROR: ("✗", "bold red"),
+    Severity.WARNING: ("!", "yellow"),
+    Severity.INFO: ("i", "cyan"),
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.hosts))
+    errors = Console(stderr=True)
+    latest: dict[str, str] = {}
+    total = len(config.hosts)
+
+    with errors.status(f"checking {total} hosts…") as status:
+
+        def progress(host: str, event: str) -> None:
+            latest[host] = event
+            counts = Counter(latest.values())
+            summary = ", ".join(f"{count} {event}" for event, count in sorted(counts.items()))
+            status.update(f"checking {total} hosts: {summary}")
+
+        report = asyncio.run(check_cluster(config, progress))
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        errors.print(_summary(report))
+    else:
+        # Piped output has no terminal width to fit; wide enough that no value is cut.
+        render(report, Console() if sys.stdout.isatty() else Console(width=160))
+    return 0 if report.healthy else 1
+
+
+def render(report: CheckReport, console: Console) -> None:
+    """The human report: hosts, the version parity grid, findings with fixes, a summary."""
+    console.print(_hosts_table(report))
+    probed = [(check.host, check.facts) for check in report.checks if check.facts is not None]
+    if probed:
+        console.print(_parity_table(probed))
+    for severity in Severity:
+        for finding in report.findings:
+            if finding.severity is not severity or finding.code in _SHOWN_IN_TABLES:
+                continue
+            symbol, style = _SEVERITY_STYLE[severity]
+            where = f"{finding.host}: " if finding.host else ""
+            line = Text.assemble((f"{symbol} ", style), (where, "bold"), finding.message)
+            line.append(f"  [{finding.code.value}]", style="dim")
+            console.print(line)
+            if finding.hint:
+                console.print(Text(f"    fix: {finding.hint}", style="dim"))
+    console.print(_summary(report))
+
+
+def _summary(report: CheckReport) -> Text:
+    counts = Counter(finding.severity for finding in report.findings)
+    took = f"({report.elapsed_s:.1f} s)"
+    if report.healthy:
+        warnings = counts[Severity.WARNING]
+        extra = f", {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
+        return Text(f"healthy: {len(report.checks)} hosts ready{extra} {took}", style="bold green")
+    parts = [
+        f"{counts[severity]} {severity.value}{'s' * (counts[severity] != 1)}"
+        for severity in (Severity.ERROR, Severity.WARNING)
+        if counts[severity]
+    ]
+    return Text(f"not healthy: {', '.join(parts)} {took}", style="bold red")
+
+
+def _hosts_table(report: CheckReport) -> Table:
+    table = Table(title="hosts", title_justify="left")
+    for column in ("node", "name", "address", "status", "hostname", "python", "torch", "GPUs"):
+        table.add_column(column)
+    table.add_column("interface")
+    head_address = report.config.head.address
+    for rank, check in enumerate(report.checks):
+        facts = check.facts
+        status = Text("ok", "green") if check.reach.ok else Text(check.reach.reach.value, "red")
+        if facts is None:
+            table.add_row(str(rank), check.host.name, check.host.address, status)
+            continue
+        table.add_row(
+            str(rank),
+            check.host.name,
+            check.host.address,
+            status,
+            _text(facts.hostname),
+            _text(facts.python.version),
+            _torch(facts),
+            _gpus(facts),
+            _interface(check, facts, head_address),
+        )
+    return table
+
+
+def _parity_table(probed: list[tuple[HostConfig, HostFacts]]) -> Table:
+    rows = parity_rows(probed)
+    table = Table(title="version parity (odd values in red)", title_justify="left")
+    table.add_column("")
+    hosts = list(rows[0].values) if rows else []
+    for host in hosts:
+        table.add_column(host)
+    for row in rows:
+        cells = [
+            Text(_text(value), "bold red" if host in row.odd_hosts else "")
+            for host, value in row.values.items()
+        ]
+        table.add_row(row.label, *cells)
+    return table
+
+
+def _text(value: Maybe[object]) -> str:
+    return "n/a" if value is NA or value is None else str(value)
+
+
+def _torch(facts: HostFacts) -> str:
+    torch = facts.torch
+    return _text(torch.version) if torch.status == "ok" else f"{torch.status}"
+
+
+def _gpus(facts: HostFacts) -> str:
+    devices = facts.gpus.devices
+    if not devices:
+        return "none"
+    free = sum(1 for gpu in devices if is_free(gpu))
+    return f"{free}/{len(devices)} free"
+
+
+def _interface(check: HostCheck, facts: HostFacts, head_address: str) -> str:
+    if check.host.socket_ifname != AUTO:
+        return check.host.socket_ifname
+    return choose_socket_ifname(facts, head_address) or "?"
