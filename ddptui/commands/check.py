@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -69,7 +70,7 @@ def render(report: CheckReport, console: Console) -> None:
             line.append(f"  [{finding.code.value}]", style="dim")
             console.print(line)
             if finding.hint:
-                console.print(Text(f"    fix: {finding.hint}", style="dim"))
+                console.print(Padding(Text(f"fix: {finding.hint}", style="dim"), (0, 0, 0, 4)))
     console.print(_summary(report))
 
 

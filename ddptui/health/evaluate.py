@@ -144,7 +144,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
         Code.HOST_UNREACHABLE,
         Severity.ERROR,
         host.name,
-        f"{host.name} ({target}) is unreachable: {reason}{detail}",
+        # The remote layer's detail already says why in full; the reason is the fallback.
+        f"{host.name} ({target}) is unreachable: {check.reach.detail or reason}",
         fix,
     )
 

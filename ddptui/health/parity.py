@@ -186,6 +186,12 @@ def _drift(
             yield _drift_finding(code, kind, hosts[name], found)
 
 
+def _capped(items: Sequence[str]) -> list[str]:
+    if len(items) <= MAX_LISTED_PACKAGES:
+        return list(items)
+    return [*items[:MAX_LISTED_PACKAGES], f"… {len(items) - MAX_LISTED_PACKAGES} more"]
+
+
 def _drift_finding(
     code: Code, kind: str, host: HostConfig, found: Sequence[tuple[str, str, Maybe[str]]]
 ) -> Finding:
@@ -196,10 +202,15 @@ def _drift_finding(
         (f"{host.python} -m pip install", "==") if kind == "pip" else ("conda install", "=")
     )
     pins = [f"{package}{pin}{theirs}" for package, _, theirs in found if theirs != NOT_INSTALLED]
-    hint = f"{installer} {' '.join(pins)}" if pins else ""
+    hint = f"{installer} {' '.join(_capped(pins))}" if pins else ""
     extra = [package for package, _, theirs in found if theirs == NOT_INSTALLED]
     if extra:
-        hint += f"{'; ' if hint else ''}install {', '.join(extra)} on the other hosts or remove it"
+        hint += (
+            f"{'; ' if hint else ''}install {', '.join(_capped(extra))} on the other hosts "
+            "or remove them"
+        )
+    if len(pins) > MAX_LISTED_PACKAGES or len(extra) > MAX_LISTED_PACKAGES:
+        hint += " (`ddptui check --json` lists every package)"
     return Finding(
         code,
         Severity.WARNING,

@@ -134,8 +134,8 @@ class Scenario:
         assert facts is not None
         self.edit(name, **{part: replace(getattr(facts, part), **changes)})
 
-    def unreached(self, name: str, reach: Reach) -> None:
-        self.reach[name] = Reachability(reach, "detail from ssh")
+    def unreached(self, name: str, reach: Reach, detail: str = "detail from ssh") -> None:
+        self.reach[name] = Reachability(reach, detail)
         self.facts[name] = None
 
 
@@ -207,7 +207,20 @@ class Case:
 
 
 CASES = [
-    Case(Code.HOST_UNREACHABLE, B, Severity.ERROR, lambda s: s.unreached(B, Reach.TIMEOUT), "10 s"),
+    Case(
+        Code.HOST_UNREACHABLE,
+        B,
+        Severity.ERROR,
+        lambda s: s.unreached(B, Reach.TIMEOUT),
+        "detail from ssh",
+    ),
+    Case(
+        Code.HOST_UNREACHABLE,
+        B,
+        Severity.ERROR,
+        lambda s: s.unreached(B, Reach.TIMEOUT, detail=""),
+        "no answer within 10 s",
+    ),
     Case(Code.HOST_UNREACHABLE, B, Severity.ERROR, lambda s: s.unreached(B, Reach.DNS_FAILED)),
     Case(Code.HOST_UNREACHABLE, B, Severity.ERROR, lambda s: s.unreached(B, Reach.REFUSED)),
     Case(
@@ -565,3 +578,16 @@ def test_resolve_backend_without_facts_for_a_host() -> None:
 )
 def test_is_free(gpu_facts: GpuFacts, free: bool) -> None:
     assert is_free(gpu_facts) is free
+
+
+def test_package_drift_lists_a_readable_number_of_packages() -> None:
+    scenario = Scenario()
+    many = {f"pkg{i:02d}": "1.0" for i in range(20)}
+    scenario.edit(A, pip_packages={"torch": "2.4.1+cu121", **many})
+    scenario.edit(C, pip_packages={"torch": "2.4.1+cu121", **many})
+    scenario.edit(B, pip_packages={"torch": "2.4.1+cu121", **dict.fromkeys(many, "2.0")})
+    (drift,) = [f for f in scenario.run() if f.code is Code.PACKAGE_DRIFT]
+    assert drift.host == B
+    assert "20 pip packages" in drift.message
+    assert "pkg07==1.0" in drift.hint and "pkg08==1.0" not in drift.hint
+    assert "12 more" in drift.hint and "--json" in drift.hint
