@@ -32,6 +32,12 @@ exit 127"""
 # $0 is the path below $HOME: the remote shell never sees a bare "~" it could mis-expand.
 _HOME_SCRIPT = 'exec "$HOME/$0" "$@"'
 
+# `conda run -n NAME` for an environment that does not exist exits 1 with one of these
+# (conda ≥ 4.6 / older releases), not 127.
+_CONDA_ENV_MISSING = re.compile(
+    r"EnvironmentLocationNotFound|Could not find conda environment", re.IGNORECASE
+)
+
 _NOT_FOUND = 127
 _NOT_EXECUTABLE = 126
 
@@ -92,9 +98,11 @@ def classify_python_failure(host: HostConfig, result: CommandResult) -> Reachabi
     """``PYTHON_MISSING`` when a :func:`python_argv` command could not start its interpreter.
 
     The remote shell exits 127 for a program it cannot find (and 126 for one it cannot
-    execute); anything else is the program's own exit status, and None is returned.
+    execute), and conda says so when the environment does not exist; anything else is the
+    program's own exit status, and None is returned.
     """
-    if result.exit_status not in (_NOT_FOUND, _NOT_EXECUTABLE):
+    missing_env = host.conda_env is not None and _CONDA_ENV_MISSING.search(result.stderr)
+    if result.exit_status not in (_NOT_FOUND, _NOT_EXECUTABLE) and not missing_env:
         return None
     interpreter = f"conda env {host.conda_env!r}" if host.conda_env else host.python
     lines = result.stderr.strip().splitlines()

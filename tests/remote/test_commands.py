@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +31,12 @@ def remote_shell(command: str, home: Path, path: str = SAFE_PATH) -> CommandResu
     proc = subprocess.run(
         ["sh", "-c", command],
         capture_output=True,
-        text=True,
         env={"HOME": str(home), "PATH": path},
         check=False,
         timeout=30,
     )
-    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+    # Decoded by hand: text mode would turn a "\r" into "\n", which an SSH channel never does.
+    return CommandResult(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 
 
 def host(**overrides: object) -> HostConfig:
@@ -129,6 +130,28 @@ def test_a_non_executable_interpreter_is_python_missing(tmp_path: Path) -> None:
     result = remote_shell(command_line(python_argv(h, "-V")), tmp_path)
     reach = classify_python_failure(h, result)
     assert reach is not None and reach.reach is Reach.PYTHON_MISSING
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "\nEnvironmentLocationNotFound: Not a conda environment: /opt/conda/envs/pytorch-dist\n",
+        "Could not find conda environment: pytorch-dist\n",
+    ],
+)
+def test_a_missing_conda_env_is_python_missing(stderr: str, tmp_path: Path) -> None:
+    conda = tmp_path / "miniconda3" / "bin" / "conda"
+    conda.parent.mkdir(parents=True)
+    # conda's own behaviour for an environment that does not exist: a message and exit 1.
+    conda.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stderr)} >&2\nexit 1\n")
+    conda.chmod(0o755)
+    h = host(conda_env="pytorch-dist")
+    result = remote_shell(command_line(python_argv(h, "-V")), tmp_path)
+    assert result.exit_status == 1
+    reach = classify_python_failure(h, result)
+    assert reach is not None and reach.reach is Reach.PYTHON_MISSING
+    assert "pytorch-dist" in reach.detail
+    assert classify_python_failure(host(), result) is None
 
 
 @pytest.mark.parametrize("code", ["raise SystemExit(0)", "raise SystemExit(1)", "1/0"])
