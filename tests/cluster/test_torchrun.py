@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 # Self-contained on purpose: what runs on the hosts imports torch, never ddptui.
 ALL_REDUCE = """
+import os
 import socket
 import torch
 import torch.distributed as dist
@@ -19,7 +20,9 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 value = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(value)
-print(f"rank={dist.get_rank()} host={socket.gethostname()} sum={value.item():g}", flush=True)
+# One write per line: the ranks of a node share stdout, and print() writes the newline apart.
+line = f"rank={dist.get_rank()} host={socket.gethostname()} sum={value.item():g}\n"
+os.write(1, line.encode())
 dist.destroy_process_group()
 """
 
