@@ -21,7 +21,7 @@ dist.init_process_group("gloo")
 value = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(value)
 # One write per line: the ranks of a node share stdout, and print() writes the newline apart.
-line = f"rank={dist.get_rank()} host={socket.gethostname()} sum={value.item():g}\n"
+line = f"rank={dist.get_rank()} host={socket.gethostname()} sum={value.item():g}\\n"
 os.write(1, line.encode())
 dist.destroy_process_group()
 """
