@@ -139,7 +139,11 @@ async def _check_host(
     argv = python_argv(
         host,
         "-",
-        *probe_args(host.workdir, master_port=port if is_head and port != AUTO else None),
+        *probe_args(
+            host.workdir,
+            master_port=port if is_head and port != AUTO else None,
+            master_addr=config.head.address,
+        ),
     )
     result = await remote.run(host, argv, input=PROBE_SOURCE, timeout=PROBE_TIMEOUT_S, env=host.env)
     received_at = time.time()

@@ -133,6 +133,17 @@ class PortFacts:
 
 
 @dataclass(frozen=True)
+class MasterResolution:
+    """What node 0's address (as the hosts file gives it) resolves to on one host."""
+
+    name: str
+    addresses: tuple[IPAddress, ...] = ()
+    """In the resolver's order, which is the order torchrun tries them in."""
+    error: str = ""
+    """The resolver's message when the name does not resolve (or the lookup timed out)."""
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """Everything one probe run reported. ``section_errors`` maps a failed section to why."""
 
@@ -154,6 +165,8 @@ class HostFacts:
     """The conda environment's packages; ``None`` when the interpreter is not in one."""
     port: PortFacts | None = None
     """Node 0 only: whether the master port could be bound."""
+    master: MasterResolution | None = None
+    """``None`` when the probe was not given node 0's address to resolve."""
     time: Maybe[float] = NA
     """The host's ``time.time()`` as the probe printed its answer."""
     section_errors: Mapping[str, str] = field(default_factory=dict)
@@ -217,6 +230,7 @@ def parse_facts(text: str) -> HostFacts:
         pip_packages=_packages(packages.get("pip")),
         conda_packages=None if packages.get("conda") is None else _packages(packages["conda"]),
         port=_port(doc.get("port")),
+        master=_master(doc.get("master")),
         time=_get(doc, "time", float),
         section_errors=errors,
     )
@@ -258,6 +272,9 @@ def _items(value: Any, parse: Callable[[Any], _T | None]) -> list[_T]:
 
 
 def _address(value: Any) -> IPAddress | None:
+    # ip_address() also takes integers: a mistyped 7 is not the address 0.0.0.7.
+    if not isinstance(value, str):
+        return None
     try:
         return ipaddress.ip_address(value)
     except ValueError:
@@ -383,6 +400,16 @@ def _port(value: Any) -> PortFacts | None:
         return None
     detail = _str(value.get("detail")) or _str(value.get("error"))
     return PortFacts(port=port, in_use=_get(value, "in_use", bool), detail=detail)
+
+
+def _master(value: Any) -> MasterResolution | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    return MasterResolution(
+        name=value["name"],
+        addresses=tuple(_items(value.get("addresses"), _address)),
+        error=_str(value.get("error")),
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,27 +1,28 @@
-"""Networking: the socket interface per host, the loopback-hostname trap, the master port."""
+"""Networking: the socket interface per host, the loopback-hostname trap, node 0's address
+as each host resolves it, and the master port."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import AUTO, Config, HostConfig
-from ddptui.facts import NA, HostFacts, Interface, PortFacts
+from ddptui.facts import NA, HostFacts, Interface, IPAddress, PortFacts
 from ddptui.health.findings import Code, Finding, HostCheck, Severity
+from ddptui.health.wording import and_list
 
 
 def choose_socket_ifname(host_facts: HostFacts, master_address: str) -> str | None:
     """The interface gloo/NCCL should use on this host to reach node 0 at ``master_address``.
 
     The interface holding that address (node 0 itself), else the one whose subnet contains it,
-    the most specific subnet winning. ``None`` when no subnet contains it, when the host did
-    not report its interfaces, or when ``master_address`` is a name rather than an IP address.
+    the most specific subnet winning. A name stands for the address the host itself resolved
+    it to, as its torchrun will. ``None`` when no subnet contains it, when the host did not
+    report its interfaces, or when the name did not resolve there to a usable address.
     """
-    try:
-        target = ipaddress.ip_address(master_address)
-    except ValueError:
-        return None
-    if host_facts.interfaces is NA:
+    target = _master_target(host_facts, master_address)
+    if target is None or host_facts.interfaces is NA:
         return None
     best: tuple[int, str] | None = None
     for interface in host_facts.interfaces:
@@ -37,14 +38,21 @@ def network_findings(
     config: Config, probed: Sequence[tuple[HostConfig, HostFacts]]
 ) -> Iterator[Finding]:
     master = config.head.address
+    known = _known_master_address(probed, master)
     for host, facts in probed:
         chosen = choose_socket_ifname(facts, master)
+        has_ifname = host.socket_ifname != AUTO or chosen is not None
+        is_head = host.name == config.head.name
+        resolution = list(_master_findings(host, facts, master, known, is_head, has_ifname))
+        yield from resolution
         if host.socket_ifname == AUTO:
-            yield from _auto_ifname(host, facts, master, chosen)
+            # A name that does not resolve (or only to loopback) is why no interface could be
+            # chosen; the finding above already says so and how to fix it.
+            yield from _auto_ifname(host, facts, master, chosen, explained=bool(resolution))
         else:
             yield from _configured_ifname(host, facts, master, chosen)
-        has_ifname = host.socket_ifname != AUTO or chosen is not None
         yield from _hostname_findings(host, facts, master, has_ifname)
+    yield from _master_mismatch(probed, master)
 
 
 def port_findings(config: Config, checks: Sequence[HostCheck]) -> Iterator[Finding]:
@@ -53,7 +61,11 @@ def port_findings(config: Config, checks: Sequence[HostCheck]) -> Iterator[Findi
         facts = check.facts
         if check.host.name == head.name and facts is not None and facts.port is not None:
             yield from _bind_findings(head, facts.port)
-        if check.master_port_reachable is False:
+        # A worker that cannot resolve node 0's name to node 0 cannot connect to it either;
+        # its master_* finding names the cause, which a firewall hint would only obscure.
+        if check.master_port_reachable is False and (
+            facts is None or not _master_unusable(facts, head.address)
+        ):
             yield _unreachable_port(config, check.host)
 
 
@@ -95,9 +107,9 @@ def _unreachable_port(config: Config, worker: HostConfig) -> Finding:
 
 
 def _auto_ifname(
-    host: HostConfig, facts: HostFacts, master: str, chosen: str | None
+    host: HostConfig, facts: HostFacts, master: str, chosen: str | None, *, explained: bool
 ) -> Iterator[Finding]:
-    if facts.interfaces is NA:
+    if facts.interfaces is NA or (chosen is None and explained):
         return
     if chosen is not None:
         yield Finding(
@@ -113,8 +125,8 @@ def _auto_ifname(
         Code.SOCKET_IFNAME_UNDETERMINED,
         Severity.WARNING,
         host.name,
-        f"no interface on {host.name} is on node 0's subnet ({_target(master)}), so ddptui cannot "
-        "choose the interface for gloo/NCCL traffic",
+        f"no interface on {host.name} is on node 0's subnet ({_target(facts, master)}), "
+        "so ddptui cannot choose the interface for gloo/NCCL traffic",
         f"set socket_ifname for {host.name} to the interface that routes to node 0; "
         f"it has: {_listing(facts.interfaces)}",
     )
@@ -149,6 +161,111 @@ def _configured_ifname(
             f"but {_describe(facts.interfaces, chosen)} is",
             f'use socket_ifname = "{chosen}" (or "auto") unless traffic is routed on purpose',
         )
+
+
+def _master_findings(
+    host: HostConfig,
+    facts: HostFacts,
+    master: str,
+    known: IPAddress | None,
+    is_head: bool,
+    has_ifname: bool,
+) -> Iterator[Finding]:
+    resolution = facts.master
+    if resolution is None or resolution.name != master or _is_loopback(master):
+        return
+    mapping = f" (e.g. {known} {master}, as the other hosts resolve it)" if known else ""
+    if not resolution.addresses:
+        yield Finding(
+            Code.MASTER_UNRESOLVABLE,
+            Severity.ERROR,
+            host.name,
+            f"{host.name} cannot resolve node 0's address {master} "
+            f"({resolution.error or 'no addresses'}), so torchrun there cannot reach the "
+            "rendezvous store",
+            f"add {master} to DNS or to /etc/hosts on {host.name}{mapping}, or use node 0's IP "
+            "address as its address in the hosts file",
+        )
+        return
+    loopback = [address for address in resolution.addresses if address.is_loopback]
+    if not loopback:
+        return
+    resolves = f"node 0's address {master} resolves to {_addresses(resolution.addresses)}"
+    fix = (
+        f"map {master} to node 0's real address in /etc/hosts on {host.name}{mapping}, "
+        "or use node 0's IP address as its address in the hosts file"
+    )
+    if is_head:
+        # On node 0 itself loopback does not break a ddptui run: torchrun's store listens on
+        # every address of node 0, so node 0's own processes reach it through loopback. What
+        # gloo/NCCL advertise to peers comes from the socket interface, or without one from
+        # the hostname, which the hostname_* findings judge (an error when, as usual, node 0
+        # is named by its hostname: then it is this same /etc/hosts line). So, as with
+        # hostname_loopback, this is only a warning, and only once a socket interface makes
+        # the runs safe; without one the hostname findings, or socket_ifname_undetermined
+        # (no interface can be chosen from loopback), already point at this line.
+        if not has_ifname:
+            return
+        severity = Severity.WARNING
+        consequence = (
+            "harmless for ddptui runs, but anything that listens on that name's address "
+            f"on {host.name} would listen on loopback only"
+        )
+    elif len(loopback) == len(resolution.addresses):
+        severity = Severity.ERROR
+        consequence = "so torchrun there would connect to itself instead of node 0"
+    else:
+        # torchrun tries the addresses in order and moves on when one refuses: it reaches
+        # node 0, unless something on this host listens on the master port.
+        severity = Severity.WARNING
+        consequence = "so torchrun there tries itself before node 0"
+    yield Finding(
+        Code.MASTER_RESOLVES_TO_LOOPBACK,
+        severity,
+        host.name,
+        f"{resolves} on {host.name}, {consequence}",
+        fix,
+    )
+
+
+def _known_master_address(
+    probed: Sequence[tuple[HostConfig, HostFacts]], master: str
+) -> IPAddress | None:
+    """The address most hosts reach node 0's name at: the example in a fix."""
+    counts = Counter(_master_target(facts, master) for _, facts in probed)
+    counts.pop(None, None)
+    return max(counts, key=counts.__getitem__, default=None)
+
+
+def _master_mismatch(
+    probed: Sequence[tuple[HostConfig, HostFacts]], master: str
+) -> Iterator[Finding]:
+    """Hosts that resolve node 0's name to different addresses.
+
+    Loopback addresses are left out: master_resolves_to_loopback reports them per host.
+    """
+    if _is_loopback(master):
+        return
+    seen: dict[tuple[IPAddress, ...], list[str]] = {}
+    for host, facts in probed:
+        addresses = tuple(
+            address for address in _resolved(facts, master) if not address.is_loopback
+        )
+        if addresses:
+            seen.setdefault(tuple(sorted(addresses, key=str)), []).append(host.name)
+    if len(seen) < 2:
+        return
+    views = "; ".join(
+        f"{_addresses(addresses)} on {and_list(names)}" for addresses, names in seen.items()
+    )
+    yield Finding(
+        Code.MASTER_ADDRESS_MISMATCH,
+        Severity.WARNING,
+        None,
+        f"the hosts resolve node 0's address {master} differently: {views}",
+        "make DNS or /etc/hosts agree on every host, or use node 0's IP address as its address "
+        "in the hosts file",
+    )
 
 
 def _hostname_findings(
@@ -188,12 +305,60 @@ def _is_loopback(address: str) -> bool:
         return address == "localhost"
 
 
-def _target(master: str) -> str:
+def _target(facts: HostFacts, master: str) -> str:
+    """Node 0's address as this host sees it, for messages."""
     try:
         ipaddress.ip_address(master)
     except ValueError:
-        return f"{master} is a name, not an address"
-    return master
+        pass
+    else:
+        return master
+    target = _master_target(facts, master)
+    if target is not None:
+        return f"{master} is {target} there"
+    addresses = _resolved(facts, master)
+    if addresses:
+        return f"{master} resolves only to {_addresses(addresses)} there"
+    return f"{master} is a name that did not resolve there to an address"
+
+
+def _master_target(facts: HostFacts, master: str) -> IPAddress | None:
+    """The address this host's torchrun reaches node 0 at, as far as interfaces are concerned.
+
+    A name counts as what it resolved to on the host, IPv4 first (interfaces list IPv4 only).
+    Loopback counts only for a loopback name such as ``localhost``: one machine standing in for
+    a cluster. Anywhere else it is a stale /etc/hosts entry, and choosing ``lo`` for gloo/NCCL
+    would make the host advertise loopback to its peers.
+    """
+    try:
+        return ipaddress.ip_address(master)
+    except ValueError:
+        pass
+    addresses = _resolved(facts, master)
+    if not _is_loopback(master):
+        addresses = tuple(address for address in addresses if not address.is_loopback)
+    return min(addresses, key=lambda address: address.version, default=None)
+
+
+def _master_unusable(facts: HostFacts, master: str) -> bool:
+    """The host looked node 0's name up and got nothing it could reach node 0 at."""
+    resolution = facts.master
+    return (
+        resolution is not None
+        and resolution.name == master
+        and _master_target(facts, master) is None
+    )
+
+
+def _resolved(facts: HostFacts, master: str) -> tuple[IPAddress, ...]:
+    resolution = facts.master
+    if resolution is None or resolution.name != master:
+        return ()
+    return resolution.addresses
+
+
+def _addresses(addresses: Sequence[IPAddress]) -> str:
+    return ", ".join(str(address) for address in addresses)
 
 
 def _describe(interfaces: Sequence[Interface], name: str) -> str:

@@ -19,6 +19,7 @@ def probe_args(
     workdir: str,
     *,
     master_port: int | None = None,
+    master_addr: str | None = None,
     torch_timeout: float = DEFAULT_TORCH_TIMEOUT_S,
 ) -> list[str]:
     """The script's own arguments (what follows ``python -``).
@@ -26,9 +27,13 @@ def probe_args(
     Args:
         workdir: The host's workdir as configured; a leading ``~`` is expanded on the host.
         master_port: Node 0 only: the port whose availability the probe reports.
+        master_addr: Node 0's address as every host's torchrun gets it (``--master_addr``);
+            the probe reports what it resolves to on the host.
         torch_timeout: Seconds allowed for importing torch in the probe's subprocess.
     """
     args = ["--workdir", workdir, "--torch-timeout", f"{torch_timeout:g}"]
     if master_port is not None:
         args += ["--master-port", str(master_port)]
+    if master_addr is not None:
+        args += ["--master-addr", master_addr]
     return args

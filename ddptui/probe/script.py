@@ -19,6 +19,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,9 @@ from typing import Any
 
 PROBE_VERSION = 1
 SMI_TIMEOUT_S = 10.0
+# getaddrinfo has no timeout of its own: with an unreachable DNS server it waits for the
+# resolver's timeout × attempts × servers (often 10-30 s) before failing.
+RESOLVE_TIMEOUT_S = 5.0
 QUERY_GPU_FIELDS = "index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version"
 QUERY_APPS_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 SIOCGIFADDR = 0x8915
@@ -113,6 +117,41 @@ def host_section() -> dict[str, Any]:
             addresses.append(address)
     result["addresses"] = addresses
     return result
+
+
+class Lookup:
+    """``getaddrinfo(name)`` in a daemon thread, started early and collected with a deadline.
+
+    A daemon thread can be abandoned when the deadline passes, so a stalled resolver costs the
+    probe at most ``RESOLVE_TIMEOUT_S`` and never keeps it from exiting.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.deadline = time.monotonic() + RESOLVE_TIMEOUT_S
+        self.result: dict[str, Any] = {"name": name, "error": "the lookup did not finish"}
+        self.thread = threading.Thread(target=self.resolve, daemon=True)
+        self.thread.start()
+
+    def resolve(self) -> None:
+        try:
+            # As torchrun's store client looks node 0 up: any family, in the resolver's order.
+            infos = socket.getaddrinfo(self.name, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        except Exception as exc:
+            self.result = {"name": self.name, "error": describe(exc)}
+            return
+        addresses: list[str] = []
+        for info in infos:
+            address = str(info[4][0])
+            if address not in addresses:
+                addresses.append(address)
+        self.result = {"name": self.name, "addresses": addresses}
+
+    def section(self) -> dict[str, Any]:
+        self.thread.join(max(0.0, self.deadline - time.monotonic()))
+        if self.thread.is_alive():
+            return {"name": self.name, "error": f"timed out after {RESOLVE_TIMEOUT_S:g} s"}
+        return self.result
 
 
 def interfaces_section() -> dict[str, Any]:
@@ -439,6 +478,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ddptui-probe")
     parser.add_argument("--workdir", default="~")
     parser.add_argument("--master-port", type=int, default=None)
+    parser.add_argument("--master-addr", default=None)
     parser.add_argument("--torch-timeout", type=float, default=20.0)
     return parser.parse_args(argv)
 
@@ -447,6 +487,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     deadline = time.monotonic() + args.torch_timeout
     torch_child = section(start_torch)
+    master = None if args.master_addr is None else section(lambda: Lookup(args.master_addr))
     doc = {
         "probe_version": PROBE_VERSION,
         "host": section(host_section),
@@ -460,6 +501,11 @@ def main(argv: list[str]) -> None:
         if args.master_port is None
         else section(lambda: port_section(args.master_port)),
     }
+    if isinstance(master, Lookup):
+        doc["master"] = master.section()
+    elif master is not None:
+        # The thread did not start; the section still names what was to be resolved.
+        doc["master"] = {"name": args.master_addr, **master}
     if isinstance(torch_child, dict):
         doc["torch"] = {"status": "error", "detail": torch_child["error"]}
     else:

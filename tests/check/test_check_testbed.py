@@ -28,6 +28,7 @@ from tests.testbed import (
     stop_sshd,
 )
 from tests.testbed.keys import write_key_pair
+from tests.testbed.network import HOST_IFNAME
 
 pytestmark = pytest.mark.cluster
 
@@ -218,6 +219,68 @@ def test_network_traps_hostname_port_in_use_and_interface(
     assert "ib0" in missing_ifname["message"]
     assert _hosts_with(report, "hostname_loopback") == [node1.name]
     assert _hosts_with(report, "master_port_in_use") == [node0.name]
+
+
+def _node0_by_hostname(
+    bed: TestBed, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, dict[str, object]]:
+    """Host overrides that name node 0 by its hostname, as hosts files often do.
+
+    The bed's names resolve on its hosts but not here on the head node, so the head's own
+    ~/.ssh/config maps the name for SSH, as it would for a user without DNS for the cluster.
+    """
+    node0 = bed.hosts[0]
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    (home / ".ssh" / "config").write_text(f"Host {node0.hostname}\n  HostName {node0.address}\n")
+    monkeypatch.setenv("HOME", str(home))
+    return {node0.name: {"address": node0.hostname}}
+
+
+def test_node_0_named_by_its_hostname(
+    testbed: TestBed,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node0 = testbed.hosts[0]
+    overrides = _node0_by_hostname(testbed, tmp_path / "home", monkeypatch)
+    exit_code, report = _check(testbed, tmp_path, capsys, host_overrides=overrides)
+    assert exit_code == 0, report["findings"]
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+    master = {"name": node0.hostname, "addresses": [node0.address], "error": ""}
+    assert [h["facts"]["master"] for h in report["hosts"]] == [master] * len(testbed.hosts)
+    chosen = {
+        f["host"]: f["message"] for f in report["findings"] if f["code"] == "socket_ifname_chosen"
+    }
+    assert sorted(chosen) == [h.name for h in testbed.hosts]
+    assert all(f"will use {HOST_IFNAME} (" in message for message in chosen.values())
+    assert [h["master_port_reachable"] for h in report["hosts"]] == [None, True, True, True]
+
+
+def test_workers_that_cannot_resolve_node_0s_name(
+    testbed: TestBed,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node0, node1, node2, node3 = testbed.hosts
+    overrides = _node0_by_hostname(testbed, tmp_path / "home", monkeypatch)
+    set_name_resolution(node1, "missing", name=node0.hostname)
+    set_name_resolution(node2, "loopback", name=node0.hostname)
+    exit_code, report = _check(testbed, tmp_path, capsys, host_overrides=overrides)
+    assert exit_code == 1
+    unresolvable = _finding(report, "master_unresolvable", node1.name)
+    assert f"{node0.address} {node0.hostname}" in unresolvable["hint"]
+    loopback = _finding(report, "master_resolves_to_loopback", node2.name)
+    assert f"{node0.hostname} resolves to 127.0.1.1 on {node2.name}" in loopback["message"]
+    assert set(_errors(report)) == {
+        ("master_unresolvable", node1.name),
+        ("master_resolves_to_loopback", node2.name),
+    }
+    # Both failed the port test, for the reason above: no firewall finding, no other warning.
+    assert [h["master_port_reachable"] for h in report["hosts"]] == [None, False, False, True]
+    assert [f for f in report["findings"] if f["severity"] == "warning"] == []
+    assert sorted(_hosts_with(report, "socket_ifname_chosen")) == [node0.name, node3.name]
 
 
 def test_firewalled_master_port_is_unreachable_from_every_worker(

@@ -167,6 +167,22 @@ def test_name_resolution_modes_apply_to_new_ssh_sessions(testbed: TestBed) -> No
     assert host.etc_hosts.stat().st_ino == inode
 
 
+def test_name_resolution_of_a_peer(testbed: TestBed) -> None:
+    node0, node1 = testbed.hosts[:2]
+
+    def resolve_node0() -> list[str]:
+        return testbed.ssh(node1, ["getent", "hosts", node0.hostname]).stdout.split()
+
+    assert resolve_node0() == [node0.address, node0.hostname]
+    set_name_resolution(node1, "missing", name=node0.hostname)
+    assert resolve_node0() == []
+    assert _resolve_self(testbed, node1).stdout.split() == [node1.address, node1.hostname]
+    set_name_resolution(node1, "loopback", name=node0.hostname)
+    assert resolve_node0() == ["127.0.1.1", node0.hostname]
+    testbed.restore()
+    assert resolve_node0() == [node0.address, node0.hostname]
+
+
 def test_double_is_first_on_path_of_its_host_only(testbed: TestBed) -> None:
     node0, node1 = testbed.hosts[:2]
     path = install_double(node0, "nvidia-smi", '#!/bin/sh\necho "double $*"\n')

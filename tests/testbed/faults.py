@@ -126,16 +126,18 @@ def open_firewall(host: TestHost) -> None:
     host.state.firewalled = False
 
 
-def set_name_resolution(host: TestHost, mode: NameResolution) -> None:
-    """Make the host resolve its own hostname to its address, to 127.0.1.1, or not at all.
+def set_name_resolution(host: TestHost, mode: NameResolution, name: str | None = None) -> None:
+    """Make the host resolve ``name`` (default: its own hostname; or another host's) to the
+    right address, to 127.0.1.1, or not at all.
 
-    Applies to processes started afterwards, including new SSH sessions.
+    Applies to processes started afterwards, including new SSH sessions. One name at a time:
+    it replaces the host's previous change.
     """
     # Every process of the host sees this file through a bind mount made when it entered the
     # namespace; replacing the file (a new inode) would leave them on the old one, so it is
     # truncated and rewritten in place.
     with host.etc_hosts.open("w") as out:
-        out.write(host.etc_hosts_text(mode))
+        out.write(host.etc_hosts_text(mode, name))
 
 
 def install_double(host: TestHost, name: str, script_text: str) -> Path:

@@ -13,7 +13,8 @@ from typing import Literal, TypeAlias
 from tests.testbed.network import HOST_IFNAME
 
 NameResolution: TypeAlias = Literal["normal", "loopback", "missing"]
-"""How a host resolves its own hostname: its address, 127.0.1.1 (the Debian trap), or not at all."""
+"""How a host resolves a hostname of the bed (its own, or a peer's): the right address,
+127.0.1.1 (the Debian trap), or not at all."""
 
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -85,10 +86,12 @@ class TestHost:
         """argv prefix that runs a command inside this host's network and UTS namespaces."""
         return ["ip", "netns", "exec", self.netns, "nsenter", f"--uts={self.uts_file}", "--"]
 
-    def etc_hosts_text(self, mode: NameResolution) -> str:
+    def etc_hosts_text(self, mode: NameResolution, name: str | None = None) -> str:
+        """This host's /etc/hosts with ``mode`` applied to ``name`` (default: its hostname)."""
+        changed = self.hostname if name is None else name
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         for address, hostname in self.cluster_names:
-            if hostname != self.hostname or mode == "normal":
+            if hostname != changed or mode == "normal":
                 lines.append(f"{address} {hostname}")
             elif mode == "loopback":
                 lines.append(f"127.0.1.1 {hostname}")

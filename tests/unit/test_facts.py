@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddptui.facts import NA, GpuProcess, ProbeError, parse_facts
+from ddptui.facts import NA, GpuProcess, MasterResolution, ProbeError, parse_facts
 
 HEALTHY: dict[str, Any] = {
     "probe_version": 1,
@@ -68,6 +68,7 @@ HEALTHY: dict[str, Any] = {
     "system": {"cpu_count": 64, "memory_total_bytes": 2**40},
     "packages": {"pip": {"torch": "2.4.1+cu121", "numpy": "1.26.4"}, "conda": {"nccl": "2.20.5"}},
     "port": {"port": 29500, "in_use": False},
+    "master": {"name": "gpu-a", "addresses": ["10.0.0.1", "fd00::1"]},
     "time": 1700000000.5,
 }
 
@@ -106,6 +107,9 @@ def test_healthy_host() -> None:
     assert facts.pip_packages == {"torch": "2.4.1+cu121", "numpy": "1.26.4"}
     assert facts.conda_packages == {"nccl": "2.20.5"}
     assert facts.port is not None and facts.port.in_use is False
+    assert facts.master == MasterResolution(
+        "gpu-a", (ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("fd00::1"))
+    )
     assert facts.time == 1700000000.5
     assert facts.section_errors == {}
 
@@ -140,6 +144,30 @@ def test_broken_host() -> None:
 def test_hostname_resolving_to_loopback() -> None:
     facts = parse_facts(doc(host={"hostname": "gpu-b", "addresses": ["127.0.1.1", "10.0.0.2"]}))
     assert facts.loopback_addresses == (ipaddress.ip_address("127.0.1.1"),)
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        (
+            {"name": "gpu-a", "error": "gaierror: [Errno -2] Name or service not known"},
+            MasterResolution("gpu-a", error="gaierror: [Errno -2] Name or service not known"),
+        ),
+        (
+            {"name": "gpu-a", "addresses": ["127.0.1.1", "junk", 7]},
+            MasterResolution("gpu-a", (ipaddress.ip_address("127.0.1.1"),)),
+        ),
+        ({"error": "RuntimeError: can't start new thread"}, None),
+        ("gpu-a", None),
+        (None, None),
+    ],
+    ids=["unresolvable", "odd-addresses", "no-name", "not-an-object", "not-asked"],
+)
+def test_master_resolution(master: Any, expected: MasterResolution | None) -> None:
+    facts = parse_facts(doc(master=master))
+    assert facts.master == expected
+    # Not resolving is a fact about the host, not a section the probe failed to read.
+    assert facts.section_errors == {}
 
 
 def test_cpu_torch_build_is_none_not_unavailable() -> None:
@@ -225,6 +253,7 @@ def test_to_json_is_plain_json() -> None:
     assert data["gpus"]["devices"][1]["utilization_pct"] is None
     assert data["torch"]["version"] == "2.4.1+cu121"
     assert data["resolved"] == ["10.0.0.1"]
+    assert data["master"] == {"name": "gpu-a", "addresses": ["10.0.0.1", "fd00::1"], "error": ""}
 
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -20,6 +20,7 @@ from ddptui.facts import (
     GpuProcess,
     HostFacts,
     Interface,
+    MasterResolution,
     PortFacts,
     PythonFacts,
     TorchFacts,
@@ -195,6 +196,31 @@ def _loopback_off_subnet(s: Scenario) -> None:
 def _ifname_off_subnet(s: Scenario) -> None:
     s.host(B, socket_ifname="eth1")
     s.edit(B, interfaces=interfaces("eth0=10.0.0.2/24", "eth1=172.16.0.2/16"))
+
+
+def _named_master(s: Scenario) -> None:
+    """Node 0 named by its hostname in the hosts file, which every host resolves to it."""
+    s.host(A, address=A)
+    for name in (A, B, C):
+        s.edit(name, master=MasterResolution(A, (ip_address(ADDRESSES[A]),)))
+
+
+def _master_resolves(name: str, *addresses: str) -> Callable[[Scenario], None]:
+    def breaks(s: Scenario) -> None:
+        _named_master(s)
+        s.edit(name, master=MasterResolution(A, tuple(ip_address(a) for a in addresses)))
+
+    return breaks
+
+
+def _master_unresolvable(s: Scenario) -> None:
+    _named_master(s)
+    s.edit(B, master=MasterResolution(A, error="gaierror: [Errno -2] Name or service not known"))
+
+
+def _head_master_loopback_with_ifname(s: Scenario) -> None:
+    _master_resolves(A, "127.0.1.1")(s)
+    s.host(A, socket_ifname="eth0")
 
 
 @dataclass(frozen=True)
@@ -379,6 +405,44 @@ CASES = [
         'use socket_ifname = "eth0"',
     ),
     Case(
+        Code.MASTER_UNRESOLVABLE,
+        B,
+        Severity.ERROR,
+        _master_unresolvable,
+        "gpu-b cannot resolve node 0's address gpu-a (gaierror: [Errno -2] Name or service not "
+        "known), so torchrun there cannot reach the rendezvous store / add gpu-a to DNS or to "
+        "/etc/hosts on gpu-b (e.g. 10.0.0.1 gpu-a, as the other hosts resolve it)",
+    ),
+    Case(
+        Code.MASTER_RESOLVES_TO_LOOPBACK,
+        B,
+        Severity.ERROR,
+        _master_resolves(B, "127.0.1.1"),
+        "node 0's address gpu-a resolves to 127.0.1.1 on gpu-b, so torchrun there would connect "
+        "to itself instead of node 0",
+    ),
+    Case(
+        Code.MASTER_RESOLVES_TO_LOOPBACK,
+        C,
+        Severity.WARNING,
+        _master_resolves(C, "127.0.1.1", "10.0.0.1"),
+        "tries itself before node 0",
+    ),
+    Case(
+        Code.MASTER_RESOLVES_TO_LOOPBACK,
+        A,
+        Severity.WARNING,
+        _head_master_loopback_with_ifname,
+        "harmless for ddptui runs",
+    ),
+    Case(
+        Code.MASTER_ADDRESS_MISMATCH,
+        None,
+        Severity.WARNING,
+        _master_resolves(C, "10.0.0.99"),
+        "10.0.0.1 on gpu-a and gpu-b; 10.0.0.99 on gpu-c",
+    ),
+    Case(
         Code.MASTER_PORT_IN_USE,
         A,
         Severity.ERROR,
@@ -463,6 +527,58 @@ def test_local_loopback_cluster_is_not_the_trap() -> None:
     assert Code.SOCKET_IFNAME_UNDETERMINED not in codes
 
 
+def test_node_0_named_by_its_hostname_is_healthy() -> None:
+    scenario = Scenario()
+    _named_master(scenario)
+    findings = scenario.run()
+    assert not [f for f in findings if f.severity is not Severity.INFO]
+    chosen = [f for f in findings if f.code is Code.SOCKET_IFNAME_CHOSEN]
+    assert [f.host for f in chosen] == [A, B, C]
+    assert all("eth0 (10.0.0." in f.message and "node 0 at gpu-a" in f.message for f in chosen)
+
+
+def test_a_worker_that_cannot_resolve_node_0_gets_one_error() -> None:
+    """Its failed port test and undetermined interface are consequences, not more problems."""
+    for breaks in (_master_unresolvable, _master_resolves(B, "127.0.1.1")):
+        scenario = Scenario()
+        breaks(scenario)
+        scenario.port_reachable[B] = False
+        findings = scenario.run()
+        assert [(f.host, f.severity) for f in findings if f.severity is not Severity.INFO] == [
+            (B, Severity.ERROR)
+        ]
+        assert (Code.SOCKET_IFNAME_CHOSEN, B) not in {(f.code, f.host) for f in findings}
+
+
+def test_node_0_resolving_its_own_name_to_loopback_without_an_interface() -> None:
+    """No interface can be chosen from loopback; the hostname findings judge gloo's address."""
+    scenario = Scenario()
+    _master_resolves(A, "127.0.1.1")(scenario)
+    scenario.edit(A, resolved=(ip_address("127.0.1.1"),))
+    findings = {(f.code, f.host): f for f in scenario.run()}
+    assert (Code.MASTER_RESOLVES_TO_LOOPBACK, A) not in findings
+    assert findings[(Code.HOSTNAME_LOOPBACK, A)].severity is Severity.ERROR
+    undetermined = findings[(Code.SOCKET_IFNAME_UNDETERMINED, A)]
+    assert "gpu-a resolves only to 127.0.1.1 there" in undetermined.message
+
+
+def test_a_loopback_name_is_the_single_machine_cluster() -> None:
+    """Node 0 at "localhost" (one machine standing in for a cluster): loopback is intended."""
+    scenario = Scenario()
+    for name in (A, B, C):
+        scenario.host(name, address="localhost" if name == A else "127.0.0.1")
+        scenario.edit(
+            name,
+            master=MasterResolution("localhost", (ip_address("::1"), ip_address("127.0.0.1"))),
+            interfaces=interfaces("lo=127.0.0.1/8"),
+        )
+    findings = scenario.run()
+    assert not [f for f in findings if f.severity is not Severity.INFO]
+    chosen = [f for f in findings if f.code is Code.SOCKET_IFNAME_CHOSEN]
+    assert [f.host for f in chosen] == [A, B, C]
+    assert all(" will use lo (127.0.0.1/8) " in f.message for f in chosen)
+
+
 def test_backend_auto_with_a_cpu_host_says_why() -> None:
     scenario = Scenario()
     _cpu_host(scenario)
@@ -529,6 +645,36 @@ def test_parity_tie_goes_to_node_0_even_when_listed_last() -> None:
 )
 def test_choose_socket_ifname(specs: tuple[str, ...], master: str, expected: str | None) -> None:
     facts = HostFacts(interfaces=interfaces(*specs))
+    assert choose_socket_ifname(facts, master) == expected
+
+
+@pytest.mark.parametrize(
+    ("resolution", "master", "expected"),
+    [
+        (
+            MasterResolution("gpu-a", (ip_address("fd00::1"), ip_address("10.0.0.1"))),
+            "gpu-a",
+            "eth0",
+        ),
+        (MasterResolution("gpu-a", (ip_address("127.0.1.1"),)), "gpu-a", None),
+        (
+            MasterResolution("gpu-a", (ip_address("127.0.1.1"), ip_address("10.0.0.1"))),
+            "gpu-a",
+            "eth0",
+        ),
+        (MasterResolution("gpu-a", error="gaierror"), "gpu-a", None),
+        (MasterResolution("gpu-z", (ip_address("10.0.0.1"),)), "gpu-a", None),
+        (MasterResolution("localhost", (ip_address("127.0.0.1"),)), "localhost", "lo"),
+        (MasterResolution("gpu-a", (ip_address("192.168.9.9"),)), "10.0.0.1", "eth0"),
+    ],
+    ids=["ipv4-first", "loopback", "loopback-first", "unresolved", "other-name", "localhost", "ip"],
+)
+def test_choose_socket_ifname_for_a_name(
+    resolution: MasterResolution, master: str, expected: str | None
+) -> None:
+    facts = HostFacts(
+        interfaces=interfaces("lo=127.0.0.1/8", "eth0=10.0.0.2/24"), master=resolution
+    )
     assert choose_socket_ifname(facts, master) == expected
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import ipaddress
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -118,6 +120,7 @@ def test_probe_args() -> None:
         "--master-port",
         "29500",
     ]
+    assert probe_args("/w", master_addr="gpu-a")[-2:] == ["--master-addr", "gpu-a"]
 
 
 def test_fixtures_were_recorded_with_the_probes_queries() -> None:
@@ -177,6 +180,52 @@ def test_no_nvidia_smi_no_ip_and_broken_torch(tmp_path: Path) -> None:
     assert facts.interfaces is not NA
     loopback = {interface.name: interface for interface in facts.interfaces}["lo"]
     assert [str(network) for network in loopback.ipv4] == ["127.0.0.1/8"]
+
+
+@pytest.mark.parametrize(
+    ("name", "resolves"),
+    [("localhost", True), ("127.0.0.1", True), ("no-such-host.invalid", False)],
+    ids=["name", "address", "unresolvable"],
+)
+def test_master_address_is_resolved_on_the_host(tmp_path: Path, name: str, resolves: bool) -> None:
+    facts, elapsed = run_probe(
+        tmp_path, python_path={"torch/__init__.py": CUDA_TORCH}, extra_args=("--master-addr", name)
+    )
+    master = facts.master
+    assert master is not None and master.name == name
+    if resolves:
+        assert ipaddress.ip_address("127.0.0.1") in master.addresses
+        assert master.error == ""
+    else:
+        assert master.addresses == ()
+        # The resolver's own answer, or the probe's deadline where DNS does not answer at all.
+        assert master.error.startswith(("gaierror: ", "timed out after"))
+    assert "master" not in facts.section_errors
+    assert elapsed < probe_script.RESOLVE_TIMEOUT_S + 10
+
+
+def test_without_master_address_there_is_no_lookup(tmp_path: Path) -> None:
+    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": CUDA_TORCH})
+    assert facts.master is None
+
+
+def test_a_stalled_resolver_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """getaddrinfo has no timeout; the probe gives up on it instead of hanging with it."""
+    release = threading.Event()
+
+    def stalled(*args: object) -> list[object]:
+        release.wait(10)
+        raise OSError("released")
+
+    monkeypatch.setattr(probe_script, "RESOLVE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(probe_script.socket, "getaddrinfo", stalled)
+    started = time.monotonic()
+    try:
+        section = probe_script.Lookup("gpu-a").section()
+    finally:
+        release.set()
+    assert time.monotonic() - started < 2
+    assert section == {"name": "gpu-a", "error": "timed out after 0.2 s"}
 
 
 def test_pynvml_is_preferred_and_its_gaps_are_not_available(tmp_path: Path) -> None:
