@@ -8,6 +8,7 @@ stopping the training.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -64,9 +65,21 @@ def memory_mib(device: torch.device) -> dict[str, float]:
             "cuda_reserved_mib": torch.cuda.memory_reserved(device) / 2**20,
             "cuda_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20,
         }
+    fd = _statm()
+    if fd is None:
+        return {}
     try:
-        with Path("/proc/self/statm").open() as f:
-            resident_pages = int(f.read().split()[1])
+        resident_pages = int(os.pread(fd, 128, 0).split()[1])
     except (OSError, IndexError, ValueError):
         return {}
     return {"rss_mib": resident_pages * _PAGE_MIB}
+
+
+@functools.cache
+def _statm() -> int | None:
+    # Opened once: reopening it every step cost ~0.2 ms, 1% of a small model's CPU step.
+    # Each read at offset 0 regenerates the numbers.
+    try:
+        return os.open("/proc/self/statm", os.O_RDONLY)
+    except OSError:
+        return None
