@@ -92,6 +92,20 @@ def test_healthy_test_bed_passes(
     assert sorted(_hosts_with(report, "socket_ifname_chosen")) == [h.name for h in testbed.hosts]
 
 
+def test_auto_master_port_is_still_tested_from_every_worker(
+    testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node0 = testbed.hosts[0]
+    # Occupying the usual port proves the check does not fall back to it.
+    holder = occupy_port(node0, MASTER_PORT)
+    exit_code, report = _check(testbed, tmp_path, capsys, cluster={"master_port": "auto"})
+    holder.release()
+    assert exit_code == 0, report["findings"]
+    assert [h["master_port_reachable"] for h in report["hosts"]] == [None, True, True, True]
+    assert report["hosts"][0]["facts"]["port"] is None
+    assert _hosts_with(report, "master_port_in_use") == []
+
+
 def test_each_unreachable_host_gets_its_own_reason(
     testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
