@@ -195,21 +195,7 @@ def pdsh_argv(bed: TestBed, hosts: Sequence[TestHost], command: Sequence[str]) -
 
 
 def pdsh_env(bed: TestBed) -> dict[str, str]:
-    ssh_options = [
-        "-i",
-        str(bed.identity_file),
-        "-o",
-        "IdentitiesOnly=yes",
-        "-o",
-        f"UserKnownHostsFile={bed.known_hosts}",
-        "-o",
-        "GlobalKnownHostsFile=/dev/null",
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "-o",
-        "BatchMode=yes",
-    ]
-    return {**os.environ, "PDSH_SSH_ARGS_APPEND": shlex.join(ssh_options)}
+    return {**os.environ, "PDSH_SSH_ARGS_APPEND": shlex.join(bed.ssh_options())}
 
 
 def run_pdsh(

@@ -178,14 +178,9 @@ class TestBed:
         """Run ``argv`` inside ``host``'s namespaces directly (not over SSH)."""
         return run_on(host, argv, timeout=timeout, check=check, input=input)
 
-    def ssh_argv(
-        self, host: TestHost, argv: Sequence[str], *, connect_timeout: int = 3
-    ) -> list[str]:
-        """An OpenSSH client command running ``argv`` on ``host``, strict host keys, no prompts."""
+    def ssh_options(self) -> list[str]:
+        """OpenSSH client options for the bed: its key only, strict host keys, no prompts."""
         return [
-            "ssh",
-            "-F",
-            "none",
             "-i",
             str(self.identity_file),
             "-o",
@@ -198,6 +193,17 @@ class TestBed:
             "StrictHostKeyChecking=yes",
             "-o",
             "BatchMode=yes",
+        ]
+
+    def ssh_argv(
+        self, host: TestHost, argv: Sequence[str], *, connect_timeout: int = 3
+    ) -> list[str]:
+        """An OpenSSH client command running ``argv`` on ``host``, strict host keys, no prompts."""
+        return [
+            "ssh",
+            "-F",
+            "none",
+            *self.ssh_options(),
             "-o",
             f"ConnectTimeout={connect_timeout}",
             f"{self.user}@{host.address}",
