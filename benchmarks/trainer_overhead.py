@@ -43,6 +43,18 @@ def _torchrun(nproc: int, target: list[str], cwd: Path) -> None:
     subprocess.run(argv, cwd=cwd, env=env, check=True, capture_output=True)
 
 
+def _model_args(args: argparse.Namespace) -> list[str]:
+    """The same model and batch for both loops: the flags are spelled alike on both CLIs."""
+    return [
+        "--width",
+        str(args.width),
+        "--depth",
+        str(args.depth),
+        "--batch-size",
+        str(args.batch_size),
+    ]
+
+
 def trainer_rate(args: argparse.Namespace, work: Path) -> float:
     run_dir = work / f"run-{time.monotonic_ns()}"
     _torchrun(
@@ -62,12 +74,7 @@ def trainer_rate(args: argparse.Namespace, work: Path) -> float:
             # overhead of the trainer's machinery (it costs ~4% of this model's step).
             "--grad-clip",
             "0",
-            "--width",
-            str(args.width),
-            "--depth",
-            str(args.depth),
-            "--batch-size",
-            str(args.batch_size),
+            *_model_args(args),
         ],
         cwd=ROOT,
     )
@@ -87,12 +94,7 @@ def bare_rate(args: argparse.Namespace, work: Path) -> float:
             str(out),
             "--steps",
             str(args.steps),
-            "--width",
-            str(args.width),
-            "--depth",
-            str(args.depth),
-            "--batch-size",
-            str(args.batch_size),
+            *_model_args(args),
         ],
         cwd=ROOT,
     )
