@@ -1,16 +1,18 @@
 """Stop and save requests, agreed on by every rank at the same step.
 
 Requests come from SIGTERM/SIGINT (any rank) and from files that ddptui drops into
-``<run-dir>/control/`` on node 0 (polled by global rank 0 every step): ``stop`` asks for a
-checkpoint and a clean exit, ``save`` for a checkpoint without stopping. Ranks publish their
-requests in an asynchronous all-reduce (MAX) on the CPU control group and read the result one
-step later, so the exchange overlaps a step and every rank acts at the same step.
+``<run-dir>/control/`` on node 0 (looked for by global rank 0 at each sync step, see below):
+``stop`` asks for a checkpoint and a clean exit, ``save`` for a checkpoint without stopping.
+Ranks publish their requests in an asynchronous all-reduce (MAX) on the CPU control group and
+read the result one step later, so the exchange overlaps a step and every rank acts at the same
+step.
 
 The exchange happens at sync steps that every rank knows in advance: rank 0 measures the step
 time and, inside the same all-reduce, proposes how many steps until the next one, so that one
 exchange happens about every ``SYNC_EVERY_S`` (every step when steps are slower than that). An
 exchange every step cost 4% of a small model's step on CPU; this way a request still takes
-effect within about ``SYNC_EVERY_S`` plus one step.
+effect within about ``SYNC_EVERY_S`` plus one step. Looking for the files at every step instead
+would not make a request land any sooner: it can only travel at a sync step.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ class Requests:
     source: str | None
 
 
+NOTHING = Requests(False, False, None)
+
+
 class Control:
     def __init__(self, control_dir: Path | None, group: dist.ProcessGroup | None) -> None:
         """control_dir is given on global rank 0 only."""
         self._dir = control_dir
+        if control_dir is not None:
+            # Made up front, so that a plain `touch <run-dir>/control/stop` works.
+            control_dir.mkdir(parents=True, exist_ok=True)
         self._group = group
         self._stop_source: str | None = None
         self._save = False
@@ -67,11 +75,8 @@ class Control:
 
     def poll(self) -> Requests:
         """Called once per step by every rank; returns what all ranks agreed, if anything."""
-        if self._consume("stop"):
-            self._stop_source = self._stop_source or "control/stop"
-        self._save = self._consume("save") or self._save
         self._polls_since_publication += 1
-        agreed = self.settle()
+        agreed = self.settle() if self._pending is not None else NOTHING
         if self._countdown == 0:
             self._publish()
         else:
@@ -79,6 +84,11 @@ class Control:
         return agreed
 
     def _publish(self) -> None:
+        # The files are looked at only here: a request travels no sooner than this anyway, and
+        # two failed unlinks per step were a measurable part of a fast step.
+        if self._consume("stop"):
+            self._stop_source = self._stop_source or "control/stop"
+        self._save = self._consume("save") or self._save
         flags = torch.zeros(3, dtype=torch.int32)
         flags[STOP] = self._stop_source is not None
         flags[SAVE] = self._save
@@ -103,7 +113,7 @@ class Control:
     def settle(self) -> Requests:
         """Wait for the outstanding publication, if any; every rank calls it once at the end."""
         if self._pending is None:
-            return Requests(False, False, None)
+            return NOTHING
         work, flags = self._pending
         self._pending = None
         work.wait()

@@ -93,19 +93,23 @@ def _shard(model: nn.Module, cfg: Config, rt: Runtime) -> nn.Module:
     return model
 
 
+# Reusable: entering and leaving it does nothing, so one serves every step.
+_NO_CONTEXT = contextlib.nullcontext()
+
+
 def _grad_sync(model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Skip the gradient all-reduce (or reduce-scatter) on non-final micro-batches."""
     if isinstance(model, DistributedDataParallel):
-        return contextlib.nullcontext() if enabled else model.no_sync()
+        return _NO_CONTEXT if enabled else model.no_sync()
     model.set_requires_gradient_sync(enabled)  # type: ignore[operator]
-    return contextlib.nullcontext()
+    return _NO_CONTEXT
 
 
 def _autocast(
     cfg: Config, device: torch.device
 ) -> Callable[[], contextlib.AbstractContextManager[Any]]:
     if cfg.precision == "fp32":
-        return contextlib.nullcontext
+        return lambda: _NO_CONTEXT
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
     return partial(torch.autocast, device.type, dtype=dtype)
 
@@ -196,22 +200,29 @@ class Trainer:
         model, optimizer, scaler = self.parts.model, self.parts.optimizer, self.parts.scaler
         optimizer.zero_grad(set_to_none=True)
         total: torch.Tensor | None = None
+        # What a plain fp32 step on the CPU does not need is skipped rather than run as a no-op:
+        # every call is a few microseconds, and a small model's step is a few milliseconds.
+        to_device = self.rt.device.type != "cpu"
         for i, indices in enumerate(micro):
             x, y = self.task.batch(indices)
-            x = x.to(self.rt.device, non_blocking=True)
-            y = y.to(self.rt.device, non_blocking=True)
+            if to_device:
+                x = x.to(self.rt.device, non_blocking=True)
+                y = y.to(self.rt.device, non_blocking=True)
             with _grad_sync(model, i == len(micro) - 1):
                 with self.autocast():
                     loss = self.task.loss(model(x), y)
                     if len(micro) > 1:
                         loss = loss / len(micro)
-                scaler.scale(loss).backward()
+                (scaler.scale(loss) if scaler.is_enabled() else loss).backward()
             total = loss.detach() if total is None else total + loss.detach()
         if self.cfg.grad_clip > 0:
             scaler.unscale_(optimizer)
             nn.utils.clip_grad_norm_(model.parameters(), self.cfg.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
+        if scaler.is_enabled():
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
         self.parts.scheduler.step()
         assert total is not None
         return total

@@ -74,7 +74,7 @@ def test_control_file_stop_then_resume_matches_an_uninterrupted_run_bit_for_bit(
 
     proc = torchrun(interrupted, args)
     wait_for(lambda: len(events(interrupted, 0, "step")) >= 8, what="step 8")
-    (interrupted / "control").mkdir()
+    # The trainer made control/ itself, so that a plain `touch` can stop it.
     (interrupted / "control" / "stop").touch()
     assert finish(proc) == 0
     stopped = _done(interrupted, 2)

@@ -6,6 +6,8 @@ import ast
 import itertools
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from trainer.checkpoint import CheckpointStore, read_verified
 from trainer.cli import parse_args
 from trainer.data import CharText, Shards, SyntheticRegression
 from trainer.dist import Placement, TrainerError
-from trainer.events import EventLog
+from trainer.events import EventLog, _ResidentMemory
 from trainer.loop import lr_factor
 
 
@@ -131,3 +133,57 @@ def test_events_are_whole_json_lines_with_identity(tmp_path: Path) -> None:
         4,
     )
     assert json.loads(lines[1])["reason"] == "completed"
+
+
+def test_step_events_reach_the_disk_on_their_own_while_the_main_thread_is_busy(
+    tmp_path: Path,
+) -> None:
+    log = EventLog(tmp_path, Placement(0, 0, 0, 1, 1, under_torchrun=False))
+    path = tmp_path / "events" / "rank0.jsonl"
+    for step in range(1, 4):
+        log.emit("step", step=step)
+    # Nothing else is emitted, as when a collective hangs: the flusher alone must write them.
+    deadline = time.monotonic() + 10 * EventLog.FLUSH_EVERY_S
+    while path.stat().st_size == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+    log.emit("step", step=4)
+    log.emit("checkpoint", step=4)  # written at once, after the step before it
+    assert [json.loads(line)["type"] for line in path.read_text().splitlines()][-2:] == [
+        "step",
+        "checkpoint",
+    ]
+    log.close()
+    log.emit("step", step=5)  # after close: ignored, not an error
+    assert len(path.read_text().splitlines()) == 5
+
+
+def test_events_appends_to_an_existing_log_and_a_full_disk_turns_them_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    placement = Placement(0, 0, 0, 1, 1, under_torchrun=False)
+    first = EventLog(tmp_path, placement)
+    first.emit("done", step=1, reason="stopped")
+    first.close()
+    # A resumed run appends to the same file.
+    resumed = EventLog(tmp_path, placement)
+    resumed.emit("start", start_step=1)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, resumed._fd)  # type: ignore[arg-type]
+    os.close(full)
+    resumed.emit("step", step=2)  # must not raise: training goes on without events
+    resumed.emit("step", step=3)
+    resumed.close()
+    assert "events disabled" in capsys.readouterr().err
+    lines = (tmp_path / "events" / "rank0.jsonl").read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["done", "start"]
+
+
+def test_resident_memory_is_sampled_at_most_once_a_second() -> None:
+    memory = _ResidentMemory()
+    before = memory.read()["rss_mib"]
+    ballast = b"\x01" * (256 * 2**20)  # written, so its pages are resident
+    assert memory.read()["rss_mib"] == before, "read again within the second"
+    memory._read_at -= _ResidentMemory.MAX_AGE_S
+    assert memory.read()["rss_mib"] > before + 200
+    del ballast
