@@ -148,11 +148,10 @@ def test_step_events_reach_the_disk_on_their_own_while_the_main_thread_is_busy(
         time.sleep(0.02)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
     log.emit("step", step=4)
-    log.emit("checkpoint", step=4)  # written at once, after the step before it
-    assert [json.loads(line)["type"] for line in path.read_text().splitlines()][-2:] == [
-        "step",
-        "checkpoint",
-    ]
+    log.emit("checkpoint", step=4, path=tmp_path)  # written at once, after the step before it
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["type"] for e in written][-2:] == ["step", "checkpoint"]
+    assert written[-1]["path"] == str(tmp_path), "what JSON cannot hold is written as text"
     log.close()
     log.emit("step", step=5)  # after close: ignored, not an error
     assert len(path.read_text().splitlines()) == 5
