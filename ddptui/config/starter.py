@@ -61,8 +61,8 @@ _CLUSTER = _Table(
         _Key(
             "known_hosts",
             "~/.ssh/known_hosts",
-            "Where the hosts' public keys are recorded; a host whose key is not there is "
-            "refused until `ddptui trust FILE` adds it.",
+            "Where the hosts' public keys are recorded; a host whose key is neither there nor "
+            "in /etc/ssh/ssh_known_hosts is refused until `ddptui trust FILE` adds it here.",
         ),
         _Key(
             "python",

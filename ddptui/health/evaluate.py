@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import Config, HostConfig
@@ -103,6 +104,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
     if reach is Reach.HOSTKEY_CHANGED:
         # known_hosts names a host on a non-standard port as [address]:port.
         entry = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+        # Without -f, ssh-keygen edits ~/.ssh/known_hosts, which may not be the file in use.
+        file = f" -f {shlex.quote(str(host.known_hosts))}" if host.known_hosts is not None else ""
         return Finding(
             Code.HOST_KEY_CHANGED,
             Severity.ERROR,
@@ -110,7 +113,7 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             f"the host key of {host.name} ({host.address}) differs from the one in known_hosts"
             f"{detail}: a reinstalled machine, or someone in the middle",
             "confirm the new key with the machine's administrator, then remove the old one "
-            f"(ssh-keygen -R '{entry}') and run `ddptui trust`",
+            f"(ssh-keygen -R '{entry}'{file}, or the lines named above) and run `ddptui trust`",
         )
     if reach is Reach.PYTHON_MISSING:
         return Finding(

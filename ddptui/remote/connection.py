@@ -25,7 +25,7 @@ from ddptui.remote.hostkeys import (
     KeyState,
     KnownHosts,
     check_host_key,
-    known_hosts_path,
+    read_known_hosts,
     resolve,
 )
 from ddptui.remote.status import Reach, Reachability
@@ -229,7 +229,7 @@ class RemoteCluster:
     async def _open(
         self, host: HostConfig
     ) -> tuple[Reachability, asyncssh.SSHClientConnection | None]:
-        known_hosts = KnownHosts.read(known_hosts_path(host))
+        known_hosts = read_known_hosts(host)
         try:
             options = await self._options(host, known_hosts)
         except (OSError, ValueError, asyncssh.Error) as error:

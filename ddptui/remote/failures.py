@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from pathlib import Path
 
 import asyncssh
 from asyncssh.public_key import decode_ssh_public_key
@@ -55,19 +56,25 @@ def host_key_failure(host: HostConfig, check: HostKeyCheck) -> Reachability:
     """The verdict on a host key a strict connection refused."""
     presented = f"{check.presented.get_algorithm()} {fingerprint(check.presented)}"
     if check.state is KeyState.UNKNOWN:
+        searched = " or ".join(str(file) for file in check.searched)
         return Reachability(
             Reach.HOSTKEY_UNKNOWN,
-            f"the host key of {where(host)} is not in {check.file} ({presented}): "
+            f"the host key of {where(host)} is not in {searched} ({presented}): "
             "check the fingerprint, then run `ddptui trust HOSTS`",
         )
     if check.state is KeyState.CHANGED:
-        lines = ", ".join(str(entry.lineno) for entry in check.known)
+        by_file: dict[Path, list[str]] = {}
+        for entry in check.known:
+            by_file.setdefault(entry.file, []).append(str(entry.lineno))
+        lines = " and ".join(
+            f"line {', '.join(numbers)} from {file}" for file, numbers in by_file.items()
+        )
         recorded = ", ".join(fingerprint(entry.key) for entry in check.known)
         return Reachability(
             Reach.HOSTKEY_CHANGED,
             f"REMOTE HOST KEY CHANGED for {where(host)}: possible man-in-the-middle attack! "
-            f"It now presents {presented}; {check.file} records {recorded}. "
-            f"If you re-installed the host, remove the old line {lines} from {check.file} "
+            f"It now presents {presented}; on record: {recorded}. "
+            f"If you re-installed the host, remove the old {lines} "
             "and run `ddptui trust HOSTS`.",
         )
     # The key matches after all: the file was edited between the connection and the check.

@@ -19,12 +19,20 @@ import asyncssh
 from ddptui.config.model import HostConfig
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+SYSTEM_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"),)
+"""Read as well, never written: where cluster admins often record every node's key."""
 SSH_PORT = 22
 
 
 def known_hosts_path(host: HostConfig) -> Path:
-    """The file that holds ``host``'s key: its ``known_hosts`` or ``~/.ssh/known_hosts``."""
+    """The file ddptui records ``host``'s key in: its ``known_hosts`` or ``~/.ssh/known_hosts``."""
     return (host.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
+
+
+def read_known_hosts(host: HostConfig) -> KnownHosts:
+    """Every key a connection to ``host`` trusts: its known_hosts file and the system-wide one,
+    as OpenSSH reads UserKnownHostsFile and GlobalKnownHostsFile."""
+    return KnownHosts.read(known_hosts_path(host), *SYSTEM_KNOWN_HOSTS)
 
 
 def host_pattern(address: str, port: int) -> str:
@@ -45,42 +53,43 @@ def key_line(address: str, port: int, key: asyncssh.SSHKey) -> str:
 
 @dataclass(frozen=True)
 class KnownKey:
-    """A key recorded for a host, and the line of the file that records it."""
+    """A key recorded for a host, and the file and line that record it."""
 
+    file: Path
     lineno: int
     key: asyncssh.SSHKey
 
 
 class KnownHosts:
-    """A parsed known_hosts file. A missing file is an empty one.
+    """Parsed known_hosts files: ``path`` (the one ddptui writes) and read-only ``others``.
 
-    Lines asyncssh cannot parse are skipped, as OpenSSH skips them, instead of making the
-    whole file unusable.
+    A missing file is an empty one. Lines asyncssh cannot parse are skipped, as OpenSSH skips
+    them, instead of making the whole file unusable.
     """
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, others: Sequence[tuple[Path, str]] = ()) -> None:
         self.path = path
-        self._lines: list[tuple[int, asyncssh.SSHKnownHosts]] = []
+        self.files = (path, *(file for file, _ in others))
+        self._lines: list[tuple[Path, int, asyncssh.SSHKnownHosts]] = []
         usable: list[str] = []
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            try:
-                self._lines.append((lineno, asyncssh.import_known_hosts(stripped)))
-            except (ValueError, asyncssh.KeyImportError):
-                continue
-            usable.append(stripped)
+        for file, content in ((path, text), *others):
+            for lineno, line in enumerate(content.splitlines(), start=1):
+                stripped = line.strip()
+                if not stripped or stripped.startswith("#"):
+                    continue
+                try:
+                    self._lines.append((file, lineno, asyncssh.import_known_hosts(stripped)))
+                except (ValueError, asyncssh.KeyImportError):
+                    continue
+                usable.append(stripped)
         self.trusted = asyncssh.import_known_hosts("\n".join(usable))
         """Every usable line, for asyncssh's ``known_hosts=`` option."""
 
     @classmethod
-    def read(cls, path: Path) -> KnownHosts:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            text = ""
-        return cls(path, text)
+    def read(cls, path: Path, *others: Path) -> KnownHosts:
+        """``path`` missing is empty; of ``others``, only the files that exist are kept."""
+        read_others = [(other, text) for other in others if (text := _read(other)) is not None]
+        return cls(path, _read(path) or "", read_others)
 
     def keys_for(self, address: str, port: int, peer_ip: str | None = None) -> list[KnownKey]:
         """The keys a strict connection to ``address:port`` would accept, with their lines.
@@ -94,11 +103,18 @@ class KnownHosts:
         # plain ones); the per-line matches only say where those keys are written.
         trusted = set(self.trusted.match(address, addr, match_port)[0])
         found: list[KnownKey] = []
-        for lineno, line in self._lines:
+        for file, lineno, line in self._lines:
             # A line naming both the host and its IP matches twice; it is one entry.
             keys = dict.fromkeys(line.match(address, addr, match_port)[0])
-            found += [KnownKey(lineno, key) for key in keys if key in trusted]
+            found += [KnownKey(file, lineno, key) for key in keys if key in trusted]
         return found
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def append_lines(path: Path, lines: Sequence[str]) -> None:
@@ -127,12 +143,15 @@ class KeyState(enum.Enum):
 
 @dataclass(frozen=True)
 class HostKeyCheck:
-    """What a host presents compared with what its known_hosts file records."""
+    """What a host presents compared with what its known_hosts files record."""
 
     state: KeyState
     presented: asyncssh.SSHKey
     known: tuple[KnownKey, ...]
     file: Path
+    """Where ddptui records the key (``ddptui trust``)."""
+    searched: tuple[Path, ...]
+    """Every file read: ``file`` and the system-wide ones that exist."""
 
 
 async def resolve(address: str, port: int) -> str | None:
@@ -167,12 +186,12 @@ async def check_host_key(host: HostConfig, *, timeout: float) -> HostKeyCheck:
     With keys on record, the key is fetched in their algorithms first, as a strict connection
     negotiates it; a host that no longer offers any of them has changed its key.
     """
-    known_hosts = KnownHosts.read(known_hosts_path(host))
+    known_hosts = read_known_hosts(host)
     peer_ip = await resolve(host.address, host.port)
     known = tuple(known_hosts.keys_for(host.address, host.port, peer_ip))
     if not known:
         presented = await fetch_host_key(host.address, host.port, timeout=timeout)
-        return HostKeyCheck(KeyState.UNKNOWN, presented, known, known_hosts.path)
+        return HostKeyCheck(KeyState.UNKNOWN, presented, known, known_hosts.path, known_hosts.files)
     algorithms = [alg.decode("ascii") for entry in known for alg in entry.key.sig_algorithms]
     try:
         presented = await fetch_host_key(
@@ -182,4 +201,4 @@ async def check_host_key(host: HostConfig, *, timeout: float) -> HostKeyCheck:
         presented = await fetch_host_key(host.address, host.port, timeout=timeout)
     recorded = {entry.key for entry in known}
     state = KeyState.TRUSTED if presented in recorded else KeyState.CHANGED
-    return HostKeyCheck(state, presented, known, known_hosts.path)
+    return HostKeyCheck(state, presented, known, known_hosts.path, known_hosts.files)

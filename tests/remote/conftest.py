@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.remote import hostkeys
+
 
 @pytest.fixture(autouse=True)
 def client_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -16,3 +18,12 @@ def client_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     yield home
+
+
+@pytest.fixture(autouse=True)
+def system_known_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stands in for /etc/ssh/ssh_known_hosts (absent until a test writes it), so the
+    machine's own file never leaks in."""
+    path = tmp_path / "etc-ssh" / "ssh_known_hosts"
+    monkeypatch.setattr(hostkeys, "SYSTEM_KNOWN_HOSTS", (path,))
+    return path

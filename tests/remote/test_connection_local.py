@@ -120,6 +120,31 @@ def test_a_changed_host_key_is_refused_loudly(local_ssh_server: LocalSshServer) 
     assert fingerprint(impostor) in reach.detail
 
 
+def test_a_key_recorded_system_wide_is_trusted_and_a_changed_one_named_there(
+    local_ssh_server: LocalSshServer, system_known_hosts: Path
+) -> None:
+    server = local_ssh_server
+    empty = server.root / "empty_known_hosts"
+    empty.touch()
+    host = local_host(server, known_hosts=empty)
+    system_known_hosts.parent.mkdir()
+    system_known_hosts.write_text(server.known_hosts.read_text())
+    reach = run(connect_once(host))
+    assert reach.ok, reach
+
+    impostor = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
+    line = f"[{server.host}]:{server.port} {impostor.export_public_key().decode().strip()}"
+    system_known_hosts.write_text(f"# managed by the cluster's admins\n\n{line}\n")
+    reach = run(connect_once(host))
+    assert reach.reach is Reach.HOSTKEY_CHANGED, reach
+    assert f"remove the old line 3 from {system_known_hosts}" in reach.detail
+
+    system_known_hosts.write_text("")
+    reach = run(connect_once(host))
+    assert reach.reach is Reach.HOSTKEY_UNKNOWN, reach
+    assert f"is not in {empty} or {system_known_hosts} (" in reach.detail
+
+
 def test_a_host_key_of_another_type_on_record_is_a_changed_key(
     local_ssh_server: LocalSshServer,
 ) -> None:

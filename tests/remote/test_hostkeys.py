@@ -61,6 +61,20 @@ def test_a_missing_file_is_empty(tmp_path: Path) -> None:
     assert KnownHosts.read(tmp_path / "nope").keys_for("h", 22) == []
 
 
+def test_keys_recorded_in_other_files_count_and_say_where(tmp_path: Path) -> None:
+    user, system = new_key(), new_key()
+    (tmp_path / "user").write_text(f"h {public(user)}\n")
+    (tmp_path / "system").write_text(f"# admins\nh,g {public(system)}\n")
+    known = KnownHosts.read(tmp_path / "user", tmp_path / "system", tmp_path / "absent")
+    assert known.path == tmp_path / "user"
+    assert known.files == (tmp_path / "user", tmp_path / "system")
+    assert [(k.file.name, k.lineno, k.key) for k in known.keys_for("h", 22)] == [
+        ("user", 1, user),
+        ("system", 2, system),
+    ]
+    assert [(k.file.name, k.key) for k in known.keys_for("g", 22)] == [("system", system)]
+
+
 @pytest.mark.parametrize("port", [22, 2222])
 def test_appended_lines_are_found_by_openssh(port: int, tmp_path: Path) -> None:
     path = tmp_path / "new" / ".ssh" / "known_hosts"
