@@ -1,21 +1,34 @@
-"""Steps/s of the bundled trainer against a bare DDP loop, side by side in one run.
+"""Steps/s of the bundled trainer against a bare DDP loop, alternating inside one torchrun job.
 
 The bare loop is the one of PyTorch's DDP tutorial (zero_grad, forward, loss, backward, step) on
-the same model, data, batch, process count and learning-rate schedule. The trainer runs with its
-defaults, a step event every step and the control poll every step, but without gradient
-clipping, which the tutorial loop does not do either. Rounds alternate which goes first so that
-drifting machine load hits both alike, and each process gets one intra-op thread. A run's rate
-is 1 / the median time between consecutive step ends (after a warm-up), measured inside rank 0:
-start-up and shutdown are excluded, and the median shrugs off the bursts of a shared machine.
+the same model, data, batch, process count and learning-rate schedule. The trainer side is the
+trainer's own loop (``Trainer.run``, with its step event every step and its control polling)
+with its defaults, but without gradient clipping, which the tutorial loop does not do either.
+Each process gets one intra-op thread.
 
-    .venv/bin/python benchmarks/trainer_overhead.py [--rounds 3] [--steps 300] [--nproc 2]
+Both sides run in the same worker processes, in alternating rounds of ``--steps`` steps, each
+round from a freshly built model and optimizer. On a small shared machine, two launches of the
+very same loop, run in turns second by second, differed by up to 20% (where a process's memory
+lands, how its threads share the cores), and a launch keeps that luck for its whole life: a
+comparison across launches measures the luck more than the trainer. In one process, both sides
+share it.
+
+A round's rate is 1 / the median time between consecutive step ends on global rank 0, after a
+warm-up; the ratio is the median over rounds of the trainer's rate / the bare loop's, with a
+bootstrap interval over the rounds. Every round's losses are compared bit for bit: equal losses
+show that both sides did the same arithmetic, so the difference in speed is the trainer's
+machinery alone. ``--control`` runs the bare loop against itself: the noise floor of the ratio.
+
+    .venv/bin/python benchmarks/trainer_overhead.py [--rounds 60] [--steps 60] [--control]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -25,26 +38,15 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-WARMUP = 20
-
-
-def _torchrun(nproc: int, target: list[str], cwd: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
-            "--nproc-per-node", str(nproc), "--master_addr", "127.0.0.1",
-            "--master_port", str(port), *target]  # fmt: skip
-    # One intra-op thread per process: by default each of the processes starts a pool as wide
-    # as the machine, and their oversubscription swamps the difference being measured.
-    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore"}
-    subprocess.run(argv, cwd=cwd, env=env, check=True, capture_output=True)
+WARMUP = 10
+BOOTSTRAP = 2000
 
 
 def _model_args(args: argparse.Namespace) -> list[str]:
-    """The same model and batch for both loops: the flags are spelled alike on both CLIs."""
+    """The same model and batch for both sides: the trainer's flags."""
     return [
         "--width",
         str(args.width),
@@ -55,133 +57,176 @@ def _model_args(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def trainer_rate(args: argparse.Namespace, work: Path) -> float:
-    run_dir = work / f"run-{time.monotonic_ns()}"
-    _torchrun(
-        args.nproc,
-        [
-            "-m",
-            "trainer",
-            "--run-dir",
-            str(run_dir),
-            "--max-steps",
-            str(args.steps),
-            "--checkpoint-every",
-            "0",
-            "--log-every",
-            "1",
-            # The tutorial loop does not clip; clipping is arithmetic of the recipe, not
-            # overhead of the trainer's machinery (it costs ~4% of this model's step).
-            "--grad-clip",
-            "0",
-            *_model_args(args),
-        ],
-        cwd=ROOT,
-    )
-    lines = (run_dir / "events" / "rank0.jsonl").read_text().splitlines()
-    steps = [e for e in map(json.loads, lines) if e["type"] == "step" and e["step"] > WARMUP]
-    shutil.rmtree(run_dir)
-    return 1 / statistics.median(e["step_time_s"] for e in steps)
+class Sides:
+    """Both loops, built afresh for each round inside a torchrun worker."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from trainer import dist as trainer_dist
+
+        self.args, self.work = args, work
+        self.rt = trainer_dist.start("gloo", timeout_s=300)
+
+    def _config(self, run_dir: Path) -> Any:
+        from trainer.cli import parse_args
+
+        flags = ["--run-dir", str(run_dir), "--max-steps", str(self.args.steps),
+                 "--checkpoint-every", "0", "--log-every", "1",
+                 # The tutorial loop does not clip; clipping is arithmetic of the recipe, not
+                 # overhead of the trainer's machinery (it costs ~4% of this model's step).
+                 "--grad-clip", "0", *_model_args(self.args)]  # fmt: skip
+        return parse_args(flags)
+
+    def trainer(self, round_: int) -> tuple[list[float], list[float]]:
+        """Step-end times and losses of rank 0, from the trainer's own events."""
+        from trainer.events import EventLog
+        from trainer.loop import Trainer
+
+        cfg = self._config(self.work / f"trainer-{round_}")
+        log = EventLog(cfg.run_dir, self.rt.placement)
+        try:
+            Trainer(cfg, self.rt, log).run()
+        finally:
+            log.close()
+        lines = log.path.read_text().splitlines()
+        steps = [e for e in map(json.loads, lines) if e["type"] == "step"]
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
+        return [e["time"] for e in steps], [e["loss"] for e in steps]
+
+    def bare(self, round_: int) -> tuple[list[float], list[float]]:
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        from trainer.data import Shards, SyntheticRegression
+        from trainer.loop import lr_factor
+        from trainer.models import MLP
+
+        cfg = self._config(self.work / f"bare-{round_}")
+        p = self.rt.placement
+        task = SyntheticRegression(cfg.samples, cfg.seed)
+        torch.manual_seed(cfg.seed)
+        model = DistributedDataParallel(MLP(task.in_dim, cfg.width, cfg.depth, task.out_dim))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # The trainer's learning-rate schedule too: the values it produces change how fast a
+        # CPU computes (denormals), so without it the two would not do the same arithmetic.
+        schedule = partial(
+            lr_factor, warmup=cfg.warmup_steps, total=cfg.max_steps, floor=cfg.min_lr_ratio
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        shards = Shards(
+            task, rank=p.rank, world_size=p.world_size, batch_size=cfg.batch_size, seed=cfg.seed
+        )
+        ends: list[float] = []
+        losses: list[torch.Tensor] = []
+        step, epoch = 0, 0
+        while step < cfg.max_steps:
+            for indices in shards.epoch(epoch):
+                x, y = task.batch(indices)
+                optimizer.zero_grad()
+                loss = task.loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                # What the trainer's events hold, kept in memory: no I/O on this side.
+                ends.append(time.time())
+                losses.append(loss.detach())
+                step += 1
+                if step == cfg.max_steps:
+                    break
+            epoch += 1
+        return ends, [t.item() for t in losses]
 
 
-def bare_rate(args: argparse.Namespace, work: Path) -> float:
-    out = work / f"bare-{time.monotonic_ns()}.json"
-    _torchrun(
-        args.nproc,
-        [
-            str(Path(__file__).resolve()),
-            "--worker",
-            str(out),
-            "--steps",
-            str(args.steps),
-            *_model_args(args),
-        ],
-        cwd=ROOT,
-    )
-    rate: float = json.loads(out.read_text())["steps_per_s"]
-    return rate
+def _rate(ends: list[float]) -> float:
+    return 1 / statistics.median(b - a for a, b in itertools.pairwise(ends[WARMUP:]))
 
 
-def bare_worker(args: argparse.Namespace) -> None:
-    import torch
+def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
-    sys.path.insert(0, str(ROOT))
-    from trainer.cli import parse_args
-    from trainer.data import Shards, SyntheticRegression
-    from trainer.loop import lr_factor
-    from trainer.models import MLP
-
-    defaults = parse_args([])
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    task = SyntheticRegression(defaults.samples, defaults.seed)
-    torch.manual_seed(defaults.seed)
-    model = DistributedDataParallel(MLP(task.in_dim, args.width, args.depth, task.out_dim))
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=defaults.lr, weight_decay=defaults.weight_decay
-    )
-    # The trainer's learning-rate schedule too: the values it produces change how fast a CPU
-    # computes (denormals), so without it the two loops would not do the same arithmetic.
-    schedule = partial(
-        lr_factor, warmup=defaults.warmup_steps, total=args.steps, floor=defaults.min_lr_ratio
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    shards = Shards(task, rank=rank, world_size=world, batch_size=args.batch_size, seed=0)
-    step, epoch, durations = 0, 0, []
-    last = time.perf_counter()
-    while step < args.steps:
-        for indices in shards.epoch(epoch):
-            x, y = task.batch(indices)
-            optimizer.zero_grad()
-            task.loss(model(x), y).backward()
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            now = time.perf_counter()
-            durations.append(now - last)
-            last = now
-            if step == args.steps:
-                break
-        epoch += 1
-    rate = 1 / statistics.median(durations[WARMUP:])
-    if rank == 0:
-        Path(args.worker).write_text(json.dumps({"steps_per_s": rate}))
+    work = Path(args.worker)
+    sides = Sides(args, work)
+    first, second = (sides.bare, sides.bare) if args.control else (sides.trainer, sides.bare)
+    rounds = []
+    for round_ in range(args.rounds):
+        # Alternate which side goes first, so that neither always runs on a warmer machine.
+        a_first = round_ % 2 == 0
+        order = (first, second) if a_first else (second, first)
+        results = [side(round_) for side in order]
+        (a_ends, a_losses), (b_ends, b_losses) = results if a_first else results[::-1]
+        rounds.append({"a": _rate(a_ends), "b": _rate(b_ends), "same_losses": a_losses == b_losses})
+    if sides.rt.placement.rank == 0:
+        (work / "rounds.json").write_text(json.dumps(rounds))
     dist.destroy_process_group()
+
+
+def _torchrun(args: argparse.Namespace, work: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
+            "--nproc-per-node", str(args.nproc), "--master_addr", "127.0.0.1",
+            "--master_port", str(port), str(Path(__file__).resolve()), "--worker", str(work),
+            "--rounds", str(args.rounds), "--steps", str(args.steps), *_model_args(args),
+            *(["--control"] if args.control else [])]  # fmt: skip
+    # One intra-op thread per process: by default each of the processes starts a pool as wide
+    # as the machine, and their oversubscription swamps the difference being measured.
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(
+            f"the benchmark's torchrun job failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
+        )
+
+
+def _interval(ratios: list[float], level: float = 0.90) -> tuple[float, float]:
+    """A bootstrap interval of the median ratio: how far the figure moves with other rounds."""
+    rng = random.Random(0)
+    medians = sorted(
+        statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP)
+    )
+    tail = int(BOOTSTRAP * (1 - level) / 2)
+    return medians[tail], medians[-tail - 1]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=60, help="rounds per side")
+    p.add_argument("--steps", type=int, default=60, help="steps per round, with the warm-up")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--control", action="store_true", help="the bare loop against itself")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.steps <= WARMUP + 1:
+        p.error(f"--steps must exceed the {WARMUP}-step warm-up")
     if args.worker:
-        bare_worker(args)
+        worker(args)
         return
-    trainer, bare = [], []
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        for round_ in range(args.rounds):
-            # Alternate which goes first, so a load that drifts within a round favours neither.
-            if round_ % 2:
-                bare.append(bare_rate(args, Path(tmp)))
-                trainer.append(trainer_rate(args, Path(tmp)))
-            else:
-                trainer.append(trainer_rate(args, Path(tmp)))
-                bare.append(bare_rate(args, Path(tmp)))
-            print(f"round {round_ + 1}: trainer {trainer[-1]:7.1f} steps/s   bare DDP "
-                  f"{bare[-1]:7.1f} steps/s   ratio {trainer[-1] / bare[-1]:.3f}")  # fmt: skip
-    t, b = statistics.median(trainer), statistics.median(bare)
+        _torchrun(args, Path(tmp))
+        rounds = json.loads((Path(tmp) / "rounds.json").read_text())
+    a_name = "bare (control)" if args.control else "trainer"
+    ratios = [r["a"] / r["b"] for r in rounds]
+    low, high = _interval(ratios)
     print(
-        f"median of {args.rounds} rounds ({args.nproc} processes, {args.steps} steps, "
-        f"MLP width {args.width} depth {args.depth}, batch {args.batch_size}/process): "
-        f"trainer {t:.1f} steps/s, bare {b:.1f} steps/s, ratio {t / b:.3f} (target ≥ 0.97)"
+        f"{args.nproc} processes, MLP width {args.width} depth {args.depth}, batch "
+        f"{args.batch_size}/process; {args.rounds} rounds of {args.steps} steps per side, "
+        f"{time.monotonic() - started:.0f} s"
     )
+    print(f"{a_name}: {statistics.median(r['a'] for r in rounds):.1f} steps/s (median round)")
+    print(f"bare DDP: {statistics.median(r['b'] for r in rounds):.1f} steps/s (median round)")
+    print(
+        f"ratio {a_name} / bare: {statistics.median(ratios):.3f} (median of the rounds' ratios; "
+        f"90% interval {low:.3f}–{high:.3f}){'' if args.control else '; target ≥ 0.97'}"
+    )
+    same = sum(r["same_losses"] for r in rounds)
+    print(f"rounds with bit-identical losses on both sides: {same} of {len(rounds)}")
+    if same != len(rounds):
+        sys.exit("the two sides computed different losses: the comparison is not like for like")
 
 
 if __name__ == "__main__":
