@@ -23,7 +23,7 @@ import pytest
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import classify_python_failure, python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster
-from ddptui.remote.hostkeys import fingerprint
+from ddptui.remote.hostkeys import fingerprint, key_line
 from ddptui.remote.status import Reach, Reachability
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
@@ -43,6 +43,14 @@ async def connect_once(host: HostConfig, timeout: float = 5) -> Reachability:
 
 def server_key(server: LocalSshServer) -> asyncssh.SSHKey:
     return asyncssh.import_public_key(" ".join(server.known_hosts.read_text().split()[1:3]))
+
+
+def other_key_line(
+    server: LocalSshServer, algorithm: str = "ssh-ed25519"
+) -> tuple[asyncssh.SSHKey, str]:
+    """A key the server does not have, and the known_hosts line recording it for the server."""
+    key = asyncssh.generate_private_key(algorithm).convert_to_public()
+    return key, key_line(server.host, server.port, key)
 
 
 def write_key(path: Path, passphrase: str = "") -> asyncssh.SSHKey:
@@ -108,9 +116,8 @@ def test_the_default_known_hosts_is_home_ssh(
 
 def test_a_changed_host_key_is_refused_loudly(local_ssh_server: LocalSshServer) -> None:
     server = local_ssh_server
-    impostor = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
+    impostor, line = other_key_line(server)
     recorded = server.root / "changed_known_hosts"
-    line = f"[{server.host}]:{server.port} {impostor.export_public_key().decode().strip()}"
     recorded.write_text(f"# ours\n{line}\n")
     reach = run(connect_once(local_host(server, known_hosts=recorded)))
     assert reach.reach is Reach.HOSTKEY_CHANGED
@@ -132,8 +139,7 @@ def test_a_key_recorded_system_wide_is_trusted_and_a_changed_one_named_there(
     reach = run(connect_once(host))
     assert reach.ok, reach
 
-    impostor = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
-    line = f"[{server.host}]:{server.port} {impostor.export_public_key().decode().strip()}"
+    _, line = other_key_line(server)
     system_known_hosts.write_text(f"# managed by the cluster's admins\n\n{line}\n")
     reach = run(connect_once(host))
     assert reach.reach is Reach.HOSTKEY_CHANGED, reach
@@ -151,10 +157,9 @@ def test_a_host_key_of_another_type_on_record_is_a_changed_key(
     # The server has only an ed25519 key; on record is an ECDSA one. A strict connection
     # negotiates only the recorded type, so this fails in key exchange, not verification.
     server = local_ssh_server
-    old = asyncssh.generate_private_key("ecdsa-sha2-nistp256").convert_to_public()
+    _, line = other_key_line(server, "ecdsa-sha2-nistp256")
     recorded = server.root / "ecdsa_known_hosts"
-    pattern = f"[{server.host}]:{server.port}"
-    recorded.write_text(f"{pattern} {old.export_public_key().decode().strip()}\n")
+    recorded.write_text(f"{line}\n")
     reach = run(connect_once(local_host(server, known_hosts=recorded)))
     assert reach.reach is Reach.HOSTKEY_CHANGED, reach
     assert "line 1" in reach.detail
