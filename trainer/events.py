@@ -5,9 +5,8 @@ the fields of its type (see README.md). Lines are written whole and in order. Ev
 ``step`` is written at once (with the step events before it); step events are written together
 at least every ``FLUSH_EVERY_S`` by a background thread, which also writes them while the main
 thread hangs in a collective: encoding and writing each step event at once cost 1% of a small
-model's CPU step.
-A reader tailing the file takes it up to its last newline. A failing disk turns logging off
-rather than stopping the training.
+model's CPU step. A reader tailing the file takes it up to its last newline. A failing disk
+turns logging off rather than stopping the training.
 """
 
 from __future__ import annotations

@@ -68,8 +68,8 @@ class KnownHosts:
     """
 
     def __init__(self, path: Path, text: str, others: Sequence[tuple[Path, str]] = ()) -> None:
-        self.path = path
         self.files = (path, *(file for file, _ in others))
+        """Every file read, ``path`` first."""
         self._lines: list[tuple[Path, int, asyncssh.SSHKnownHosts]] = []
         usable: list[str] = []
         for file, content in ((path, text), *others):
@@ -84,6 +84,11 @@ class KnownHosts:
                 usable.append(stripped)
         self.trusted = asyncssh.import_known_hosts("\n".join(usable))
         """Every usable line, for asyncssh's ``known_hosts=`` option."""
+
+    @property
+    def path(self) -> Path:
+        """The file ddptui writes."""
+        return self.files[0]
 
     @classmethod
     def read(cls, path: Path, *others: Path) -> KnownHosts:
@@ -148,10 +153,13 @@ class HostKeyCheck:
     state: KeyState
     presented: asyncssh.SSHKey
     known: tuple[KnownKey, ...]
-    file: Path
-    """Where ddptui records the key (``ddptui trust``)."""
     searched: tuple[Path, ...]
-    """Every file read: ``file`` and the system-wide ones that exist."""
+    """Every file read: the one ddptui writes, then the system-wide ones that exist."""
+
+    @property
+    def file(self) -> Path:
+        """Where ddptui records the key (``ddptui trust``)."""
+        return self.searched[0]
 
 
 async def resolve(address: str, port: int) -> str | None:
@@ -191,7 +199,7 @@ async def check_host_key(host: HostConfig, *, timeout: float) -> HostKeyCheck:
     known = tuple(known_hosts.keys_for(host.address, host.port, peer_ip))
     if not known:
         presented = await fetch_host_key(host.address, host.port, timeout=timeout)
-        return HostKeyCheck(KeyState.UNKNOWN, presented, known, known_hosts.path, known_hosts.files)
+        return HostKeyCheck(KeyState.UNKNOWN, presented, known, known_hosts.files)
     algorithms = [alg.decode("ascii") for entry in known for alg in entry.key.sig_algorithms]
     try:
         presented = await fetch_host_key(
@@ -201,4 +209,4 @@ async def check_host_key(host: HostConfig, *, timeout: float) -> HostKeyCheck:
         presented = await fetch_host_key(host.address, host.port, timeout=timeout)
     recorded = {entry.key for entry in known}
     state = KeyState.TRUSTED if presented in recorded else KeyState.CHANGED
-    return HostKeyCheck(state, presented, known, known_hosts.path, known_hosts.files)
+    return HostKeyCheck(state, presented, known, known_hosts.files)
