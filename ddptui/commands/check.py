@@ -14,10 +14,11 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from ddptui.checking import CheckReport, check_cluster
+from ddptui.check import CheckReport, check_cluster
 from ddptui.config import AUTO, HostConfig, load_config
-from ddptui.facts import NA, HostFacts, Maybe
-from ddptui.health import Code, HostCheck, Severity, choose_socket_ifname, is_free, parity_rows
+from ddptui.health import Code, HostCheck, Severity, parity_rows
+from ddptui.plan.resources import choose_socket_ifname, is_free
+from ddptui.probe.facts import NA, HostFacts, Maybe
 
 # Already in the hosts table's interface column; JSON keeps them for scripts.
 _SHOWN_IN_TABLES = {Code.SOCKET_IFNAME_CHOSEN}

@@ -6,11 +6,11 @@ import shlex
 from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import Config, HostConfig
-from ddptui.facts import NA, HostFacts
 from ddptui.health.findings import Code, Finding, HostCheck, Severity
 from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
+from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import Reach
 
 BYTES_PER_GB = 1e9

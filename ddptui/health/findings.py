@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
-from ddptui.facts import HostFacts
+from ddptui.probe.facts import HostFacts
 from ddptui.remote.status import Reachability
 
 

@@ -2,65 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 from ddptui.config.model import Config, HostConfig
-from ddptui.facts import NA, GpuFacts, HostFacts
 from ddptui.health.findings import Code, Finding, Severity
 from ddptui.health.wording import and_list, plural
-
-BUSY_MEMORY_MIB = 1024
-"""A GPU with this much memory in use is busy even when no process is listed (another container)."""
-
-
-def is_free(gpu: GpuFacts) -> bool:
-    """No compute process holds it and little memory is used. Unknown facts count as free."""
-    if gpu.processes is not NA and gpu.processes:
-        return False
-    return gpu.memory_used_mib is NA or gpu.memory_used_mib < BUSY_MEMORY_MIB
-
-
-def present_gpus(facts: HostFacts) -> tuple[GpuFacts, ...]:
-    """The host's NVIDIA GPUs; torch's device count stands in when the driver tools are absent."""
-    if facts.gpus.source != "none":
-        return facts.gpus.devices
-    torch = facts.torch
-    if torch.cuda_available is True and torch.device_count is not NA:
-        return tuple(GpuFacts(index=index) for index in range(torch.device_count))
-    return ()
-
-
-def selected_gpus(host: HostConfig, facts: HostFacts) -> tuple[GpuFacts, ...]:
-    """The present GPUs that the host's ``gpus`` setting selects."""
-    present = sorted(present_gpus(facts), key=lambda gpu: gpu.index)
-    if host.gpus == "all":
-        return tuple(present)
-    if isinstance(host.gpus, int):
-        return tuple(present[: host.gpus])
-    return tuple(gpu for gpu in present if gpu.index in host.gpus)
-
-
-def usable_gpus(host: HostConfig, facts: HostFacts) -> tuple[GpuFacts, ...]:
-    """Selected GPUs, if torch on the host can use CUDA at all; else none."""
-    return selected_gpus(host, facts) if facts.torch.cuda_available is True else ()
-
-
-def procs_per_node(config: Config, host: HostConfig, facts: HostFacts) -> int:
-    """Processes torchrun starts on the host: one per selected GPU, or the configured number."""
-    nproc = config.job.nproc_per_node
-    return len(selected_gpus(host, facts)) if nproc == "gpus" else nproc
-
-
-def resolve_backend(config: Config, facts: Mapping[str, HostFacts]) -> Literal["nccl", "gloo"]:
-    """The configured backend; for ``auto``, nccl when every host has a usable GPU, else gloo."""
-    if config.cluster.backend != "auto":
-        return config.cluster.backend
-    for host in config.hosts:
-        host_facts = facts.get(host.name)
-        if host_facts is None or not usable_gpus(host, host_facts):
-            return "gloo"
-    return "nccl"
+from ddptui.plan.resources import (
+    is_free,
+    present_gpus,
+    procs_per_node,
+    resolve_backend,
+    selected_gpus,
+    usable_gpus,
+)
+from ddptui.probe.facts import NA, GpuFacts, HostFacts
 
 
 def gpu_findings(

@@ -8,30 +8,15 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import AUTO, Config, HostConfig
-from ddptui.facts import NA, HostFacts, Interface, IPAddress, PortFacts
 from ddptui.health.findings import Code, Finding, HostCheck, Severity
 from ddptui.health.wording import and_list
-
-
-def choose_socket_ifname(host_facts: HostFacts, master_address: str) -> str | None:
-    """The interface gloo/NCCL should use on this host to reach node 0 at ``master_address``.
-
-    The interface holding that address (node 0 itself), else the one whose subnet contains it,
-    the most specific subnet winning. A name stands for the address the host itself resolved
-    it to, as its torchrun will. ``None`` when no subnet contains it, when the host did not
-    report its interfaces, or when the name did not resolve there to a usable address.
-    """
-    target = _master_target(host_facts, master_address)
-    if target is None or host_facts.interfaces is NA:
-        return None
-    best: tuple[int, str] | None = None
-    for interface in host_facts.interfaces:
-        for network in interface.ipv4:
-            if network.ip == target:
-                return interface.name
-            if target in network.network and (best is None or network.network.prefixlen > best[0]):
-                best = (network.network.prefixlen, interface.name)
-    return None if best is None else best[1]
+from ddptui.plan.resources import (
+    choose_socket_ifname,
+    is_loopback_name,
+    master_target,
+    resolved_addresses,
+)
+from ddptui.probe.facts import NA, HostFacts, Interface, IPAddress, PortFacts
 
 
 def network_findings(
@@ -172,7 +157,7 @@ def _master_findings(
     has_ifname: bool,
 ) -> Iterator[Finding]:
     resolution = facts.master
-    if resolution is None or resolution.name != master or _is_loopback(master):
+    if resolution is None or resolution.name != master or is_loopback_name(master):
         return
     mapping = f" (e.g. {known} {master}, as the other hosts resolve it)" if known else ""
     if not resolution.addresses:
@@ -232,7 +217,7 @@ def _known_master_address(
     probed: Sequence[tuple[HostConfig, HostFacts]], master: str
 ) -> IPAddress | None:
     """The address most hosts reach node 0's name at: the example in a fix."""
-    counts = Counter(_master_target(facts, master) for _, facts in probed)
+    counts = Counter(master_target(facts, master) for _, facts in probed)
     counts.pop(None, None)
     return max(counts, key=counts.__getitem__, default=None)
 
@@ -244,12 +229,12 @@ def _master_mismatch(
 
     Loopback addresses are left out: master_resolves_to_loopback reports them per host.
     """
-    if _is_loopback(master):
+    if is_loopback_name(master):
         return
     seen: dict[tuple[IPAddress, ...], list[str]] = {}
     for host, facts in probed:
         addresses = tuple(
-            address for address in _resolved(facts, master) if not address.is_loopback
+            address for address in resolved_addresses(facts, master) if not address.is_loopback
         )
         if addresses:
             seen.setdefault(tuple(sorted(addresses, key=str)), []).append(host.name)
@@ -273,7 +258,7 @@ def _hostname_findings(
 ) -> Iterator[Finding]:
     hostname = facts.hostname if facts.hostname is not NA else host.name
     # One machine standing in for the cluster (the demo) legitimately uses loopback.
-    if _is_loopback(master):
+    if is_loopback_name(master):
         return
     severity = Severity.WARNING if has_ifname else Severity.ERROR
     fix = (
@@ -298,13 +283,6 @@ def _hostname_findings(
     yield Finding(code, severity, host.name, f"hostname {hostname} {trouble}, {consequence}", fix)
 
 
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
-
-
 def _target(facts: HostFacts, master: str) -> str:
     """Node 0's address as this host sees it, for messages."""
     try:
@@ -313,31 +291,13 @@ def _target(facts: HostFacts, master: str) -> str:
         pass
     else:
         return master
-    target = _master_target(facts, master)
+    target = master_target(facts, master)
     if target is not None:
         return f"{master} is {target} there"
-    addresses = _resolved(facts, master)
+    addresses = resolved_addresses(facts, master)
     if addresses:
         return f"{master} resolves only to {_addresses(addresses)} there"
     return f"{master} is a name that did not resolve there to an address"
-
-
-def _master_target(facts: HostFacts, master: str) -> IPAddress | None:
-    """The address this host's torchrun reaches node 0 at, as far as interfaces are concerned.
-
-    A name counts as what it resolved to on the host, IPv4 first (interfaces list IPv4 only).
-    Loopback counts only for a loopback name such as ``localhost``: one machine standing in for
-    a cluster. Anywhere else it is a stale /etc/hosts entry, and choosing ``lo`` for gloo/NCCL
-    would make the host advertise loopback to its peers.
-    """
-    try:
-        return ipaddress.ip_address(master)
-    except ValueError:
-        pass
-    addresses = _resolved(facts, master)
-    if not _is_loopback(master):
-        addresses = tuple(address for address in addresses if not address.is_loopback)
-    return min(addresses, key=lambda address: address.version, default=None)
 
 
 def _master_unusable(facts: HostFacts, master: str) -> bool:
@@ -346,15 +306,8 @@ def _master_unusable(facts: HostFacts, master: str) -> bool:
     return (
         resolution is not None
         and resolution.name == master
-        and _master_target(facts, master) is None
+        and master_target(facts, master) is None
     )
-
-
-def _resolved(facts: HostFacts, master: str) -> tuple[IPAddress, ...]:
-    resolution = facts.master
-    if resolution is None or resolution.name != master:
-        return ()
-    return resolution.addresses
 
 
 def _addresses(addresses: Sequence[IPAddress]) -> str:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
-from ddptui.facts import NA, HostFacts, Maybe
 from ddptui.health.findings import Code, Finding, Severity
 from ddptui.health.wording import and_list, plural
+from ddptui.probe.facts import NA, HostFacts, Maybe
 
 NOT_INSTALLED = "not installed"
 MAX_LISTED_PACKAGES = 8

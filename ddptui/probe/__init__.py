@@ -1,6 +1,6 @@
 """The host probe: the script text sent to each host and the arguments it takes.
 
-The script runs on the host's own Python, never inside ddptui; :mod:`ddptui.facts` parses
+The script runs on the host's own Python, never inside ddptui; :mod:`ddptui.probe.facts` parses
 what it prints.
 """
 

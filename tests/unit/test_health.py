@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.facts import (
+from ddptui.health import (
+    Code,
+    Finding,
+    HostCheck,
+    Severity,
+    evaluate,
+    parity_rows,
+)
+from ddptui.plan.resources import choose_socket_ifname, is_free, resolve_backend
+from ddptui.probe.facts import (
     NA,
     DiskFacts,
     GpuFacts,
@@ -24,17 +33,6 @@ from ddptui.facts import (
     PortFacts,
     PythonFacts,
     TorchFacts,
-)
-from ddptui.health import (
-    Code,
-    Finding,
-    HostCheck,
-    Severity,
-    choose_socket_ifname,
-    evaluate,
-    is_free,
-    parity_rows,
-    resolve_backend,
 )
 from ddptui.remote.status import Reach, Reachability
 

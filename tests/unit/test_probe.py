@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.facts import NA, HostFacts, parse_facts
 from ddptui.health import Code, HostCheck, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
 from ddptui.probe import script as probe_script
+from ddptui.probe.facts import NA, HostFacts, parse_facts
 from ddptui.remote.status import Reach, Reachability
 from tests.fixtures.gpu import DOUBLE, FIXTURES, nvidia_smi_double
 

@@ -10,13 +10,13 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
+from ddptui.check.report import CheckReport
+from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER
 from ddptui.config.model import AUTO, Config, HostConfig
-from ddptui.facts import ProbeError, clock_offset, parse_facts
-from ddptui.health import Finding, HostCheck, Severity, evaluate
+from ddptui.health import HostCheck, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
+from ddptui.probe.facts import ProbeError, clock_offset, parse_facts
 from ddptui.remote.commands import CommandResult, classify_python_failure, python_argv
 from ddptui.remote.connection import RemoteCluster, RemoteError
 from ddptui.remote.status import Reach, Reachability
@@ -26,86 +26,9 @@ PROBE_TIMEOUT_S = 60.0
 
 PORT_TEST_CONNECT_TIMEOUT_S = 3.0
 
-# Both scripts run on the host's Python with the standard library only, like the probe.
-_LISTENER = """\
-import socket, sys, time
-port, seconds, expected = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    server.bind(("", port))
-except OSError as error:
-    print("error", error, flush=True)
-    sys.exit(1)
-server.listen(64)
-server.settimeout(0.2)
-print("ready", server.getsockname()[1], flush=True)
-deadline, accepted = time.time() + seconds, 0
-while accepted < expected and time.time() < deadline:
-    try:
-        peer = server.accept()[0]
-    except socket.timeout:
-        continue
-    # The worker hangs up first, so its side keeps TIME_WAIT and the master port stays free.
-    peer.settimeout(2)
-    try:
-        peer.recv(1)
-    except OSError:
-        pass
-    peer.close()
-    accepted += 1
-"""
-
-_CONNECT = """\
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
-except OSError as error:
-    print(error)
-    sys.exit(3)
-"""
-_CONNECT_FAILED = 3
 
 Progress = Callable[[str, str], None]
 """Called with a host's name and what just happened to it ("connected", "probed", …)."""
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """Every host's check and the findings over all of them."""
-
-    config: Config
-    checks: tuple[HostCheck, ...]
-    """In node-rank order: node 0 first."""
-    findings: tuple[Finding, ...]
-    elapsed_s: float
-
-    @property
-    def healthy(self) -> bool:
-        """No finding of severity error."""
-        return not any(finding.severity is Severity.ERROR for finding in self.findings)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``ddptui check --json`` document (DESIGN.md)."""
-        return {
-            "healthy": self.healthy,
-            "hosts": [
-                {
-                    "name": check.host.name,
-                    "address": check.host.address,
-                    "node_rank": rank,
-                    "reachable": check.reach.ok,
-                    "reach": check.reach.reach.value,
-                    "detail": check.reach.detail,
-                    "clock_offset_s": check.clock_offset_s,
-                    "master_port_reachable": check.master_port_reachable,
-                    "facts": None if check.facts is None else check.facts.to_json(),
-                }
-                for rank, check in enumerate(self.checks)
-            ],
-            "findings": [finding.to_json() for finding in self.findings],
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
 
 
 async def check_cluster(config: Config, progress: Progress | None = None) -> CheckReport:
@@ -194,7 +117,7 @@ async def _test_master_port(
         listener = await remote.start_process(
             head.host,
             python_argv(
-                head.host, "-c", _LISTENER, str(listen_port), f"{seconds:g}", str(len(workers))
+                head.host, "-c", LISTENER, str(listen_port), f"{seconds:g}", str(len(workers))
             ),
         )
     except RemoteError:
@@ -232,11 +155,11 @@ async def _can_connect(
 ) -> bool | None:
     result = await remote.run(
         worker,
-        python_argv(worker, "-c", _CONNECT, address, str(port), f"{PORT_TEST_CONNECT_TIMEOUT_S:g}"),
+        python_argv(worker, "-c", CONNECT, address, str(port), f"{PORT_TEST_CONNECT_TIMEOUT_S:g}"),
         timeout=PORT_TEST_CONNECT_TIMEOUT_S + 30.0,
     )
     if result.exit_status == 0:
         return True
-    if result.exit_status == _CONNECT_FAILED:
+    if result.exit_status == CONNECT_FAILED:
         return False
     return None

@@ -1,0 +1,47 @@
+"""The check's result and its ``ddptui check --json`` form (docs/architecture.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ddptui.config.model import Config
+from ddptui.health import Finding, HostCheck, Severity
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Every host's check and the findings over all of them."""
+
+    config: Config
+    checks: tuple[HostCheck, ...]
+    """In node-rank order: node 0 first."""
+    findings: tuple[Finding, ...]
+    elapsed_s: float
+
+    @property
+    def healthy(self) -> bool:
+        """No finding of severity error."""
+        return not any(finding.severity is Severity.ERROR for finding in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``ddptui check --json`` document (docs/architecture.md)."""
+        return {
+            "healthy": self.healthy,
+            "hosts": [
+                {
+                    "name": check.host.name,
+                    "address": check.host.address,
+                    "node_rank": rank,
+                    "reachable": check.reach.ok,
+                    "reach": check.reach.reach.value,
+                    "detail": check.reach.detail,
+                    "clock_offset_s": check.clock_offset_s,
+                    "master_port_reachable": check.master_port_reachable,
+                    "facts": None if check.facts is None else check.facts.to_json(),
+                }
+                for rank, check in enumerate(self.checks)
+            ],
+            "findings": [finding.to_json() for finding in self.findings],
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
