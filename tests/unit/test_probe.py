@@ -267,6 +267,8 @@ def smi_facts(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], HostF
 @pytest.mark.parametrize(
     ("fixture", "driver", "cuda", "count", "name"),
     [
+        ("h200_idle", "580.159.04", "13.0", 1, "NVIDIA H200"),
+        ("h200_busy", "580.159.04", "13.0", 1, "NVIDIA H200"),
         ("h100x8_idle", "550.54.15", "12.4", 8, "NVIDIA H100 80GB HBM3"),
         ("h100x8_driver535", "535.104.05", "12.2", 8, "NVIDIA H100 80GB HBM3"),
         ("a100x2_busy", "535.161.08", "12.2", 2, "NVIDIA A100-SXM4-40GB"),
@@ -288,6 +290,16 @@ def test_nvidia_smi_fallback(
     assert [gpu.index for gpu in gpus.devices] == list(range(count))
     assert {gpu.name for gpu in gpus.devices} == {name}
     assert all(gpu.uuid is not NA and gpu.uuid.startswith("GPU-") for gpu in gpus.devices)
+
+
+def test_recorded_busy_h200_names_its_process(smi_facts: Callable[[str], HostFacts]) -> None:
+    (idle,) = smi_facts("h200_idle").gpus.devices
+    assert (idle.memory_total_mib, idle.memory_used_mib, idle.processes) == (143771, 0, ())
+    (busy,) = smi_facts("h200_busy").gpus.devices
+    assert (busy.memory_used_mib, busy.utilization_pct) == (21007, 0)
+    assert busy.processes is not NA
+    (process,) = busy.processes
+    assert (process.pid, process.name, process.used_memory_mib) == (529, "python3", 20998)
 
 
 def test_nvidia_smi_busy_gpu_names_its_process(smi_facts: Callable[[str], HostFacts]) -> None:
@@ -321,6 +333,8 @@ def test_nvidia_smi_driver_failure_is_the_no_driver_fact(
 
 def test_every_fixture_is_exercised() -> None:
     assert set(FIXTURES) == {
+        "h200_idle",
+        "h200_busy",
         "h100x8_idle",
         "h100x8_driver535",
         "a100x2_busy",
