@@ -55,16 +55,28 @@ _CLUSTER_ONLY: dict[str, values.Validator] = {
     "min_free_disk_gb": values.min_free_disk_gb,
     "max_clock_skew_s": values.max_clock_skew_s,
 }
-_JOB: dict[str, values.Validator] = {
+_JOB_FIXED: dict[str, values.Validator] = {
     "nproc_per_node": values.nproc_per_node,
     "checkpoint_every": values.checkpoint_every,
     "args": values.args,
+    "module": values.module,
+    "resume_args": values.args,
+    "stop_grace_s": values.stop_grace_s,
 }
+_JOB_KEY_ORDER = (
+    "nproc_per_node",
+    "checkpoint_every",
+    "args",
+    "script",
+    "module",
+    "resume_args",
+    "stop_grace_s",
+)
 CLUSTER_KEYS: tuple[str, ...] = (*MACHINE_KEYS, *_CLUSTER_ONLY)
 """Every key ``[cluster]`` accepts."""
 HOST_KEYS: tuple[str, ...] = (*_HOST_ONLY, *MACHINE_KEYS)
 """Every key a ``[[hosts]]`` entry accepts."""
-JOB_KEYS: tuple[str, ...] = tuple(_JOB)
+JOB_KEYS: tuple[str, ...] = _JOB_KEY_ORDER
 """Every key ``[job]`` accepts."""
 _TABLES = ("cluster", "hosts", "job")
 _INTERPRETER_KEYS = ("python", "conda_env")
@@ -163,7 +175,10 @@ def _build(document: dict[str, Any], path: Path) -> Config:
     _one_interpreter(cluster_table, "[cluster]")
     cluster = ClusterConfig(**{k: v for k, v in settings.items() if k in _CLUSTER_ONLY})
     defaults = {key: value for key, value in settings.items() if key in MACHINE_KEYS}
-    job = JobConfig(**_validate(job_table, "[job]", _JOB, _JOB_HOMES))
+    job_validators = {**_JOB_FIXED, "script": values.local_path(path.parent)}
+    job = JobConfig(**_validate(job_table, "[job]", job_validators, _JOB_HOMES))
+    if job.script is not None and job.module is not None:
+        raise _Problem("[job]: set script or module, not both: each names what every rank runs")
     hosts = tuple(
         _host(entry, number, defaults, machine)
         for number, entry in enumerate(_host_entries(document), start=1)
@@ -327,10 +342,10 @@ _TOP_LEVEL_HOMES = _homes(
     (MACHINE_KEYS, _IN_A_TABLE),
     (_CLUSTER_ONLY, "must be inside the [cluster] table"),
     (_HOST_ONLY, "must be inside a [[hosts]] entry"),
-    (_JOB, "must be inside the [job] table"),
+    (JOB_KEYS, "must be inside the [job] table"),
 )
-_CLUSTER_HOMES = _homes((_HOST_ONLY, _IN_HOSTS), (_JOB, _IN_JOB))
-_HOST_HOMES = _homes((_CLUSTER_ONLY, _IN_CLUSTER), (_JOB, _IN_JOB))
+_CLUSTER_HOMES = _homes((_HOST_ONLY, _IN_HOSTS), (JOB_KEYS, _IN_JOB))
+_HOST_HOMES = _homes((_CLUSTER_ONLY, _IN_CLUSTER), (JOB_KEYS, _IN_JOB))
 _JOB_HOMES = _homes(
     (MACHINE_KEYS, "is a machine setting: set it in [cluster] or a [[hosts]] entry"),
     (_CLUSTER_ONLY, _IN_CLUSTER),

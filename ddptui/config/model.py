@@ -46,11 +46,19 @@ class HostConfig:
 
 @dataclass(frozen=True)
 class JobConfig:
-    """What to run: the bundled trainer's settings and extra arguments."""
+    """What to run: the bundled trainer by default, or the user's ``script`` or ``module``.
+
+    ``script`` is a file or directory on the head node (uploaded with every run); ``module`` is
+    already installed on the hosts. At most one of the two is set.
+    """
 
     nproc_per_node: ProcsPerNode = "gpus"
     checkpoint_every: int = 200
     args: tuple[str, ...] = ()
+    script: Path | None = None
+    module: str | None = None
+    resume_args: tuple[str, ...] = ("--resume", "latest")
+    stop_grace_s: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,11 @@ def config_to_toml(config: Config) -> str:
         role = " (the rendezvous host)" if rank == 0 else ""
         lines += ["", f"# node {rank}{role}", "[[hosts]]"]
         lines += (_host_line(key, value, host) for key, value in host.items())
-    lines += ["", "[job]", *(assignment(key, value) for key, value in data["job"].items())]
+    lines += ["", "[job]"]
+    lines += (
+        f"# {key}: not set" if value is None else assignment(key, value)
+        for key, value in data["job"].items()
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -172,7 +172,7 @@ _HOSTS = (
 
 _JOB = _Table(
     "[job]",
-    "What to run: the bundled trainer.",
+    "What to run: the bundled trainer unless script or module is set.",
     (
         _Key(
             "nproc_per_node",
@@ -184,7 +184,33 @@ _JOB = _Table(
         _Key(
             "args",
             ["--epochs", "3", "--batch-size", "32"],
-            "Extra arguments for the trainer.",
+            "Extra arguments for the trainer (or for your script or module).",
+        ),
+        _Key(
+            "script",
+            "train.py",
+            "Your own entry point instead of the bundled trainer: a file, or a directory with "
+            "__main__.py, on this machine (relative to this file); uploaded with every run. Every "
+            "rank gets DDPTUI_RUN_DIR in its environment; write events there to see per-rank loss "
+            "(docs/events.md).",
+            active=False,
+        ),
+        _Key(
+            "module",
+            "mypkg.train",
+            "Or a module already installed on every host, run as python -m MODULE.",
+            active=False,
+        ),
+        _Key(
+            "resume_args",
+            ["--resume", "latest"],
+            "Arguments added when a stopped run is resumed.",
+        ),
+        _Key(
+            "stop_grace_s",
+            60.0,
+            "Seconds a graceful stop waits for the checkpoint and a clean exit before SIGTERM, "
+            "and SIGTERM waits before SIGKILL.",
         ),
     ),
 )

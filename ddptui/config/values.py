@@ -24,6 +24,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VARIABLE = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Linux caps interface names at IFNAMSIZ - 1 characters.
 _MAX_IFNAME = 15
@@ -286,6 +287,17 @@ def args(value: object) -> tuple[str, ...]:
         if not isinstance(item, str) or "\x00" in item:
             raise expected("a string", item, f"[{position}]")
     return tuple(value)
+
+
+def module(value: object) -> str:
+    what = "a Python module name such as mypkg.train"
+    if not isinstance(value, str) or not _MODULE.fullmatch(value):
+        raise expected(what, value)
+    return value
+
+
+def stop_grace_s(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
 def local_path(base_dir: Path) -> Validator:
