@@ -3,7 +3,7 @@ pure half). Both the command line and the console call :func:`check_cluster`."""
 
 from __future__ import annotations
 
-from ddptui.check.report import CheckReport
+from ddptui.check.report import CheckReport, PortTest
 from ddptui.check.run import Progress, check_cluster
 
-__all__ = ["CheckReport", "Progress", "check_cluster"]
+__all__ = ["CheckReport", "PortTest", "Progress", "check_cluster"]

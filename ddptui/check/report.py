@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from ddptui.config.model import Config
 from ddptui.health import Finding, HostCheck, Severity
+
+
+@dataclass(frozen=True)
+class PortTest:
+    """Whether workers tried to connect to node 0's master port, and if not, why not."""
+
+    ran: bool
+    why: str = ""
+    """Empty when it ran; otherwise the reason it was skipped."""
 
 
 @dataclass(frozen=True)
@@ -18,6 +28,7 @@ class CheckReport:
     """In node-rank order: node 0 first."""
     findings: tuple[Finding, ...]
     elapsed_s: float
+    master_port_test: PortTest
 
     @property
     def healthy(self) -> bool:
@@ -38,10 +49,14 @@ class CheckReport:
                     "detail": check.reach.detail,
                     "clock_offset_s": check.clock_offset_s,
                     "master_port_reachable": check.master_port_reachable,
+                    "probe_failure": None
+                    if check.probe_failure is None
+                    else dataclasses.asdict(check.probe_failure),
                     "facts": None if check.facts is None else check.facts.to_json(),
                 }
                 for rank, check in enumerate(self.checks)
             ],
             "findings": [finding.to_json() for finding in self.findings],
+            "master_port_test": dataclasses.asdict(self.master_port_test),
             "elapsed_s": round(self.elapsed_s, 3),
         }

@@ -11,20 +11,23 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from ddptui.check.report import CheckReport
+from ddptui.check.report import CheckReport, PortTest
 from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER
 from ddptui.config.model import AUTO, Config, HostConfig
-from ddptui.health import HostCheck, evaluate
+from ddptui.health import HostCheck, ProbeFailure, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
 from ddptui.probe.facts import ProbeError, clock_offset, parse_facts
 from ddptui.remote.commands import CommandResult, classify_python_failure, python_argv
 from ddptui.remote.connection import RemoteCluster, RemoteError
-from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.status import Reachability
+from ddptui.untrusted import plain
 
 PROBE_TIMEOUT_S = 60.0
 """The probe imports torch (bounded by its own timeout) and lists packages: seconds, not minutes."""
 
 PORT_TEST_CONNECT_TIMEOUT_S = 3.0
+
+STDERR_TAIL_LINES = 5
 
 
 Progress = Callable[[str, str], None]
@@ -44,9 +47,10 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
         checks = await asyncio.gather(
             *(_check_host(remote, config, host, notify) for host in hosts)
         )
-        checks = await _test_master_port(remote, config, checks, notify)
+        checks, port_test = await _test_master_port(remote, config, checks, notify)
     findings = evaluate(config, checks)
-    return CheckReport(config, tuple(checks), tuple(findings), time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    return CheckReport(config, tuple(checks), tuple(findings), elapsed, port_test)
 
 
 async def _check_host(
@@ -70,30 +74,44 @@ async def _check_host(
     )
     result = await remote.run(host, argv, input=PROBE_SOURCE, timeout=PROBE_TIMEOUT_S, env=host.env)
     received_at = time.time()
-    failure = _run_failure(host, result)
-    if failure is None:
-        try:
-            facts = parse_facts(result.stdout)
-        except ProbeError as error:
-            failure = Reachability(Reach.ERROR, f"the probe's output could not be read: {error}")
+    failure = result.reach or classify_python_failure(host, result)
     if failure is not None:
         notify(host.name, failure.reach.value)
         return HostCheck(host, _with_stderr(failure, result.stderr))
-    notify(host.name, "probed")
-    offset = clock_offset(facts.time, received_at) if isinstance(facts.time, float) else None
-    return HostCheck(host, reach, facts, clock_offset_s=offset)
-
-
-def _run_failure(host: HostConfig, result: CommandResult) -> Reachability | None:
-    if result.reach is not None:
-        return result.reach
+    # SSH and the interpreter worked from here on: whatever fails is the probe's, not the link's.
     if result.timed_out:
-        return Reachability(Reach.ERROR, f"the probe did not finish in {PROBE_TIMEOUT_S:g} s")
-    return classify_python_failure(host, result)
+        why = _probe_failure(result, f"it did not finish in {PROBE_TIMEOUT_S:g} s")
+    elif result.exit_status != 0:
+        why = _probe_failure(result, "it exited with an error")
+    else:
+        try:
+            facts = parse_facts(result.stdout)
+        except ProbeError as error:
+            why = _probe_failure(result, str(error))
+        else:
+            notify(host.name, "probed")
+            offset = (
+                clock_offset(facts.time, received_at) if isinstance(facts.time, float) else None
+            )
+            return HostCheck(host, reach, facts, clock_offset_s=offset)
+    notify(host.name, "probe failed")
+    return HostCheck(host, reach, probe_failure=why)
+
+
+def _probe_failure(result: CommandResult, reason: str) -> ProbeFailure:
+    return ProbeFailure(
+        plain(reason, limit=300, one_line=True),
+        None if result.timed_out else result.exit_status,
+        plain(_tail(result.stderr), limit=STDERR_TAIL_LINES * 200),
+    )
+
+
+def _tail(stderr: str) -> str:
+    return "\n".join(stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
 
 
 def _with_stderr(failure: Reachability, stderr: str) -> Reachability:
-    tail = "\n".join(stderr.strip().splitlines()[-5:])
+    tail = _tail(stderr)
     if not tail or tail in failure.detail:
         return failure
     return dataclasses.replace(failure, detail=f"{failure.detail}\n{tail}")
@@ -101,16 +119,16 @@ def _with_stderr(failure: Reachability, stderr: str) -> Reachability:
 
 async def _test_master_port(
     remote: RemoteCluster, config: Config, checks: Sequence[HostCheck], notify: Progress
-) -> list[HostCheck]:
+) -> tuple[list[HostCheck], PortTest]:
     """Listen on node 0's master port for a moment and let every worker connect to it.
 
     A firewall between the nodes shows up here, before torchrun hangs on it.
     """
     head, workers = checks[0], [check for check in checks[1:] if check.facts is not None]
     port = config.cluster.master_port
-    head_port = head.facts.port if head.facts is not None else None
-    if not workers or head.facts is None or (head_port is not None and head_port.in_use is True):
-        return list(checks)
+    skipped = _port_test_skipped(checks, workers)
+    if skipped:
+        return list(checks), PortTest(ran=False, why=skipped)
     listen_port = 0 if port == AUTO else port
     seconds = PORT_TEST_CONNECT_TIMEOUT_S + config.cluster.connect_timeout + 5.0
     try:
@@ -120,12 +138,14 @@ async def _test_master_port(
                 head.host, "-c", LISTENER, str(listen_port), f"{seconds:g}", str(len(workers))
             ),
         )
-    except RemoteError:
-        return list(checks)
+    except RemoteError as error:
+        why = plain(f"the test listener could not start on node 0: {error}", one_line=True)
+        return list(checks), PortTest(ran=False, why=why)
     try:
         ready = await _first_line(listener.lines(), timeout=PROBE_TIMEOUT_S)
         if not ready.startswith("ready "):
-            return list(checks)
+            why = f"the test listener on node 0 did not start listening: {ready or 'no output'}"
+            return list(checks), PortTest(ran=False, why=plain(why, limit=300, one_line=True))
         bound = int(ready.split()[1])
         notify(head.host.name, f"listening on {bound}")
         results = await asyncio.gather(
@@ -134,12 +154,27 @@ async def _test_master_port(
     finally:
         await listener.close()
     reachable = {check.host.name: ok for check, ok in zip(workers, results, strict=True)}
-    return [
+    tested = [
         dataclasses.replace(check, master_port_reachable=reachable[check.host.name])
         if check.host.name in reachable
         else check
         for check in checks
     ]
+    return tested, PortTest(ran=True)
+
+
+def _port_test_skipped(checks: Sequence[HostCheck], workers: Sequence[HostCheck]) -> str:
+    """Why the port test cannot run, or "" when it can."""
+    head = checks[0]
+    if len(checks) == 1:
+        return "a one-host cluster: no worker connects to node 0 over the network"
+    if head.facts is None:
+        return f"node 0 ({head.host.name}) was not probed"
+    if head.facts.port is not None and head.facts.port.in_use is True:
+        return f"node 0's port {head.facts.port.port} is in use"
+    if not workers:
+        return "no worker was probed"
+    return ""
 
 
 async def _first_line(lines: AsyncIterator[str], *, timeout: float) -> str:

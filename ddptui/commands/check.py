@@ -72,6 +72,10 @@ def render(report: CheckReport, console: Console) -> None:
             console.print(line)
             if finding.hint:
                 console.print(Padding(Text(f"fix: {finding.hint}", style="dim"), (0, 0, 0, 4)))
+    if not report.master_port_test.ran:
+        symbol, style = _SEVERITY_STYLE[Severity.INFO]
+        skipped = f"master port test skipped: {report.master_port_test.why}"
+        console.print(Text.assemble((f"{symbol} ", style), skipped))
     console.print(_summary(report))
 
 
@@ -99,6 +103,8 @@ def _hosts_table(report: CheckReport) -> Table:
     for rank, check in enumerate(report.checks):
         facts = check.facts
         status = Text("ok", "green") if check.reach.ok else Text(check.reach.reach.value, "red")
+        if check.probe_failure is not None:
+            status = Text("probe failed", "red")
         if facts is None:
             table.add_row(str(rank), check.host.name, check.host.address, status)
             continue

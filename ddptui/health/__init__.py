@@ -6,7 +6,7 @@ Nothing here does I/O; the caller connects, probes and measures, then calls :fun
 from __future__ import annotations
 
 from ddptui.health.evaluate import evaluate
-from ddptui.health.findings import Code, Finding, HostCheck, Severity
+from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Severity
 from ddptui.health.parity import ParityRow, odd_ones_out, parity_rows
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Finding",
     "HostCheck",
     "ParityRow",
+    "ProbeFailure",
     "Severity",
     "evaluate",
     "odd_ones_out",

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import Config, HostConfig
-from ddptui.health.findings import Code, Finding, HostCheck, Severity
+from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Severity
 from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
@@ -43,14 +43,7 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
         yield _unreached(config, check)
         return
     if check.facts is None:
-        yield Finding(
-            Code.PROBE_FAILED,
-            Severity.ERROR,
-            host.name,
-            f"{host.name} answered, but its probe returned no usable facts",
-            f"run `{host.python} -c 'import json'` on {host.name}: a shell start-up file that "
-            "prints text or a broken Python is the usual cause",
-        )
+        yield _probe_failed(host, check.probe_failure)
         return
     facts = check.facts
     if facts.section_errors:
@@ -77,6 +70,25 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
             "different hosts will be misordered",
             "enable time sync on every host (timedatectl set-ntp true, or chrony)",
         )
+
+
+def _probe_failed(host: HostConfig, failure: ProbeFailure | None) -> Finding:
+    reason = failure.reason if failure is not None else "it returned no usable facts"
+    status = ""
+    if failure is not None and failure.exit_status is not None:
+        status = f" (exit status {failure.exit_status})"
+    stderr = f"; its stderr ends:\n{failure.stderr_tail}" if failure and failure.stderr_tail else ""
+    interpreter = f"conda env {host.conda_env!r}" if host.conda_env else host.python
+    return Finding(
+        Code.PROBE_FAILED,
+        Severity.ERROR,
+        host.name,
+        f"{host.name} answered over SSH, but the probe failed under {interpreter}: "
+        f"{reason}{status}{stderr}",
+        f"the probe needs Python 3.8 or newer: run `{host.python} -c 'import sys; "
+        f"print(sys.version)'` on {host.name}; if that prints no version, set python (or "
+        "conda_env) for it. A shell start-up file that prints text is another usual cause",
+    )
 
 
 def _unreached(config: Config, check: HostCheck) -> Finding:

@@ -85,6 +85,20 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class ProbeFailure:
+    """Why a host that SSH reached gave no facts: the probe's own failure, as it reported it.
+
+    Its text came from the host and is already safe to print (:mod:`ddptui.untrusted`).
+    """
+
+    reason: str
+    exit_status: int | None = None
+    """``None`` when the probe never exited (it timed out)."""
+    stderr_tail: str = ""
+    """The last lines the probe wrote to stderr."""
+
+
+@dataclass(frozen=True)
 class HostCheck:
     """Everything the head node learned about one host: the input to :func:`evaluate`."""
 
@@ -96,3 +110,5 @@ class HostCheck:
     """Host clock minus head clock, measured by the caller."""
     master_port_reachable: bool | None = None
     """Workers only: could it TCP-connect to node 0's test listener; ``None`` = not tested."""
+    probe_failure: ProbeFailure | None = None
+    """Set when SSH and the interpreter worked but the probe did not produce facts."""

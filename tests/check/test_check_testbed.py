@@ -88,6 +88,8 @@ def test_healthy_test_bed_passes(
     assert [h["facts"]["hostname"] for h in hosts] == [h.hostname for h in testbed.hosts]
     assert {h["facts"]["torch"]["version"] for h in hosts} == {"2.13.0+cpu"}
     assert [h["master_port_reachable"] for h in hosts] == [None, True, True, True]
+    assert report["master_port_test"] == {"ran": True, "why": ""}
+    assert all(h["probe_failure"] is None for h in hosts)
     assert all(abs(h["clock_offset_s"]) < 2 for h in hosts)
     assert sorted(_hosts_with(report, "socket_ifname_chosen")) == [h.name for h in testbed.hosts]
 
@@ -381,3 +383,39 @@ def test_bad_hosts_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     hosts_file.write_text('[[hosts]]\nname = "a"\naddress = "10.213.250.10"\nprot = 22\n')
     assert main(["check", str(hosts_file)]) == 2
     assert '"prot"' in capsys.readouterr().err
+
+
+def test_a_failing_probe_is_reachable_and_says_why(
+    testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node0, node1 = testbed.hosts[:2]
+    crashing = _wrapper(node1, "python-crashing", ["echo 'boom \033]0;owned\007' >&2", "exit 3"])
+    exit_code, report = _check(
+        testbed,
+        tmp_path,
+        capsys,
+        host_overrides={node0.name: {"python": "/bin/true"}, node1.name: {"python": crashing}},
+    )
+    assert exit_code == 1
+    hosts = {h["name"]: h for h in report["hosts"]}
+    assert [(hosts[n]["reachable"], hosts[n]["reach"]) for n in (node0.name, node1.name)] == [
+        (True, "ok"),
+        (True, "ok"),
+    ]
+    assert hosts[node0.name]["probe_failure"] == {
+        "reason": "the probe did not print a JSON document; it printed: (no output)",
+        "exit_status": 0,
+        "stderr_tail": "",
+    }
+    assert hosts[node1.name]["probe_failure"] == {
+        "reason": "it exited with an error",
+        "exit_status": 3,
+        "stderr_tail": "boom \\x1b]0;owned\\x07",
+    }
+    true = _finding(report, "probe_failed", node0.name)
+    assert "under /bin/true: the probe did not print a JSON document" in true["message"]
+    crashed = _finding(report, "probe_failed", node1.name)
+    assert "(exit status 3); its stderr ends:\nboom \\x1b]0;owned\\x07" in crashed["message"]
+    assert set(_errors(report)) == {("probe_failed", node0.name), ("probe_failed", node1.name)}
+    why = f"node 0 ({node0.name}) was not probed"
+    assert report["master_port_test"] == {"ran": False, "why": why}

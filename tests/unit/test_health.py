@@ -16,6 +16,7 @@ from ddptui.health import (
     Code,
     Finding,
     HostCheck,
+    ProbeFailure,
     Severity,
     evaluate,
     parity_rows,
@@ -100,6 +101,7 @@ class Scenario:
     port_reachable: dict[str, bool | None] = field(
         default_factory=lambda: {A: None, B: True, C: True}
     )
+    probe_failures: dict[str, ProbeFailure] = field(default_factory=dict)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     job: JobConfig = field(default_factory=JobConfig)
 
@@ -115,6 +117,7 @@ class Scenario:
                 self.facts[name],
                 self.offsets[name],
                 self.port_reachable[name],
+                self.probe_failures.get(name),
             )
             for name, host in self.hosts.items()
         ]
@@ -221,6 +224,13 @@ def _head_master_loopback_with_ifname(s: Scenario) -> None:
     s.host(A, socket_ifname="eth0")
 
 
+def _probe_crashed(s: Scenario) -> None:
+    s.facts[C] = None
+    s.probe_failures[C] = ProbeFailure(
+        "it exited with an error", 1, 'File "<stdin>", line 9\nSyntaxError: bad'
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     code: Code
@@ -259,6 +269,14 @@ CASES = [
     Case(Code.HOST_KEY_CHANGED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_CHANGED)),
     Case(Code.PYTHON_MISSING, C, Severity.ERROR, lambda s: s.unreached(C, Reach.PYTHON_MISSING)),
     Case(Code.PROBE_FAILED, C, Severity.ERROR, lambda s: s.facts.update({C: None})),
+    Case(
+        Code.PROBE_FAILED,
+        C,
+        Severity.ERROR,
+        _probe_crashed,
+        "failed under python3: it exited with an error (exit status 1); its stderr ends:\n"
+        'File "<stdin>", line 9\nSyntaxError: bad',
+    ),
     Case(
         Code.PROBE_INCOMPLETE,
         B,
@@ -502,6 +520,21 @@ def test_unreached_hosts_are_left_out_of_comparisons() -> None:
     assert (Code.TORCH_MISMATCH, B) in codes
     assert (Code.SOCKET_IFNAME_CHOSEN, C) not in codes
     assert Code.BACKEND_AUTO not in {code for code, _ in codes}
+
+
+def test_a_failed_probe_is_reachable_and_its_host_left_out_of_comparisons() -> None:
+    scenario = Scenario()
+    _probe_crashed(scenario)
+    scenario.part(B, "torch", version="2.3.0")
+    findings = scenario.run()
+    codes = {(f.code, f.host) for f in findings}
+    assert (Code.PROBE_FAILED, C) in codes
+    assert Code.HOST_UNREACHABLE not in {code for code, _ in codes}
+    # Two probed hosts tie, so node 0's version is the reference: gpu-c took no part.
+    assert (Code.TORCH_MISMATCH, B) in codes
+    (failed,) = [f for f in findings if f.code is Code.PROBE_FAILED]
+    assert failed.message.startswith("gpu-c answered over SSH, but the probe failed under python3")
+    assert "Python 3.8 or newer" in failed.hint
 
 
 def test_errors_come_first() -> None:
