@@ -101,7 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         exit_code: int = command.run(args)
     except DdptuiError as error:
-        print(f"ddptui {args.command}: {error}", file=sys.stderr)
+        from ddptui.untrusted import plain
+
+        # Messages may quote a host's words or a hosts-file value: neither reaches the
+        # terminal with its escape sequences live.
+        print(f"ddptui {args.command}: {plain(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print(f"ddptui {args.command}: interrupted", file=sys.stderr)

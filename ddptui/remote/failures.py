@@ -13,6 +13,7 @@ from asyncssh.public_key import decode_ssh_public_key
 from ddptui.config.model import HostConfig
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, fingerprint, host_pattern
 from ddptui.remote.status import Reach, Reachability
+from ddptui.untrusted import plain
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
@@ -20,6 +21,9 @@ NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     asyncssh.Error,
 )
 """What connecting to a host can raise that is the host's problem, not a bug of ours."""
+
+REASON_LIMIT = 300
+"""Characters kept of a reason a host gave (a disconnect message, an error text)."""
 
 
 def where(host: HostConfig) -> str:
@@ -48,8 +52,17 @@ def network_failure(host: HostConfig, error: BaseException, timeout: float) -> R
             f"{where(host)} did not answer within {timeout:g} s: is it up and reachable?",
         )
     if isinstance(error, asyncssh.DisconnectError):
-        return Reachability(Reach.ERROR, f"{where(host)} closed the SSH session: {error.reason}")
-    return Reachability(Reach.ERROR, f"{where(host)}: {error}")
+        # The server chose this text, before authentication: anyone who can answer on the
+        # address can put escape sequences in it.
+        return Reachability(
+            Reach.ERROR, f"{where(host)} closed the SSH session: {remote_reason(error.reason)}"
+        )
+    return Reachability(Reach.ERROR, f"{where(host)}: {remote_reason(str(error))}")
+
+
+def remote_reason(text: str) -> str:
+    """A reason a host sent (or an error that may quote one), safe to show on one line."""
+    return plain(text, limit=REASON_LIMIT, one_line=True)
 
 
 def host_key_failure(host: HostConfig, check: HostKeyCheck) -> Reachability:
