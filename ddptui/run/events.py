@@ -1,0 +1,419 @@
+"""The trainer's events (schema v1), read as typed values.
+
+Each rank appends one JSON object per line to ``<run dir>/events/rank{R}.jsonl`` (see
+``trainer/README.md`` and ``docs/events.md``). Those lines come from a host, so they are read as
+hostile: :func:`parse_event` returns ``None`` for anything that is not a v1 event (not JSON, too
+long, nested too deep, an unknown ``type``, a missing or mistyped common field) and never raises.
+Within an event that is recognised, a field of the wrong type (or a number that is not finite)
+becomes ``None`` rather than costing the whole event: one odd value must not hide a step.
+
+Strings are kept as the host sent them, only cut to a length; sanitise them for display with
+:func:`ddptui.untrusted.plain`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, TypeAlias, TypeVar
+
+EVENT_VERSION: Final = 1
+"""The ``v`` this reader understands; the trainer writes the same number."""
+
+MAX_EVENT_LINE_BYTES: Final = 65536
+"""A longer line is garbled: the trainer's largest event (an ``error`` with its traceback) is far
+smaller, and a cap keeps one host from making the head node parse megabytes per line."""
+
+MAX_TEXT_CHARS: Final = 1024
+"""Short strings: device, backend, hostname, source, reason, versions, config strings."""
+MAX_PATH_CHARS: Final = 4096
+MAX_MESSAGE_CHARS: Final = 4096
+MAX_TRACEBACK_CHARS: Final = 32768
+"""A longer traceback keeps its end: the innermost frames and the exception itself."""
+MAX_CONFIG_DEPTH: Final = 8
+"""``config`` deeper than this is dropped: later code walks it (run records, the console)."""
+MAX_SKIPPED_CHECKPOINTS: Final = 64
+
+# Counts (ranks, steps, bytes) beyond int64 are nonsense from a host, not a huge run.
+_MAX_COUNT: Final = 2**63 - 1
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventBase:
+    """The fields every event carries. ``time`` is the rank's Unix time when it wrote the event."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    """torchrun's ``GROUP_RANK``: which node (host) the rank runs on."""
+    world_size: int
+    time: float
+
+
+@dataclass(frozen=True)
+class SkippedCheckpoint:
+    """A checkpoint ``--resume latest`` passed over, and why (e.g. a checksum mismatch)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartEvent(EventBase):
+    """The rank started training (fresh or resumed)."""
+
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Every trainer option as the rank resolved it (JSON values, read-only)."""
+    versions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """``python``, ``torch`` and, on GPU, ``cuda`` and ``nccl``."""
+    device: str | None = None
+    backend: str | None = None
+    fsdp: bool | None = None
+    task: str | None = None
+    parameters: int | None = None
+    global_batch: int | None = None
+    steps_per_epoch: int | None = None
+    total_steps: int | None = None
+    start_step: int | None = None
+    start_epoch: int | None = None
+    resumed_from: str | None = None
+    exact_resume: bool | None = None
+    """``None`` on a fresh start; ``False`` when resumed at another world size or batch shape."""
+    skipped_checkpoints: tuple[SkippedCheckpoint, ...] = ()
+    hostname: str | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEvent(EventBase):
+    """One logged optimizer step (every ``--log-every`` steps, and the last one)."""
+
+    step: int
+    """Optimizer steps done, 1-based; resumed steps count."""
+    epoch: int | None = None
+    loss: float | None = None
+    """This rank's loss; ``None`` when it was not finite (or not reported)."""
+    lr: float | None = None
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    cuda_allocated_mib: float | None = None
+    cuda_reserved_mib: float | None = None
+    cuda_peak_mib: float | None = None
+    rss_mib: float | None = None
+    """Resident memory on CPU runs (the ``cuda_*`` fields on GPU runs)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointEvent(EventBase):
+    """Global rank 0 saved a checkpoint (a path on node 0)."""
+
+    path: str | None = None
+    step: int | None = None
+    epoch: int | None = None
+    seconds: float | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochEndEvent(EventBase):
+    epoch: int | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopRequestedEvent(EventBase):
+    step: int | None = None
+    source: str | None = None
+    """``SIGTERM``, ``SIGINT``, ``control/stop``, or ``peer`` when another rank asked."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoneEvent(EventBase):
+    """The last event of a rank that exits 0."""
+
+    step: int | None = None
+    reason: str | None = None
+    """``completed`` or ``stopped``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorEvent(EventBase):
+    """The rank raised; torchrun will see it exit non-zero."""
+
+    message: str | None = None
+    """``ExceptionType: text``, at most :data:`MAX_MESSAGE_CHARS`."""
+    traceback: str | None = None
+
+
+RankEvent: TypeAlias = (
+    StartEvent
+    | StepEvent
+    | CheckpointEvent
+    | EpochEndEvent
+    | StopRequestedEvent
+    | DoneEvent
+    | ErrorEvent
+)
+
+
+class _Garbled(Exception):
+    """Raised inside the parser only; :func:`parse_event` turns it into ``None``."""
+
+
+# Python's json reads (and, unless told otherwise, a user's script writes) NaN and Infinity,
+# which JSON lacks: they are read, then turned away where a finite number is needed.
+_DECODER = json.JSONDecoder()
+
+
+def parse_event(line: str | bytes) -> RankEvent | None:
+    """The event on one line (a trailing newline is fine), or ``None`` if it is not a v1 event."""
+    try:
+        return _parse(line)
+    # RecursionError: deep nesting; ValueError: bad JSON, bad UTF-8, an integer too long.
+    except (_Garbled, ValueError, RecursionError):
+        return None
+
+
+def _parse(line: str | bytes) -> RankEvent | None:
+    if isinstance(line, bytes):
+        if len(line) > MAX_EVENT_LINE_BYTES + 2:
+            return None
+        text = line.decode("utf-8")
+    else:
+        # Characters never outnumber UTF-8 bytes, so the cheap test rejects most floods.
+        if len(line) > MAX_EVENT_LINE_BYTES + 2:
+            return None
+        text = line
+    text = text.rstrip("\r\n")
+    if not text.isascii() and len(text.encode("utf-8", "surrogatepass")) > MAX_EVENT_LINE_BYTES:
+        return None
+    if len(text) > MAX_EVENT_LINE_BYTES:
+        return None
+    doc = _DECODER.decode(text)
+    if not isinstance(doc, dict) or not _is_int(doc.get("v")) or doc["v"] != EVENT_VERSION:
+        return None
+    kind = doc.get("type")
+    build = _BUILDERS.get(kind) if isinstance(kind, str) else None
+    if build is None:
+        return None
+    common = _common(doc)
+    if common is None:
+        return None
+    return build(doc, common)
+
+
+def _common(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    rank, local_rank = _count(doc.get("rank")), _count(doc.get("local_rank"))
+    node_rank, world_size = _count(doc.get("node_rank")), _count(doc.get("world_size"))
+    time = _float(doc.get("time"))
+    if rank is None or local_rank is None or node_rank is None or time is None:
+        return None
+    if world_size is None or not rank < world_size:
+        return None
+    return {
+        "rank": rank,
+        "local_rank": local_rank,
+        "node_rank": node_rank,
+        "world_size": world_size,
+        "time": time,
+    }
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass; JSON true is never a number here.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer that fits in int64, else ``None``."""
+    return value if _is_int(value) and 0 <= value <= _MAX_COUNT else None
+
+
+def _float(value: Any) -> float | None:
+    """A finite number as float, else ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if _is_int(value):
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return None
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _text(value: Any, limit: int = MAX_TEXT_CHARS) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _tail(value: Any, limit: int) -> str | None:
+    return value[-limit:] if isinstance(value, str) else None
+
+
+def _json_value(value: Any, depth: int) -> Any:
+    """A read-only copy of a JSON value, strings cut; raises :class:`_Garbled` if too deep."""
+    if depth > MAX_CONFIG_DEPTH:
+        raise _Garbled("nested too deep")
+    if isinstance(value, str):
+        return value[:MAX_TEXT_CHARS]
+    if isinstance(value, dict):
+        return MappingProxyType({k: _json_value(v, depth + 1) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_json_value(item, depth + 1) for item in value)
+    return value
+
+
+def _config(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        return MappingProxyType({})
+    try:
+        config = _json_value(value, 0)
+    except _Garbled:
+        return MappingProxyType({})
+    assert isinstance(config, Mapping)
+    return config
+
+
+def _versions(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        return MappingProxyType({})
+    return MappingProxyType(
+        {
+            key[:MAX_TEXT_CHARS]: text[:MAX_TEXT_CHARS]
+            for key, text in value.items()
+            if isinstance(text, str)
+        }
+    )
+
+
+def _skipped(value: Any) -> tuple[SkippedCheckpoint, ...]:
+    if not isinstance(value, list):
+        return ()
+    items = []
+    for item in value[:MAX_SKIPPED_CHECKPOINTS]:
+        if isinstance(item, dict):
+            path, reason = _text(item.get("path"), MAX_PATH_CHARS), _text(item.get("reason"))
+            if path is not None and reason is not None:
+                items.append(SkippedCheckpoint(path, reason))
+    return tuple(items)
+
+
+def _start(doc: Mapping[str, Any], common: dict[str, Any]) -> StartEvent:
+    return StartEvent(
+        **common,
+        config=_config(doc.get("config")),
+        versions=_versions(doc.get("versions")),
+        device=_text(doc.get("device")),
+        backend=_text(doc.get("backend")),
+        fsdp=_bool(doc.get("fsdp")),
+        task=_text(doc.get("task")),
+        parameters=_count(doc.get("parameters")),
+        global_batch=_count(doc.get("global_batch")),
+        steps_per_epoch=_count(doc.get("steps_per_epoch")),
+        total_steps=_count(doc.get("total_steps")),
+        start_step=_count(doc.get("start_step")),
+        start_epoch=_count(doc.get("start_epoch")),
+        resumed_from=_text(doc.get("resumed_from"), MAX_PATH_CHARS),
+        exact_resume=_bool(doc.get("exact_resume")),
+        skipped_checkpoints=_skipped(doc.get("skipped_checkpoints")),
+        hostname=_text(doc.get("hostname")),
+        pid=_count(doc.get("pid")),
+    )
+
+
+def _step(doc: Mapping[str, Any], common: dict[str, Any]) -> StepEvent:
+    step = _count(doc.get("step"))
+    if step is None:
+        # A step event without its step says nothing that can be placed on a curve.
+        raise _Garbled("step")
+    return StepEvent(
+        **common,
+        step=step,
+        epoch=_count(doc.get("epoch")),
+        loss=_float(doc.get("loss")),
+        lr=_float(doc.get("lr")),
+        samples_per_s=_float(doc.get("samples_per_s")),
+        step_time_s=_float(doc.get("step_time_s")),
+        cuda_allocated_mib=_float(doc.get("cuda_allocated_mib")),
+        cuda_reserved_mib=_float(doc.get("cuda_reserved_mib")),
+        cuda_peak_mib=_float(doc.get("cuda_peak_mib")),
+        rss_mib=_float(doc.get("rss_mib")),
+    )
+
+
+def _checkpoint(doc: Mapping[str, Any], common: dict[str, Any]) -> CheckpointEvent:
+    return CheckpointEvent(
+        **common,
+        path=_text(doc.get("path"), MAX_PATH_CHARS),
+        step=_count(doc.get("step")),
+        epoch=_count(doc.get("epoch")),
+        seconds=_float(doc.get("seconds")),
+        bytes=_count(doc.get("bytes")),
+    )
+
+
+def _epoch_end(doc: Mapping[str, Any], common: dict[str, Any]) -> EpochEndEvent:
+    return EpochEndEvent(**common, epoch=_count(doc.get("epoch")), step=_count(doc.get("step")))
+
+
+def _stop_requested(doc: Mapping[str, Any], common: dict[str, Any]) -> StopRequestedEvent:
+    return StopRequestedEvent(
+        **common, step=_count(doc.get("step")), source=_text(doc.get("source"))
+    )
+
+
+def _done(doc: Mapping[str, Any], common: dict[str, Any]) -> DoneEvent:
+    return DoneEvent(**common, step=_count(doc.get("step")), reason=_text(doc.get("reason")))
+
+
+def _error(doc: Mapping[str, Any], common: dict[str, Any]) -> ErrorEvent:
+    return ErrorEvent(
+        **common,
+        message=_text(doc.get("message"), MAX_MESSAGE_CHARS),
+        traceback=_tail(doc.get("traceback"), MAX_TRACEBACK_CHARS),
+    )
+
+
+_BUILDERS: Final[dict[str, Callable[[Mapping[str, Any], dict[str, Any]], RankEvent]]] = {
+    "start": _start,
+    "step": _step,
+    "checkpoint": _checkpoint,
+    "epoch_end": _epoch_end,
+    "stop_requested": _stop_requested,
+    "done": _done,
+    "error": _error,
+}
+"""``type`` → builder; every other ``type`` is garbled (a newer trainer's event, or junk)."""
+
+
+class EventReader:
+    """Reads one rank's event lines in order, counting what it had to skip.
+
+    Blank lines are passed over without counting; any other line that is not an event counts
+    as garbled, and the first :data:`EXAMPLE_CHARS` characters of the latest one are kept so a
+    view can show what it was.
+    """
+
+    EXAMPLE_CHARS: Final = 200
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.garbled = 0
+        self.last_garbled: str | bytes | None = None
+
+    def feed(self, line: str | bytes) -> RankEvent | None:
+        event = parse_event(line)
+        if event is not None:
+            self.events += 1
+        elif line.strip():
+            self.garbled += 1
+            self.last_garbled = line[: self.EXAMPLE_CHARS]
+        return event
