@@ -85,7 +85,9 @@ def _summary(report: CheckReport) -> Text:
     if report.healthy:
         warnings = counts[Severity.WARNING]
         extra = f", {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
-        return Text(f"healthy: {len(report.checks)} hosts ready{extra} {took}", style="bold green")
+        hosts = len(report.checks)
+        ready = f"{hosts} host{'s' * (hosts != 1)} ready"
+        return Text(f"healthy: {ready}{extra} {took}", style="bold green")
     parts = [
         f"{counts[severity]} {severity.value}{'s' * (counts[severity] != 1)}"
         for severity in (Severity.ERROR, Severity.WARNING)

@@ -24,6 +24,9 @@ def network_findings(
 ) -> Iterator[Finding]:
     master = config.head.address
     known = _known_master_address(probed, master)
+    # One machine: gloo/NCCL traffic never leaves it, so what peers would be told to connect
+    # to (the hostname's address, the interface) does not matter.
+    alone = len(config.hosts) == 1
     for host, facts in probed:
         chosen = choose_socket_ifname(facts, master)
         has_ifname = host.socket_ifname != AUTO or chosen is not None
@@ -33,10 +36,11 @@ def network_findings(
         if host.socket_ifname == AUTO:
             # A name that does not resolve (or only to loopback) is why no interface could be
             # chosen; the finding above already says so and how to fix it.
-            yield from _auto_ifname(host, facts, master, chosen, explained=bool(resolution))
+            explained = bool(resolution) or alone
+            yield from _auto_ifname(host, facts, master, chosen, explained=explained)
         else:
             yield from _configured_ifname(host, facts, master, chosen)
-        yield from _hostname_findings(host, facts, master, has_ifname)
+        yield from _hostname_findings(host, facts, master, has_ifname, alone=alone)
     yield from _master_mismatch(probed, master)
 
 
@@ -254,13 +258,13 @@ def _master_mismatch(
 
 
 def _hostname_findings(
-    host: HostConfig, facts: HostFacts, master: str, has_ifname: bool
+    host: HostConfig, facts: HostFacts, master: str, has_ifname: bool, *, alone: bool
 ) -> Iterator[Finding]:
     hostname = facts.hostname if facts.hostname is not NA else host.name
     # One machine standing in for the cluster (the demo) legitimately uses loopback.
     if is_loopback_name(master):
         return
-    severity = Severity.WARNING if has_ifname else Severity.ERROR
+    severity = Severity.INFO if alone else Severity.WARNING if has_ifname else Severity.ERROR
     fix = (
         f"map {hostname} to the host's real address ({host.address}) in /etc/hosts, "
         f"or set socket_ifname for {host.name}"
@@ -276,7 +280,13 @@ def _hostname_findings(
         code = Code.HOSTNAME_LOOPBACK
     else:
         return
-    if has_ifname:
+    if alone:
+        # gloo falls back to loopback when the hostname gives it no usable address.
+        consequence = (
+            "harmless while it is the only host (gloo/NCCL traffic stays on it), "
+            "not once other hosts join"
+        )
+    elif has_ifname:
         consequence = (
             "harmless for ddptui runs (they set the socket interface), not for other tools"
         )

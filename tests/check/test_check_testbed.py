@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,14 @@ def _check(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     *,
+    hosts: Sequence[TestHost] | None = None,
     cluster: Mapping[str, object] = {},
     host_overrides: Mapping[str, Mapping[str, object]] = {},
     job: Mapping[str, object] = {},
 ) -> tuple[int, dict[str, Any]]:
     hosts_file = bed.write_hosts_file(
         tmp_path / "hosts.toml",
+        hosts,
         cluster={"master_port": MASTER_PORT, **cluster},
         host_overrides=host_overrides,
         job=job,
@@ -271,6 +273,30 @@ def test_node_0_named_by_its_hostname(
     assert sorted(chosen) == [h.name for h in testbed.hosts]
     assert all(f"will use {HOST_IFNAME} (" in message for message in chosen.values())
     assert [h["master_port_reachable"] for h in report["hosts"]] == [None, True, True, True]
+
+
+def test_a_one_host_cluster_named_by_a_loopback_hostname_is_healthy(
+    testbed: TestBed,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The usual first cluster: one box, named by its hostname, which maps to 127.0.1.1."""
+    node0 = testbed.hosts[0]
+    overrides = _node0_by_hostname(testbed, tmp_path / "home", monkeypatch)
+    set_name_resolution(node0, "loopback")
+    exit_code, report = _check(testbed, tmp_path, capsys, hosts=[node0], host_overrides=overrides)
+    assert exit_code == 0, report["findings"]
+    assert report["hosts"][0]["facts"]["master"]["addresses"] == ["127.0.1.1"]
+    assert [(f["code"], f["severity"]) for f in report["findings"]] == [
+        ("hostname_loopback", "info"),
+    ]
+    why = "a one-host cluster: no worker connects to node 0 over the network"
+    assert report["master_port_test"] == {"ran": False, "why": why}
+    assert main(["check", str(tmp_path / "hosts.toml")]) == 0
+    out = capsys.readouterr().out
+    assert f"master port test skipped: {why}" in out
+    assert "healthy: 1 host ready" in out
 
 
 def test_workers_that_cannot_resolve_node_0s_name(

@@ -610,6 +610,29 @@ def test_a_loopback_name_is_the_single_machine_cluster() -> None:
     assert all(" will use lo (127.0.0.1/8) " in f.message for f in chosen)
 
 
+def test_one_host_named_by_a_loopback_hostname_is_healthy() -> None:
+    """One box: gloo/NCCL traffic stays on it, so loopback and no interface are no trap."""
+    scenario = Scenario()
+    for name in (B, C):
+        del scenario.hosts[name], scenario.facts[name], scenario.reach[name]
+    scenario.host(A, address=A)
+    scenario.edit(
+        A,
+        resolved=(ip_address("127.0.1.1"),),
+        master=MasterResolution(A, (ip_address("127.0.1.1"),)),
+    )
+    findings = scenario.run()
+    assert not [f for f in findings if f.severity is not Severity.INFO]
+    codes = {f.code for f in findings}
+    assert Code.HOSTNAME_LOOPBACK in codes
+    assert Code.SOCKET_IFNAME_UNDETERMINED not in codes
+    # The same host with a second one is the trap again.
+    scenario.hosts[B] = HostConfig(B, ADDRESSES[B])
+    scenario.facts[B], scenario.reach[B] = healthy_facts(B), Reachability(Reach.OK)
+    errors = {(f.code, f.host) for f in scenario.run() if f.severity is Severity.ERROR}
+    assert (Code.HOSTNAME_LOOPBACK, A) in errors
+
+
 def test_backend_auto_with_a_cpu_host_says_why() -> None:
     scenario = Scenario()
     _cpu_host(scenario)
