@@ -1,0 +1,344 @@
+"""A run's progress per rank, built from its events: what the console and ``--headless`` show.
+
+:class:`RunProgress` takes every rank's events (:meth:`RunProgress.apply`) and keeps one
+:class:`RankProgress` per rank: where it is, its latest numbers, a bounded loss curve and its
+health. :meth:`RunProgress.summary` folds the ranks into the one line ``--headless`` prints.
+
+Health, as the runs issue defines it:
+
+- **stalled**: no rank has stepped for ``max(60 s, 10 × the median step time)`` while the run's
+  processes live. Step events come every ``--log-every`` steps, so the "step time" here is the
+  longer of a rank's step time and the time between its step events; otherwise a run that logs
+  rarely would look stalled between two events.
+- **straggler**: a rank's step time stays above ``1.3 ×`` the median over ranks for 20
+  consecutive step events.
+
+Times are the ranks' own (the events' ``time``): pass ``now`` on the same clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from .events import (
+    CheckpointEvent,
+    DoneEvent,
+    ErrorEvent,
+    RankEvent,
+    StartEvent,
+    StepEvent,
+    StopRequestedEvent,
+)
+
+STALL_MIN_S: Final = 60.0
+STALL_STEP_TIMES: Final = 10.0
+STRAGGLER_RATIO: Final = 1.3
+STRAGGLER_EVENTS: Final = 20
+LOSS_POINTS: Final = 4096
+"""A rank's loss curve holds at most this many points; a longer run is down-sampled."""
+
+
+class RankState(str, enum.Enum):
+    STARTING = "starting"
+    """Known (from the plan or a first event) but not stepping yet."""
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """A stop was requested; the rank is checkpointing on its way out."""
+    DONE = "done"
+    """Completed every step."""
+    STOPPED = "stopped"
+    """Ended early on request, with a checkpoint."""
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RankState.DONE, RankState.STOPPED, RankState.FAILED)
+
+
+@dataclass
+class RankProgress:
+    """One rank's latest numbers (``None`` until reported) and health."""
+
+    rank: int
+    node_rank: int
+    local_rank: int
+    host: str
+    step: int | None = None
+    epoch: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    """The latest step event's loss; ``None`` also when it was not finite (see ``nonfinite``)."""
+    nonfinite: bool = False
+    """The latest step event carried no loss: it was NaN or infinite on the rank."""
+    lr: float | None = None
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    cuda_allocated_mib: float | None = None
+    cuda_peak_mib: float | None = None
+    rss_mib: float | None = None
+    state: RankState = RankState.STARTING
+    started_at: float | None = None
+    last_step_at: float | None = None
+    """The latest step event's ``time``."""
+    steps_per_event: int = 1
+    """Steps between the latest two step events: ``--log-every``."""
+    last_checkpoint_step: int | None = None
+    error: str | None = None
+    """The ``error`` event's message, raw (sanitise to show)."""
+    losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
+    """(step, loss) points; every ``loss_stride``-th step once the curve has been thinned."""
+    loss_stride: int = 1
+    stalled: bool = False
+    straggler: bool = False
+    slow_events: int = 0
+    """Consecutive step events whose step time was above the straggler threshold."""
+
+    @property
+    def pace_s(self) -> float | None:
+        """How long the rank takes from one step event to the next at its current speed.
+
+        From the step time rather than the events' times, so that a rank that resumes after a
+        long pause does not stretch what counts as a stall for the others.
+        """
+        return None if self.step_time_s is None else self.step_time_s * self.steps_per_event
+
+
+@dataclass(frozen=True)
+class ProgressSummary:
+    """The whole run in one line's worth of numbers; ``None`` where no rank has said yet."""
+
+    ranks: int
+    started: int
+    """Ranks that have sent their ``start`` event in this attempt (or stepped)."""
+    world_size: int | None
+    step: int | None
+    """The lowest step over the ranks that have stepped: where the run as a whole is."""
+    total_steps: int | None
+    loss_min: float | None
+    loss_median: float | None
+    loss_max: float | None
+    nonfinite_ranks: tuple[int, ...]
+    samples_per_s: float | None
+    """Summed over the running ranks."""
+    slowest_rank: int | None
+    slowest_step_time_s: float | None
+    peak_memory_mib: float | None
+    memory_kind: str | None
+    """``"gpu"`` (peak CUDA allocation) or ``"cpu"`` (resident set), whichever ranks report."""
+    states: Mapping[RankState, int]
+    stalled: bool
+    stragglers: tuple[int, ...]
+
+    def format_line(self) -> str:
+        """One human line, e.g. ``step 120/400  loss 0.031 / 0.034 / 0.040  2,310 samples/s
+        slowest rank 3 (0.052 s)  peak mem 1,204 MiB``."""
+        parts = []
+        if self.states.get(RankState.STARTING, 0) == self.ranks:
+            parts.append(f"starting ({self.started} of {self.world_size or '?'} ranks started)")
+        if self.step is not None:
+            parts.append(f"step {self.step}" + (f"/{self.total_steps}" if self.total_steps else ""))
+        losses = (self.loss_min, self.loss_median, self.loss_max)
+        if all(loss is not None for loss in losses):
+            parts.append("loss " + " / ".join(f"{loss:.4g}" for loss in losses if loss is not None))
+        if self.nonfinite_ranks:
+            parts.append(f"loss not finite on rank {_ranks(self.nonfinite_ranks)}")
+        if self.samples_per_s is not None:
+            parts.append(f"{self.samples_per_s:,.0f} samples/s")
+        if self.slowest_rank is not None and self.slowest_step_time_s is not None:
+            parts.append(f"slowest rank {self.slowest_rank} ({self.slowest_step_time_s:.3g} s)")
+        if self.peak_memory_mib is not None:
+            label = "peak mem" if self.memory_kind == "gpu" else "max RSS"
+            parts.append(f"{label} {self.peak_memory_mib:,.0f} MiB")
+        if self.stalled:
+            parts.append("STALLED")
+        if self.stragglers:
+            parts.append(f"straggler rank {_ranks(self.stragglers)}")
+        ended = {
+            state: n
+            for state, n in self.states.items()
+            if state.finished or state is RankState.STOPPING
+        }
+        if ended:
+            parts.append(", ".join(f"{n} {state.value}" for state, n in ended.items()))
+        return "  ".join(parts)
+
+
+def _record_loss(progress: RankProgress, step: int, loss: float) -> None:
+    if progress.losses and step - progress.losses[-1][0] < progress.loss_stride:
+        return
+    if len(progress.losses) == progress.losses.maxlen:
+        # Thin to every other point and keep going at half the resolution: the whole curve
+        # stays visible in fixed memory, however long the run.
+        kept = list(progress.losses)[::2]
+        progress.losses.clear()
+        progress.losses.extend(kept)
+        progress.loss_stride *= 2
+    progress.losses.append((step, loss))
+
+
+def _restart(progress: RankProgress, event: StartEvent) -> None:
+    """A new attempt (a resume) starts from its checkpoint's step."""
+    progress.state = RankState.STARTING
+    progress.started_at = event.time
+    progress.total_steps = event.total_steps
+    progress.step = event.start_step
+    progress.epoch = event.start_epoch
+    progress.error = None
+    progress.last_step_at = None
+    progress.stalled = progress.straggler = False
+    progress.slow_events = 0
+    if event.start_step is not None:
+        # Steps after the checkpoint will be taken again; the new values replace them.
+        start = event.start_step
+        kept = [point for point in progress.losses if point[0] <= start]
+        progress.losses.clear()
+        progress.losses.extend(kept)
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+class RunProgress:
+    """Every rank's progress in one run, across its attempts."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, RankProgress] = {}
+        self.world_size: int | None = None
+        self.stalled = False
+        """Set by :meth:`update_health`: no running rank has stepped for the stall time."""
+
+    @property
+    def ranks(self) -> list[RankProgress]:
+        return [self._ranks[rank] for rank in sorted(self._ranks)]
+
+    def rank(self, rank: int) -> RankProgress | None:
+        return self._ranks.get(rank)
+
+    def expect(self, host: str, node_rank: int, local_rank: int, rank: int) -> RankProgress:
+        """A rank the plan starts, shown as STARTING until its first event arrives."""
+        known = self._ranks.get(rank)
+        if known is None:
+            known = self._ranks[rank] = RankProgress(rank, node_rank, local_rank, host)
+        return known
+
+    def apply(self, host: str, event: RankEvent) -> None:
+        """Take one event of the rank that ran on ``host``."""
+        progress = self.expect(host, event.node_rank, event.local_rank, event.rank)
+        progress.host, progress.node_rank, progress.local_rank = (
+            host,
+            event.node_rank,
+            event.local_rank,
+        )
+        self.world_size = event.world_size
+        if isinstance(event, StartEvent):
+            _restart(progress, event)
+        elif isinstance(event, StepEvent):
+            self._step(progress, event)
+        elif isinstance(event, CheckpointEvent):
+            progress.last_checkpoint_step = event.step
+        elif isinstance(event, StopRequestedEvent):
+            if not progress.state.finished:
+                progress.state = RankState.STOPPING
+        elif isinstance(event, DoneEvent):
+            progress.state = RankState.STOPPED if event.reason == "stopped" else RankState.DONE
+            progress.step = event.step if event.step is not None else progress.step
+        elif isinstance(event, ErrorEvent):
+            progress.state = RankState.FAILED
+            progress.error = event.message
+        if progress.state.finished:
+            progress.stalled = progress.straggler = False
+
+    def _step(self, progress: RankProgress, event: StepEvent) -> None:
+        if progress.step is not None and event.step > progress.step:
+            progress.steps_per_event = event.step - progress.step
+        progress.last_step_at = event.time
+        progress.step, progress.epoch = event.step, event.epoch
+        progress.loss, progress.nonfinite = event.loss, event.loss is None
+        progress.lr, progress.samples_per_s = event.lr, event.samples_per_s
+        progress.step_time_s = event.step_time_s
+        progress.cuda_allocated_mib = event.cuda_allocated_mib
+        if event.cuda_peak_mib is not None:
+            progress.cuda_peak_mib = event.cuda_peak_mib
+        if event.rss_mib is not None:
+            progress.rss_mib = event.rss_mib
+        if event.loss is not None:
+            _record_loss(progress, event.step, event.loss)
+        if progress.state in (RankState.STARTING, RankState.RUNNING):
+            progress.state = RankState.RUNNING
+        progress.stalled = False
+        median = self._median_step_time()
+        if event.step_time_s is not None and median is not None:
+            slow = event.step_time_s > STRAGGLER_RATIO * median
+            progress.slow_events = progress.slow_events + 1 if slow else 0
+            progress.straggler = progress.slow_events >= STRAGGLER_EVENTS
+
+    def _running(self) -> list[RankProgress]:
+        return [p for p in self._ranks.values() if not p.state.finished]
+
+    def _median_step_time(self) -> float | None:
+        times = [p.step_time_s for p in self._running() if p.step_time_s is not None]
+        return statistics.median(times) if times else None
+
+    def stall_after_s(self) -> float:
+        """How long without a step event counts as stalled, at the run's current pace."""
+        paces = [p.pace_s for p in self._running() if p.pace_s is not None]
+        pace = statistics.median(paces) if paces else 0.0
+        return max(STALL_MIN_S, STALL_STEP_TIMES * pace)
+
+    def update_health(self, now: float, alive: bool = True) -> None:
+        """Recompute "stalled" at ``now``; ``alive``: the run's processes are still there.
+
+        A rank is stalled when it has not stepped (or, before its first step, started) for
+        :meth:`stall_after_s`; the run is stalled when every running rank is.
+        """
+        limit = self.stall_after_s()
+        running = self._running()
+        for progress in running:
+            since = (
+                progress.last_step_at if progress.last_step_at is not None else progress.started_at
+            )
+            progress.stalled = alive and since is not None and now - since > limit
+        self.stalled = bool(running) and all(p.stalled for p in running)
+
+    def summary(self) -> ProgressSummary:
+        ranks = self.ranks
+        stepped = [p.step for p in ranks if p.step is not None]
+        losses = sorted(p.loss for p in ranks if p.loss is not None)
+        running = [p for p in ranks if p.state is RankState.RUNNING]
+        rates = [p.samples_per_s for p in running if p.samples_per_s is not None]
+        timed = [p for p in running if p.step_time_s is not None]
+        slowest = max(timed, key=lambda p: p.step_time_s or 0.0) if timed else None
+        gpu = [p.cuda_peak_mib for p in ranks if p.cuda_peak_mib is not None]
+        cpu = [p.rss_mib for p in ranks if p.rss_mib is not None]
+        totals = [p.total_steps for p in ranks if p.total_steps is not None]
+        states: dict[RankState, int] = {}
+        for p in ranks:
+            states[p.state] = states.get(p.state, 0) + 1
+        return ProgressSummary(
+            ranks=len(ranks),
+            started=sum(p.started_at is not None for p in ranks),
+            world_size=self.world_size,
+            step=min(stepped) if stepped else None,
+            total_steps=max(totals) if totals else None,
+            loss_min=losses[0] if losses else None,
+            loss_median=statistics.median(losses) if losses else None,
+            loss_max=losses[-1] if losses else None,
+            nonfinite_ranks=tuple(p.rank for p in ranks if p.nonfinite),
+            samples_per_s=sum(rates) if rates else None,
+            slowest_rank=slowest.rank if slowest else None,
+            slowest_step_time_s=slowest.step_time_s if slowest else None,
+            peak_memory_mib=max(gpu) if gpu else max(cpu) if cpu else None,
+            memory_kind="gpu" if gpu else "cpu" if cpu else None,
+            states=states,
+            stalled=self.stalled,
+            stragglers=tuple(p.rank for p in ranks if p.straggler),
+        )
+
+    def format_line(self) -> str:
+        return self.summary().format_line()
