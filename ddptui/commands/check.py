@@ -17,7 +17,7 @@ from rich.text import Text
 from ddptui.check import CheckReport, check_cluster
 from ddptui.config import AUTO, HostConfig, load_config
 from ddptui.health import Code, HostCheck, Severity, parity_rows
-from ddptui.plan.resources import choose_socket_ifname, is_free
+from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.probe.facts import NA, HostFacts, Maybe
 
 # Already in the hosts table's interface column; JSON keeps them for scripts.
@@ -118,7 +118,7 @@ def _hosts_table(report: CheckReport) -> Table:
             _text(facts.hostname),
             _text(facts.python.version),
             _torch(facts),
-            _gpus(facts),
+            _gpus(check.host, facts),
             _interface(check, facts, head_address),
         )
     return table
@@ -149,12 +149,15 @@ def _torch(facts: HostFacts) -> str:
     return _text(torch.version) if torch.status == "ok" else f"{torch.status}"
 
 
-def _gpus(facts: HostFacts) -> str:
-    devices = facts.gpus.devices
-    if not devices:
+def _gpus(host: HostConfig, facts: HostFacts) -> str:
+    present = present_gpus(facts)
+    if not present:
         return "none"
-    free = sum(1 for gpu in devices if is_free(gpu))
-    return f"{free}/{len(devices)} free"
+    # Counted as the findings count them: only the GPUs the host's `gpus` key lets a run use.
+    selected = selected_gpus(host, facts)
+    free = sum(1 for gpu in selected if is_free(gpu))
+    counted = f"{free}/{len(selected)} free"
+    return counted if len(selected) == len(present) else f"{counted} ({len(present)} present)"
 
 
 def _interface(check: HostCheck, facts: HostFacts, head_address: str) -> str:
