@@ -10,13 +10,13 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from ddptui.check import CheckReport, check_cluster
 from ddptui.config import AUTO, HostConfig, load_config
 from ddptui.health import Code, HostCheck, Severity, parity_rows
+from ddptui.health.groups import group_findings
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.probe.facts import NA, HostFacts, Maybe
 
@@ -57,26 +57,36 @@ def run(args: argparse.Namespace) -> int:
 
 def render(report: CheckReport, console: Console) -> None:
     """The human report: hosts, the version parity grid, findings with fixes, a summary."""
+    # Titles printed apart from their tables: a table pads its title with spaces to its width.
+    _print_wrapped(console, Text("hosts", style="table.title"))
     console.print(_hosts_table(report))
     probed = [(check.host, check.facts) for check in report.checks if check.facts is not None]
     if probed:
+        _print_wrapped(console, Text("version parity (odd values in red)", style="table.title"))
         console.print(_parity_table(probed))
     for severity in Severity:
-        for finding in report.findings:
-            if finding.severity is not severity or finding.code in _SHOWN_IN_TABLES:
-                continue
+        shown = [f for f in report.findings if f.severity is severity]
+        for group in group_findings(f for f in shown if f.code not in _SHOWN_IN_TABLES):
             symbol, style = _SEVERITY_STYLE[severity]
-            where = f"{finding.host}: " if finding.host else ""
-            line = Text.assemble((f"{symbol} ", style), (where, "bold"), finding.message)
-            line.append(f"  [{finding.code.value}]", style="dim")
-            console.print(line)
-            if finding.hint:
-                console.print(Padding(Text(f"fix: {finding.hint}", style="dim"), (0, 0, 0, 4)))
+            where = f"{group.where}: " if group.hosts else ""
+            line = Text.assemble((f"{symbol} ", style), (where, "bold"), group.message)
+            line.append(f"  [{group.code.value}]", style="dim")
+            _print_wrapped(console, line)
+            if group.hint:
+                fix = "fix: " if group.hint_host is None else f"fix (as on {group.hint_host}): "
+                _print_wrapped(console, Text(fix + group.hint, style="dim"), indent=4)
     if not report.master_port_test.ran:
         symbol, style = _SEVERITY_STYLE[Severity.INFO]
         skipped = f"master port test skipped: {report.master_port_test.why}"
-        console.print(Text.assemble((f"{symbol} ", style), skipped))
-    console.print(_summary(report))
+        _print_wrapped(console, Text.assemble((f"{symbol} ", style), skipped))
+    _print_wrapped(console, _summary(report))
+
+
+def _print_wrapped(console: Console, text: Text, indent: int = 0) -> None:
+    """``text`` wrapped to the console under an indent, with no spaces trailing a line."""
+    for line in text.wrap(console, max(console.width - indent, 20)):
+        line.rstrip()
+        console.print(Text(" " * indent) + line, soft_wrap=True)
 
 
 def _summary(report: CheckReport) -> Text:
@@ -97,7 +107,7 @@ def _summary(report: CheckReport) -> Text:
 
 
 def _hosts_table(report: CheckReport) -> Table:
-    table = Table(title="hosts", title_justify="left")
+    table = Table()
     for column in ("node", "name", "address", "status", "hostname", "python", "torch", "GPUs"):
         table.add_column(column)
     table.add_column("interface")
@@ -126,7 +136,7 @@ def _hosts_table(report: CheckReport) -> Table:
 
 def _parity_table(probed: list[tuple[HostConfig, HostFacts]]) -> Table:
     rows = parity_rows(probed)
-    table = Table(title="version parity (odd values in red)", title_justify="left")
+    table = Table()
     table.add_column("")
     hosts = list(rows[0].values) if rows else []
     for host in hosts:

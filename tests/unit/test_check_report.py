@@ -1,4 +1,4 @@
-"""The human check report over the recorded H200 host's probe output."""
+"""The human check report over the recorded H200 host's probe output: grouping, GPUs, layout."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from rich.console import Console
 from ddptui.check import CheckReport, PortTest
 from ddptui.commands.check import render
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.health import HostCheck, evaluate
+from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
+from ddptui.health.groups import group_findings
 from ddptui.probe.facts import GpuProcess, HostFacts, parse_facts
 from ddptui.remote.status import Reach, Reachability
 
 PROBE = Path(__file__).resolve().parents[1] / "fixtures" / "probe"
+NAMES = ("gpu-a", "gpu-b", "gpu-c")
 
 
 def _h200() -> HostFacts:
@@ -30,6 +32,64 @@ def _rendered(report: CheckReport, width: int) -> list[str]:
     console = Console(width=width, record=True, color_system=None)
     render(report, console)
     return console.export_text().splitlines()
+
+
+def _three_recorded_hosts() -> CheckReport:
+    """Three copies of the H200 host, whose hostname `vm` resolves to loopback on each."""
+    hosts = tuple(HostConfig(name, f"192.0.2.{2 + i}") for i, name in enumerate(NAMES))
+    offsets = {"gpu-a": 0.0, "gpu-b": 45.0, "gpu-c": 45.0}
+    checks = [
+        HostCheck(host, Reachability(Reach.OK), _h200(), offsets[host.name], True) for host in hosts
+    ]
+    return _report(hosts, checks)
+
+
+def test_a_finding_shared_by_several_hosts_is_one_entry_naming_them() -> None:
+    report = _three_recorded_hosts()
+    lines = _rendered(report, width=100)
+    text = "\n".join(lines)
+    assert text.count("[hostname_loopback]") == 1, text
+    assert "\n! gpu-a, gpu-b and gpu-c: hostname vm resolves to 127.0.0.1 on each host," in text
+    # Their fixes differ by each host's address: one is shown, and whose it is.
+    assert "fix (as on gpu-a): map vm to the host's real address (192.0.2.2)" in text
+    assert text.count("[clock_skew]") == 1
+    assert "\n! gpu-b and gpu-c: each host's clock is +45.0 s off" in text
+    assert "fix: enable time sync on every host" in text
+    # Scripts still get one finding per host.
+    codes = [(f["code"], f["host"]) for f in report.to_json()["findings"]]
+    assert [host for code, host in codes if code == "hostname_loopback"] == list(NAMES)
+
+
+def test_no_line_is_padded_to_the_terminal_width() -> None:
+    lines = _rendered(_three_recorded_hosts(), width=72)
+    assert any(line.startswith("    ") and "fix" in line for line in lines)
+    assert [line for line in lines if line != line.rstrip()] == []
+    assert max(len(line) for line in lines) <= 72
+
+
+def test_a_long_list_of_hosts_is_cut_to_a_count() -> None:
+    findings = [
+        Finding(Code.LOW_DISK, Severity.ERROR, f"h{i}", f"only 1.0 GB free on h{i}", "free it")
+        for i in range(64)
+    ]
+    findings.append(Finding(Code.LOW_DISK, Severity.ERROR, "h64", "only 2.0 GB free", "free it"))
+    first, odd = group_findings(findings)
+    assert first.where == "h0, h1, h2, h3, h4, h5 and 58 more hosts"
+    assert (first.message, first.hint, first.hint_host) == (
+        "only 1.0 GB free on each host",
+        "free it",
+        None,
+    )
+    assert odd.hosts == ("h64",)
+
+
+def test_a_host_name_inside_another_word_is_not_replaced() -> None:
+    findings = [
+        Finding(Code.LOW_DISK, Severity.ERROR, "node1", "node1 shares a rack with node10", "x"),
+        Finding(Code.LOW_DISK, Severity.ERROR, "node2", "node2 shares a rack with node10", "x"),
+    ]
+    (group,) = group_findings(findings)
+    assert group.message == "each host shares a rack with node10"
 
 
 def test_free_gpus_are_counted_over_the_selected_gpus() -> None:
