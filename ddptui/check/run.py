@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -28,6 +29,10 @@ PROBE_TIMEOUT_S = 60.0
 PORT_TEST_CONNECT_TIMEOUT_S = 3.0
 
 STDERR_TAIL_LINES = 5
+
+_READY = re.compile(r"ready (\d{1,5})")
+"""What the port-test listener prints once it listens (scripts.LISTENER)."""
+_MAX_LINES_BEFORE_READY = 50
 
 
 Progress = Callable[[str, str], None]
@@ -81,6 +86,8 @@ async def _check_host(
     # SSH and the interpreter worked from here on: whatever fails is the probe's, not the link's.
     if result.timed_out:
         why = _probe_failure(result, f"it did not finish in {PROBE_TIMEOUT_S:g} s")
+    elif result.overflow is not None:
+        why = _probe_failure(result, f"the host {result.overflow}, so it was hung up on")
     elif result.exit_status != 0:
         why = _probe_failure(result, "it exited with an error")
     else:
@@ -142,11 +149,10 @@ async def _test_master_port(
         why = plain(f"the test listener could not start on node 0: {error}", one_line=True)
         return list(checks), PortTest(ran=False, why=why)
     try:
-        ready = await _first_line(listener.lines(), timeout=PROBE_TIMEOUT_S)
-        if not ready.startswith("ready "):
-            why = f"the test listener on node 0 did not start listening: {ready or 'no output'}"
+        bound, last = await _listening_port(listener.lines(), timeout=PROBE_TIMEOUT_S)
+        if bound is None:
+            why = f"the test listener on node 0 did not start listening: {last or 'no output'}"
             return list(checks), PortTest(ran=False, why=plain(why, limit=300, one_line=True))
-        bound = int(ready.split()[1])
         notify(head.host.name, f"listening on {bound}")
         results = await asyncio.gather(
             *(_can_connect(remote, check.host, head.host.address, bound) for check in workers)
@@ -177,12 +183,27 @@ def _port_test_skipped(checks: Sequence[HostCheck], workers: Sequence[HostCheck]
     return ""
 
 
-async def _first_line(lines: AsyncIterator[str], *, timeout: float) -> str:
-    try:
-        line: str = await asyncio.wait_for(anext(lines), timeout)
-    except (StopAsyncIteration, asyncio.TimeoutError):
-        return ""
-    return line.strip()
+async def _listening_port(lines: AsyncIterator[str], *, timeout: float) -> tuple[int | None, str]:
+    """The port node 0's listener reports, and the last line read.
+
+    Lines a login shell prints first (a banner, a motd) are skipped, up to a few; anything
+    else — an error, silence for ``timeout`` seconds, a garbled line — gives None.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = ""
+    for _ in range(_MAX_LINES_BEFORE_READY):
+        try:
+            line = await asyncio.wait_for(anext(lines), max(deadline - loop.time(), 0))
+        except (StopAsyncIteration, asyncio.TimeoutError):
+            break
+        last = line.strip()
+        ready = _READY.fullmatch(last)
+        if ready is not None:
+            return int(ready[1]), last
+        if last.startswith("error "):
+            break
+    return None, last
 
 
 async def _can_connect(

@@ -19,6 +19,7 @@ from ddptui.health import Code, HostCheck, Severity, parity_rows
 from ddptui.health.groups import group_findings
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.probe.facts import NA, HostFacts, Maybe
+from ddptui.untrusted import plain
 
 # Already in the hosts table's interface column; JSON keeps them for scripts.
 _SHOWN_IN_TABLES = {Code.SOCKET_IFNAME_CHOSEN}
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
         report = asyncio.run(check_cluster(config, progress))
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=2)
+        # allow_nan=False: NaN is not JSON; the probe parser already refuses non-finite facts.
+        json.dump(report.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         errors.print(_summary(report))
     else:
@@ -69,12 +71,12 @@ def render(report: CheckReport, console: Console) -> None:
         for group in group_findings(f for f in shown if f.code not in _SHOWN_IN_TABLES):
             symbol, style = _SEVERITY_STYLE[severity]
             where = f"{group.where}: " if group.hosts else ""
-            line = Text.assemble((f"{symbol} ", style), (where, "bold"), group.message)
+            line = Text.assemble((f"{symbol} ", style), (where, "bold"), plain(group.message))
             line.append(f"  [{group.code.value}]", style="dim")
             _print_wrapped(console, line)
             if group.hint:
                 fix = "fix: " if group.hint_host is None else f"fix (as on {group.hint_host}): "
-                _print_wrapped(console, Text(fix + group.hint, style="dim"), indent=4)
+                _print_wrapped(console, Text(fix + plain(group.hint), style="dim"), indent=4)
     if not report.master_port_test.ran:
         symbol, style = _SEVERITY_STYLE[Severity.INFO]
         skipped = f"master port test skipped: {report.master_port_test.why}"
@@ -118,18 +120,20 @@ def _hosts_table(report: CheckReport) -> Table:
         if check.probe_failure is not None:
             status = Text("probe failed", "red")
         if facts is None:
-            table.add_row(str(rank), check.host.name, check.host.address, status)
+            table.add_row(*_cells(str(rank), check.host.name, check.host.address, status))
             continue
         table.add_row(
-            str(rank),
-            check.host.name,
-            check.host.address,
-            status,
-            _text(facts.hostname),
-            _text(facts.python.version),
-            _torch(facts),
-            _gpus(check.host, facts),
-            _interface(check, facts, head_address),
+            *_cells(
+                str(rank),
+                check.host.name,
+                check.host.address,
+                status,
+                _text(facts.hostname),
+                _text(facts.python.version),
+                _torch(facts),
+                _gpus(check.host, facts),
+                _interface(check, facts, head_address),
+            )
         )
     return table
 
@@ -140,18 +144,27 @@ def _parity_table(probed: list[tuple[HostConfig, HostFacts]]) -> Table:
     table.add_column("")
     hosts = list(rows[0].values) if rows else []
     for host in hosts:
-        table.add_column(host)
+        table.add_column(Text(host))
     for row in rows:
         cells = [
             Text(_text(value), "bold red" if host in row.odd_hosts else "")
             for host, value in row.values.items()
         ]
-        table.add_row(row.label, *cells)
+        table.add_row(Text(row.label), *cells)
     return table
 
 
+def _cells(*values: str | Text) -> list[Text]:
+    """Table cells as Text: rich reads a plain string as markup ("[/]" raises, "[link=…]"
+    makes a hyperlink), and the values come from hosts."""
+    return [
+        value if isinstance(value, Text) else Text(plain(value, one_line=True)) for value in values
+    ]
+
+
 def _text(value: Maybe[object]) -> str:
-    return "n/a" if value is NA or value is None else str(value)
+    """A fact for a cell, one line, its control characters shown as escapes."""
+    return "n/a" if value is NA or value is None else plain(str(value), one_line=True)
 
 
 def _torch(facts: HostFacts) -> str:

@@ -11,12 +11,18 @@ from __future__ import annotations
 import enum
 import ipaddress
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
+from ddptui.untrusted import plain
+
 PROBE_VERSION: Final = 1
 """The ``probe_version`` this parser reads; the probe script prints the same number."""
+
+MAX_DOCUMENT_CHARS: Final = 16 * 1024 * 1024
+"""Longer output is not a probe document (a real one is tens of KiB, package lists included)."""
 
 _T = TypeVar("_T")
 
@@ -237,6 +243,8 @@ def parse_facts(text: str) -> HostFacts:
 
 
 def _load_document(text: str) -> dict[str, Any]:
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise ProbeError(f"the probe printed more than {MAX_DOCUMENT_CHARS} characters")
     # A login shell may print banners before the probe runs; the document is the last line.
     candidates = [text, *text.strip().splitlines()[-1:]]
     for candidate in candidates:
@@ -244,16 +252,26 @@ def _load_document(text: str) -> dict[str, Any]:
             doc = json.loads(candidate)
         except ValueError:
             continue
+        except RecursionError:
+            # Arrays or objects nested thousands deep: never a probe document.
+            raise ProbeError("the probe printed JSON nested too deeply to read") from None
         if isinstance(doc, dict):
             return doc
-    snippet = text.strip()[:200] or "(no output)"
+    snippet = plain(text.strip(), limit=200, one_line=True) or "(no output)"
     raise ProbeError(f"the probe did not print a JSON document; it printed: {snippet}")
 
 
 def _get(data: Mapping[str, Any], key: str, kind: type[_T]) -> Maybe[_T]:
     value = data.get(key)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            return NA
+    # JSON's NaN and Infinity parse to floats, but no fact is infinite or not a number (and
+    # `check --json` could not print one).
+    if isinstance(value, float) and not math.isfinite(value):
+        return NA
     # bool is an int subclass; a JSON true is never a count.
     if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
         return value

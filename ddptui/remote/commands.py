@@ -43,11 +43,31 @@ _NOT_EXECUTABLE = 126
 
 
 @dataclass(frozen=True)
+class Overflow:
+    """A command sent more than ``limit`` bytes on ``stream`` and was hung up on."""
+
+    stream: str
+    limit: int
+
+    def __str__(self) -> str:
+        return f"sent more than {_size(self.limit)} on {self.stream}"
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale} {unit}"
+    return f"{count} bytes"
+
+
+@dataclass(frozen=True)
 class CommandResult:
     """A finished remote command.
 
     ``exit_status`` is None when the command's fate is unknown: the connection dropped, could
-    not be made (``reach`` says why) or the command timed out. None never means success.
+    not be made (``reach`` says why), the command timed out, or it sent more than the
+    caller's cap (``overflow``; the output kept is what came before). None never means
+    success.
     """
 
     exit_status: int | None
@@ -55,6 +75,7 @@ class CommandResult:
     stderr: str
     timed_out: bool = False
     reach: Reachability | None = None
+    overflow: Overflow | None = None
 
     @property
     def ok(self) -> bool:

@@ -9,18 +9,20 @@ on concurrent handshakes. Every way a connection can fail comes back as a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import posixpath
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import asyncssh
 
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote import failures
-from ddptui.remote.commands import CommandResult, command_line
+from ddptui.remote.commands import CommandResult, Overflow, command_line
 from ddptui.remote.hostkeys import (
     KeyState,
     KnownHosts,
@@ -31,6 +33,15 @@ from ddptui.remote.hostkeys import (
 from ddptui.remote.status import Reach, Reachability
 
 SSH_CONFIG = Path("~/.ssh/config")
+_T = TypeVar("_T")
+
+MAX_STDOUT_BYTES = 8 * 1024 * 1024
+"""What :meth:`RemoteCluster.run` keeps of a command's stdout before hanging up on it: a
+flooding host must not fill the head node's memory."""
+MAX_STDERR_BYTES = 256 * 1024
+MAX_LINE_CHARS = 64 * 1024
+"""A :class:`RemoteProcess` line longer than this comes in pieces of this length."""
+_CHUNK = 65536
 
 
 class RemoteError(DdptuiError):
@@ -54,16 +65,34 @@ class RemoteProcess:
     logins.) stdout and stderr arrive merged, as a terminal shows them.
     """
 
-    def __init__(self, host: HostConfig, process: asyncssh.SSHClientProcess[str]) -> None:
+    def __init__(
+        self,
+        host: HostConfig,
+        process: asyncssh.SSHClientProcess[str],
+        *,
+        close_timeout: float = 10.0,
+    ) -> None:
         self.host = host
         self._process = process
+        self._close_timeout = close_timeout
 
     async def lines(self) -> AsyncIterator[str]:
-        """Output lines (``\n``-terminated) until the command or the connection ends."""
-        async for line in self._process.stdout:
-            if not line:  # asyncssh's end-of-stream marker
-                return
-            yield line.replace("\r\n", "\n")
+        """Output lines (``\n``-terminated) until the command or the connection ends.
+
+        A line longer than :data:`MAX_LINE_CHARS` comes in pieces of that length, so a host
+        that never sends a newline cannot grow one line without bound. Callers bound the
+        wait for each line themselves.
+        """
+        pending = ""
+        while chunk := await self._process.stdout.read(_CHUNK):
+            *complete, pending = (pending + chunk).split("\n")
+            for line in complete:
+                yield line.removesuffix("\r") + "\n"
+            while len(pending) >= MAX_LINE_CHARS:
+                yield pending[:MAX_LINE_CHARS]
+                pending = pending[MAX_LINE_CHARS:]
+        if pending:
+            yield pending
 
     @property
     def exit_status(self) -> int | None:
@@ -71,9 +100,12 @@ class RemoteProcess:
         return self._process.returncode
 
     async def close(self) -> None:
-        """Hang up: the remote command gets SIGHUP unless it ignores it or already exited."""
+        """Hang up: the remote command gets SIGHUP unless it ignores it or already exited.
+
+        Waits at most ``close_timeout`` for the host to confirm."""
         self._process.close()
-        await self._process.wait_closed()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._process.wait_closed(), self._close_timeout)
 
 
 class RemoteCluster:
@@ -131,80 +163,141 @@ class RemoteCluster:
         input: str | None = None,
         timeout: float,
         env: Mapping[str, str] | None = None,
+        max_stdout: int = MAX_STDOUT_BYTES,
+        max_stderr: int = MAX_STDERR_BYTES,
     ) -> CommandResult:
         """Run ``argv`` on ``host`` and wait for it (connecting first if needed).
 
         ``exit_status`` is the remote status (negative: killed by that signal), or None when
-        it is unknown: no connection or a dropped one (``reach`` says why), or ``timed_out``
-        (the channel is then closed and SIGKILL requested; see the note in the code: the
-        command may outlive its timeout on root logins). Never raises for connection failures.
+        it is unknown: no connection or a dropped one (``reach`` says why), ``timed_out``, or
+        ``overflow`` (more than ``max_stdout`` / ``max_stderr`` bytes on that stream). A timed
+        out or overflowing command has its channel closed and SIGKILL requested (see the note
+        in the code: it may outlive that on root logins); what it sent up to then is kept.
+        Opening the session is bounded by the connect timeout, the rest by ``timeout``.
+        Never raises for connection failures.
         """
         reach, connection = await self._connection(host)
         if connection is None:
             return CommandResult(None, "", reach.detail, reach=reach)
         try:
-            process = await connection.create_process(
-                command_line(argv, env), input=input, encoding="utf-8", errors="replace"
+            process = await self._within(
+                connection.create_process(
+                    command_line(argv, env),
+                    input=None if input is None else input.encode("utf-8"),
+                    encoding=None,
+                ),
+                self.connect_timeout,
+                "open a session",
             )
-            try:
-                completed = await process.wait(timeout=timeout)
-            except asyncssh.TimeoutError as error:
-                # Delivered by OpenSSH only to non-root logins; for root the command is left
-                # to die of SIGPIPE on its next write to the closed channel.
-                process.send_signal("KILL")
-                process.close()
-                return CommandResult(None, _text(error.stdout), _text(error.stderr), timed_out=True)
+        except _Stalled as stalled:
+            return self._stalled(host, connection, stalled)
         except (asyncssh.Error, OSError) as error:
-            return self._lost(host, "", f"{error}")
-        if completed.returncode is None:
-            return self._lost(host, _text(completed.stdout), _text(completed.stderr))
-        return CommandResult(completed.returncode, _text(completed.stdout), _text(completed.stderr))
+            return self._lost(host, "", failures.remote_reason(str(error)))
+        stdout, stderr = _Capped(max_stdout, "stdout"), _Capped(max_stderr, "stderr")
+        try:
+            await asyncio.wait_for(_drain_both(process, stdout, stderr), timeout)
+        except asyncio.TimeoutError:
+            await self._hang_up(process)
+            return CommandResult(None, stdout.text(), stderr.text(), timed_out=True)
+        except (asyncssh.Error, OSError) as error:
+            return self._lost(host, stdout.text(), failures.remote_reason(str(error)))
+        overflow = stdout.overflow or stderr.overflow
+        if overflow is not None:
+            await self._hang_up(process)
+            return CommandResult(None, stdout.text(), stderr.text(), overflow=overflow)
+        try:
+            await self._within(process.wait_closed(), self.connect_timeout, "close the session")
+        except _Stalled:
+            process.close()
+        if process.returncode is None:
+            return self._lost(host, stdout.text(), stderr.text())
+        return CommandResult(process.returncode, stdout.text(), stderr.text())
 
     async def start_process(
         self, host: HostConfig, argv: Sequence[str], *, env: Mapping[str, str] | None = None
     ) -> RemoteProcess:
         """Start ``argv`` on ``host`` (see :class:`RemoteProcess`).
 
-        Raises :class:`HostUnreachable`, or :class:`RemoteError` if it cannot be started.
+        Raises :class:`HostUnreachable`, or :class:`RemoteError` if it cannot be started
+        (within the connect timeout).
         """
         connection = await self._require(host)
         try:
-            process = await connection.create_process(
-                command_line(argv, env), term_type="dumb", encoding="utf-8", errors="replace"
+            process = await self._within(
+                connection.create_process(
+                    command_line(argv, env), term_type="dumb", encoding="utf-8", errors="replace"
+                ),
+                self.connect_timeout,
+                "open a session",
             )
-        except (asyncssh.Error, OSError) as error:
-            raise RemoteError(f"{failures.where(host)}: cannot start a command: {error}") from None
-        return RemoteProcess(host, process)
+        except (asyncssh.Error, OSError, _Stalled) as error:
+            reason = failures.remote_reason(str(error))
+            raise RemoteError(f"{failures.where(host)}: cannot start a command: {reason}") from None
+        return RemoteProcess(host, process, close_timeout=self.connect_timeout)
 
-    async def put_files(self, host: HostConfig, local_dir: Path, remote_dir: str) -> None:
+    async def put_files(
+        self, host: HostConfig, local_dir: Path, remote_dir: str, *, timeout: float = 600.0
+    ) -> None:
         """Upload the tree under ``local_dir`` into ``remote_dir`` (created, with parents).
 
-        ``remote_dir`` may start with ``~/``: the remote home. Raises :class:`RemoteError`.
+        ``remote_dir`` may start with ``~/``: the remote home. The whole upload must finish
+        within ``timeout`` seconds. Raises :class:`RemoteError`.
         """
         connection = await self._require(host)
         try:
-            root = await _expand_home(connection, remote_dir)
-            async with connection.start_sftp_client() as sftp:
-                await sftp.makedirs(root, exist_ok=True)
-                for dirpath, dirnames, filenames in os.walk(local_dir):
-                    relative = Path(dirpath).relative_to(local_dir).parts
-                    target = posixpath.join(root, *relative)
-                    for name in dirnames:
-                        await sftp.makedirs(posixpath.join(target, name), exist_ok=True)
-                    for name in filenames:
-                        await sftp.put(str(Path(dirpath, name)), posixpath.join(target, name))
-        except (asyncssh.Error, OSError) as error:
+            root = await self._within(
+                _expand_home(connection, remote_dir), self.connect_timeout, "read $HOME"
+            )
+            sftp = await self._within(
+                connection.start_sftp_client(), self.connect_timeout, "start SFTP"
+            )
+            try:
+                await self._within(_upload(sftp, local_dir, root), timeout, "upload")
+            finally:
+                sftp.exit()
+        except (asyncssh.Error, OSError, RemoteError) as error:
+            reason = failures.remote_reason(str(error))
             raise RemoteError(
-                f"uploading {local_dir} to {failures.where(host)}:{remote_dir} failed: {error}"
+                f"uploading {local_dir} to {failures.where(host)}:{remote_dir} failed: {reason}"
             ) from None
 
     async def close(self) -> None:
-        """Close every connection and wait for them to go."""
+        """Close every connection and wait (at most the connect timeout) for them to go."""
         connections = list(self._connections.values())
         self._connections.clear()
         for connection in connections:
             connection.close()
-        await asyncio.gather(*(connection.wait_closed() for connection in connections))
+        waits = asyncio.gather(*(connection.wait_closed() for connection in connections))
+        try:
+            await asyncio.wait_for(waits, self.connect_timeout)
+        except asyncio.TimeoutError:
+            for connection in connections:
+                connection.abort()
+
+    async def _within(self, awaitable: Awaitable[_T], seconds: float, what: str) -> _T:
+        try:
+            return await asyncio.wait_for(awaitable, seconds)
+        except asyncio.TimeoutError:
+            raise _Stalled(f"the host did not {what} within {seconds:g} s") from None
+
+    def _stalled(
+        self, host: HostConfig, connection: asyncssh.SSHClientConnection, stalled: _Stalled
+    ) -> CommandResult:
+        # A connection that answers keepalives but not channel requests is no use for the
+        # next command either: drop it, so the next one reconnects or fails the same way.
+        connection.abort()
+        self._connections.pop(host.name, None)
+        reach = Reachability(Reach.ERROR, f"{failures.where(host)}: {stalled}")
+        return CommandResult(None, "", reach.detail, reach=reach)
+
+    async def _hang_up(self, process: asyncssh.SSHClientProcess[bytes]) -> None:
+        # SIGKILL is delivered by OpenSSH only to non-root logins; for root the command is
+        # left to die of SIGPIPE on its next write to the closed channel.
+        with contextlib.suppress(asyncssh.Error, OSError):
+            process.send_signal("KILL")
+        process.close()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(process.wait_closed(), self.connect_timeout)
 
     async def _require(self, host: HostConfig) -> asyncssh.SSHClientConnection:
         reach, connection = await self._connection(host)
@@ -336,11 +429,68 @@ async def _expand_home(connection: asyncssh.SSHClientConnection, remote_dir: str
     # the SFTP login directory: they differ when sshd sets HOME (SetEnv, PAM).
     if remote_dir != "~" and not remote_dir.startswith("~/"):
         return remote_dir
-    result = await connection.run('printf %s "$HOME"', check=True, encoding="utf-8")
-    return posixpath.join(_text(result.stdout), remote_dir[2:])
+    process = await connection.create_process('printf %s "$HOME"', encoding=None)
+    home, stderr = _Capped(4096, "stdout"), _Capped(4096, "stderr")
+    try:
+        await _drain_both(process, home, stderr)
+    finally:
+        process.close()
+    if home.overflow is not None or not home.data.startswith(b"/"):
+        raise RemoteError(f"$HOME on the host is not a path: {home.text()!r}")
+    return posixpath.join(home.text(), remote_dir[2:])
 
 
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode("utf-8", errors="replace")
-    return output or ""
+async def _upload(sftp: asyncssh.SFTPClient, local_dir: Path, root: str) -> None:
+    await sftp.makedirs(root, exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(local_dir):
+        relative = Path(dirpath).relative_to(local_dir).parts
+        target = posixpath.join(root, *relative)
+        for name in dirnames:
+            await sftp.makedirs(posixpath.join(target, name), exist_ok=True)
+        for name in filenames:
+            await sftp.put(str(Path(dirpath, name)), posixpath.join(target, name))
+
+
+class _Stalled(RemoteError):
+    """A remote operation did not finish within its deadline."""
+
+
+class _Capped:
+    """One output stream of a command, kept up to ``limit`` bytes."""
+
+    def __init__(self, limit: int, stream: str) -> None:
+        self.limit = limit
+        self.stream = stream
+        self.data = bytearray()
+        self.overflow: Overflow | None = None
+
+    async def read_from(self, reader: asyncssh.SSHReader[bytes]) -> None:
+        while chunk := await reader.read(_CHUNK):
+            room = self.limit - len(self.data)
+            self.data += chunk[:room]
+            if len(chunk) > room:
+                self.overflow = Overflow(self.stream, self.limit)
+                return
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+async def _drain_both(
+    process: asyncssh.SSHClientProcess[bytes], stdout: _Capped, stderr: _Capped
+) -> None:
+    """Read both streams to their end, or until one of them overflows."""
+    readers = {
+        asyncio.ensure_future(stdout.read_from(process.stdout)),
+        asyncio.ensure_future(stderr.read_from(process.stderr)),
+    }
+    try:
+        while readers:
+            done, readers = await asyncio.wait(readers, return_when=asyncio.FIRST_COMPLETED)
+            for reader in done:
+                reader.result()
+            if stdout.overflow or stderr.overflow:
+                return
+    finally:
+        for reader in readers:
+            reader.cancel()
