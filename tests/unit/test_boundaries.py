@@ -1,4 +1,4 @@
-"""Layering rules from DESIGN.md, checked both statically and in a fresh interpreter."""
+"""Layering rules from docs/architecture.md, checked both statically and in a fresh interpreter."""
 
 from __future__ import annotations
 
