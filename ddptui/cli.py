@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
             "A keyboard-driven console for multi-node PyTorch DDP: check every host over SSH, "
             "launch the bundled trainer with torchrun, watch it, stop it and resume it."
         ),
-        epilog="Exit codes: 0 success or healthy, 1 unhealthy or failed, 2 usage or config error.",
+        epilog=(
+            "Exit codes: 0 success, healthy or completed; 1 unhealthy or failed; 2 usage or "
+            "config error; 3 run stopped by request."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"ddptui {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -86,12 +89,122 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hosts_argument(trust)
     trust.add_argument("--yes", action="store_true", help="add every unknown key without asking")
 
+    _add_run_commands(commands)
     return parser
+
+
+def _add_follow_flags(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--headless",
+        action="store_true",
+        help=f"{verb}, then print progress every 2 s until the run ends (Ctrl-C detaches)",
+    )
+    parser.add_argument(
+        "--detach", action="store_true", help=f"{verb} and return at once; the run goes on"
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_SHOW_CPP_STACKTRACES=1",
+    )
+
+
+def _add_run_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run", metavar="RUN", nargs="?", help="a run id or a unique prefix (default: the latest)"
+    )
+
+
+def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    launch = commands.add_parser(
+        "launch",
+        help="check the hosts, then start the job with torchrun on every host",
+        description=(
+            "Check every host, plan one torchrun per host (static rendezvous), upload the "
+            "code, and start every node detached so the run outlives this command. Refuses "
+            "when the check finds errors, unless --force. Exit 0 completed, 1 failed, "
+            "2 bad input, 3 stopped."
+        ),
+    )
+    _add_hosts_argument(launch)
+    _add_follow_flags(launch, "start the run")
+    launch.add_argument("--force", action="store_true", help="launch despite check errors")
+    launch.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print each host's exact command and environment; start nothing",
+    )
+    launch.set_defaults(takes_passthrough=True)
+    launch.epilog = "-- ARGS: everything after -- goes to the trainer, after [job] args."
+
+    status = commands.add_parser(
+        "status",
+        help="a run's state, ranks and processes",
+        description=(
+            "Show a run's state, attempts and progress; for a running run, ask every host "
+            "which of its processes live. Exit 0 running or completed, 1 failed, 3 stopped."
+        ),
+    )
+    _add_run_argument(status)
+    _add_json_flag(status, "the run")
+
+    stop = commands.add_parser(
+        "stop",
+        help="stop a run: checkpoint first, then SIGTERM, then SIGKILL",
+        description=(
+            "Ask the trainer to checkpoint and stop, wait up to [job] stop_grace_s, then "
+            "SIGTERM and SIGKILL what is left; confirm no process of the run remains."
+        ),
+    )
+    _add_run_argument(stop)
+    stop.add_argument("--kill", action="store_true", help="skip the checkpoint: SIGTERM at once")
+
+    resume = commands.add_parser(
+        "resume",
+        help="start a stopped or failed run again from its latest checkpoint",
+        description=(
+            "Start a new attempt of a stopped or failed run on the same hosts, with [job] "
+            "resume_args (the trainer's --resume latest)."
+        ),
+    )
+    _add_run_argument(resume)
+    _add_follow_flags(resume, "resume the run")
+
+    logs = commands.add_parser(
+        "logs",
+        help="print a run's logs (every rank's stdout and stderr, torchrun's output)",
+        description="Print a run's logs from every host; --follow keeps printing new lines.",
+    )
+    _add_run_argument(logs)
+    logs.add_argument("--rank", type=int, metavar="N", help="only global rank N")
+    logs.add_argument("--follow", action="store_true", help="keep printing until the run ends")
+    logs.add_argument("--events", action="store_true", help="also print every rank's events")
+    logs.add_argument(
+        "--errors",
+        action="store_true",
+        help="print the classified errors (cause and fix, first failing rank first) instead",
+    )
+
+    runs = commands.add_parser(
+        "runs",
+        help="list past and current runs",
+        description="List the runs in the run store, newest last.",
+    )
+    _add_json_flag(runs, "the runs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Split here: argparse treats options after "--" inside a subcommand as its own again.
+    passthrough: list[str] = []
+    if "--" in words:
+        cut = words.index("--")
+        words, passthrough = words[:cut], words[cut + 1 :]
+    args = parser.parse_args(words)
+    if passthrough and not getattr(args, "takes_passthrough", False):
+        parser.error(f"unexpected arguments after --: {' '.join(passthrough)}")
+    args.passthrough = passthrough
     if args.command is None:
         parser.print_help()
         return 0

@@ -1,0 +1,76 @@
+"""``ddptui launch HOSTS``: check, plan, stage and start a run on every host; then follow it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+
+from ddptui.check import CheckReport, check_cluster
+from ddptui.commands._runs import detached_hint, follow_headless, run_detachable, say
+from ddptui.config import Config, load_config
+from ddptui.health import Severity
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run.launcher import describe_plan, launch, make_plan
+from ddptui.run.store import RunRecord, RunStore
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.hosts))
+    extra = list(args.passthrough)
+
+    async def main(started: dict[str, RunRecord]) -> int:
+        report = await checked(config)
+        if not report.healthy and not args.force:
+            return refuse(report)
+        plan = make_plan(config, report, extra_args=extra, debug=args.debug)
+        if args.dry_run:
+            print(describe_plan(plan))
+            return 0
+        store = RunStore()
+        async with RemoteCluster(
+            config.ordered_hosts,
+            connect_timeout=config.cluster.connect_timeout,
+            max_parallel_connects=config.cluster.max_parallel_connects,
+        ) as remote:
+            record = await launch(config, report, plan, store, remote, say=say)
+        started["run"] = record
+        if args.detach:
+            say(detached_hint(record))
+            print(record.id)
+            return 0
+        say(f"run {record.id} is running; Ctrl-C detaches (the run goes on)")
+        return await follow_headless(record, config, store)
+
+    return run_detachable(main)
+
+
+async def checked(config: Config) -> CheckReport:
+    """The health check, with the same one-line progress as ``ddptui check``."""
+    errors = Console(stderr=True)
+    latest: dict[str, str] = {}
+    total = len(config.hosts)
+    with errors.status(f"checking {total} hosts…") as status:
+
+        def progress(host: str, event: str) -> None:
+            latest[host] = event
+            counts = Counter(latest.values())
+            summary = ", ".join(f"{count} {what}" for what, count in sorted(counts.items()))
+            status.update(f"checking {total} hosts: {summary}")
+
+        return await check_cluster(config, progress)
+
+
+def refuse(report: CheckReport) -> int:
+    from ddptui.commands.check import render
+
+    render(report, Console(stderr=True, width=160 if not sys.stderr.isatty() else None))
+    errors = sum(finding.severity is Severity.ERROR for finding in report.findings)
+    say(
+        f"not launching: the check found {errors} error(s) (above). Fix them, or launch "
+        "anyway with --force"
+    )
+    return 1

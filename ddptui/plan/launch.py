@@ -1,0 +1,306 @@
+"""The launch plan (pure): config + check report → one launch spec per host.
+
+Static rendezvous (``--nnodes/--node-rank/--master-addr/--master-port``), so nothing depends on
+hostnames resolving; ``--max-restarts 0``, so a failure surfaces instead of looping; torchrun's
+``--log-dir`` with ``--redirects 3`` inside the run directory, so every local rank's stdout and
+stderr land in files of their own with torchrun's error files beside them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ddptui.config.model import AUTO, Config, HostConfig
+from ddptui.errors import DdptuiError
+from ddptui.health.findings import HostCheck
+from ddptui.plan.resources import (
+    choose_socket_ifname,
+    is_free,
+    procs_per_node,
+    resolve_backend,
+    selected_gpus,
+)
+from ddptui.probe.facts import HostFacts
+from ddptui.remote.commands import python_argv
+
+RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9]{4}")
+"""``YYYYMMDD-HHMMSS-xxxx``: sortable by start time, unique enough, safe in any path or shell."""
+
+DEBUG_ENV: Mapping[str, str] = {
+    "NCCL_DEBUG": "INFO",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "TORCH_SHOW_CPP_STACKTRACES": "1",
+}
+"""What ``--debug`` adds to every rank's environment."""
+
+RUN_DIR_ENV = "DDPTUI_RUN_DIR"
+"""Every rank's environment names its node's run directory, for scripts that write events."""
+
+Entry = Literal["trainer", "script", "module"]
+AUTO_PORT_PLACEHOLDER = "<auto>"
+"""Stands for the port in ``--dry-run`` output when ``master_port = "auto"``."""
+
+
+class PlanError(DdptuiError):
+    """The cluster cannot be planned (no facts for a host, no process to start…)."""
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What one host runs: its torchrun command line, environment and directories."""
+
+    host: HostConfig
+    node_rank: int
+    nproc: int
+    run_dir: str
+    """The run's directory on the host: absolute, ``~`` already expanded there."""
+    env: Mapping[str, str]
+    """Set for torchrun and every rank (on top of the login environment)."""
+    argv: tuple[str, ...]
+    """The full command: the host's Python running ``torch.distributed.run`` with its flags."""
+    cuda_visible_devices: str | None = None
+    socket_ifname: str | None = None
+
+    @property
+    def code_dir(self) -> str:
+        return posixpath.join(self.run_dir, "code")
+
+    def log_dir(self, attempt: int) -> str:
+        return posixpath.join(self.run_dir, "logs", f"attempt-{attempt}")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Every node's launch for one attempt of a run. Node 0 comes first."""
+
+    run_id: str
+    attempt: int
+    backend: Literal["nccl", "gloo"]
+    master_addr: str
+    master_port: int | Literal["auto"]
+    entry: Entry
+    args: tuple[str, ...]
+    nodes: tuple[NodeLaunch, ...]
+    debug: bool = False
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return sum(node.nproc for node in self.nodes)
+
+    @property
+    def head(self) -> NodeLaunch:
+        return self.nodes[0]
+
+    def node(self, host_name: str) -> NodeLaunch:
+        for node in self.nodes:
+            if node.host.name == host_name:
+                return node
+        raise KeyError(host_name)
+
+
+def plan_launch(
+    config: Config,
+    checks: Sequence[HostCheck],
+    *,
+    run_id: str,
+    attempt: int = 1,
+    master_port: int | None = None,
+    extra_args: Sequence[str] = (),
+    debug: bool = False,
+) -> LaunchPlan:
+    """The plan for ``config`` on the hosts as ``checks`` found them.
+
+    ``master_port`` replaces an ``"auto"`` port (found free on node 0 at launch); without it an
+    auto port shows as :data:`AUTO_PORT_PLACEHOLDER`. ``extra_args`` follow ``[job] args``.
+    """
+    if not RUN_ID.fullmatch(run_id):
+        raise PlanError(f"not a run id: {run_id!r}")
+    facts = _facts_by_host(config, checks)
+    backend = resolve_backend(config, facts)
+    port: int | Literal["auto"] = (
+        master_port if master_port is not None else config.cluster.master_port
+    )
+    hosts = config.ordered_hosts
+    lone = len(hosts) == 1
+    master_addr = "127.0.0.1" if lone else config.head.address
+    entry: Entry = "script" if config.job.script else "module" if config.job.module else "trainer"
+    args = (*config.job.args, *extra_args)
+    counts = [procs_per_node(config, host, facts[host.name]) for host in hosts]
+    for host, count in zip(hosts, counts, strict=True):
+        if count < 1:
+            raise PlanError(
+                f"{host.name} would start no process: give it GPUs or set job.nproc_per_node"
+            )
+    nodes = []
+    for rank, (host, nproc) in enumerate(zip(hosts, counts, strict=True)):
+        host_facts = facts[host.name]
+        devices = _visible_devices(host, host_facts, nproc) if backend == "nccl" else None
+        ifname = None if lone else _socket_ifname(host, host_facts, config.head.address)
+        run_dir = posixpath.join(_workdir(host, host_facts), "runs", run_id)
+        env = _environment(host, backend, devices, ifname, run_dir, debug)
+        argv = _torchrun_argv(
+            host,
+            config,
+            node_rank=rank,
+            nnodes=len(hosts),
+            nproc=nproc,
+            master_addr=master_addr,
+            master_port=port,
+            log_dir=posixpath.join(run_dir, "logs", f"attempt-{attempt}"),
+            run_dir=run_dir,
+            entry=entry,
+            args=args,
+        )
+        nodes.append(
+            NodeLaunch(
+                host=host,
+                node_rank=rank,
+                nproc=nproc,
+                run_dir=run_dir,
+                env=env,
+                argv=argv,
+                cuda_visible_devices=devices,
+                socket_ifname=ifname,
+            )
+        )
+    return LaunchPlan(
+        run_id=run_id,
+        attempt=attempt,
+        backend=backend,
+        master_addr=master_addr,
+        master_port=port,
+        entry=entry,
+        args=args,
+        nodes=tuple(nodes),
+        debug=debug,
+    )
+
+
+def with_master_port(plan: LaunchPlan, port: int) -> LaunchPlan:
+    """``plan`` with an ``"auto"`` master port replaced by ``port`` in every command line."""
+    old = f"--master-port={plan.master_port}"
+    new = f"--master-port={port}"
+    nodes = tuple(
+        replace(node, argv=tuple(new if arg == old else arg for arg in node.argv))
+        for node in plan.nodes
+    )
+    return replace(plan, master_port=port, nodes=nodes)
+
+
+def _facts_by_host(config: Config, checks: Sequence[HostCheck]) -> dict[str, HostFacts]:
+    facts = {check.host.name: check.facts for check in checks if check.facts is not None}
+    missing = [host.name for host in config.hosts if host.name not in facts]
+    if missing:
+        raise PlanError(
+            f"no facts for {', '.join(missing)}: the check could not probe "
+            f"{'it' if len(missing) == 1 else 'them'}"
+        )
+    return facts
+
+
+def _workdir(host: HostConfig, facts: HostFacts) -> str:
+    """The workdir as an absolute path on the host: the probe expanded ``~`` there."""
+    expanded = facts.disk.path
+    if isinstance(expanded, str) and expanded.startswith("/"):
+        return expanded
+    if host.workdir.startswith("/"):
+        return host.workdir
+    raise PlanError(
+        f"{host.name}: workdir {host.workdir!r} is not an absolute path on the host; "
+        "use an absolute path or one starting with ~/"
+    )
+
+
+def _visible_devices(host: HostConfig, facts: HostFacts, nproc: int) -> str | None:
+    """The host's selected GPUs, free ones first, as many as it runs processes."""
+    selected = selected_gpus(host, facts)
+    if not selected:
+        return None
+    ordered = sorted(selected, key=lambda gpu: (not is_free(gpu), gpu.index))
+    return ",".join(str(gpu.index) for gpu in ordered[:nproc])
+
+
+def _socket_ifname(host: HostConfig, facts: HostFacts, master_address: str) -> str | None:
+    if host.socket_ifname != AUTO:
+        return host.socket_ifname
+    return choose_socket_ifname(facts, master_address)
+
+
+def _environment(
+    host: HostConfig,
+    backend: str,
+    devices: str | None,
+    ifname: str | None,
+    run_dir: str,
+    debug: bool,
+) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = devices
+    if ifname is not None:
+        env["GLOO_SOCKET_IFNAME"] = ifname
+        if backend == "nccl":
+            env["NCCL_SOCKET_IFNAME"] = ifname
+    # Without it every rank of a CPU node spawns a thread per core and they fight for them.
+    env["OMP_NUM_THREADS"] = "1"
+    env[RUN_DIR_ENV] = run_dir
+    env.update(host.env)
+    if debug:
+        env.update(DEBUG_ENV)
+    return env
+
+
+def _torchrun_argv(
+    host: HostConfig,
+    config: Config,
+    *,
+    node_rank: int,
+    nnodes: int,
+    nproc: int,
+    master_addr: str,
+    master_port: int | Literal["auto"],
+    log_dir: str,
+    run_dir: str,
+    entry: Entry,
+    args: Sequence[str],
+) -> tuple[str, ...]:
+    port = AUTO_PORT_PLACEHOLDER if master_port == AUTO else str(master_port)
+    torchrun = [
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--node-rank={node_rank}",
+        f"--nproc-per-node={nproc}",
+        f"--master-addr={master_addr}",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        f"--log-dir={log_dir}",
+        "--redirects=3",
+    ]
+    if entry == "trainer":
+        target = [
+            "-m",
+            "trainer",
+            f"--run-dir={run_dir}",
+            f"--checkpoint-every={config.job.checkpoint_every}",
+        ]
+    elif entry == "module":
+        assert config.job.module is not None
+        target = ["-m", config.job.module]
+    else:
+        assert config.job.script is not None
+        target = [script_target(config.job.script.name, config.job.script.suffix == "")]
+    return tuple(python_argv(host, *torchrun, *target, *args))
+
+
+def script_target(name: str, is_directory: bool) -> str:
+    """What torchrun runs for an uploaded script, relative to the code directory (its cwd).
+
+    A directory runs its ``__main__.py``; torchrun runs a path as a script either way.
+    """
+    return posixpath.join(name, "__main__.py") if is_directory else name

@@ -1,0 +1,60 @@
+"""A long-lived remote command read as bounded lines of bytes (the run follower's channel)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncssh
+
+from ddptui.config.model import HostConfig
+
+READ_CHUNK = 65536
+
+
+class LineTooLong(Exception):
+    """The host sent more than the allowed bytes without a newline."""
+
+
+class RemoteStream:
+    """A remote command without a terminal: stdout read as lines, stderr kept (capped).
+
+    Closing the channel ends the command's output; a command that writes regularly then dies of
+    a broken pipe, so nothing outlives the stream on the host.
+    """
+
+    def __init__(
+        self, host: HostConfig, process: asyncssh.SSHClientProcess[bytes], max_line: int
+    ) -> None:
+        self.host = host
+        self._process = process
+        self._max_line = max_line
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Complete stdout lines without their newline, until the command or channel ends.
+
+        Raises :class:`LineTooLong` if a line exceeds the cap: a host that does that is not
+        running our follower, and reading on would hold its output in memory.
+        """
+        pending = bytearray()
+        while True:
+            chunk = await self._process.stdout.read(READ_CHUNK)
+            if not chunk:
+                return
+            pending += chunk
+            start = 0
+            while (newline := pending.find(b"\n", start)) >= 0:
+                yield bytes(pending[start:newline])
+                start = newline + 1
+            del pending[:start]
+            if len(pending) > self._max_line:
+                raise LineTooLong(f"more than {self._max_line} bytes without a newline")
+
+    @property
+    def exit_status(self) -> int | None:
+        return self._process.returncode
+
+    async def close(self) -> None:
+        self._process.close()
+        with contextlib.suppress(asyncssh.Error, OSError):
+            await self._process.wait_closed()

@@ -1,0 +1,394 @@
+"""The node agent: a stdlib-only script sent to each host's Python (like the probe).
+
+``python - COMMAND ARGS…`` with this file on stdin. It never imports ddptui, so hosts need
+only Python ≥ 3.8; annotations are never evaluated (``from __future__ import annotations``).
+Every command prints JSON: one document, or for ``follow`` one per line.
+
+Commands:
+
+- ``start RUN_DIR ATTEMPT ENV_JSON CMD…``: start CMD detached (its own session and process
+  group, stdio from/to files) with cwd ``RUN_DIR/code``; a small shell wrapper records
+  torchrun's exit status in ``node/attempt-N.exit``. Prints ``{"pgid": N}``.
+- ``status RUN_DIR``: every attempt's process group, whether it lives, its processes, its exit.
+- ``signal RUN_DIR SIGNAL``: send SIGNAL to every live process group of the run.
+- ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
+- ``stage STAGE_DIR CODE_DIR MANIFEST_JSON``: verify the uploaded files' SHA-256, then rename
+  the staging directory to the code directory (atomic: the code is all there or not at all).
+- ``free-port [PORT]``: a TCP port that is free on this host now (PORT itself, or an error).
+- ``follow RUN_DIR OFFSETS_JSON``: stream new lines of the run's files from byte offsets, and a
+  heartbeat with process and GPU samples every 2 s, until killed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MAX_LINE = 16384
+"""Longer lines are cut (the rest up to the newline is skipped); the head caps them anyway."""
+READ_CHUNK = 1 << 20
+POLL_S = 0.25
+HEARTBEAT_S = 2.0
+FOLLOWED = re.compile(
+    r"^(events/[^/]+\.jsonl"
+    r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"
+    r"|logs/attempt-\d+/.+/error\.json"
+    r"|node/attempt-\d+\.(out|exit))$"
+)
+_ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
+
+# The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
+# command ended; the command itself gets the default dispositions back at exec.
+WRAPPER = """\
+trap : TERM INT HUP
+out=$1; exit_file=$2; shift 2
+"$@" >"$out" 2>&1 </dev/null
+status=$?
+printf '%s\\n' "$status" >"$exit_file.tmp" && mv "$exit_file.tmp" "$exit_file"
+"""
+
+
+def emit(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def start(run_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
+    directory = run_dir / "node"
+    directory.mkdir(parents=True, exist_ok=True)
+    pgid_file = directory / f"attempt-{attempt}.pgid"
+    if pgid_file.exists():
+        emit({"error": f"attempt {attempt} was already started on this host"})
+        return 1
+    env = dict(os.environ)
+    env.update(json.loads(env_json))
+    out = directory / f"attempt-{attempt}.out"
+    exit_file = directory / f"attempt-{attempt}.exit"
+    try:
+        child = subprocess.Popen(
+            ["sh", "-c", WRAPPER, "ddptui-node", str(out), str(exit_file), *command],
+            cwd=str(run_dir / "code"),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as error:
+        emit({"error": f"cannot start: {error}"})
+        return 1
+    write_atomic(pgid_file, f"{child.pid}\n")
+    emit({"pgid": child.pid})
+    return 0
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def group_processes(pgid: int) -> list[tuple[int, str, list[str]]]:
+    """(pid, name, /proc stat fields after the name) of every process in the group."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name_end = stat.rfind(")")
+        fields = stat[name_end + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid):
+            found.append((int(entry.name), stat[stat.find("(") + 1 : name_end], fields))
+    return found
+
+
+def attempts(run_dir: Path) -> dict[int, dict[str, int]]:
+    found: dict[int, dict[str, int]] = {}
+    try:
+        entries = list((run_dir / "node").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        match = _ATTEMPT_FILE.match(entry.name)
+        if not match:
+            continue
+        try:
+            value = int(entry.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        found.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return found
+
+
+def status(run_dir: Path) -> int:
+    report = {}
+    for attempt, files in sorted(attempts(run_dir).items()):
+        pgid = files.get("pgid")
+        processes = group_processes(pgid) if pgid else []
+        report[str(attempt)] = {
+            "pgid": pgid,
+            "alive": pgid is not None and group_alive(pgid),
+            "exit": files.get("exit"),
+            "processes": [[pid, name] for pid, name, _ in processes],
+        }
+    emit({"attempts": report, "time": time.time()})
+    return 0
+
+
+def send_signal(run_dir: Path, name: str) -> int:
+    number = getattr(signal, "SIG" + name)
+    signalled = []
+    for attempt, files in sorted(attempts(run_dir).items()):
+        pgid = files.get("pgid")
+        if not pgid or not group_alive(pgid):
+            continue
+        names = [process_name for _, process_name, _ in group_processes(pgid)]
+        try:
+            os.killpg(pgid, number)
+        except ProcessLookupError:
+            continue
+        signalled.append({"attempt": attempt, "pgid": pgid, "processes": names})
+    emit({"signalled": signalled})
+    return 0
+
+
+def control(run_dir: Path, name: str) -> int:
+    directory = run_dir / "control"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).touch()
+    emit({"created": name})
+    return 0
+
+
+def stage(stage_dir: Path, code_dir: Path, manifest_json: str) -> int:
+    manifest = json.loads(manifest_json)
+    for relative, expected in sorted(manifest.items()):
+        digest = hashlib.sha256()
+        try:
+            with (stage_dir / relative).open("rb") as handle:
+                for chunk in iter(lambda: handle.read(READ_CHUNK), b""):
+                    digest.update(chunk)
+        except OSError as error:
+            emit({"error": f"{relative}: {error}"})
+            return 1
+        if digest.hexdigest() != expected:
+            emit({"error": f"{relative}: checksum mismatch after upload"})
+            return 1
+    if code_dir.exists():
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        emit({"error": f"{code_dir} exists already"})
+        return 1
+    stage_dir.rename(code_dir)
+    emit({"staged": len(manifest)})
+    return 0
+
+
+def free_port(wanted: int) -> int:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", wanted))
+        except OSError as error:
+            emit({"error": f"port {wanted} is not free on this host: {error}"})
+            return 1
+        emit({"port": probe.getsockname()[1]})
+    return 0
+
+
+class Followed:
+    __slots__ = ("offset", "skipping")
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.skipping = False
+
+
+def followed_files(run_dir: Path) -> Iterator[str]:
+    for top in ("events", "logs", "node"):
+        for directory, _, names in os.walk(run_dir / top):
+            for name in names:
+                relative = Path(directory, name).relative_to(run_dir).as_posix()
+                if FOLLOWED.match(relative):
+                    yield relative
+
+
+def read_new(run_dir: Path, relative: str, state: Followed) -> None:
+    try:
+        with (run_dir / relative).open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < state.offset:
+                # Truncated or replaced: start again rather than read past the end forever.
+                state.offset = 0
+                state.skipping = False
+            if size == state.offset:
+                return
+            handle.seek(state.offset)
+            data = handle.read(READ_CHUNK)
+    except OSError:
+        return
+    start = 0
+    while True:
+        newline = data.find(b"\n", start)
+        if newline < 0:
+            break
+        line = data[start:newline]
+        state.offset += newline + 1 - start
+        start = newline + 1
+        if state.skipping:
+            state.skipping = False
+            continue
+        emit_line(relative, state.offset, line, cut=False)
+    rest = data[start:]
+    if len(rest) > MAX_LINE and not state.skipping:
+        # A line longer than any we show: send its head now, skip the rest up to the newline.
+        state.offset += len(rest)
+        state.skipping = True
+        emit_line(relative, state.offset, rest[:MAX_LINE], cut=True)
+    elif state.skipping:
+        state.offset += len(rest)
+
+
+def emit_line(relative: str, offset: int, line: bytes, cut: bool) -> None:
+    document: dict[str, Any] = {
+        "k": "line",
+        "f": relative,
+        "o": offset,
+        "t": line[:MAX_LINE].decode("utf-8", "replace"),
+    }
+    if cut or len(line) > MAX_LINE:
+        document["cut"] = True
+    emit(document)
+
+
+class Sampler:
+    """The run's processes on this host (CPU, RSS) and, where there are any, its GPUs."""
+
+    GPU_QUERY = "index,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.ticks: dict[int, int] = {}
+        self.last = time.monotonic()
+        self.tick_hz = os.sysconf("SC_CLK_TCK")
+        self.page_mib = os.sysconf("SC_PAGE_SIZE") / 2**20
+        self.smi = shutil.which("nvidia-smi")
+
+    def sample(self) -> dict[str, Any]:
+        now = time.monotonic()
+        elapsed = max(now - self.last, 1e-6)
+        self.last = now
+        groups = {}
+        cpu = rss = 0.0
+        count = 0
+        ticks = {}
+        for attempt, files in attempts(self.run_dir).items():
+            pgid = files.get("pgid")
+            alive = bool(pgid) and "exit" not in files and group_alive(pgid or 0)
+            groups[str(attempt)] = alive
+            if not alive or not pgid:
+                continue
+            for pid, _, fields in group_processes(pgid):
+                try:
+                    used = int(fields[11]) + int(fields[12])
+                    rss += int(fields[21]) * self.page_mib
+                except (IndexError, ValueError):
+                    continue
+                count += 1
+                ticks[pid] = used
+                cpu += (used - self.ticks.get(pid, used)) / self.tick_hz / elapsed * 100
+        self.ticks = ticks
+        sample: dict[str, Any] = {
+            "procs": count,
+            "cpu_pct": round(cpu, 1),
+            "rss_mib": round(rss, 1),
+        }
+        if self.smi:
+            sample["gpus"] = self.gpus(self.smi)
+        return {"k": "hb", "time": time.time(), "groups": groups, "sample": sample}
+
+    def gpus(self, smi: str) -> list[dict[str, str]]:
+        try:
+            output = subprocess.run(
+                [smi, "--query-gpu=" + self.GPU_QUERY, "--format=csv,noheader,nounits"],
+                capture_output=True,
+                timeout=2,
+                check=False,
+            ).stdout.decode("utf-8", "replace")
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        names = self.GPU_QUERY.split(",")
+        rows = []
+        for line in output.splitlines()[:64]:
+            cells = [cell.strip() for cell in line.split(",")]
+            if len(cells) == len(names):
+                rows.append(dict(zip(names, cells)))  # noqa: B905 (Python 3.8 hosts)
+        return rows
+
+
+def follow(run_dir: Path, offsets_json: str) -> int:
+    states = {path: Followed(int(offset)) for path, offset in json.loads(offsets_json).items()}
+    sampler = Sampler(run_dir)
+    next_beat = 0.0
+    while True:
+        for relative in followed_files(run_dir):
+            state = states.get(relative)
+            if state is None:
+                state = states[relative] = Followed(0)
+            read_new(run_dir, relative, state)
+        if time.monotonic() >= next_beat:
+            emit(sampler.sample())
+            next_beat = time.monotonic() + HEARTBEAT_S
+        time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        emit({"error": "no command"})
+        return 2
+    command, args = argv[0], argv[1:]
+    if command == "start":
+        return start(Path(args[0]), args[1], args[2], args[3:])
+    if command == "status":
+        return status(Path(args[0]))
+    if command == "signal":
+        return send_signal(Path(args[0]), args[1])
+    if command == "control":
+        return control(Path(args[0]), args[1])
+    if command == "stage":
+        return stage(Path(args[0]), Path(args[1]), args[2])
+    if command == "free-port":
+        return free_port(int(args[0]) if args else 0)
+    if command == "follow":
+        try:
+            return follow(Path(args[0]), args[1])
+        except (BrokenPipeError, KeyboardInterrupt):
+            return 0
+    emit({"error": f"unknown command {command!r}"})
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

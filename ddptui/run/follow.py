@@ -1,0 +1,218 @@
+"""Following a run's files on every host: one SSH channel per host, resumed from byte offsets.
+
+The node agent's ``follow`` streams every new line of the run's event, log and status files as
+JSON documents, with a heartbeat every 2 s. :class:`HostFollower` turns that into typed
+updates, remembers the offset after each line, and on a dropped channel or a silent host
+reconnects and asks for the lines after those offsets: none is lost, none repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptui.config.model import HostConfig
+from ddptui.remote.commands import python_argv
+from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
+from ddptui.remote.stream import LineTooLong, RemoteStream
+from ddptui.run.nodes import AGENT_SOURCE
+
+MAX_DOCUMENT_BYTES = 256 * 1024
+"""The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
+MAX_TEXT_CHARS = 16384
+SILENCE_S = 15.0
+"""No heartbeat for this long (the agent sends one every 2 s): the host is not answering."""
+RETRY_S = 2.0
+
+
+@dataclass(frozen=True)
+class FileLine:
+    """A complete line of one of the run's files on ``host`` (path relative to the run dir)."""
+
+    host: str
+    path: str
+    offset: int
+    """The byte offset just after this line: where to resume."""
+    text: str
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    host: str
+    time: float
+    groups: Mapping[int, bool]
+    """Attempt number → whether its process group still lives."""
+    sample: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostSilent:
+    """The host has not answered for ``seconds`` (link cut, host down, sshd gone)."""
+
+    host: str
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class HostBack:
+    """A silent host answers again."""
+
+    host: str
+
+
+Update = FileLine | Heartbeat | HostSilent | HostBack
+
+
+class HostFollower:
+    """Follows one host's run directory until :meth:`close` (or the consumer stops)."""
+
+    def __init__(
+        self,
+        host: HostConfig,
+        run_dir: str,
+        *,
+        connect_timeout: float,
+        offsets: Mapping[str, int] | None = None,
+        silence_s: float = SILENCE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.host = host
+        self.run_dir = run_dir
+        self.offsets: dict[str, int] = dict(offsets or {})
+        self.silence_s = silence_s
+        self.connect_timeout = connect_timeout
+        self._clock = clock
+        self._remote: RemoteCluster | None = None
+        self._stream: RemoteStream | None = None
+        self.garbled = 0
+
+    async def updates(self) -> AsyncIterator[Update]:
+        last_heard = self._clock()
+        silent = False
+        while True:
+            try:
+                stream = await self._open()
+            except (RemoteError, OSError) as error:
+                reason = (
+                    error.reachability.detail if isinstance(error, HostUnreachable) else str(error)
+                )
+                quiet = self._clock() - last_heard
+                if not silent and quiet >= self.silence_s:
+                    silent = True
+                    yield HostSilent(self.host.name, quiet, reason)
+                await self._reset()
+                await asyncio.sleep(min(RETRY_S, self.silence_s))
+                continue
+            try:
+                lines = stream.lines()
+                while True:
+                    timeout = max(self.silence_s - (self._clock() - last_heard), 0.1)
+                    try:
+                        raw = await asyncio.wait_for(anext(lines), timeout)
+                    except asyncio.TimeoutError:
+                        if not silent:
+                            silent = True
+                            quiet = self._clock() - last_heard
+                            yield HostSilent(self.host.name, quiet, "no answer")
+                        break
+                    except StopAsyncIteration:
+                        break
+                    last_heard = self._clock()
+                    if silent:
+                        silent = False
+                        yield HostBack(self.host.name)
+                    update = self._parse(raw)
+                    if update is not None:
+                        yield update
+            except (LineTooLong, RemoteError, OSError):
+                pass
+            await self._reset()
+            await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        await self._reset()
+
+    async def _open(self) -> RemoteStream:
+        self._remote = RemoteCluster(
+            [self.host],
+            connect_timeout=self.connect_timeout,
+            keepalive_interval=5.0,
+            keepalive_count_max=2,
+        )
+        reach = await self._remote.connect(self.host)
+        if not reach.ok:
+            raise HostUnreachable(self.host, reach)
+        argv = python_argv(self.host, "-", "follow", self.run_dir, json.dumps(self.offsets))
+        self._stream = await self._remote.open_stream(
+            self.host, argv, input=AGENT_SOURCE, max_line=MAX_DOCUMENT_BYTES
+        )
+        return self._stream
+
+    async def _reset(self) -> None:
+        stream, remote = self._stream, self._remote
+        self._stream = self._remote = None
+        if stream is not None:
+            await stream.close()
+        if remote is not None:
+            await remote.close()
+
+    def _parse(self, raw: bytes) -> Update | None:
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError):
+            self.garbled += 1
+            return None
+        if not isinstance(document, dict):
+            self.garbled += 1
+            return None
+        kind = document.get("k")
+        if kind == "line":
+            return self._line(document)
+        if kind == "hb":
+            return self._heartbeat(document)
+        self.garbled += 1
+        return None
+
+    def _line(self, document: dict[str, Any]) -> FileLine | None:
+        path, offset, text = document.get("f"), document.get("o"), document.get("t")
+        if not (
+            isinstance(path, str)
+            and isinstance(offset, int)
+            and not isinstance(offset, bool)
+            and isinstance(text, str)
+            and len(path) < 1024
+        ):
+            self.garbled += 1
+            return None
+        if offset <= self.offsets.get(path, 0):
+            # Already delivered (a replay after a reconnect): never repeat a line.
+            return None
+        self.offsets[path] = offset
+        cut = document.get("cut") is True or len(text) > MAX_TEXT_CHARS
+        return FileLine(self.host.name, path, offset, text[:MAX_TEXT_CHARS], cut)
+
+    def _heartbeat(self, document: dict[str, Any]) -> Heartbeat | None:
+        stamp = document.get("time")
+        groups = document.get("groups")
+        sample = document.get("sample")
+        if not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+            self.garbled += 1
+            return None
+        alive = {
+            int(attempt): value is True
+            for attempt, value in (groups.items() if isinstance(groups, dict) else ())
+            if isinstance(attempt, str) and attempt.isdigit() and len(attempt) < 9
+        }
+        return Heartbeat(
+            self.host.name,
+            float(stamp),
+            alive,
+            sample if isinstance(sample, dict) else {},
+        )

@@ -1,0 +1,194 @@
+"""Stopping a run: checkpoint first, then SIGTERM, then SIGKILL; then make sure nothing is left.
+
+The graceful path asks the trainer to stop (``control/stop`` on node 0): every rank stops at the
+same step, checkpoints and exits 0. Whatever still runs after the grace period gets SIGTERM to
+its process group, and after another grace SIGKILL. Finally every host is asked whether any
+process of the run remains, and the report says what had to be killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from ddptui.config.model import Config, HostConfig
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run import nodes
+from ddptui.run.nodes import AttemptStatus, NodeError
+from ddptui.run.store import RunRecord, RunState, RunStore
+
+POLL_S = 1.0
+KILL_WAIT_S = 10.0
+
+
+@dataclass
+class StopReport:
+    """What a stop did, host by host."""
+
+    graceful: bool = False
+    """Every node exited on its own after the stop request."""
+    terminated: dict[str, list[str]] = field(default_factory=dict)
+    """Host → processes that got SIGTERM."""
+    killed: dict[str, list[str]] = field(default_factory=dict)
+    """Host → processes that needed SIGKILL."""
+    left: dict[str, list[str]] = field(default_factory=dict)
+    """Host → processes still there at the end (should be empty)."""
+    unreachable: dict[str, str] = field(default_factory=dict)
+    """Host → why it could not be asked: its processes may still run."""
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return not self.left and not self.unreachable
+
+    def lines(self) -> list[str]:
+        said = []
+        if self.graceful:
+            said.append("every node stopped on its own after checkpointing")
+        for label, table in (("SIGTERM to", self.terminated), ("SIGKILL to", self.killed)):
+            for host, processes in table.items():
+                if processes:
+                    said.append(f"{host}: {label} {', '.join(sorted(set(processes)))}")
+        for host, processes in self.left.items():
+            said.append(f"{host}: still running: {', '.join(processes)}")
+        for host, why in self.unreachable.items():
+            said.append(f"{host}: could not be reached ({why}); its processes may still run")
+        return said
+
+
+def _hosts(config: Config, record: RunRecord) -> dict[str, HostConfig]:
+    return {node.host: config.host(node.host) for node in record.nodes}
+
+
+async def live(
+    remote: RemoteCluster, config: Config, record: RunRecord, report: StopReport
+) -> dict[str, list[AttemptStatus]]:
+    """Host → the run's attempts that still have processes there."""
+    hosts = _hosts(config, record)
+    found: dict[str, list[AttemptStatus]] = {}
+
+    async def one(name: str, run_dir: str) -> None:
+        try:
+            attempts = await nodes.status(remote, hosts[name], run_dir)
+        except NodeError as error:
+            report.unreachable[name] = str(error)
+            return
+        report.unreachable.pop(name, None)
+        running = [item for item in attempts if item.alive and item.processes]
+        if running:
+            found[name] = running
+        else:
+            found.pop(name, None)
+
+    await asyncio.gather(*(one(node.host, node.run_dir) for node in record.nodes))
+    return found
+
+
+async def _wait_gone(
+    remote: RemoteCluster, config: Config, record: RunRecord, report: StopReport, seconds: float
+) -> dict[str, list[AttemptStatus]]:
+    deadline = time.monotonic() + seconds
+    while True:
+        running = await live(remote, config, record, report)
+        if not running or time.monotonic() >= deadline:
+            return running
+        await asyncio.sleep(POLL_S)
+
+
+async def _signal(
+    remote: RemoteCluster,
+    config: Config,
+    record: RunRecord,
+    hosts: Collection[str],
+    name: str,
+    into: dict[str, list[str]],
+) -> None:
+    by_name = _hosts(config, record)
+    run_dirs = {node.host: node.run_dir for node in record.nodes}
+
+    async def one(host: str) -> None:
+        try:
+            into[host] = await nodes.send_signal(remote, by_name[host], run_dirs[host], name)
+        except NodeError:
+            return
+
+    await asyncio.gather(*(one(host) for host in hosts))
+
+
+async def terminate(
+    remote: RemoteCluster,
+    config: Config,
+    record: RunRecord,
+    *,
+    grace: float,
+    skip: Collection[str] = (),
+    report: StopReport | None = None,
+) -> StopReport:
+    """SIGTERM every live process group of the run, SIGKILL what is left after ``grace``."""
+    report = report or StopReport()
+    running = await live(remote, config, record, report)
+    targets = [host for host in running if host not in skip]
+    if targets:
+        await _signal(remote, config, record, targets, "TERM", report.terminated)
+        running = await _wait_gone(remote, config, record, report, grace)
+        targets = [host for host in running if host not in skip]
+    if targets:
+        await _signal(remote, config, record, targets, "KILL", report.killed)
+        running = await _wait_gone(remote, config, record, report, KILL_WAIT_S)
+    report.left = {
+        host: [name for item in attempts for _, name in item.processes]
+        for host, attempts in running.items()
+    }
+    return report
+
+
+async def stop_run(
+    config: Config,
+    record: RunRecord,
+    store: RunStore,
+    *,
+    kill: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+) -> StopReport:
+    """Stop ``record``'s run on every host and record it as stopped."""
+    began = time.monotonic()
+    grace = config.job.stop_grace_s
+    store.update(
+        record.id,
+        lambda current: current.transition(
+            RunState.STOPPING, "kill requested" if kill else "stop requested"
+        ),
+    )
+    report = StopReport()
+    async with RemoteCluster(
+        list(_hosts(config, record).values()),
+        connect_timeout=config.cluster.connect_timeout,
+    ) as remote:
+        if not kill and record.entry == "trainer":
+            head = record.head
+            try:
+                await nodes.request(remote, config.host(head.host), head.run_dir, "stop")
+            except NodeError as error:
+                say(f"could not ask the trainer to stop: {error}")
+            else:
+                say(f"asked the trainer to checkpoint and stop (waiting up to {grace:g} s)")
+                running = await _wait_gone(remote, config, record, report, grace)
+                report.graceful = not running and not report.unreachable
+        if not report.graceful:
+            if not kill:
+                say("sending SIGTERM to the run's processes")
+            await terminate(remote, config, record, grace=0.0 if kill else grace, report=report)
+    report.seconds = time.monotonic() - began
+
+    def change(current: RunRecord) -> None:
+        if current.attempts and current.attempt.ended is None:
+            current.attempt.ended = time.time()
+            current.attempt.outcome = RunState.STOPPED.value
+            current.attempt.detail = "killed" if kill else "stopped on request"
+        if current.state is not RunState.STOPPED:
+            current.transition(RunState.STOPPED, "killed" if kill else "stopped on request")
+
+    store.update(record.id, change)
+    return report

@@ -1,0 +1,322 @@
+"""The run store on the head node: one directory per run under ``$XDG_STATE_HOME/ddptui/runs``.
+
+Each run directory holds ``run.toml`` (the :class:`RunRecord`, written with tomli-w, replaced
+atomically on every change) and ``hosts.toml`` (the resolved hosts file the run was launched
+with, so ``status``, ``stop`` and ``resume`` reach the same hosts later). A copy of ``run.toml``
+also goes to every host's run directory.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from ddptui.errors import DdptuiError
+from ddptui.plan.launch import RUN_ID
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+RECORD_VERSION = 1
+
+
+class RunState(str, enum.Enum):
+    """Where a run stands. The last three are final until a resume starts a new attempt."""
+
+    STAGING = "staging"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (RunState.COMPLETED, RunState.STOPPED, RunState.FAILED)
+
+
+class RunNotFound(DdptuiError):
+    """No run by that id (or no run at all) in the store."""
+
+
+@dataclass
+class NodeRecord:
+    host: str
+    address: str
+    node_rank: int
+    nproc: int
+    run_dir: str
+    argv: list[str]
+    env: dict[str, str]
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    number: int
+    started: float
+    master_port: int
+    ended: float | None = None
+    outcome: str = ""
+    detail: str = ""
+
+
+@dataclass
+class StateChange:
+    state: RunState
+    time: float
+    detail: str = ""
+
+
+@dataclass
+class RunRecord:
+    """Everything about one run the head node keeps: plan, attempts, state changes."""
+
+    id: str
+    created: float
+    hosts_file: str
+    entry: str
+    backend: str
+    master_addr: str
+    world_size: int
+    args: list[str]
+    nodes: list[NodeRecord]
+    attempts: list[Attempt] = field(default_factory=list)
+    states: list[StateChange] = field(default_factory=list)
+    demo: bool = False
+
+    @property
+    def state(self) -> RunState:
+        return self.states[-1].state if self.states else RunState.STAGING
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.attempts[-1]
+
+    def transition(self, state: RunState, detail: str = "", now: float | None = None) -> None:
+        self.states.append(StateChange(state, time.time() if now is None else now, detail))
+
+    @property
+    def head(self) -> NodeRecord:
+        return self.nodes[0]
+
+    def to_toml(self) -> str:
+        document: dict[str, Any] = {
+            "version": RECORD_VERSION,
+            "id": self.id,
+            "created": self.created,
+            "hosts_file": self.hosts_file,
+            "demo": self.demo,
+            "entry": self.entry,
+            "backend": self.backend,
+            "master_addr": self.master_addr,
+            "world_size": self.world_size,
+            "args": list(self.args),
+            "state": self.state.value,
+            "nodes": [
+                {
+                    "host": node.host,
+                    "address": node.address,
+                    "node_rank": node.node_rank,
+                    "nproc": node.nproc,
+                    "run_dir": node.run_dir,
+                    "argv": list(node.argv),
+                    "env": dict(node.env),
+                    "versions": dict(node.versions),
+                }
+                for node in self.nodes
+            ],
+            "attempts": [
+                {
+                    key: value
+                    for key, value in (
+                        ("number", attempt.number),
+                        ("started", attempt.started),
+                        ("master_port", attempt.master_port),
+                        ("ended", attempt.ended),
+                        ("outcome", attempt.outcome),
+                        ("detail", attempt.detail),
+                    )
+                    if value is not None
+                }
+                for attempt in self.attempts
+            ],
+            "states": [
+                {"state": change.state.value, "time": change.time, "detail": change.detail}
+                for change in self.states
+            ],
+        }
+        return tomli_w.dumps(document)
+
+    @classmethod
+    def from_toml(cls, text: str) -> RunRecord:
+        """Parse a record; :class:`ValueError` (with what is wrong) for anything else."""
+        try:
+            data = tomllib.loads(text)
+            if data.get("version") != RECORD_VERSION:
+                raise ValueError(f"record version {data.get('version')!r} is not {RECORD_VERSION}")
+            return cls(
+                id=_str(data, "id"),
+                created=_float(data, "created"),
+                hosts_file=_str(data, "hosts_file"),
+                entry=_str(data, "entry"),
+                backend=_str(data, "backend"),
+                master_addr=_str(data, "master_addr"),
+                world_size=int(data["world_size"]),
+                args=[str(arg) for arg in data.get("args", [])],
+                demo=bool(data.get("demo", False)),
+                nodes=[
+                    NodeRecord(
+                        host=_str(node, "host"),
+                        address=_str(node, "address"),
+                        node_rank=int(node["node_rank"]),
+                        nproc=int(node["nproc"]),
+                        run_dir=_str(node, "run_dir"),
+                        argv=[str(arg) for arg in node["argv"]],
+                        env={str(k): str(v) for k, v in node.get("env", {}).items()},
+                        versions={str(k): str(v) for k, v in node.get("versions", {}).items()},
+                    )
+                    for node in data["nodes"]
+                ],
+                attempts=[
+                    Attempt(
+                        number=int(attempt["number"]),
+                        started=_float(attempt, "started"),
+                        master_port=int(attempt["master_port"]),
+                        ended=float(attempt["ended"]) if "ended" in attempt else None,
+                        outcome=str(attempt.get("outcome", "")),
+                        detail=str(attempt.get("detail", "")),
+                    )
+                    for attempt in data.get("attempts", [])
+                ],
+                states=[
+                    StateChange(
+                        RunState(change["state"]),
+                        _float(change, "time"),
+                        str(change.get("detail", "")),
+                    )
+                    for change in data.get("states", [])
+                ],
+            )
+        except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"not a run record: {error!r}") from None
+
+
+def _str(data: Mapping[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is not a string")
+    return value
+
+
+def _float(data: Mapping[str, Any], key: str) -> float:
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{key} is not a number")
+    return float(value)
+
+
+def state_home() -> Path:
+    """``$XDG_STATE_HOME/ddptui/runs`` (``~/.local/state/ddptui/runs`` when unset)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    return Path(base) / "ddptui" / "runs"
+
+
+def new_run_id(now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    suffix = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(4))
+    return f"{stamp}-{suffix}"
+
+
+class RunStore:
+    """The runs under ``root`` (default :func:`state_home`)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else state_home()
+
+    def directory(self, run_id: str) -> Path:
+        return self.root / run_id
+
+    def create(self, record: RunRecord, hosts_toml: str) -> None:
+        directory = self.directory(record.id)
+        directory.mkdir(parents=True, exist_ok=False, mode=0o700)
+        _write_atomic(directory / "hosts.toml", hosts_toml)
+        self.save(record)
+
+    def save(self, record: RunRecord) -> None:
+        _write_atomic(self.directory(record.id) / "run.toml", record.to_toml())
+
+    def load(self, run_id: str) -> RunRecord:
+        path = self.directory(run_id) / "run.toml"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise RunNotFound(f"no run {run_id!r} in {self.root}") from None
+        try:
+            return RunRecord.from_toml(text)
+        except ValueError as error:
+            raise RunNotFound(f"{path}: {error}") from None
+
+    def update(self, run_id: str, change: Callable[[RunRecord], None]) -> RunRecord:
+        """Load, change and save the record under a lock: several processes (a watching
+        console, ``ddptui stop``) may finish the same run."""
+        with (self.directory(run_id) / ".lock").open("wb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            record = self.load(run_id)
+            change(record)
+            self.save(record)
+            return record
+
+    def hosts_file(self, run_id: str) -> Path:
+        return self.directory(run_id) / "hosts.toml"
+
+    def ids(self) -> list[str]:
+        """Every run id in the store, oldest first (ids sort by start time)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in self.root.iterdir()
+            if RUN_ID.fullmatch(entry.name) and (entry / "run.toml").is_file()
+        )
+
+    def resolve(self, run_id: str | None) -> RunRecord:
+        """The run ``run_id`` names (a unique prefix will do), or the latest run for None."""
+        ids = self.ids()
+        if not ids:
+            raise RunNotFound(f"no runs yet in {self.root}: start one with ddptui launch")
+        if run_id is None:
+            return self.load(ids[-1])
+        matches = [candidate for candidate in ids if candidate.startswith(run_id)]
+        if len(matches) != 1:
+            what = "no run" if not matches else f"{len(matches)} runs"
+            raise RunNotFound(f"{what} matching {run_id!r}; ddptui runs lists them")
+        return self.load(matches[0])
+
+    def records(self) -> Sequence[RunRecord]:
+        found = []
+        for run_id in self.ids():
+            try:
+                found.append(self.load(run_id))
+            except RunNotFound:
+                continue
+        return found
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)

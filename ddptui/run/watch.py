@@ -1,0 +1,315 @@
+"""Watching a run: every host's followed lines turned into progress, diagnoses and a verdict.
+
+:class:`RunWatch` is pure: it takes the follower's updates (:mod:`ddptui.run.follow`) and keeps
+per-node and per-rank state, the diagnosis of error lines, bounded log tails, and decides when
+the run has ended and how (:meth:`RunWatch.verdict`). :func:`supervise` drives it over SSH and
+acts on a failure: it stops every other node and records the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptui.run.diagnose import Diagnoser, LogLine
+
+from ddptui.config.model import Config
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run.events import DoneEvent, EventReader
+from ddptui.run.follow import (
+    SILENCE_S,
+    FileLine,
+    Heartbeat,
+    HostBack,
+    HostFollower,
+    HostSilent,
+    Update,
+)
+from ddptui.run.progress import RunProgress
+from ddptui.run.store import RunNotFound, RunRecord, RunState, RunStore
+
+LOG_TAIL_LINES = 2000
+"""Per rank (and per node for torchrun's own output): enough to read back, bounded."""
+
+_EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
+_RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
+_ERROR_FILE = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/error\.json$")
+_NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$")
+_NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$")
+
+
+@dataclass
+class NodeState:
+    """One host's part of the current attempt."""
+
+    host: str
+    node_rank: int
+    nproc: int
+    base_rank: int
+    exit: int | None = None
+    silent: str | None = None
+    """Why the host stopped answering, while it does not answer."""
+    alive: bool | None = None
+    sample: Mapping[str, Any] = field(default_factory=dict)
+    torchrun_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: RunState
+    detail: str
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class RankLog:
+    """A line from one rank's stdout or stderr (text raw: sanitise to show)."""
+
+    rank: int
+    stream: str
+    text: str
+
+
+class RunWatch:
+    """The state of one attempt of a run, built from followed lines."""
+
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+        self.attempt = record.attempt.number if record.attempts else 1
+        self.progress = RunProgress()
+        self.progress.world_size = record.world_size
+        self.diagnoser = Diagnoser()
+        self.events = EventReader()
+        self.nodes: dict[str, NodeState] = {}
+        base = 0
+        for node in record.nodes:
+            self.nodes[node.host] = NodeState(node.host, node.node_rank, node.nproc, base)
+            for local in range(node.nproc):
+                self.progress.expect(node.host, node.node_rank, local, base + local)
+            base += node.nproc
+        self.logs: dict[int, deque[RankLog]] = {}
+        self.stop_requested = False
+        self.lines = 0
+
+    def apply(self, update: Update) -> None:
+        if isinstance(update, FileLine):
+            self.lines += 1
+            self._line(update)
+        elif isinstance(update, Heartbeat):
+            node = self.nodes.get(update.host)
+            if node is not None:
+                node.alive = update.groups.get(self.attempt)
+                node.sample = update.sample
+        elif isinstance(update, HostSilent):
+            node = self.nodes.get(update.host)
+            if node is not None:
+                node.silent = f"no answer for {update.seconds:.0f} s ({update.reason})"
+        elif isinstance(update, HostBack):
+            node = self.nodes.get(update.host)
+            if node is not None:
+                node.silent = None
+
+    def _line(self, line: FileLine) -> None:
+        node = self.nodes.get(line.host)
+        if node is None:
+            return
+        if _EVENTS.match(line.path):
+            event = self.events.feed(line.text)
+            if event is not None:
+                self.progress.apply(line.host, event)
+                self.diagnoser.feed_event(line.host, event)
+                if isinstance(event, DoneEvent) and event.reason == "stopped":
+                    self.stop_requested = True
+            return
+        match = _RANK_LOG.match(line.path) or _ERROR_FILE.match(line.path)
+        if match is not None:
+            if int(match.group(1)) != self.attempt:
+                return
+            rank = node.base_rank + int(match.group(2))
+            stream = match.group(3) if match.re is _RANK_LOG else "error.json"
+            self.logs.setdefault(rank, deque(maxlen=LOG_TAIL_LINES)).append(
+                RankLog(rank, stream, line.text)
+            )
+            self.diagnoser.feed(
+                LogLine(line.host, node.node_rank, rank, stream, time.time(), line.text)
+            )
+            return
+        match = _NODE_OUT.match(line.path)
+        if match is not None and int(match.group(1)) == self.attempt:
+            node.torchrun_tail.append(line.text)
+            self.diagnoser.feed(
+                LogLine(line.host, node.node_rank, None, "torchrun", time.time(), line.text)
+            )
+            return
+        match = _NODE_EXIT.match(line.path)
+        if match is not None and int(match.group(1)) == self.attempt:
+            with contextlib.suppress(ValueError):
+                node.exit = int(line.text.strip())
+
+    def verdict(self, *, stopping: bool = False) -> Verdict | None:
+        """How the attempt ended, or None while it goes on.
+
+        A node whose torchrun exits non-zero or that stops answering fails the run, unless a
+        stop was asked for (then a non-zero exit is the stop's doing). All nodes exiting 0 is
+        completion, or a stop when the ranks said they stopped on request.
+        """
+        stopping = stopping or self.stop_requested
+        for node in sorted(self.nodes.values(), key=lambda item: item.node_rank):
+            if node.exit is not None and node.exit != 0 and not stopping:
+                failure = self.diagnoser.first_failure()
+                why = f"torchrun on {node.host} (node {node.node_rank}) exited {node.exit}"
+                if failure is not None:
+                    why += (
+                        f"; first failure: rank {failure.rank} on {failure.host}"
+                        f" ({failure.category.value})"
+                    )
+                return Verdict(RunState.FAILED, why, node.host)
+            if node.silent is not None and not stopping:
+                return Verdict(
+                    RunState.FAILED,
+                    f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}",
+                    node.host,
+                )
+        if all(node.exit is not None for node in self.nodes.values()):
+            if stopping:
+                return Verdict(RunState.STOPPED, "stopped on request")
+            return Verdict(RunState.COMPLETED, "every node exited 0")
+        return None
+
+
+async def supervise(
+    record: RunRecord,
+    config: Config,
+    store: RunStore,
+    *,
+    on_change: Callable[[RunWatch], None] = lambda watch: None,
+    act: bool = True,
+    watch: RunWatch | None = None,
+) -> Verdict:
+    """Follow ``record``'s current attempt on every host until it ends; record how.
+
+    With ``act``, a failure stops every other node (SIGTERM, then SIGKILL) and the outcome is
+    written to the run store. Cancel the task to detach: the run goes on.
+    """
+    watch = watch or RunWatch(record)
+    queue: asyncio.Queue[Update] = asyncio.Queue(maxsize=10000)
+    followers = [
+        HostFollower(
+            config.host(node.host),
+            node.run_dir,
+            connect_timeout=config.cluster.connect_timeout,
+        )
+        for node in record.nodes
+    ]
+
+    async def pump(follower: HostFollower) -> None:
+        async for update in follower.updates():
+            await queue.put(update)
+
+    tasks = [asyncio.create_task(pump(follower)) for follower in followers]
+    stopping, next_look = False, 0.0
+    try:
+        while True:
+            try:
+                update = await asyncio.wait_for(queue.get(), 1.0)
+            except asyncio.TimeoutError:
+                update = None
+            if update is not None:
+                watch.apply(update)
+            now = time.monotonic()
+            if now >= next_look:
+                # Another process (ddptui stop) may be stopping the run: its exits are no failure.
+                stopping = _stopping(store, record.id)
+                watch.progress.update_health(time.time())
+                next_look = now + 1.0
+            on_change(watch)
+            verdict = watch.verdict(stopping=stopping)
+            if verdict is not None:
+                break
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(follower.close() for follower in followers))
+    if act:
+        if verdict.state is RunState.FAILED:
+            from ddptui.run.stopper import terminate
+
+            async with RemoteCluster(
+                [config.host(node.host) for node in record.nodes],
+                connect_timeout=config.cluster.connect_timeout,
+            ) as remote:
+                await terminate(
+                    remote,
+                    config,
+                    record,
+                    skip={verdict.host}
+                    if verdict.host and watch.nodes[verdict.host].silent
+                    else set(),
+                    grace=min(config.job.stop_grace_s, 10.0),
+                )
+        finish(store, record.id, verdict)
+    return verdict
+
+
+async def snapshot(
+    record: RunRecord, config: Config, *, heartbeats: int = 2, timeout: float = 30.0
+) -> RunWatch:
+    """The run as its files stand now: follow every host until it has sent ``heartbeats``
+    heartbeats (the agent reads what is there before each) or stopped answering."""
+    watch = RunWatch(record)
+    followers = [
+        HostFollower(
+            config.host(node.host),
+            node.run_dir,
+            connect_timeout=config.cluster.connect_timeout,
+            silence_s=min(SILENCE_S, timeout),
+        )
+        for node in record.nodes
+    ]
+    beats: dict[str, int] = {node.host: 0 for node in record.nodes}
+
+    async def one(follower: HostFollower) -> None:
+        async for update in follower.updates():
+            watch.apply(update)
+            if isinstance(update, Heartbeat):
+                beats[update.host] += 1
+            if beats[follower.host.name] >= heartbeats or isinstance(update, HostSilent):
+                return
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(one(follower) for follower in followers)), timeout)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        await asyncio.gather(*(follower.close() for follower in followers))
+    watch.progress.update_health(time.time())
+    return watch
+
+
+def _stopping(store: RunStore, run_id: str) -> bool:
+    try:
+        return store.load(run_id).state is RunState.STOPPING
+    except RunNotFound:
+        return False
+
+
+def finish(store: RunStore, run_id: str, verdict: Verdict) -> None:
+    """Write the attempt's outcome, unless another process already did."""
+
+    def change(record: RunRecord) -> None:
+        if record.state.final:
+            return
+        attempt = record.attempt
+        attempt.ended = time.time()
+        attempt.outcome = verdict.state.value
+        attempt.detail = verdict.detail
+        record.transition(verdict.state, verdict.detail)
+
+    store.update(run_id, change)
