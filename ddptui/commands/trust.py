@@ -17,6 +17,7 @@ from ddptui.errors import UsageError
 from ddptui.remote import failures
 from ddptui.remote.hostkeys import KeyState, append_lines, fingerprint
 from ddptui.remote.trust import HostKeyScan, lines_to_add, scan_host_keys
+from ddptui.untrusted import plain
 
 Confirm = Callable[[str], bool]
 
@@ -38,7 +39,7 @@ def apply(scans: Sequence[HostKeyScan], *, confirm: Confirm) -> int:
     for scan in scans:
         print(_report(scan))
     for scan in scans:
-        if scan.check is not None and scan.check.state is KeyState.CHANGED:
+        if scan.check is not None and scan.check.state in (KeyState.CHANGED, KeyState.REVOKED):
             print(f"\n{failures.host_key_failure(scan.host, scan.check).detail}", file=sys.stderr)
     declined = False
     for path, lines in lines_to_add(scans).items():
@@ -49,22 +50,29 @@ def apply(scans: Sequence[HostKeyScan], *, confirm: Confirm) -> int:
         else:
             declined = True
     trusted = all(
-        scan.check is not None and scan.check.state is not KeyState.CHANGED for scan in scans
+        scan.check is not None and scan.check.state not in (KeyState.CHANGED, KeyState.REVOKED)
+        for scan in scans
     )
     return 0 if trusted and not declined else 1
 
 
 def _report(scan: HostKeyScan) -> str:
     where = f"{scan.host.name}  {scan.host.address}:{scan.host.port}"
+    if scan.target is not None and scan.target.key_name != scan.host.address:
+        # ~/.ssh/config renamed it (HostName, HostKeyAlias): say where its key is kept.
+        where += f" (known as {scan.target.key_name})"
     if scan.check is None:
         detail = scan.failure.detail if scan.failure is not None else "no answer"
-        return f"{where}  unreachable: {detail}"
+        return f"{where}  unreachable: {plain(detail)}"
     key = scan.check.presented
     verdict = {
         KeyState.TRUSTED: "already trusted",
         KeyState.UNKNOWN: "new",
         KeyState.CHANGED: "CHANGED: refusing to replace the recorded key",
+        KeyState.REVOKED: "REVOKED: marked @revoked, never trusted",
     }[scan.check.state]
+    if scan.check.by_authority:
+        verdict = "trusted: certificate signed by a @cert-authority"
     return f"{where}  {key.get_algorithm()} {fingerprint(key)}  {verdict}"
 
 

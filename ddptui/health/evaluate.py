@@ -127,6 +127,15 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             "confirm the new key with the machine's administrator, then remove the old one "
             f"(ssh-keygen -R '{entry}'{file}, or the lines named above) and run `ddptui trust`",
         )
+    if reach is Reach.HOSTKEY_REVOKED:
+        return Finding(
+            Code.HOST_KEY_REVOKED,
+            Severity.ERROR,
+            host.name,
+            f"the host key of {host.name} ({host.address}) is revoked in known_hosts{detail}",
+            "a revoked key is never accepted: get the host's new key from its administrator "
+            "and remove the @revoked line only if the key really is safe again",
+        )
     if reach is Reach.PYTHON_MISSING:
         return Finding(
             Code.PYTHON_MISSING,

@@ -25,6 +25,7 @@ class Code(str, enum.Enum):
     SSH_AUTH_FAILED = "ssh_auth_failed"
     HOST_KEY_UNKNOWN = "host_key_unknown"
     HOST_KEY_CHANGED = "host_key_changed"
+    HOST_KEY_REVOKED = "host_key_revoked"
     PYTHON_MISSING = "python_missing"
     PROBE_FAILED = "probe_failed"
     PROBE_INCOMPLETE = "probe_incomplete"

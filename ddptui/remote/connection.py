@@ -23,16 +23,10 @@ from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote import failures
 from ddptui.remote.commands import CommandResult, Overflow, command_line
-from ddptui.remote.hostkeys import (
-    KeyState,
-    KnownHosts,
-    check_host_key,
-    read_known_hosts,
-    resolve,
-)
+from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
 from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.target import SshTarget, check_host_key, resolve_target
 
-SSH_CONFIG = Path("~/.ssh/config")
 _T = TypeVar("_T")
 
 MAX_STDOUT_BYTES = 8 * 1024 * 1024
@@ -322,76 +316,58 @@ class RemoteCluster:
     async def _open(
         self, host: HostConfig
     ) -> tuple[Reachability, asyncssh.SSHClientConnection | None]:
-        known_hosts = read_known_hosts(host)
         try:
-            options = await self._options(host, known_hosts)
+            target = await resolve_target(
+                host,
+                connect_timeout=self.connect_timeout,
+                keepalive_interval=self.keepalive_interval,
+                keepalive_count_max=self.keepalive_count_max,
+            )
         except (OSError, ValueError, asyncssh.Error) as error:
             what = f"identity_file {host.identity_file}" if host.identity_file else "SSH settings"
             return Reachability(Reach.AUTH_FAILED, f"cannot use {what}: {error}"), None
+        options = target.options
         try:
             connection = await asyncio.wait_for(
                 asyncssh.connect(host.address, host.port, options=options, config=None),
                 self.connect_timeout,
             )
         except asyncssh.HostKeyNotVerifiable:
-            return await self._host_key_verdict(host), None
+            return await self._host_key_verdict(target), None
         except (asyncssh.KeyExchangeFailed, asyncssh.ConnectionLost) as error:
-            return await self._key_exchange_failure(host, known_hosts, error), None
+            return await self._key_exchange_failure(target, error), None
         except asyncssh.PermissionDenied:
             offered = await _offered_keys(host, options)
             return failures.auth_failure(host, options.username, offered), None
         except failures.NETWORK_ERRORS as error:
             return failures.network_failure(host, error, self.connect_timeout), None
+        revoked = _revoked_verdict(target, connection)
+        if revoked is not None:
+            connection.abort()
+            return revoked, None
         return Reachability(Reach.OK, _describe(connection)), connection
 
-    async def _options(
-        self, host: HostConfig, known_hosts: KnownHosts
-    ) -> asyncssh.SSHClientConnectionOptions:
-        config = SSH_CONFIG.expanduser()
-        options: asyncssh.SSHClientConnectionOptions = (
-            await asyncssh.SSHClientConnectionOptions.construct(
-                host=host.address,
-                port=host.port,
-                # Explicit, so the host's Host/Match blocks are applied when building these options.
-                config=[str(config)] if config.is_file() else [],
-                username=host.user if host.user is not None else (),
-                known_hosts=known_hosts.trusted,
-                client_keys=[str(host.identity_file)] if host.identity_file is not None else (),
-                # A passphrase-protected key file is skipped (its agent copy may still work)
-                # instead of prompting or failing the whole connection.
-                ignore_encrypted=True,
-                # The BatchMode equivalent: no password or keyboard-interactive prompts.
-                preferred_auth="publickey",
-                connect_timeout=self.connect_timeout,
-                keepalive_interval=self.keepalive_interval,
-                keepalive_count_max=self.keepalive_count_max,
-            )
-        )
-        return options
-
-    async def _host_key_verdict(self, host: HostConfig) -> Reachability:
+    async def _host_key_verdict(self, target: SshTarget) -> Reachability:
         try:
-            check = await check_host_key(host, timeout=self.connect_timeout)
+            check = await check_host_key(target, timeout=self.connect_timeout)
         except failures.NETWORK_ERRORS as error:
-            return failures.network_failure(host, error, self.connect_timeout)
-        return failures.host_key_failure(host, check)
+            return failures.network_failure(target.host, error, self.connect_timeout)
+        return failures.host_key_failure(target.host, check)
 
-    async def _key_exchange_failure(
-        self, host: HostConfig, known_hosts: KnownHosts, error: asyncssh.Error
-    ) -> Reachability:
+    async def _key_exchange_failure(self, target: SshTarget, error: asyncssh.Error) -> Reachability:
         # Only the recorded key types are negotiated: a host that dropped them all fails
         # key exchange (or hangs up, depending on who notices first) instead of presenting
         # a different key. Fetching its key in any type tells the two apart.
-        peer_ip = await resolve(host.address, host.port)
-        if known_hosts.keys_for(host.address, host.port, peer_ip):
+        peer_ip = await resolve(target.address, target.key_port, timeout=self.connect_timeout)
+        if target.known_hosts.keys_for(target.key_name, target.key_port, peer_ip):
             try:
-                check = await check_host_key(host, timeout=self.connect_timeout)
+                check = await check_host_key(target, timeout=self.connect_timeout)
             except failures.NETWORK_ERRORS:
                 pass
             else:
                 if check.state is KeyState.CHANGED:
-                    return failures.host_key_failure(host, check)
-        return failures.network_failure(host, error, self.connect_timeout)
+                    return failures.host_key_failure(target.host, check)
+        return failures.network_failure(target.host, error, self.connect_timeout)
 
     def _lost(self, host: HostConfig, stdout: str, stderr: str) -> CommandResult:
         connection = self._connections.get(host.name)
@@ -399,6 +375,23 @@ class RemoteCluster:
             del self._connections[host.name]
         reach = Reachability(Reach.ERROR, f"connection to {failures.where(host)} lost")
         return CommandResult(None, stdout, stderr or reach.detail, reach=reach)
+
+
+def _revoked_verdict(
+    target: SshTarget, connection: asyncssh.SSHClientConnection
+) -> Reachability | None:
+    # asyncssh misses a port-specific @revoked line when a plain line trusts the same
+    # key; a revoked key must never be used, so it is checked here as well.
+    presented = connection.get_server_host_key()
+    peer = connection.get_extra_info("peername")
+    peer_ip = str(peer[0]) if peer else None
+    if presented is None or presented not in target.known_hosts.revoked_for(
+        target.key_name, target.key_port, peer_ip
+    ):
+        return None
+    files = target.known_hosts.files
+    check = HostKeyCheck(KeyState.REVOKED, presented, (), files)
+    return failures.host_key_failure(target.host, check)
 
 
 async def _offered_keys(

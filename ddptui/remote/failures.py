@@ -90,6 +90,13 @@ def host_key_failure(host: HostConfig, check: HostKeyCheck) -> Reachability:
             f"If you re-installed the host, remove the old {lines} "
             "and run `ddptui trust HOSTS`.",
         )
+    if check.state is KeyState.REVOKED:
+        searched = " or ".join(str(file) for file in check.searched)
+        return Reachability(
+            Reach.HOSTKEY_REVOKED,
+            f"the host key of {where(host)} ({presented}) is marked @revoked in {searched}: "
+            "it is never trusted; ask the host's administrator for its new key",
+        )
     # The key matches after all: the file was edited between the connection and the check.
     return Reachability(
         Reach.ERROR, f"the host key of {where(host)} was refused, then matched: try again"

@@ -10,29 +10,17 @@ import asyncio
 import enum
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
-from ddptui.config.model import HostConfig
-
-DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
-SYSTEM_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"),)
-"""Read as well, never written: where cluster admins often record every node's key."""
+SYSTEM_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2"))
+"""OpenSSH's default GlobalKnownHostsFile: read as well, never written; where cluster admins
+often record every node's key."""
 SSH_PORT = 22
-
-
-def known_hosts_path(host: HostConfig) -> Path:
-    """The file ddptui records ``host``'s key in: its ``known_hosts`` or ``~/.ssh/known_hosts``."""
-    return (host.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-
-
-def read_known_hosts(host: HostConfig) -> KnownHosts:
-    """Every key a connection to ``host`` trusts: its known_hosts file and the system-wide one,
-    as OpenSSH reads UserKnownHostsFile and GlobalKnownHostsFile."""
-    return KnownHosts.read(known_hosts_path(host), *SYSTEM_KNOWN_HOSTS)
 
 
 def host_pattern(address: str, port: int) -> str:
@@ -114,6 +102,28 @@ class KnownHosts:
             found += [KnownKey(file, lineno, key) for key in keys if key in trusted]
         return found
 
+    def revoked_for(
+        self, address: str, port: int, peer_ip: str | None = None
+    ) -> set[asyncssh.SSHKey]:
+        """Keys marked ``@revoked`` for ``address:port``: never trusted, whatever else says.
+
+        Both ``[address]:port`` and plain entries count. (asyncssh's own lookup drops the
+        port-specific ones when no trusted key names the port, so the connection checks
+        this set itself.)
+        """
+        names = [(address, peer_ip or "")]
+        if port != SSH_PORT:
+            # A bracketed name with no port looks up exactly the "[name]:port" entries.
+            names += [(f"[{name}]:{port}", "") for name in (address, peer_ip) if name]
+        return {key for name, addr in names for key in self.trusted.match(name, addr, None)[2]}
+
+    def has_authority_for(self, address: str, port: int, peer_ip: str | None = None) -> bool:
+        """Whether a ``@cert-authority`` line covers ``address:port``."""
+        return bool(self._match(address, port, peer_ip)[1])
+
+    def _match(self, address: str, port: int, peer_ip: str | None) -> tuple[Any, ...]:
+        return tuple(self.trusted.match(address, peer_ip or "", None if port == SSH_PORT else port))
+
 
 def _read(path: Path) -> str | None:
     try:
@@ -144,6 +154,8 @@ class KeyState(enum.Enum):
     TRUSTED = "trusted"
     UNKNOWN = "unknown"
     CHANGED = "changed"
+    REVOKED = "revoked"
+    """Marked ``@revoked``: the connection refuses it and ``ddptui trust`` never records it."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,9 @@ class HostKeyCheck:
     presented: asyncssh.SSHKey
     known: tuple[KnownKey, ...]
     searched: tuple[Path, ...]
-    """Every file read: the one ddptui writes, then the system-wide ones that exist."""
+    """Every file read: the one ddptui writes, then the others that exist."""
+    by_authority: bool = False
+    """Trusted because a ``@cert-authority`` signed the host's certificate."""
 
     @property
     def file(self) -> Path:
@@ -162,51 +176,13 @@ class HostKeyCheck:
         return self.searched[0]
 
 
-async def resolve(address: str, port: int) -> str | None:
-    """The first IP ``address`` resolves to, or None when it does not resolve."""
+async def resolve(address: str, port: int, *, timeout: float = 10.0) -> str | None:
+    """The first IP ``address`` resolves to, or None when it does not resolve (in time)."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(address, port, type=socket.SOCK_STREAM)
-    except OSError:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(address, port, type=socket.SOCK_STREAM), timeout
+        )
+    except OSError:  # asyncio.TimeoutError among them
         return None
     return str(infos[0][4][0]) if infos else None
-
-
-async def fetch_host_key(
-    address: str, port: int, *, timeout: float, algorithms: Iterable[str] = ()
-) -> asyncssh.SSHKey:
-    """The host key ``address:port`` presents, optionally limited to ``algorithms``.
-
-    Raises what connecting raises (``OSError``, ``asyncio.TimeoutError``, asyncssh errors).
-    """
-    key = await asyncio.wait_for(
-        asyncssh.get_server_host_key(address, port, server_host_key_algs=list(algorithms) or ()),
-        timeout,
-    )
-    if key is None:
-        raise asyncssh.KeyExchangeFailed("the server presented no host key")
-    return key
-
-
-async def check_host_key(host: HostConfig, *, timeout: float) -> HostKeyCheck:
-    """Fetch ``host``'s key and compare it with its known_hosts file.
-
-    With keys on record, the key is fetched in their algorithms first, as a strict connection
-    negotiates it; a host that no longer offers any of them has changed its key.
-    """
-    known_hosts = read_known_hosts(host)
-    peer_ip = await resolve(host.address, host.port)
-    known = tuple(known_hosts.keys_for(host.address, host.port, peer_ip))
-    if not known:
-        presented = await fetch_host_key(host.address, host.port, timeout=timeout)
-        return HostKeyCheck(KeyState.UNKNOWN, presented, known, known_hosts.files)
-    algorithms = [alg.decode("ascii") for entry in known for alg in entry.key.sig_algorithms]
-    try:
-        presented = await fetch_host_key(
-            host.address, host.port, timeout=timeout, algorithms=algorithms
-        )
-    except asyncssh.KeyExchangeFailed:
-        presented = await fetch_host_key(host.address, host.port, timeout=timeout)
-    recorded = {entry.key for entry in known}
-    state = KeyState.TRUSTED if presented in recorded else KeyState.CHANGED
-    return HostKeyCheck(state, presented, known, known_hosts.files)

@@ -16,6 +16,7 @@ class Reach(enum.Enum):
     AUTH_FAILED = "auth_failed"
     HOSTKEY_UNKNOWN = "hostkey_unknown"
     HOSTKEY_CHANGED = "hostkey_changed"
+    HOSTKEY_REVOKED = "hostkey_revoked"
     PYTHON_MISSING = "python_missing"
     ERROR = "error"
 

@@ -1,7 +1,7 @@
 """Trust on first use, done deliberately: fetch every host's key and sort it against known_hosts.
 
 Only keys of hosts with nothing on record are ever proposed for adding; a key that differs
-from the recorded one is reported, never replaced.
+from the recorded one is reported, never replaced, and a ``@revoked`` one never added.
 """
 
 from __future__ import annotations
@@ -11,19 +11,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncssh
+
 from ddptui.config.model import HostConfig
 from ddptui.remote import failures
-from ddptui.remote.hostkeys import HostKeyCheck, KeyState, check_host_key, key_line
-from ddptui.remote.status import Reachability
+from ddptui.remote.hostkeys import HostKeyCheck, KeyState
+from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.target import SshTarget, check_host_key, resolve_target
 
 
 @dataclass(frozen=True)
 class HostKeyScan:
-    """One host's key compared with its known_hosts file, or why it could not be fetched."""
+    """One host's key compared with its known_hosts files, or why it could not be fetched."""
 
     host: HostConfig
     check: HostKeyCheck | None
     failure: Reachability | None = None
+    target: SshTarget | None = None
+    """How the host was reached and where its key is kept; None if its settings are unusable."""
 
 
 async def scan_host_keys(
@@ -33,11 +38,20 @@ async def scan_host_keys(
     handshakes = asyncio.Semaphore(max_parallel)
 
     async def scan(host: HostConfig) -> HostKeyScan:
+        # The same resolution as the connection's (~/.ssh/config, known_hosts files), so a
+        # key recorded here is a key the connection then accepts.
+        try:
+            target = await resolve_target(host, connect_timeout=timeout, client_keys=False)
+        except (OSError, ValueError, asyncssh.Error) as error:
+            unusable = Reachability(Reach.ERROR, f"cannot use the SSH settings: {error}")
+            return HostKeyScan(host, None, unusable)
         async with handshakes:
             try:
-                return HostKeyScan(host, await check_host_key(host, timeout=timeout))
+                check = await check_host_key(target, timeout=timeout)
             except failures.NETWORK_ERRORS as error:
-                return HostKeyScan(host, None, failures.network_failure(host, error, timeout))
+                failure = failures.network_failure(host, error, timeout)
+                return HostKeyScan(host, None, failure, target)
+        return HostKeyScan(host, check, None, target)
 
     return list(await asyncio.gather(*(scan(host) for host in hosts)))
 
@@ -46,9 +60,9 @@ def lines_to_add(scans: Sequence[HostKeyScan]) -> dict[Path, list[str]]:
     """The known_hosts lines recording every unknown key, grouped by file, without repeats."""
     additions: dict[Path, list[str]] = {}
     for scan in scans:
-        if scan.check is None or scan.check.state is not KeyState.UNKNOWN:
+        if scan.check is None or scan.target is None or scan.check.state is not KeyState.UNKNOWN:
             continue
-        line = key_line(scan.host.address, scan.host.port, scan.check.presented)
+        line = scan.target.key_line(scan.check.presented)
         lines = additions.setdefault(scan.check.file, [])
         if line not in lines:
             lines.append(line)

@@ -49,13 +49,21 @@ class HostileSshServer:
     host = "127.0.0.1"
 
     def __init__(
-        self, root: Path, behaviour: Behaviour, *, answer: bytes = b"", reason: str = ""
+        self,
+        root: Path,
+        behaviour: Behaviour,
+        *,
+        answer: bytes = b"",
+        reason: str = "",
+        authority: asyncssh.SSHKey | None = None,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.behaviour = behaviour
         self.answer = answer
         self.reason = reason
+        self.authority = authority
+        """With a CA's private key, the server presents a host certificate it signed."""
         self.client_key = root / "id_ed25519"
         self.known_hosts = root / "known_hosts"
         """A known_hosts line for this server, for tests that start out trusting it."""
@@ -67,6 +75,7 @@ class HostileSshServer:
         keys.write_key_pair(self.client_key, "ddptui-hostile-client")
         self._host_key = root / "ssh_host_ed25519_key"
         self._host_public = keys.write_key_pair(self._host_key, "ddptui-hostile-server")
+        self.host_key = asyncssh.import_public_key(self._host_public)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._acceptor: asyncssh.SSHAcceptor | None = None
@@ -103,11 +112,11 @@ class HostileSshServer:
                 self._conn = conn
                 server._connections.add(conn)
                 if server.behaviour is Behaviour.DISCONNECT:
-                    handlers = dict(type(conn)._packet_handlers)  # type: ignore[attr-defined]
+                    handlers = dict(type(conn)._packet_handlers)
                     handlers[MSG_KEXINIT] = server._hang_up
-                    conn._packet_handlers = handlers  # type: ignore[attr-defined]
+                    conn._packet_handlers = handlers
                 elif server.behaviour is Behaviour.SWALLOW:
-                    conn._process_session_open = server._swallow  # type: ignore[attr-defined]
+                    conn._process_session_open = server._swallow  # type: ignore[method-assign,assignment]
 
             def connection_lost(self, exc: Exception | None) -> None:
                 server._connections.discard(self._conn)
@@ -116,7 +125,7 @@ class HostileSshServer:
             self.host,
             0,
             server_factory=Misbehaving,
-            server_host_keys=[str(self._host_key)],
+            server_host_keys=[self._server_host_key()],
             authorized_client_keys=str(self.client_key) + ".pub",
             process_factory=self._run,
             encoding=None,
@@ -126,8 +135,19 @@ class HostileSshServer:
             keys.known_hosts_line(self.host, self.port, self._host_public) + "\n"
         )
 
+    def _server_host_key(self) -> str | tuple[asyncssh.SSHKey, asyncssh.SSHCertificate]:
+        if self.authority is None:
+            return str(self._host_key)
+        private = asyncssh.read_private_key(self._host_key)
+        certificate = self.authority.generate_host_certificate(
+            private, "ddptui-hostile-server", principals=[self.host]
+        )
+        return private, certificate
+
     def _hang_up(self, conn: asyncssh.SSHServerConnection, *packet: object) -> None:
-        conn.disconnect(asyncssh.DISC_HOST_NOT_ALLOWED_TO_CONNECT, self.reason)
+        # Only the message: closing the socket at once, with the client's next packets
+        # unread, would reset the connection before the client could read the reason.
+        conn._send_disconnect(asyncssh.DISC_HOST_NOT_ALLOWED_TO_CONNECT, self.reason, "en-US")
 
     def _swallow(self, packet: object) -> tuple[_Mute, None]:
         self.channel_opens += 1
