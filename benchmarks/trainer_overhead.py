@@ -19,12 +19,21 @@ bootstrap interval over the rounds. Every round's losses are compared bit for bi
 show that both sides did the same arithmetic, so the difference in speed is the trainer's
 machinery alone. ``--control`` runs the bare loop against itself: the noise floor of the ratio.
 
+``--device cuda`` runs one process per GPU with nccl; both sides keep the data set on the GPU and
+never wait for the device inside a step (the bare loop reads its losses after the round), so the
+host runs ahead until CUDA's launch queue is full and then keeps the device's pace: with enough
+steps per round (200 by default there) the median interval is the device's step time. GPU kernels
+may pick other algorithms from run to run, so there equal losses are reported, not required.
+
     .venv/bin/python benchmarks/trainer_overhead.py [--rounds 60] [--steps 60] [--control]
+    .venv/bin/python benchmarks/trainer_overhead.py --device cuda --precision bf16 \
+        --width 8192 --depth 4 --batch-size 4096 [--rounds 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -46,7 +55,7 @@ BOOTSTRAP = 2000
 
 
 def _model_args(args: argparse.Namespace) -> list[str]:
-    """The same model and batch for both sides: the trainer's flags."""
+    """The same model, batch and precision for both sides: the trainer's flags."""
     return [
         "--width",
         str(args.width),
@@ -54,6 +63,8 @@ def _model_args(args: argparse.Namespace) -> list[str]:
         str(args.depth),
         "--batch-size",
         str(args.batch_size),
+        "--precision",
+        args.precision,
     ]
 
 
@@ -65,7 +76,7 @@ class Sides:
         from trainer import dist as trainer_dist
 
         self.args, self.work = args, work
-        self.rt = trainer_dist.start("gloo", timeout_s=300)
+        self.rt = trainer_dist.start("nccl" if args.device == "cuda" else "gloo", timeout_s=300)
 
     def _config(self, run_dir: Path) -> Any:
         from trainer.cli import parse_args
@@ -79,6 +90,8 @@ class Sides:
 
     def trainer(self, round_: int) -> tuple[list[float], list[float]]:
         """Step-end times and losses of rank 0, from the trainer's own events."""
+        import torch.distributed as dist
+
         from trainer.events import EventLog
         from trainer.loop import Trainer
 
@@ -90,7 +103,10 @@ class Sides:
             log.close()
         lines = log.path.read_text().splitlines()
         steps = [e for e in map(json.loads, lines) if e["type"] == "step"]
-        shutil.rmtree(cfg.run_dir, ignore_errors=True)
+        # Every rank has read its own file before the run directory goes.
+        dist.barrier()
+        if self.rt.placement.rank == 0:
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)
         return [e["time"] for e in steps], [e["loss"] for e in steps]
 
     def bare(self, round_: int) -> tuple[list[float], list[float]]:
@@ -102,10 +118,16 @@ class Sides:
         from trainer.models import MLP
 
         cfg = self._config(self.work / f"bare-{round_}")
-        p = self.rt.placement
+        p, device = self.rt.placement, self.rt.device
         task = SyntheticRegression(cfg.samples, cfg.seed)
         torch.manual_seed(cfg.seed)
-        model = DistributedDataParallel(MLP(task.in_dim, cfg.width, cfg.depth, task.out_dim))
+        model = MLP(task.in_dim, cfg.width, cfg.depth, task.out_dim).to(device)
+        on_gpu = device.type == "cuda"
+        if on_gpu:
+            task.to(device)
+            model = DistributedDataParallel(model, device_ids=[device.index])
+        else:
+            model = DistributedDataParallel(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         # The trainer's learning-rate schedule too: the values it produces change how fast a
         # CPU computes (denormals), so without it the two would not do the same arithmetic.
@@ -116,14 +138,20 @@ class Sides:
         shards = Shards(
             task, rank=p.rank, world_size=p.world_size, batch_size=cfg.batch_size, seed=cfg.seed
         )
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         ends: list[float] = []
         losses: list[torch.Tensor] = []
         step, epoch = 0, 0
         while step < cfg.max_steps:
-            for indices in shards.epoch(epoch):
+            batches = shards.epoch(epoch)
+            if on_gpu:
+                batches = list(torch.stack(batches).to(device).unbind())
+            for indices in batches:
                 x, y = task.batch(indices)
                 optimizer.zero_grad()
-                loss = task.loss(model(x), y)
+                with autocast:
+                    loss = task.loss(model(x), y)
                 loss.backward()
                 optimizer.step()
                 scheduler.step()
@@ -168,7 +196,7 @@ def _torchrun(args: argparse.Namespace, work: Path) -> None:
             "--nproc-per-node", str(args.nproc), "--master_addr", "127.0.0.1",
             "--master_port", str(port), str(Path(__file__).resolve()), "--worker", str(work),
             "--rounds", str(args.rounds), "--steps", str(args.steps), *_model_args(args),
-            *(["--control"] if args.control else [])]  # fmt: skip
+            "--device", args.device, *(["--control"] if args.control else [])]  # fmt: skip
     # One intra-op thread per process: by default each of the processes starts a pool as wide
     # as the machine, and their oversubscription swamps the difference being measured.
     env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore"}
@@ -192,14 +220,23 @@ def _interval(ratios: list[float], level: float = 0.90) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=60, help="rounds per side")
-    p.add_argument("--steps", type=int, default=60, help="steps per round, with the warm-up")
-    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument(
+        "--steps", type=int, help="steps per round, with the warm-up (default 60; 200 on cuda)"
+    )
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--nproc", type=int, help="processes (default 2; on cuda one per GPU)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--control", action="store_true", help="the bare loop against itself")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
+    on_gpu = args.device == "cuda"
+    if args.steps is None:
+        args.steps = 200 if on_gpu else 60
+    if args.nproc is None:
+        args.nproc = _gpu_count() if on_gpu and not args.worker else 2
     if args.steps <= WARMUP + 1:
         p.error(f"--steps must exceed the {WARMUP}-step warm-up")
     if args.worker:
@@ -213,9 +250,9 @@ def main() -> None:
     ratios = [r["a"] / r["b"] for r in rounds]
     low, high = _interval(ratios)
     print(
-        f"{args.nproc} processes, MLP width {args.width} depth {args.depth}, batch "
-        f"{args.batch_size}/process; {args.rounds} rounds of {args.steps} steps per side, "
-        f"{time.monotonic() - started:.0f} s"
+        f"{args.nproc} processes on {args.device}, MLP width {args.width} depth {args.depth}, "
+        f"batch {args.batch_size}/process, {args.precision}; {args.rounds} rounds of "
+        f"{args.steps} steps per side, {time.monotonic() - started:.0f} s"
     )
     print(f"{a_name}: {statistics.median(r['a'] for r in rounds):.1f} steps/s (median round)")
     print(f"bare DDP: {statistics.median(r['b'] for r in rounds):.1f} steps/s (median round)")
@@ -225,8 +262,17 @@ def main() -> None:
     )
     same = sum(r["same_losses"] for r in rounds)
     print(f"rounds with bit-identical losses on both sides: {same} of {len(rounds)}")
-    if same != len(rounds):
+    if same != len(rounds) and not on_gpu:
         sys.exit("the two sides computed different losses: the comparison is not like for like")
+
+
+def _gpu_count() -> int:
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        sys.exit("--device cuda: no CUDA device is visible")
+    return count
 
 
 if __name__ == "__main__":

@@ -17,7 +17,13 @@ from .dist import TrainerError
 
 
 class Task(Protocol):
+    nbytes: int
+
     def __len__(self) -> int: ...
+
+    def to(self, device: torch.device) -> None:
+        """Keep the data set on ``device``; batches then come from indices on it."""
+        ...
 
     def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
@@ -45,6 +51,10 @@ class SyntheticRegression:
         )
         w2 = torch.randn(self.teacher_width, self.out_dim, generator=g)
         self.y = torch.tanh(self.x @ w1) @ w2 * (3 / math.sqrt(self.teacher_width))
+        self.nbytes = self.x.nbytes + self.y.nbytes
+
+    def to(self, device: torch.device) -> None:
+        self.x, self.y = self.x.to(device), self.y.to(device)
 
     def __len__(self) -> int:
         return self.x.shape[0]
@@ -65,10 +75,14 @@ class CharText:
         self.tokens = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
         self.block_size = block_size
         self._offsets = torch.arange(block_size + 1)
+        self.nbytes = self.tokens.nbytes
         if len(self) == 0:
             raise TrainerError(
                 f"the text has {len(text)} characters: too short for --block-size {block_size}"
             )
+
+    def to(self, device: torch.device) -> None:
+        self.tokens, self._offsets = self.tokens.to(device), self._offsets.to(device)
 
     def __len__(self) -> int:
         return (self.tokens.numel() - 1) // self.block_size

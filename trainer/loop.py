@@ -23,7 +23,7 @@ from .cli import Config
 from .control import Control
 from .data import CharText, Shards, SyntheticRegression, Task
 from .dist import Runtime, TrainerError, broadcast_object
-from .events import EventLog, finite, memory_mib
+from .events import BufferPool, DeviceScalars, EventLog, finite, memory_mib
 from .models import MLP, CharTransformer
 from .state import Parts, Progress, Resumed, Shape, restore, snapshot
 
@@ -111,7 +111,25 @@ def _autocast(
     if cfg.precision == "fp32":
         return lambda: _NO_CONTEXT
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
-    return partial(torch.autocast, device.type, dtype=dtype)
+    # One instance, entered every micro-step: building one asks whether CUDA is available and
+    # supports bf16 (device-count queries and an import lookup), a profiled cost on fast GPU steps.
+    context = torch.autocast(device.type, dtype=dtype)
+    return lambda: context
+
+
+def _place_data(task: Task, device: torch.device) -> bool:
+    """Move the in-memory data set onto a GPU when it takes under a quarter of the free memory.
+
+    Then a batch is gathered on the device from device indices, instead of indexed on the CPU
+    and copied from pageable memory (a synchronous copy) every step.
+    """
+    if device.type != "cuda":
+        return False
+    free, _ = torch.cuda.mem_get_info(device)
+    if task.nbytes > free // 4:
+        return False
+    task.to(device)
+    return True
 
 
 class Trainer:
@@ -121,6 +139,10 @@ class Trainer:
         # First, so that a SIGTERM during set-up already means "stop after the first step".
         self.control = Control(cfg.run_dir / "control" if p.rank == 0 else None, rt.control_group)
         self.task = _load_task(cfg, rt)
+        self.data_on_device = _place_data(self.task, rt.device)
+        # On a GPU, step events wait for their loss to reach the host instead of syncing for it.
+        self.deferring = rt.device.type == "cuda"
+        self.buffers = BufferPool()
         # Same initial weights on every rank, whatever the wrapper does.
         torch.manual_seed(cfg.seed)
         model = _build_model(cfg, self.task).to(rt.device)
@@ -202,7 +224,7 @@ class Trainer:
         total: torch.Tensor | None = None
         # What a plain fp32 step on the CPU does not need is skipped rather than run as a no-op:
         # every call is a few microseconds, and a small model's step is a few milliseconds.
-        to_device = self.rt.device.type != "cpu"
+        to_device = self.rt.device.type != "cpu" and not self.data_on_device
         for i, indices in enumerate(micro):
             x, y = self.task.batch(indices)
             if to_device:
@@ -231,6 +253,10 @@ class Trainer:
         """Micro-batch groups of the rest of the current epoch."""
         ga = self.cfg.grad_accum
         batches = self.shards.epoch(self.progress.epoch, skip=self.progress.batch_in_epoch)
+        if self.data_on_device and batches:
+            # One copy per epoch, from pinned memory and without waiting for it.
+            order = torch.stack(batches).pin_memory()
+            batches = list(order.to(self.rt.device, non_blocking=True).unbind())
         for i in range(0, len(batches) - ga + 1, ga):
             yield batches[i : i + ga]
 
@@ -271,6 +297,8 @@ class Trainer:
                     now = time.perf_counter()
                     self._log_step(micro, loss, lr, (now - window_start) / window_steps)
                     window_start, window_steps = now, 0
+                elif self.deferring:
+                    log.poll()
                 epoch_done = progress.batch_in_epoch >= per_epoch
                 if epoch_done:
                     self._end_epoch()
@@ -295,21 +323,21 @@ class Trainer:
     def _log_step(
         self, micro: list[torch.Tensor], loss: torch.Tensor, lr: float, step_time: float
     ) -> None:
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {
+            "epoch": self.progress.epoch,
+            "step": self.progress.step,
+            "lr": lr,
+            "samples_per_s": self.cfg.batch_size * self.cfg.grad_accum / step_time,
+            "step_time_s": step_time,
+            **memory_mib(self.rt.device),
+        }
         if self.cfg.log_samples:
             fields["samples"] = torch.cat(micro).tolist()
-        self.log.emit(
-            "step",
-            epoch=self.progress.epoch,
-            step=self.progress.step,
-            # The only host-device sync of a step, and only on logged steps.
-            loss=finite(loss.item()),
-            lr=lr,
-            samples_per_s=self.cfg.batch_size * self.cfg.grad_accum / step_time,
-            step_time_s=step_time,
-            **memory_mib(self.rt.device),
-            **fields,
-        )
+        if self.deferring:
+            pending = DeviceScalars({"loss": loss}, self.buffers, convert=finite)
+            self.log.defer(pending, "step", **fields)
+        else:
+            self.log.emit("step", loss=finite(loss.item()), **fields)
 
     def _end_epoch(self) -> None:
         self.log.emit("epoch_end", epoch=self.progress.epoch, step=self.progress.step)

@@ -18,8 +18,8 @@ from trainer.checkpoint import CheckpointStore, read_verified
 from trainer.cli import parse_args
 from trainer.data import CharText, Shards, SyntheticRegression
 from trainer.dist import Placement, TrainerError
-from trainer.events import EventLog, _ResidentMemory
-from trainer.loop import lr_factor
+from trainer.events import BufferPool, DeviceScalars, EventLog, _ResidentMemory, finite
+from trainer.loop import _autocast, lr_factor
 
 
 def test_trainer_imports_only_itself_torch_and_stdlib() -> None:
@@ -186,3 +186,106 @@ def test_resident_memory_is_sampled_at_most_once_a_second() -> None:
     memory._read_at -= _ResidentMemory.MAX_AGE_S
     assert memory.read()["rss_mib"] > before + 200
     del ballast
+
+
+class _Arriving:
+    """Stands in for a device copy: its values arrive when the test says so."""
+
+    names = ("loss",)
+
+    def __init__(self, loss: float, fails: bool = False) -> None:
+        self.loss, self.fails = loss, fails
+        self.arrived = False
+        self.waited_for = False
+
+    def ready(self) -> bool:
+        return self.arrived
+
+    def values(self) -> dict[str, float]:
+        self.waited_for = not self.arrived
+        if self.fails:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return {"loss": self.loss}
+
+
+def _written(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_deferred_step_events_are_written_in_order_once_their_values_arrive(
+    tmp_path: Path,
+) -> None:
+    log = EventLog(tmp_path, Placement(0, 0, 0, 1, 1, under_torchrun=False))
+    path = tmp_path / "events" / "rank0.jsonl"
+    first, second, third = _Arriving(3.0), _Arriving(2.0), _Arriving(1.0)
+    log.defer(first, "step", step=1)
+    queued_at = time.time()
+    log.defer(second, "step", step=2)
+    second.arrived = True
+    log.poll()
+    log._flush()
+    # The second step's loss is in, but the first's is not: nothing may overtake it.
+    assert path.read_text() == ""
+    first.arrived = True
+    log.defer(third, "step", step=3)
+    log._flush()
+    assert [(e["step"], e["loss"]) for e in _written(path)] == [(1, 3.0), (2, 2.0)]
+    assert _written(path)[0]["time"] <= queued_at, "an event keeps the time of its step"
+    # Any other event waits for the steps before it, whether their values arrived or not.
+    log.emit("checkpoint", step=3)
+    assert [e["type"] for e in _written(path)] == ["step", "step", "step", "checkpoint"]
+    assert third.waited_for and not first.waited_for
+    log.close()
+
+
+def test_the_flusher_writes_deferred_events_while_the_main_thread_is_busy(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, Placement(0, 0, 0, 1, 1, under_torchrun=False))
+    path = tmp_path / "events" / "rank0.jsonl"
+    pending = _Arriving(0.5)
+    log.defer(pending, "step", step=1)
+    pending.arrived = True  # and no more calls from the "main thread", as in a hung collective
+    deadline = time.monotonic() + 10 * EventLog.FLUSH_EVERY_S
+    while path.stat().st_size == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [(e["step"], e["loss"]) for e in _written(path)] == [(1, 0.5)]
+    log.close()
+
+
+def test_close_and_a_failed_device_lose_no_deferred_event(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, Placement(0, 0, 0, 1, 1, under_torchrun=False))
+    log.defer(_Arriving(1.5, fails=True), "step", step=1)
+    log.defer(_Arriving(1.25), "step", step=2)
+    log.emit("error", message="RuntimeError: CUDA error")
+    log.defer(_Arriving(1.0), "step", step=3)
+    log.close()
+    written = _written(tmp_path / "events" / "rank0.jsonl")
+    assert [(e["type"], e.get("loss")) for e in written] == [
+        ("step", None),
+        ("step", 1.25),
+        ("error", None),
+        ("step", 1.0),
+    ]
+
+
+def test_reduced_precision_enters_one_autocast_every_step() -> None:
+    cfg = parse_args(["--run-dir", "unused", "--precision", "bf16"])
+    autocast = _autocast(cfg, torch.device("cpu"))
+    assert autocast() is autocast()
+    for _ in range(2):
+        with autocast():
+            assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+            assert torch.is_autocast_enabled("cpu")
+        assert not torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_scalars_arrive_without_a_sync() -> None:
+    pool = BufferPool()
+    loss = torch.tensor(float("nan"), device="cuda")
+    pending = DeviceScalars({"loss": loss, "other": loss + 1}, pool, convert=finite)
+    torch.cuda.synchronize()
+    assert pending.ready()
+    assert pending.values() == {"loss": None, "other": None}
+    # The first buffer, taken again from the pool, holds the new values.
+    again = DeviceScalars({"a": torch.ones((), device="cuda"), "b": loss.nan_to_num(0.5)}, pool)
+    assert again.values() == {"a": 1.0, "b": 0.5}
