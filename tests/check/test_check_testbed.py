@@ -367,7 +367,7 @@ def test_gpu_findings_from_recorded_nvidia_smi(
         (node0, "h100x8_idle"),
         (node1, "h100x8_idle"),
         (node2, "h100x8_driver535"),
-        (node3, "a100x2_busy"),
+        (node3, "h200_busy"),  # recorded on a real H200, the others reproduced
     ):
         install_double(host, "nvidia-smi", nvidia_smi_double(fixture))
     exit_code, report = _check(
@@ -375,13 +375,13 @@ def test_gpu_findings_from_recorded_nvidia_smi(
     )
     assert exit_code == 1
     gpus = {h["name"]: h["facts"]["gpus"] for h in report["hosts"]}
-    assert [len(gpus[h.name]["devices"]) for h in testbed.hosts] == [8, 8, 8, 2]
+    assert [len(gpus[h.name]["devices"]) for h in testbed.hosts] == [8, 8, 8, 1]
     assert gpus[node0.name]["driver_version"] == "550.54.15"
     assert gpus[node0.name]["source"] == "nvidia-smi"
-    # 535.161.08 and 535.104.05 are each the odd ones out against node0 and node1's 550.54.15
+    # 535.104.05 and 580.159.04 are each the odd ones out against node0 and node1's 550.54.15
     assert sorted(_hosts_with(report, "driver_mismatch")) == [node2.name, node3.name]
     busy = _finding(report, "not_enough_free_gpus", node3.name)
-    assert "pid" in busy["message"]
+    assert "GPU 0 is held by python3 (pid 529, 20998 MiB)" in busy["message"]
     # torch on the test bed is a CPU build: it cannot drive the GPUs nvidia-smi reports
     assert sorted(_hosts_with(report, "torch_cuda_unavailable")) == [h.name for h in testbed.hosts]
 
