@@ -25,7 +25,12 @@ _HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VARIABLE = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls and DEL: no hosts-file value needs one, and each is a way to break a
+# remote command line or a terminal (newline, ESC, CSI).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NO_CONTROL = "a string without control characters (newlines, tabs, escapes)"
+# What an IPv6 zone (the part after %) may hold: interface names as Linux spells them.
+_SCOPE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 # Linux caps interface names at IFNAMSIZ - 1 characters.
 _MAX_IFNAME = 15
 
@@ -179,9 +184,11 @@ def env(value: object) -> dict[str, str]:
                 "not starting with a digit)",
                 subkey,
             )
-        if not isinstance(item, str) or "\x00" in item:
+        if not isinstance(item, str):
             hint = f" — quote it: {json.dumps(str(item))}" if isinstance(item, (int, float)) else ""
             raise Invalid(f"expected a string, found {describe(item)}{hint}", subkey)
+        if _CONTROL.search(item):
+            raise expected(_NO_CONTROL, item, subkey)
         variables[name] = item
     return variables
 
@@ -256,11 +263,19 @@ def address(value: object) -> str:
     if "@" in text:
         raise Invalid(f"expected {what}, found {describe(value)} — put the user in user = …")
     try:
-        ipaddress.ip_address(text)
+        ip = ipaddress.ip_address(text)
     except ValueError:
         labels = text.removesuffix(".").split(".")
         if len(text) > 253 or not all(_HOSTNAME_LABEL.fullmatch(label) for label in labels):
             raise expected(what, value) from None
+        return text
+    # Python accepts any zone after "%"; the address ends up in commands and fix hints.
+    scope = ip.scope_id if isinstance(ip, ipaddress.IPv6Address) else None
+    if scope is not None and not _SCOPE_ID.fullmatch(scope):
+        raise Invalid(
+            f"expected {what}, found {describe(value)} — an IPv6 zone (after %) is an "
+            "interface name: letters, digits, '_', '.' or '-'"
+        )
     return text
 
 
@@ -284,8 +299,10 @@ def args(value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise expected("an array of strings", value)
     for position, item in enumerate(value):
-        if not isinstance(item, str) or "\x00" in item:
+        if not isinstance(item, str):
             raise expected("a string", item, f"[{position}]")
+        if _CONTROL.search(item):
+            raise expected(_NO_CONTROL, item, f"[{position}]")
     return tuple(value)
 
 

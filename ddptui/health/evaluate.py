@@ -85,7 +85,7 @@ def _probe_failed(host: HostConfig, failure: ProbeFailure | None) -> Finding:
         host.name,
         f"{host.name} answered over SSH, but the probe failed under {interpreter}: "
         f"{reason}{status}{stderr}",
-        f"the probe needs Python 3.8 or newer: run `{host.python} -c 'import sys; "
+        f"the probe needs Python 3.8 or newer: run `{shlex.quote(host.python)} -c 'import sys; "
         f"print(sys.version)'` on {host.name}; if that prints no version, set python (or "
         "conda_env) for it. A shell start-up file that prints text is another usual cause",
     )
@@ -95,6 +95,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
     host = check.host
     detail = f": {check.reach.detail}" if check.reach.detail else ""
     target = f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
+    # Every value in a fix is quoted: users paste these lines into a shell.
+    login = shlex.quote(target.rsplit(":", 1)[0])
     reach = check.reach.reach
     if reach is Reach.AUTH_FAILED:
         return Finding(
@@ -102,8 +104,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             Severity.ERROR,
             host.name,
             f"{target} refused key authentication{detail} (ddptui never uses passwords)",
-            f"install your public key there (ssh-copy-id -p {host.port} {target.rsplit(':', 1)[0]}"
-            "), or set identity_file / load the key into ssh-agent",
+            f"install your public key there (ssh-copy-id -p {host.port} {login}), or set "
+            "identity_file / load the key into ssh-agent",
         )
     if reach is Reach.HOSTKEY_UNKNOWN:
         return Finding(
@@ -111,7 +113,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             Severity.ERROR,
             host.name,
             f"the host key of {host.name} ({host.address}) is not in known_hosts{detail}",
-            f"run `ddptui trust {config.path}` to review its fingerprint and accept it",
+            f"run `ddptui trust {shlex.quote(str(config.path))}` to review its fingerprint and "
+            "accept it",
         )
     if reach is Reach.HOSTKEY_CHANGED:
         # known_hosts names a host on a non-standard port as [address]:port.
@@ -125,7 +128,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             f"the host key of {host.name} ({host.address}) differs from the one in known_hosts"
             f"{detail}: a reinstalled machine, or someone in the middle",
             "confirm the new key with the machine's administrator, then remove the old one "
-            f"(ssh-keygen -R '{entry}'{file}, or the lines named above) and run `ddptui trust`",
+            f"(ssh-keygen -R {shlex.quote(entry)}{file}, or the lines named above) and run "
+            "`ddptui trust`",
         )
     if reach is Reach.HOSTKEY_REVOKED:
         return Finding(
@@ -161,7 +165,7 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             Severity.ERROR,
             host.name,
             f"checking {host.name} ({target}) failed{detail}",
-            f"try `ssh -p {host.port} {target.rsplit(':', 1)[0]}` to see the full error",
+            f"try `ssh -p {host.port} {login}` to see the full error",
         )
     reason, fix = why[reach]
     return Finding(
@@ -177,13 +181,15 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
 def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
     torch = facts.torch
     python = facts.python.executable if facts.python.executable is not NA else host.python
+    # The host reported this path: quoted, it cannot smuggle a command into a pasted fix.
+    quoted = shlex.quote(python)
     if torch.status == "missing":
         yield Finding(
             Code.TORCH_MISSING,
             Severity.ERROR,
             host.name,
             f"torch is not installed for {python} on {host.name}",
-            f"install it into that interpreter ({python} -m pip install torch, matching the "
+            f"install it into that interpreter ({quoted} -m pip install torch, matching the "
             "other hosts), or point python / conda_env at the environment that has it",
         )
     elif torch.status == "timeout":
@@ -192,7 +198,7 @@ def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
             Severity.ERROR,
             host.name,
             f"import torch did not finish in time on {host.name}",
-            f"run `{python} -c 'import torch'` there: a hung GPU driver or a slow network "
+            f"run `{quoted} -c 'import torch'` there: a hung GPU driver or a slow network "
             "file system is the usual cause",
         )
     elif torch.status == "error":

@@ -4,6 +4,7 @@ as each host resolves it, and the master port."""
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
@@ -148,7 +149,8 @@ def _configured_ifname(
             host.name,
             f'socket_ifname = "{host.socket_ifname}" on {host.name} is not on node 0\'s subnet, '
             f"but {_describe(facts.interfaces, chosen)} is",
-            f'use socket_ifname = "{chosen}" (or "auto") unless traffic is routed on purpose',
+            f'use socket_ifname = {json.dumps(chosen)} (or "auto") unless traffic is routed on '
+            "purpose",
         )
 
 

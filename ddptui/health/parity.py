@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -199,9 +200,16 @@ def _drift_finding(
     if len(listed) > MAX_LISTED_PACKAGES:
         listed = [*listed[:MAX_LISTED_PACKAGES], f"and {len(listed) - MAX_LISTED_PACKAGES} more"]
     installer, pin = (
-        (f"{host.python} -m pip install", "==") if kind == "pip" else ("conda install", "=")
+        (f"{shlex.quote(host.python)} -m pip install", "==")
+        if kind == "pip"
+        else ("conda install", "=")
     )
-    pins = [f"{package}{pin}{theirs}" for package, _, theirs in found if theirs != NOT_INSTALLED]
+    # Package names and versions come from the hosts: quoted, a pasted fix runs nothing else.
+    pins = [
+        shlex.quote(f"{package}{pin}{theirs}")
+        for package, _, theirs in found
+        if theirs != NOT_INSTALLED
+    ]
     hint = f"{installer} {' '.join(_capped(pins))}" if pins else ""
     extra = [package for package, _, theirs in found if theirs == NOT_INSTALLED]
     if extra:

@@ -1,11 +1,15 @@
 """Remote command lines, built from argv lists, and what came back from running one.
 
-The remote side runs every command through the user's login shell (``sh -c`` semantics), so
-each argv is quoted with :func:`shlex.join`; nothing is ever pasted into a string.
+sshd runs every command through the user's login shell, which need not be POSIX: fish and
+tcsh read quotes, backslashes and newlines their own way. So the login shell only ever sees
+``sh -c '<one line>'`` whose one line holds nothing it could read differently, and the
+command itself (each argv quoted with :func:`shlex.join`) reaches ``sh`` intact; nothing is
+ever pasted into a string.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -99,20 +103,27 @@ def python_argv(host: HostConfig, *args: str) -> list[str]:
 
 
 def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-    """The remote command string for ``argv``, with ``env`` set through ``env(1)``.
+    """The remote command string for ``argv``, with ``env`` exported first.
 
-    SSH's own environment requests are refused by sshd unless listed in its AcceptEnv,
-    so variables travel on the command line instead.
+    The POSIX script ``export NAME='value' …; exec 'argv0' 'arg' …`` travels base64-encoded
+    inside ``sh -c 'eval "$(echo … | base64 -d)"'``: letters, digits and ``+/=`` mean the same
+    to every login shell (sh, bash, zsh, fish, tcsh), whatever quotes, backslashes, newlines
+    or ``=`` the values hold. (``env NAME=value cmd`` would read a command containing ``=``
+    as one more assignment.) SSH's own environment requests are refused by sshd unless
+    listed in its AcceptEnv, so variables travel on the command line instead.
     """
     if not argv:
         raise ValueError("empty argv")
-    assignments = []
+    exports = []
     for name, value in (env or {}).items():
         if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"not an environment variable name: {name!r}")
-        assignments.append(f"{name}={value}")
-    prefix = ["env", *assignments] if assignments else []
-    return shlex.join([*prefix, *argv])
+        exports.append(f"{name}={shlex.quote(value)}")
+    script = f"exec {shlex.join(argv)}"
+    if exports:
+        script = f"export {' '.join(exports)}; {script}"
+    encoded = base64.b64encode(script.encode("utf-8")).decode("ascii")
+    return f"sh -c 'eval \"$(echo {encoded} | base64 -d)\"'"
 
 
 def classify_python_failure(host: HostConfig, result: CommandResult) -> Reachability | None:

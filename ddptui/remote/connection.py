@@ -175,11 +175,7 @@ class RemoteCluster:
             return CommandResult(None, "", reach.detail, reach=reach)
         try:
             process = await self._within(
-                connection.create_process(
-                    command_line(argv, env),
-                    input=None if input is None else input.encode("utf-8"),
-                    encoding=None,
-                ),
+                connection.create_process(command_line(argv, env), encoding=None),
                 self.connect_timeout,
                 "open a session",
             )
@@ -187,6 +183,12 @@ class RemoteCluster:
             return self._stalled(host, connection, stalled)
         except (asyncssh.Error, OSError) as error:
             return self._lost(host, "", failures.remote_reason(str(error)))
+        if input is not None:
+            # A command may exit without reading its input (a missing interpreter does):
+            # the input is then undeliverable, and its exit status is still what counts.
+            with contextlib.suppress(asyncssh.Error, OSError):
+                process.stdin.write(input.encode("utf-8"))
+                process.stdin.write_eof()
         stdout, stderr = _Capped(max_stdout, "stdout"), _Capped(max_stderr, "stderr")
         try:
             await asyncio.wait_for(_drain_both(process, stdout, stderr), timeout)

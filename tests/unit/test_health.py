@@ -267,6 +267,7 @@ CASES = [
     Case(Code.SSH_AUTH_FAILED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.AUTH_FAILED)),
     Case(Code.HOST_KEY_UNKNOWN, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_UNKNOWN)),
     Case(Code.HOST_KEY_CHANGED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_CHANGED)),
+    Case(Code.HOST_KEY_REVOKED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_REVOKED)),
     Case(Code.PYTHON_MISSING, C, Severity.ERROR, lambda s: s.unreached(C, Reach.PYTHON_MISSING)),
     Case(Code.PROBE_FAILED, C, Severity.ERROR, lambda s: s.facts.update({C: None})),
     Case(
