@@ -170,7 +170,8 @@ _ABOUT: Final[dict[Category, tuple[Role, str, str]]] = {
     ),
     Category.NONFINITE_LOSS: (
         "warning",
-        "The loss became NaN or infinite: too high a learning rate, fp16 overflow, or bad data.",
+        "The loss became NaN or infinite (too high a learning rate, fp16 overflow, bad data), "
+        "or a failing GPU lost it before it could be read.",
         "Lower --lr or lengthen --warmup-steps, keep --grad-clip, prefer bf16 to fp16, check the "
         "data; resume from the last checkpoint before it happened.",
     ),
