@@ -161,6 +161,20 @@ RankEvent: TypeAlias = (
 )
 
 
+EVENT_TYPES: Final[Mapping[str, type[RankEvent]]] = MappingProxyType(
+    {
+        "start": StartEvent,
+        "step": StepEvent,
+        "checkpoint": CheckpointEvent,
+        "epoch_end": EpochEndEvent,
+        "stop_requested": StopRequestedEvent,
+        "done": DoneEvent,
+        "error": ErrorEvent,
+    }
+)
+"""Each ``type`` of schema v1 and its class."""
+
+
 class _Garbled(Exception):
     """Raised inside the parser only; :func:`parse_event` turns it into ``None``."""
 

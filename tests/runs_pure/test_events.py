@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddptui.run.events import (
+    EVENT_TYPES,
     EVENT_VERSION,
     MAX_EVENT_LINE_BYTES,
     MAX_MESSAGE_CHARS,
@@ -37,15 +38,6 @@ from tests.trainer.launch import _env, install, wait_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "events"
 RECORDED = sorted(FIXTURES.glob("*.jsonl"))
-CLASSES: dict[str, type[Any]] = {
-    "start": StartEvent,
-    "step": StepEvent,
-    "checkpoint": CheckpointEvent,
-    "epoch_end": EpochEndEvent,
-    "stop_requested": StopRequestedEvent,
-    "done": DoneEvent,
-    "error": ErrorEvent,
-}
 COMMON = {"v": 1, "rank": 1, "local_rank": 1, "node_rank": 0, "world_size": 4, "time": 1.5}
 
 
@@ -102,7 +94,7 @@ def test_every_recorded_event_parses_into_its_class(path: Path) -> None:
     assert lines
     for raw in lines:
         event = parse_event(raw)
-        assert type(event) is CLASSES[json.loads(raw)["type"]]
+        assert type(event) is EVENT_TYPES[json.loads(raw)["type"]]
         _check(raw, event)
         # str and bytes read the same.
         assert parse_event(raw.decode()) == event
@@ -380,7 +372,8 @@ json_values = st.recursive(
     max_leaves=6,
 )
 FIELDS = sorted(
-    {f.name for cls in CLASSES.values() for f in dataclasses.fields(cls)} | {"v", "type", "samples"}
+    {f.name for cls in EVENT_TYPES.values() for f in dataclasses.fields(cls)}
+    | {"v", "type", "samples"}
 )
 REAL_LINES = [line for path in RECORDED for line in path.read_text().splitlines()]
 # One line per kind (the first of each), so every kind is mutated, not only steps.
@@ -402,7 +395,7 @@ def test_random_text_never_raises(text: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=12),
-    st.sampled_from([*CLASSES, "other"]),
+    st.sampled_from([*EVENT_TYPES, "other"]),
 )
 def test_random_documents_of_the_right_shape_never_raise(fields: dict[str, Any], kind: str) -> None:
     line = json.dumps({**COMMON, "type": kind, **fields})
@@ -427,7 +420,7 @@ def test_mutated_real_events_never_raise(seed: str, changes: list[tuple[str, Any
     touched = {key for key, _ in changes}
     if not touched & {"v", "type", "rank", "local_rank", "node_rank", "world_size", "time", "step"}:
         # Only optional fields changed: the event must survive.
-        assert type(event) is CLASSES[doc["type"]]
+        assert type(event) is EVENT_TYPES[doc["type"]]
 
 
 @settings(max_examples=300, deadline=None)

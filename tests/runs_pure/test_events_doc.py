@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ddptui.run.events import (
+    EVENT_TYPES,
     CheckpointEvent,
     DoneEvent,
     EpochEndEvent,
@@ -23,15 +24,6 @@ from ddptui.run.events import (
 DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 TEXT = DOC.read_text(encoding="utf-8")
 WRITER = re.findall(r"```python\n(.*?)```", TEXT, re.DOTALL)[0]
-CLASSES = {
-    "start": StartEvent,
-    "step": StepEvent,
-    "checkpoint": CheckpointEvent,
-    "epoch_end": EpochEndEvent,
-    "stop_requested": StopRequestedEvent,
-    "done": DoneEvent,
-    "error": ErrorEvent,
-}
 USE = """
 emit("start", total_steps=3, config={"lr": 0.1}, hostname="gpu-b", pid=42)
 for step in (1, 2, 3):
@@ -105,8 +97,8 @@ def _documented_fields() -> dict[str, set[str]]:
 def test_every_field_ddptui_reads_is_documented_and_nothing_else() -> None:
     common = {f.name for f in dataclasses.fields(EventBase)}
     documented = _documented_fields()
-    assert set(documented) == set(CLASSES)
-    for kind, cls in CLASSES.items():
+    assert set(documented) == set(EVENT_TYPES)
+    for kind, cls in EVENT_TYPES.items():
         assert documented[kind] == {f.name for f in dataclasses.fields(cls)} - common, kind
     assert re.findall(r"^\| `(\w+)` \|", TEXT.split("### ")[0], re.MULTILINE) == [
         "v", "type", *(f.name for f in dataclasses.fields(EventBase)),
