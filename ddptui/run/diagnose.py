@@ -24,7 +24,7 @@ import enum
 import json
 import re
 import signal
-from collections.abc import Iterator
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
@@ -35,13 +35,18 @@ MAX_ERROR_FILE_CHARS: Final = 1 << 20
 """An ``error.json`` longer than this is not read (torch's are a few KiB: message + stack)."""
 MAX_GROUPS: Final = 200
 MAX_STREAMS: Final = 4096
-MAX_OBSERVATIONS: Final = 1024
+MAX_OBSERVATIONS: Final = 512
+"""Per role (root causes, consequences, reports): the earliest are kept, one per rank and kind."""
 MAX_RANKS_PER_GROUP: Final = 4096
 MAX_HOSTS_PER_GROUP: Final = 256
 MAX_MESSAGE_CHARS: Final = 300
 MAX_EXAMPLE_CHARS: Final = 1000
 MAX_TRACEBACK_LINES: Final = 2000
 """A traceback (or torchrun block) longer than this is given up on; a later one starts fresh."""
+MAX_KEPT_TRACEBACK_LINES: Final = 64
+MAX_KEPT_TRACEBACK_CHARS: Final = 1000
+"""Of a root cause's traceback in torchrun's block, only the end is kept, cut short: it is read
+for its exception, and every followed stream may be in the middle of one."""
 
 Role: TypeAlias = Literal["root", "consequence", "report", "warning"]
 
@@ -232,6 +237,7 @@ class Diagnosis:
     example: str
     """One line as a rank wrote it (raw: sanitise to show)."""
     ranks: tuple[int, ...]
+    """Sorted; the first :data:`MAX_RANKS_PER_GROUP` to report it (``count`` counts them all)."""
     hosts: tuple[str, ...]
     count: int
     first_time: float
@@ -493,7 +499,7 @@ class _Entry:
     rank: int | None = None
     local_rank: int | None = None
     exitcode: int | None = None
-    traceback: list[str] = field(default_factory=list)
+    traceback: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_KEPT_TRACEBACK_LINES))
 
 
 @dataclass
@@ -505,9 +511,12 @@ class _Stream:
     nccl_group: _Group | None = None
     """A DistBackendError whose NCCL code and ``Last error:`` may follow."""
     expect_last_error: bool = False
-    block: list[_Entry] | None = None
-    """Inside torchrun's ChildFailedError block: its entries so far."""
+    in_block: bool = False
+    """Inside torchrun's ChildFailedError block."""
     block_root: bool = False
+    """Past its "Root Cause" line."""
+    entry: _Entry | None = None
+    """The block's entry being read; a root cause entry is recorded when the next begins."""
     in_field: str | None = None
 
 
@@ -523,7 +532,8 @@ class Diagnoser:
     def __init__(self) -> None:
         self._groups: dict[tuple[Category, str], _Group] = {}
         self._streams: dict[_Key, _Stream] = {}
-        self._observations: list[_Observation] = []
+        self._observations: dict[Role, list[_Observation]] = {}
+        self._observed: set[tuple[str, int | None, Category, Role]] = set()
         self._ranks: dict[tuple[int, int], int] = {}
         self._order = 0
         self.dropped = 0
@@ -613,14 +623,14 @@ class Diagnoser:
         state = self._stream((line.host, rank, line.stream))
         if state.nccl_group is not None and self._nccl_continues(state, text):
             return
-        if state.block is not None:
+        if state.in_block:
             self._block_line(line, state, text)
             return
         body = _strip_prefixes(text.rstrip())
         indented = text[:1].isspace()
         if "ChildFailedError" in body and not indented:
             state.in_traceback = False
-            state.block, state.block_root, state.in_field, state.lines = [], False, None, 0
+            state.in_block, state.block_root, state.entry, state.lines = True, False, None, 0
             return
         if body.startswith(_TRACEBACK):
             state.in_traceback, state.lines = True, 0
@@ -686,43 +696,41 @@ class Diagnoser:
         return False
 
     def _block_line(self, line: LogLine, state: _Stream, text: str) -> None:
-        entries = state.block
-        assert entries is not None
         state.lines += 1
         stripped = text.strip()
+        entry = state.entry
         if state.lines > MAX_TRACEBACK_LINES or (stripped.startswith("====") and state.block_root):
-            self._end_block(line, state)
-            return
-        if stripped.startswith("Root Cause"):
+            self._end_entry(line, state)
+            state.in_block = False
+        elif stripped.startswith("Root Cause"):
+            self._end_entry(line, state)
             state.block_root = True
         elif _BLOCK_ENTRY.match(stripped):
-            entries.append(_Entry(root=state.block_root))
-            state.in_field = None
-        elif entries and (field_match := _BLOCK_FIELD.match(text)):
+            self._end_entry(line, state)
+            state.entry = _Entry(root=state.block_root)
+        elif entry is not None and (field_match := _BLOCK_FIELD.match(text)):
             name, value = field_match.groups()
-            entry, state.in_field = entries[-1], name
+            state.in_field = name
             if name == "rank" and (ranks := _BLOCK_RANK.match(value)):
                 entry.rank, entry.local_rank = int(ranks.group(1)), int(ranks.group(2))
+                self._ranks[(line.node_rank, entry.local_rank)] = entry.rank
             elif name == "exitcode" and (code := _BLOCK_EXIT.match(value)):
                 entry.exitcode = int(code.group(1))
             elif name == "traceback":
-                entry.traceback.append(value)
-        elif entries and state.in_field == "traceback" and text[:1].isspace():
-            entries[-1].traceback.append(text.strip())
+                entry.traceback.append(value[:MAX_KEPT_TRACEBACK_CHARS])
+        elif entry is not None and state.in_field == "traceback" and text[:1].isspace():
+            entry.traceback.append(stripped[:MAX_KEPT_TRACEBACK_CHARS])
 
-    def _end_block(self, line: LogLine, state: _Stream) -> None:
-        for entry in state.block or ():
-            if entry.rank is not None and entry.local_rank is not None:
-                self._ranks[(line.node_rank, entry.local_rank)] = entry.rank
-            if entry.root:
-                finding = _entry_finding(entry)
-                example = next(
-                    (t for t in reversed(entry.traceback) if t), f"exitcode {entry.exitcode}"
-                )
-                self._record(
-                    finding, line.host, line.node_rank, entry.rank, line.time, example, report=True
-                )
-        state.block, state.in_field, state.lines = None, None, 0
+    def _end_entry(self, line: LogLine, state: _Stream) -> None:
+        """Record the entry just read if it is torchrun's root cause."""
+        entry, state.entry, state.in_field = state.entry, None, None
+        if entry is None or not entry.root:
+            return
+        finding = _entry_finding(entry)
+        example = next((t for t in reversed(entry.traceback) if t), f"exitcode {entry.exitcode}")
+        self._record(
+            finding, line.host, line.node_rank, entry.rank, line.time, example, report=True
+        )
 
     # --- recording ----------------------------------------------------------------------
 
@@ -756,8 +764,8 @@ class Diagnoser:
         if report and role == "root" and finding.category is not Category.KILLED_BY_SIGNAL:
             # torchrun repeating a rank's own error: the rank's lines (if read) came first.
             role = "report"
-        if role != "warning" and len(self._observations) < MAX_OBSERVATIONS:
-            self._observations.append(
+        if role != "warning":
+            self._observe(
                 _Observation(
                     time,
                     self._order,
@@ -770,6 +778,15 @@ class Diagnoser:
                 )
             )
         return group
+
+    def _observe(self, obs: _Observation) -> None:
+        # Only the first of each rank's failures of a kind can be a first failure; and a flood
+        # of one role (a thousand peers losing their connection) never crowds out another.
+        seen = (obs.host, obs.rank, obs.category, obs.role)
+        kept = self._observations.setdefault(obs.role, [])
+        if seen not in self._observed and len(kept) < MAX_OBSERVATIONS:
+            self._observed.add(seen)
+            kept.append(obs)
 
     # --- output -------------------------------------------------------------------------
 
@@ -786,7 +803,8 @@ class Diagnoser:
         return Failure(rank, obs.host, obs.node_rank, obs.time, obs.category)
 
     def _first(self) -> tuple[_Observation, int | None] | None:
-        by_time = sorted(self._observations, key=lambda o: (o.time, o.order))
+        observed = (obs for kept in self._observations.values() for obs in kept)
+        by_time = sorted(observed, key=lambda o: (o.time, o.order))
         reports = [o for o in by_time if o.role == "report" and o.rank is not None]
         for role in ("root", "report", "consequence"):
             for obs in by_time:
@@ -810,9 +828,6 @@ class Diagnoser:
             return (first, order[group.category.role], generic, group.first_time)
 
         return [_diagnosis(g) for g in sorted(self._groups.values(), key=rank)]
-
-    def __iter__(self) -> Iterator[Diagnosis]:
-        return iter(self.diagnoses())
 
 
 def _named_rank(

@@ -13,6 +13,7 @@ import pytest
 
 from ddptui.run.diagnose import (
     MAX_GROUPS,
+    MAX_RANKS_PER_GROUP,
     Category,
     Diagnoser,
     Diagnosis,
@@ -464,6 +465,21 @@ def test_a_flood_of_distinct_lines_stays_bounded() -> None:
     assert sum(d.count for d in diagnoses) == MAX_GROUPS
     failure = diagnoser.first_failure()
     assert failure is not None and (failure.rank, failure.host) == (0, "host-a")
+
+
+def test_a_crowd_of_bystanders_does_not_hide_the_rank_that_died() -> None:
+    diagnoser = Diagnoser()
+    for rank in range(1, 5000):
+        text = f"RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.{rank % 250}]:{rank}"
+        diagnoser.feed(LogLine(f"node{rank // 8}", rank // 8, rank, "stderr", 10.0, text))
+    # torchrun's report of the SIGKILL arrives after every peer's complaint.
+    killed = "E1130 23:19:33.770000 19016 api.py:1002] failed (exitcode: -9) local_rank: 0 (pid: 1)"
+    diagnoser.feed(LogLine("node0", 0, None, "torchrun", 11.0, killed))
+    failure = diagnoser.first_failure()
+    assert failure is not None
+    assert (failure.category, failure.host) == (Category.KILLED_BY_SIGNAL, "node0")
+    (lost,) = [d for d in diagnoser.diagnoses() if d.category is Category.PEER_LOST]
+    assert lost.count == 4999 and len(lost.ranks) == MAX_RANKS_PER_GROUP  # the first ones
 
 
 def test_one_long_stream_of_warnings_is_one_group() -> None:
