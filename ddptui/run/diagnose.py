@@ -391,7 +391,7 @@ class _Finding:
     """A cause more precise than the category's."""
 
 
-def classify(text: str) -> _Finding | None:
+def _classify(text: str) -> _Finding | None:
     """What one line (prefixes and all) says, if anything; tracebacks need :class:`Diagnoser`."""
     body = _strip_prefixes(_RANK_PREFIX.sub("", text, count=1).rstrip())
     if not body or _NOISE.search(body) or _NCCL_INFO.search(body):
@@ -639,7 +639,7 @@ class Diagnoser:
             # A frame: its source line may well say "RendezvousConnectionError" or "OOM".
             self._traceback_line(line, rank, state, text, body)
             return
-        finding = classify(text)
+        finding = _classify(text)
         if finding is None and (exited := _TORCHRUN_FAILED.search(body)):
             code, local_rank = int(exited.group(1)), int(exited.group(2))
             if code < 0:
@@ -846,7 +846,7 @@ def _entry_finding(entry: _Entry) -> _Finding:
     if entry.exitcode is not None and entry.exitcode < 0:
         return _killed(-entry.exitcode)
     for text in entry.traceback:
-        finding = classify(text)
+        finding = _classify(text)
         if finding is not None and finding.category.role != "warning":
             return finding
     for text in reversed(entry.traceback):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ddptui.run.diagnose import (
     MAX_GROUPS,
@@ -493,3 +496,68 @@ def test_one_long_stream_of_warnings_is_one_group() -> None:
     (diagnosis,) = diagnoser.diagnoses()
     assert diagnosis.count == 20_000 and diagnosis.ranks == tuple(range(8))
     assert diagnosis.message == "slow N"
+
+
+LINE_PARTS = [
+    "Traceback (most recent call last):",
+    '  File "x.py", line 1, in f',
+    "[rank3]: ",
+    "torch.distributed.DistBackendError: NCCL error in: a.cpp:1, invalid usage, NCCL version 2",
+    "ncclInvalidUsage: x",
+    "Last error:",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "====",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  rank      : 2 (local_rank: 0)",
+    "  exitcode  : -9 (pid: 1)",
+    "  traceback : Signal 9 (SIGKILL) received by PID 1",
+    "vm:1:1 [0] NCCL WARN ",
+    "failed (exitcode: -11) local_rank: 5 (pid: 2)",
+    "ValueError: ",
+    "\x1b[31m",
+    "[",
+    ":",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(LINE_PARTS) | st.text(max_size=30), max_size=4),
+            st.sampled_from(["stdout", "stderr", "torchrun", "error.json"]),
+            st.none() | st.integers(min_value=0, max_value=3),
+        ),
+        max_size=30,
+    )
+)
+def test_any_lines_in_any_order_never_raise(lines: list[tuple[list[str], str, int | None]]) -> None:
+    diagnoser = Diagnoser()
+    for i, (parts, stream, rank) in enumerate(lines):
+        diagnoser.feed(LogLine("h", 0, rank, stream, float(i), "".join(parts)))
+    diagnoses = diagnoser.diagnoses()
+    failure = diagnoser.first_failure()
+    assert (failure is None) or any(d.category is failure.category for d in diagnoses)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 5000,
+        "a." * 2500,
+        ":1" * 2500,
+        "[" + ":" * 5000,
+        "1." * 2500,
+        "NCCL error in: " + "," * 5000,
+        "Traceback (most recent call last):" * 150,
+    ],
+)
+def test_hostile_lines_cost_little(text: str) -> None:
+    diagnoser = Diagnoser()
+    began = time.perf_counter()
+    for _ in range(20):
+        diagnoser.feed(LogLine("h", 0, 0, "stderr", 0.0, text))
+    # Linear regexes on a line cut to 4 KiB: well under a millisecond each; a slow shared
+    # machine still stays far below this.
+    assert time.perf_counter() - began < 1.0
