@@ -9,19 +9,14 @@ keeps answering keepalives. They authenticate the generated client key like a re
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import threading
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
 
 import asyncssh
 from asyncssh.constants import MSG_KEXINIT
 
-from tests.testbed import keys
+from tests.testbed import LocalSshServer, keys
 
-_T = TypeVar("_T")
 _FLOOD_CHUNK = b"A" * 65536
 
 
@@ -43,66 +38,41 @@ class _Mute:
         return None
 
 
-class HostileSshServer:
-    """An in-process SSH server on 127.0.0.1 that misbehaves as ``behaviour`` says."""
+class HostileSshServer(LocalSshServer):
+    """An in-process SSH server on 127.0.0.1 that misbehaves as ``behaviour`` says.
 
-    host = "127.0.0.1"
+    A :class:`LocalSshServer` (keys, known_hosts, its own event loop thread) whose sessions
+    misbehave.
+    """
 
-    def __init__(
-        self,
+    behaviour = Behaviour.ANSWER
+    answer = b""
+    """What :attr:`Behaviour.ANSWER` writes to stdout."""
+    reason = ""
+    """The disconnect reason of :attr:`Behaviour.DISCONNECT`."""
+    authority: asyncssh.SSHKey | None = None
+    """With a CA's private key, the server presents a host certificate it signed."""
+    flooded = 0
+    """Bytes the flood wrote before the client hung up."""
+    channel_opens = 0
+    """Channel-open requests swallowed."""
+
+    @classmethod
+    def start(  # type: ignore[override]
+        cls,
         root: Path,
         behaviour: Behaviour,
         *,
         answer: bytes = b"",
         reason: str = "",
         authority: asyncssh.SSHKey | None = None,
-    ) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        self.root = root
-        self.behaviour = behaviour
-        self.answer = answer
-        self.reason = reason
-        self.authority = authority
-        """With a CA's private key, the server presents a host certificate it signed."""
-        self.client_key = root / "id_ed25519"
-        self.known_hosts = root / "known_hosts"
-        """A known_hosts line for this server, for tests that start out trusting it."""
-        self.flooded = 0
-        """Bytes the flood wrote before the client hung up."""
-        self.channel_opens = 0
-        """Channel-open requests swallowed."""
-        self.port = 0
-        keys.write_key_pair(self.client_key, "ddptui-hostile-client")
-        self._host_key = root / "ssh_host_ed25519_key"
-        self._host_public = keys.write_key_pair(self._host_key, "ddptui-hostile-server")
-        self.host_key = asyncssh.import_public_key(self._host_public)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._acceptor: asyncssh.SSHAcceptor | None = None
-        self._connections: set[asyncssh.SSHServerConnection] = set()
-
-    @classmethod
-    def start(cls, root: Path, behaviour: Behaviour, **kwargs: Any) -> HostileSshServer:
-        server = cls(root, behaviour, **kwargs)
+    ) -> HostileSshServer:
+        server = cls(root)
+        server.behaviour, server.answer, server.reason = behaviour, answer, reason
+        server.authority = authority
         server._thread.start()
         server._call(server._listen())
         return server
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._call(self._close())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            self._loop.close()
-
-    def __enter__(self) -> HostileSshServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
 
     async def _listen(self) -> None:
         server = self
@@ -152,13 +122,6 @@ class HostileSshServer:
     def _swallow(self, packet: object) -> tuple[_Mute, None]:
         self.channel_opens += 1
         return _Mute(), None
-
-    async def _close(self) -> None:
-        if self._acceptor is not None:
-            self._acceptor.close()
-            await self._acceptor.wait_closed()
-        for conn in list(self._connections):
-            conn.abort()
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         try:
