@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from .events import ErrorEvent, RankEvent, StepEvent
+from .events import DoneEvent, ErrorEvent, RankEvent, StartEvent, StepEvent
 
 MAX_LINE_CHARS: Final = 4096
 MAX_ERROR_FILE_CHARS: Final = 1 << 20
@@ -503,6 +503,15 @@ class _Entry:
 
 
 @dataclass
+class _RankAttempt:
+    """Where a rank's events file is: which attempt, and whether it has started or ended."""
+
+    number: int = 1
+    started: bool = False
+    ended: bool = False
+
+
+@dataclass
 class _Stream:
     """What one (host, rank, stream) is in the middle of."""
 
@@ -529,7 +538,14 @@ _BLOCK_EXIT = re.compile(r"^(-?\d+)")
 class Diagnoser:
     """Reads a run's lines and events; says what went wrong, where first."""
 
-    def __init__(self) -> None:
+    def __init__(self, attempt: int | None = None) -> None:
+        """``attempt``: read only that attempt's events (1: the first launch; ``None``: all).
+
+        A rank's events file keeps every attempt's events. Its attempt ends with its ``done``
+        or ``error`` event, or when a second ``start`` comes without either (it was killed).
+        """
+        self._attempt = attempt
+        self._rank_attempts: dict[int, _RankAttempt] = {}
         self._groups: dict[tuple[Category, str], _Group] = {}
         self._streams: dict[_Key, _Stream] = {}
         self._observations: dict[Role, list[_Observation]] = {}
@@ -556,9 +572,13 @@ class Diagnoser:
         self._line(line, rank, text)
 
     def feed_event(self, host: str, event: RankEvent) -> None:
-        """Take any event: an ``error`` event or a ``step`` event with a non-finite loss is a
-        finding; every event tells which rank runs as which local rank of which node."""
-        self._ranks[(event.node_rank, event.local_rank)] = event.rank
+        """Take any event, in the rank's order: an ``error`` event or a ``step`` event with a
+        non-finite loss is a finding; every event tells which rank runs where, and which
+        attempt the rank is in."""
+        if len(self._ranks) < MAX_STREAMS:
+            self._ranks[(event.node_rank, event.local_rank)] = event.rank
+        if self._attempt is not None and self._attempt_of(event) != self._attempt:
+            return
         if isinstance(event, StepEvent) and event.loss is None:
             finding = _Finding(Category.NONFINITE_LOSS, "loss is NaN or infinite")
             group = self._record(
@@ -573,6 +593,18 @@ class Diagnoser:
                 group.detail = f"first at step {event.step} on rank {event.rank}"
         elif isinstance(event, ErrorEvent) and event.message:
             self._message(host, event.node_rank, event.rank, event.time, event.message, "event")
+
+    def _attempt_of(self, event: RankEvent) -> int:
+        seen = self._rank_attempts.get(event.rank)
+        if seen is None:
+            if len(self._rank_attempts) >= MAX_STREAMS:
+                return self._attempt or 1  # past any real world size: a host's nonsense
+            seen = self._rank_attempts[event.rank] = _RankAttempt()
+        if seen.ended or (isinstance(event, StartEvent) and seen.started):
+            seen.number, seen.started, seen.ended = seen.number + 1, False, False
+        seen.started = seen.started or isinstance(event, StartEvent)
+        seen.ended = isinstance(event, (DoneEvent, ErrorEvent))
+        return seen.number
 
     def _error_file(self, line: LogLine) -> None:
         """torchrun's error file: ``{"message": {"message": "Type: text", "extraInfo": …}}``."""

@@ -9,6 +9,7 @@ import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,7 @@ from ddptui.run.diagnose import (
     LogLine,
     normalise,
 )
-from ddptui.run.events import ErrorEvent, StepEvent, parse_event
+from ddptui.run.events import ErrorEvent, RankEvent, StartEvent, StepEvent, parse_event
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NCCL = FIXTURES / "nccl"
@@ -420,6 +421,45 @@ def test_unreadable_error_files_are_counted_not_raised(text: str) -> None:
     diagnoser = Diagnoser()
     _feed(diagnoser, text, stream="error.json")
     assert diagnoser.unreadable_error_files == 1 and diagnoser.diagnoses() == []
+
+
+def _rank0(kind: type[RankEvent], time: float, **fields: Any) -> RankEvent:
+    return kind(rank=0, local_rank=0, node_rank=0, world_size=2, time=time, **fields)
+
+
+def test_only_the_asked_attempts_events_count() -> None:
+    events = [
+        _rank0(StartEvent, 1.0),
+        _rank0(ErrorEvent, 2.0, message="ValueError: attempt one"),
+        # Attempt 2 fails before its start event (the process group did not come up).
+        _rank0(ErrorEvent, 3.0, message="RuntimeError: attempt two"),
+        # Attempt 3 is killed without a word; attempt 4 starts.
+        _rank0(StartEvent, 4.0),
+        _rank0(StepEvent, 5.0, step=1, loss=None),
+        _rank0(StartEvent, 6.0),
+        _rank0(ErrorEvent, 7.0, message="KeyError: attempt four"),
+    ]
+    found = {}
+    for attempt in (None, 1, 2, 3, 4, 5):
+        diagnoser = Diagnoser(attempt)
+        for event in events:
+            diagnoser.feed_event("gpu-a", event)
+        found[attempt] = sorted(d.message for d in diagnoser.diagnoses())
+    assert found == {
+        None: sorted(
+            [
+                "ValueError: attempt one",
+                "RuntimeError: attempt two",
+                "KeyError: attempt four",
+                "loss is NaN or infinite",
+            ]
+        ),
+        1: ["ValueError: attempt one"],
+        2: ["RuntimeError: attempt two"],
+        3: ["loss is NaN or infinite"],
+        4: ["KeyError: attempt four"],
+        5: [],
+    }
 
 
 def test_normalise_makes_ranks_of_one_failure_alike() -> None:
