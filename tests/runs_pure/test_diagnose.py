@@ -601,3 +601,25 @@ def test_hostile_lines_cost_little(text: str) -> None:
     # Linear regexes on a line cut to 4 KiB: well under a millisecond each; a slow shared
     # machine still stays far below this.
     assert time.perf_counter() - began < 1.0
+
+
+def _diagnose_run(lines: list[bytes]) -> Diagnoser:
+    diagnoser = Diagnoser()
+    for line in lines:
+        event = parse_event(line)
+        assert event is not None
+        diagnoser.feed_event("this-host", event)
+    return diagnoser
+
+
+@pytest.mark.slow
+def test_real_cpu_runs_are_diagnosed_from_their_events(cpu_runs: dict[str, list[bytes]]) -> None:
+    assert _diagnose_run(cpu_runs["completed"]).diagnoses() == []
+    assert _diagnose_run(cpu_runs["stopped"]).diagnoses() == []
+    (diverged,) = _diagnose_run(cpu_runs["diverged"]).diagnoses()
+    assert diverged.category is Category.NONFINITE_LOSS and diverged.count == 7
+    assert diverged.detail == "first at step 2 on rank 0"
+    failed = _diagnose_run(cpu_runs["failed"])
+    failure = failed.first_failure()
+    assert failure is not None and (failure.category, failure.rank) == (Category.TRAINER_ERROR, 0)
+    assert _top(failed).message.startswith("TrainerError: cannot resume: unreadable manifest")

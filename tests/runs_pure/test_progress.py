@@ -16,6 +16,7 @@ from ddptui.run.events import (
     StartEvent,
     StepEvent,
     StopRequestedEvent,
+    parse_event,
 )
 from ddptui.run.progress import (
     LOSS_POINTS,
@@ -251,3 +252,29 @@ def test_a_recorded_error_fails_the_rank() -> None:
     run = _replay("nccl-error.rank0.jsonl")
     assert run.ranks[0].state is RankState.FAILED
     assert (run.ranks[0].error or "").startswith("DistBackendError")
+
+
+def _replay_run(lines: list[bytes]) -> RunProgress:
+    run = RunProgress()
+    for line in lines:
+        event = parse_event(line)
+        assert event is not None
+        run.apply("this-host", event)
+    return run
+
+
+@pytest.mark.slow
+def test_real_cpu_runs_end_in_their_states(cpu_runs: dict[str, list[bytes]]) -> None:
+    completed = _replay_run(cpu_runs["completed"])
+    (rank,) = completed.ranks
+    assert rank.state is RankState.DONE and rank.last_checkpoint_step == 30
+    assert [s for s, _ in rank.losses] == list(range(1, 31))
+    assert rank.losses[-1][1] < rank.losses[0][1]
+    line = completed.format_line()
+    assert line.startswith("step 30/30  loss ") and "max RSS" in line and line.endswith("1 done")
+
+    assert _replay_run(cpu_runs["stopped"]).ranks[0].state is RankState.STOPPED
+    assert _replay_run(cpu_runs["failed"]).ranks[0].state is RankState.FAILED
+    diverged = _replay_run(cpu_runs["diverged"])
+    assert diverged.summary().nonfinite_ranks == (0,)
+    assert [s for s, _ in diverged.ranks[0].losses] == [1], "NaN steps are not on the curve"
