@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.run.events import EventReader, RankEvent
 from tests.trainer.launch import _env, install, wait_for
 
 # No warm-up and no clipping: the first update at this rate makes every later loss NaN.
@@ -46,3 +47,15 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[bytes]]
     return {
         name: (root / name / "events" / "rank0.jsonl").read_bytes().splitlines() for name in procs
     }
+
+
+@pytest.fixture(scope="session")
+def cpu_events(cpu_runs: dict[str, list[bytes]]) -> dict[str, list[RankEvent]]:
+    """:func:`cpu_runs`, every line read as an event (none may be garbled)."""
+    parsed = {}
+    for name, lines in cpu_runs.items():
+        reader = EventReader()
+        events = [event for line in lines if (event := reader.feed(line)) is not None]
+        assert reader.garbled == 0 and len(events) == len(lines) > 0, name
+        parsed[name] = events
+    return parsed

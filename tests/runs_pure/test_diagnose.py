@@ -603,23 +603,23 @@ def test_hostile_lines_cost_little(text: str) -> None:
     assert time.perf_counter() - began < 1.0
 
 
-def _diagnose_run(lines: list[bytes]) -> Diagnoser:
+def _diagnose_run(events: list[RankEvent]) -> Diagnoser:
     diagnoser = Diagnoser()
-    for line in lines:
-        event = parse_event(line)
-        assert event is not None
+    for event in events:
         diagnoser.feed_event("this-host", event)
     return diagnoser
 
 
 @pytest.mark.slow
-def test_real_cpu_runs_are_diagnosed_from_their_events(cpu_runs: dict[str, list[bytes]]) -> None:
-    assert _diagnose_run(cpu_runs["completed"]).diagnoses() == []
-    assert _diagnose_run(cpu_runs["stopped"]).diagnoses() == []
-    (diverged,) = _diagnose_run(cpu_runs["diverged"]).diagnoses()
+def test_real_cpu_runs_are_diagnosed_from_their_events(
+    cpu_events: dict[str, list[RankEvent]],
+) -> None:
+    assert _diagnose_run(cpu_events["completed"]).diagnoses() == []
+    assert _diagnose_run(cpu_events["stopped"]).diagnoses() == []
+    (diverged,) = _diagnose_run(cpu_events["diverged"]).diagnoses()
     assert diverged.category is Category.NONFINITE_LOSS and diverged.count == 7
     assert diverged.detail == "first at step 2 on rank 0"
-    failed = _diagnose_run(cpu_runs["failed"])
+    failed = _diagnose_run(cpu_events["failed"])
     failure = failed.first_failure()
     assert failure is not None and (failure.category, failure.rank) == (Category.TRAINER_ERROR, 0)
     assert _top(failed).message.startswith("TrainerError: cannot resume: unreadable manifest")

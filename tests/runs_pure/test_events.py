@@ -126,18 +126,15 @@ def test_recorded_values_come_through() -> None:
 # --- real runs of the bundled trainer on this CPU ---------------------------------------
 
 
-def _read(lines: list[bytes]) -> list[RankEvent]:
-    reader = EventReader()
-    events = [reader.feed(line) for line in lines]
-    assert reader.garbled == 0 and reader.events == len(lines) > 0
-    for line, event in zip(lines, events, strict=True):
-        _check(line, event)
-    return [e for e in events if e is not None]
-
-
-@pytest.fixture(scope="module")
-def cpu_events(cpu_runs: dict[str, list[bytes]]) -> dict[str, list[RankEvent]]:
-    return {name: _read(lines) for name, lines in cpu_runs.items()}
+@pytest.mark.slow
+def test_every_line_of_the_cpu_runs_is_a_well_typed_event(
+    cpu_runs: dict[str, list[bytes]],
+) -> None:
+    for lines in cpu_runs.values():
+        for line in lines:
+            event = parse_event(line)
+            assert event is not None, line
+            _check(line, event)
 
 
 @pytest.mark.slow

@@ -13,10 +13,10 @@ from ddptui.run.events import (
     DoneEvent,
     ErrorEvent,
     EventReader,
+    RankEvent,
     StartEvent,
     StepEvent,
     StopRequestedEvent,
-    parse_event,
 )
 from ddptui.run.progress import (
     LOSS_POINTS,
@@ -254,18 +254,16 @@ def test_a_recorded_error_fails_the_rank() -> None:
     assert (run.ranks[0].error or "").startswith("DistBackendError")
 
 
-def _replay_run(lines: list[bytes]) -> RunProgress:
+def _replay_run(events: list[RankEvent]) -> RunProgress:
     run = RunProgress()
-    for line in lines:
-        event = parse_event(line)
-        assert event is not None
+    for event in events:
         run.apply("this-host", event)
     return run
 
 
 @pytest.mark.slow
-def test_real_cpu_runs_end_in_their_states(cpu_runs: dict[str, list[bytes]]) -> None:
-    completed = _replay_run(cpu_runs["completed"])
+def test_real_cpu_runs_end_in_their_states(cpu_events: dict[str, list[RankEvent]]) -> None:
+    completed = _replay_run(cpu_events["completed"])
     (rank,) = completed.ranks
     assert rank.state is RankState.DONE and rank.last_checkpoint_step == 30
     assert [s for s, _ in rank.losses] == list(range(1, 31))
@@ -273,8 +271,8 @@ def test_real_cpu_runs_end_in_their_states(cpu_runs: dict[str, list[bytes]]) -> 
     line = completed.format_line()
     assert line.startswith("step 30/30  loss ") and "max RSS" in line and line.endswith("1 done")
 
-    assert _replay_run(cpu_runs["stopped"]).ranks[0].state is RankState.STOPPED
-    assert _replay_run(cpu_runs["failed"]).ranks[0].state is RankState.FAILED
-    diverged = _replay_run(cpu_runs["diverged"])
+    assert _replay_run(cpu_events["stopped"]).ranks[0].state is RankState.STOPPED
+    assert _replay_run(cpu_events["failed"]).ranks[0].state is RankState.FAILED
+    diverged = _replay_run(cpu_events["diverged"])
     assert diverged.summary().nonfinite_ranks == (0,)
     assert [s for s, _ in diverged.ranks[0].losses] == [1], "NaN steps are not on the curve"
