@@ -41,6 +41,8 @@ STRAGGLER_RATIO: Final = 1.3
 STRAGGLER_EVENTS: Final = 20
 LOSS_POINTS: Final = 4096
 """A rank's loss curve holds at most this many points; a longer run is down-sampled."""
+MAX_RANKS: Final = 16384
+"""Ranks beyond this many are not tracked: a host's nonsense, not a run (each keeps a curve)."""
 
 
 class RankState(str, enum.Enum):
@@ -209,7 +211,11 @@ class RunProgress:
 
     def __init__(self) -> None:
         self._ranks: dict[int, RankProgress] = {}
+        self._median: float | None = None
+        self._median_age = 0
         self.world_size: int | None = None
+        self.ignored = 0
+        """Events of ranks past :data:`MAX_RANKS`, not applied."""
         self.stalled = False
         """Set by :meth:`update_health`: no running rank has stepped for the stall time."""
 
@@ -220,16 +226,20 @@ class RunProgress:
     def rank(self, rank: int) -> RankProgress | None:
         return self._ranks.get(rank)
 
-    def expect(self, host: str, node_rank: int, local_rank: int, rank: int) -> RankProgress:
-        """A rank the plan starts, shown as STARTING until its first event arrives."""
+    def expect(self, host: str, node_rank: int, local_rank: int, rank: int) -> RankProgress | None:
+        """A rank the plan starts, shown as STARTING until its first event arrives; ``None``
+        past :data:`MAX_RANKS` ranks."""
         known = self._ranks.get(rank)
-        if known is None:
+        if known is None and len(self._ranks) < MAX_RANKS:
             known = self._ranks[rank] = RankProgress(rank, node_rank, local_rank, host)
         return known
 
     def apply(self, host: str, event: RankEvent) -> None:
         """Take one event of the rank that ran on ``host``."""
         progress = self.expect(host, event.node_rank, event.local_rank, event.rank)
+        if progress is None:
+            self.ignored += 1
+            return
         progress.host, progress.node_rank, progress.local_rank = (
             host,
             event.node_rank,
@@ -282,8 +292,15 @@ class RunProgress:
         return [p for p in self._ranks.values() if not p.state.finished]
 
     def _median_step_time(self) -> float | None:
-        times = [p.step_time_s for p in self._running() if p.step_time_s is not None]
-        return statistics.median(times) if times else None
+        # Recomputed once per round of step events (one from each rank, roughly), not for each
+        # event: on a thousand ranks that is the difference between a few µs and 0.25 ms.
+        self._median_age -= 1
+        if self._median_age <= 0:
+            running = self._running()
+            times = [p.step_time_s for p in running if p.step_time_s is not None]
+            self._median = statistics.median(times) if times else None
+            self._median_age = len(running)
+        return self._median
 
     def stall_after_s(self) -> float:
         """How long without a step event counts as stalled, at the run's current pace."""

@@ -20,6 +20,7 @@ from ddptui.run.events import (
 )
 from ddptui.run.progress import (
     LOSS_POINTS,
+    MAX_RANKS,
     STRAGGLER_EVENTS,
     RankState,
     RunProgress,
@@ -218,6 +219,14 @@ def test_finished_ranks_are_never_stalled() -> None:
     run.apply("a", DoneEvent(**_ids(0, 1), time=2.0, step=1, reason="completed"))
     run.update_health(10_000.0)
     assert not run.stalled and run.ranks[0].stalled is False
+
+
+def test_a_host_inventing_ranks_cannot_grow_the_model_without_bound() -> None:
+    run = RunProgress()
+    for rank in range(MAX_RANKS + 10):
+        event = StepEvent(rank=rank, local_rank=0, node_rank=0, world_size=2**40, time=1.0, step=1)
+        run.apply("liar", event)
+    assert len(run.ranks) == MAX_RANKS and run.ignored == 10
 
 
 def _replay(name: str) -> RunProgress:
