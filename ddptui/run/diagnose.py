@@ -222,6 +222,9 @@ class LogLine:
     stream: str
     """``stdout``, ``stderr``, ``torchrun``, or ``error.json`` (``text`` is then the whole file)."""
     time: float
+    """When it was written, as near as known (Unix seconds): the first failure is the earliest,
+    and events carry their rank's own clock, so times from the head node's clock should be
+    close to those (read soon after written)."""
     text: str
 
 
