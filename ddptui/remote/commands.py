@@ -105,12 +105,21 @@ def python_argv(host: HostConfig, *args: str) -> list[str]:
 def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """The remote command string for ``argv``, with ``env`` exported first.
 
-    The POSIX script ``export NAME='value' …; exec 'argv0' 'arg' …`` travels base64-encoded
-    inside ``sh -c 'eval "$(echo … | base64 -d)"'``: letters, digits and ``+/=`` mean the same
-    to every login shell (sh, bash, zsh, fish, tcsh), whatever quotes, backslashes, newlines
-    or ``=`` the values hold. (``env NAME=value cmd`` would read a command containing ``=``
-    as one more assignment.) SSH's own environment requests are refused by sshd unless
-    listed in its AcceptEnv, so variables travel on the command line instead.
+    The :func:`posix_script` travels base64-encoded inside ``sh -c 'eval "$(echo … |
+    base64 -d)"'``: letters, digits and ``+/=`` mean the same to every login shell (sh, bash,
+    zsh, fish, tcsh), whatever quotes, backslashes, newlines or ``=`` the values hold.
+    """
+    encoded = base64.b64encode(posix_script(argv, env).encode("utf-8")).decode("ascii")
+    return f"sh -c 'eval \"$(echo {encoded} | base64 -d)\"'"
+
+
+def posix_script(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """``export NAME='value' …; exec 'argv0' 'arg' …``: what :func:`command_line` runs, as a
+    person reads it (``--dry-run``, logs).
+
+    Shell assignments rather than ``env NAME=value cmd``, which would read a command
+    containing ``=`` as one more assignment. SSH's own environment requests are refused by
+    sshd unless listed in its AcceptEnv, so variables travel in the command instead.
     """
     if not argv:
         raise ValueError("empty argv")
@@ -120,10 +129,7 @@ def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> s
             raise ValueError(f"not an environment variable name: {name!r}")
         exports.append(f"{name}={shlex.quote(value)}")
     script = f"exec {shlex.join(argv)}"
-    if exports:
-        script = f"export {' '.join(exports)}; {script}"
-    encoded = base64.b64encode(script.encode("utf-8")).decode("ascii")
-    return f"sh -c 'eval \"$(echo {encoded} | base64 -d)\"'"
+    return f"export {' '.join(exports)}; {script}" if exports else script
 
 
 def classify_python_failure(host: HostConfig, result: CommandResult) -> Reachability | None:

@@ -155,7 +155,9 @@ async def check_host_key(target: SshTarget, *, timeout: float) -> HostKeyCheck:
     algorithms = [alg.decode("ascii") for entry in known for alg in entry.key.sig_algorithms]
     try:
         presented = await fetch_host_key(target, timeout=timeout, algorithms=algorithms)
-    except asyncssh.KeyExchangeFailed:
+    except (asyncssh.KeyExchangeFailed, asyncssh.ConnectionLost):
+        # A host offering none of the recorded types fails key exchange, or hangs up,
+        # depending on which side notices first.
         if not algorithms:
             raise
         presented = await fetch_host_key(target, timeout=timeout)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shlex
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import asyncssh
 import pytest
 
 from ddptui.config.model import HostConfig
-from ddptui.remote.commands import classify_python_failure, python_argv
+from ddptui.remote.commands import classify_python_failure, posix_script, python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster
 from ddptui.remote.hostkeys import fingerprint, key_line
 from ddptui.remote.status import Reach, Reachability
@@ -75,7 +74,7 @@ def test_connects_runs_and_quotes_argv(local_ssh_server: LocalSshServer) -> None
             # The login shell gets one quoted word; the POSIX script inside runs argv as given.
             login_word = local_ssh_server.commands[-1]
             encoded = login_word.removeprefix("sh -c 'eval \"$(echo ").split(" ")[0]
-            assert base64.b64decode(encoded).decode() == f"exec {shlex.join(argv)}"
+            assert base64.b64decode(encoded).decode() == posix_script(argv)
             failed = await cluster.run(
                 host, ["sh", "-c", "cat; echo oops >&2; exit 3"], input="in\n", timeout=10
             )
