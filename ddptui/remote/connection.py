@@ -25,6 +25,7 @@ from ddptui.remote import failures
 from ddptui.remote.commands import CommandResult, Overflow, command_line
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
 from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.stream import RemoteStream
 from ddptui.remote.target import SshTarget, check_host_key, resolve_target
 
 _T = TypeVar("_T")
@@ -256,6 +257,26 @@ class RemoteCluster:
             raise RemoteError(
                 f"uploading {local_dir} to {failures.where(host)}:{remote_dir} failed: {reason}"
             ) from None
+
+    async def open_stream(
+        self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
+    ) -> RemoteStream:
+        """Start ``argv`` on ``host`` without a terminal, ``input`` on its stdin, and read its
+        stdout as lines of at most ``max_line`` bytes (see :class:`RemoteStream`).
+
+        Raises :class:`HostUnreachable`, or :class:`RemoteError` if it cannot be started.
+        """
+        connection = await self._require(host)
+        try:
+            process = await self._within(
+                connection.create_process(command_line(argv), input=input.encode(), encoding=None),
+                self.connect_timeout,
+                "open a session",
+            )
+        except (asyncssh.Error, OSError, _Stalled) as error:
+            reason = failures.remote_reason(str(error))
+            raise RemoteError(f"{failures.where(host)}: cannot start a command: {reason}") from None
+        return RemoteStream(host, process, max_line)
 
     async def close(self) -> None:
         """Close every connection and wait (at most the connect timeout) for them to go."""

@@ -40,6 +40,7 @@ MAX_LINE = 16384
 READ_CHUNK = 1 << 20
 POLL_S = 0.25
 HEARTBEAT_S = 2.0
+SETTLED_S = 1.0
 FOLLOWED = re.compile(
     r"^(events/[^/]+\.jsonl"
     r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"
@@ -209,6 +210,9 @@ def stage(stage_dir: Path, code_dir: Path, manifest_json: str) -> int:
 
 def free_port(wanted: int) -> int:
     with socket.socket() as probe:
+        # As torchrun's store binds: connections of a run that just ended (TIME_WAIT) do not
+        # keep the port, a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", wanted))
         except OSError as error:
@@ -219,11 +223,13 @@ def free_port(wanted: int) -> int:
 
 
 class Followed:
-    __slots__ = ("offset", "skipping")
+    __slots__ = ("offset", "size", "skipping", "still_since")
 
     def __init__(self, offset: int) -> None:
         self.offset = offset
         self.skipping = False
+        self.size = -1
+        self.still_since = 0.0
 
 
 def followed_files(run_dir: Path) -> Iterator[str]:
@@ -245,6 +251,9 @@ def read_new(run_dir: Path, relative: str, state: Followed) -> None:
                 state.skipping = False
             if size == state.offset:
                 return
+            now = time.monotonic()
+            if size != state.size:
+                state.size, state.still_since = size, now
             handle.seek(state.offset)
             data = handle.read(READ_CHUNK)
     except OSError:
@@ -269,6 +278,11 @@ def read_new(run_dir: Path, relative: str, state: Followed) -> None:
         emit_line(relative, state.offset, rest[:MAX_LINE], cut=True)
     elif state.skipping:
         state.offset += len(rest)
+    elif rest and state.offset + len(rest) == size and now - state.still_since >= SETTLED_S:
+        # A last line without a newline (torchrun's error.json has none): once the file has
+        # stopped growing, it is complete.
+        state.offset += len(rest)
+        emit_line(relative, state.offset, rest, cut=False)
 
 
 def emit_line(relative: str, offset: int, line: bytes, cut: bool) -> None:

@@ -25,6 +25,7 @@ from ddptui.plan.launch import (
     with_master_port,
 )
 from ddptui.probe.facts import NA, HostFacts
+from ddptui.remote.commands import posix_script
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import nodes
 from ddptui.run.nodes import NodeError
@@ -70,9 +71,8 @@ def make_plan(
 
 
 def describe_plan(plan: LaunchPlan) -> str:
-    """Per host, the exact command and environment that runs there (``--dry-run``)."""
-    from ddptui.remote.commands import command_line
-
+    """Per host, the exact directory, environment and command that run there (``--dry-run``),
+    as shell lines a person can paste into a terminal on that host or a bug report."""
     lines = [
         f"run {plan.run_id}: {len(plan.nodes)} node(s), world size {plan.world_size}, "
         f"backend {plan.backend}, master {plan.master_addr}:{plan.master_port}",
@@ -80,11 +80,14 @@ def describe_plan(plan: LaunchPlan) -> str:
     if plan.master_port == AUTO:
         lines.append(f"  ({AUTO_PORT_PLACEHOLDER} is a port found free on node 0 at launch)")
     for node in plan.nodes:
+        exports, _, command = posix_script(node.argv, node.env).partition("; ")
         lines += [
             "",
             f"# node {node.node_rank}: {node.host.name} ({node.host.address}), "
             f"{node.nproc} process(es)",
-            f"cd {shlex.quote(node.code_dir)} && {command_line(node.argv, node.env)}",
+            f"cd {shlex.quote(node.code_dir)}",
+            exports,
+            command,
         ]
     return "\n".join(lines)
 

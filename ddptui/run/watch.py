@@ -17,11 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.run.diagnose import Diagnoser, LogLine
-
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run.events import DoneEvent, EventReader
+from ddptui.run.diagnose import Diagnoser, LogLine
+from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent
 from ddptui.run.follow import (
     SILENCE_S,
     FileLine,
@@ -84,7 +83,7 @@ class RunWatch:
         self.attempt = record.attempt.number if record.attempts else 1
         self.progress = RunProgress()
         self.progress.world_size = record.world_size
-        self.diagnoser = Diagnoser()
+        self.diagnoser = Diagnoser(attempt=self.attempt)
         self.events = EventReader()
         self.nodes: dict[str, NodeState] = {}
         base = 0
@@ -94,7 +93,9 @@ class RunWatch:
                 self.progress.expect(node.host, node.node_rank, local, base + local)
             base += node.nproc
         self.logs: dict[int, deque[RankLog]] = {}
-        self.stop_requested = False
+        self._starts: dict[int, int] = {}
+        self.stopped_ranks: set[int] = set()
+        """Ranks that said, in this attempt, that they stopped on request."""
         self.lines = 0
 
     def apply(self, update: Update) -> None:
@@ -124,8 +125,7 @@ class RunWatch:
             if event is not None:
                 self.progress.apply(line.host, event)
                 self.diagnoser.feed_event(line.host, event)
-                if isinstance(event, DoneEvent) and event.reason == "stopped":
-                    self.stop_requested = True
+                self._note_attempt(event)
             return
         match = _RANK_LOG.match(line.path) or _ERROR_FILE.match(line.path)
         if match is not None:
@@ -152,6 +152,18 @@ class RunWatch:
             with contextlib.suppress(ValueError):
                 node.exit = int(line.text.strip())
 
+    def _note_attempt(self, event: RankEvent) -> None:
+        # Each attempt of a rank begins with its start event, and the file keeps every
+        # attempt's events: counting starts tells this attempt's "stopped" from an earlier one.
+        if isinstance(event, StartEvent):
+            self._starts[event.rank] = self._starts.get(event.rank, 0) + 1
+        elif (
+            isinstance(event, DoneEvent)
+            and event.reason == "stopped"
+            and self._starts.get(event.rank) == self.attempt
+        ):
+            self.stopped_ranks.add(event.rank)
+
     def verdict(self, *, stopping: bool = False) -> Verdict | None:
         """How the attempt ended, or None while it goes on.
 
@@ -159,7 +171,8 @@ class RunWatch:
         stop was asked for (then a non-zero exit is the stop's doing). All nodes exiting 0 is
         completion, or a stop when the ranks said they stopped on request.
         """
-        stopping = stopping or self.stop_requested
+        # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
+        stopping = stopping or bool(self.stopped_ranks)
         for node in sorted(self.nodes.values(), key=lambda item: item.node_rank):
             if node.exit is not None and node.exit != 0 and not stopping:
                 failure = self.diagnoser.first_failure()
