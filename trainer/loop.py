@@ -132,6 +132,27 @@ def _place_data(task: Task, device: torch.device) -> bool:
     return True
 
 
+def _settle_buckets(
+    model: DistributedDataParallel, task: Task, rt: Runtime, on_device: bool
+) -> None:
+    """One forward and backward whose gradients are thrown away, so every real step all-reduces
+    through the bucket layout DDP rebuilds after its first iteration.
+
+    DDP reduces the first iteration's gradients in one bucket in parameter order, then rebuilds
+    the buckets in the order gradients became ready. With three or more ranks the two layouts
+    sum in different orders and round differently, so a resumed run's first step would not
+    repeat the uninterrupted run's step bit for bit. No parameter, optimizer state, data
+    position or random draw changes here.
+    """
+    devices = [rt.device] if rt.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        indices = torch.arange(1, device=rt.device if on_device else None)
+        x, y = task.batch(indices)
+        x, y = x.to(rt.device), y.to(rt.device)
+        task.loss(model(x), y).backward()
+    model.zero_grad(set_to_none=True)
+
+
 class Trainer:
     def __init__(self, cfg: Config, rt: Runtime, log: EventLog) -> None:
         self.cfg, self.rt, self.log = cfg, rt, log
@@ -152,6 +173,7 @@ class Trainer:
         else:
             device_ids = [rt.device.index] if rt.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=device_ids)
+            _settle_buckets(model, self.task, rt, self.data_on_device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
         self.shards = Shards(
