@@ -16,7 +16,7 @@ from ddptui.commands._runs import open_run
 from ddptui.config import Config
 from ddptui.run.follow import FileLine, Heartbeat, HostFollower, HostSilent, Update
 from ddptui.run.store import RunRecord
-from ddptui.run.watch import RunWatch
+from ddptui.run.watch import RunWatch, stop_following
 from ddptui.untrusted import plain
 
 _RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
@@ -70,10 +70,7 @@ async def _follow(
             elif all(count >= 2 for count in beats.values()) and queue.empty():
                 return
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*(follower.close() for follower in followers))
+        await stop_following(followers, tasks)
 
 
 def _print_line(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> None:

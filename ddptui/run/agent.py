@@ -9,8 +9,9 @@ Commands:
 - ``start RUN_DIR ATTEMPT ENV_JSON CMD…``: start CMD detached (its own session and process
   group, stdio from/to files) with cwd ``RUN_DIR/code``; a small shell wrapper records
   torchrun's exit status in ``node/attempt-N.exit``. Prints ``{"pgid": N}``.
-- ``status RUN_DIR``: every attempt's process group, whether it lives, its processes, its exit.
-- ``signal RUN_DIR SIGNAL``: send SIGNAL to every live process group of the run.
+- ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
+  ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, and torchrun's exit status.
+- ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run.
 - ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
 - ``stage STAGE_DIR CODE_DIR MANIFEST_JSON``: verify the uploaded files' SHA-256, then rename
   the staging directory to the code directory (atomic: the code is all there or not at all).
@@ -47,6 +48,8 @@ FOLLOWED = re.compile(
     r"|logs/attempt-\d+/.+/error\.json"
     r"|node/attempt-\d+\.(out|exit))$"
 )
+RUN_MARK = "DDPTUI_RUN_DIR"
+ATTEMPT_MARK = "DDPTUI_ATTEMPT"
 _ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 
 # The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
@@ -80,6 +83,11 @@ def start(run_dir: Path, attempt: str, env_json: str, command: list[str]) -> int
         return 1
     env = dict(os.environ)
     env.update(json.loads(env_json))
+    # Every process of the run inherits these (torchrun starts its workers in sessions of
+    # their own, so a process group would miss them): they are how the run's processes are
+    # found, signalled and counted.
+    env[RUN_MARK] = str(run_dir)
+    env[ATTEMPT_MARK] = attempt
     out = directory / f"attempt-{attempt}.out"
     exit_file = directory / f"attempt-{attempt}.exit"
     try:
@@ -100,30 +108,28 @@ def start(run_dir: Path, attempt: str, env_json: str, command: list[str]) -> int
     return 0
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def group_processes(pgid: int) -> list[tuple[int, str, list[str]]]:
-    """(pid, name, /proc stat fields after the name) of every process in the group."""
+def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str]]]:
+    """(pid, name, attempt, /proc stat fields after the name) of every process of the run."""
+    mark = f"{RUN_MARK}={run_dir}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if mark not in environ:
+                continue
             stat = (entry / "stat").read_text()
         except OSError:
             continue
+        attempt = 0
+        for item in environ:
+            if item.startswith(ATTEMPT_MARK.encode() + b"="):
+                value = item.partition(b"=")[2]
+                attempt = int(value) if value.isdigit() else 0
         name_end = stat.rfind(")")
-        fields = stat[name_end + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid):
-            found.append((int(entry.name), stat[stat.find("(") + 1 : name_end], fields))
+        name = stat[stat.find("(") + 1 : name_end]
+        found.append((int(entry.name), name, attempt, stat[name_end + 2 :].split()))
     return found
 
 
@@ -146,15 +152,15 @@ def attempts(run_dir: Path) -> dict[int, dict[str, int]]:
 
 
 def status(run_dir: Path) -> int:
+    processes = run_processes(run_dir)
     report = {}
     for attempt, files in sorted(attempts(run_dir).items()):
-        pgid = files.get("pgid")
-        processes = group_processes(pgid) if pgid else []
+        mine = [[pid, name] for pid, name, of, _ in processes if of == attempt]
         report[str(attempt)] = {
-            "pgid": pgid,
-            "alive": pgid is not None and group_alive(pgid),
+            "pgid": files.get("pgid"),
+            "alive": bool(mine),
             "exit": files.get("exit"),
-            "processes": [[pid, name] for pid, name, _ in processes],
+            "processes": mine,
         }
     emit({"attempts": report, "time": time.time()})
     return 0
@@ -162,18 +168,21 @@ def status(run_dir: Path) -> int:
 
 def send_signal(run_dir: Path, name: str) -> int:
     number = getattr(signal, "SIG" + name)
-    signalled = []
-    for attempt, files in sorted(attempts(run_dir).items()):
-        pgid = files.get("pgid")
-        if not pgid or not group_alive(pgid):
-            continue
-        names = [process_name for _, process_name, _ in group_processes(pgid)]
+    signalled: dict[int, list[str]] = {}
+    for pid, process_name, attempt, _ in run_processes(run_dir):
         try:
-            os.killpg(pgid, number)
+            os.kill(pid, number)
         except ProcessLookupError:
             continue
-        signalled.append({"attempt": attempt, "pgid": pgid, "processes": names})
-    emit({"signalled": signalled})
+        signalled.setdefault(attempt, []).append(process_name)
+    emit(
+        {
+            "signalled": [
+                {"attempt": attempt, "processes": names}
+                for attempt, names in sorted(signalled.items())
+            ]
+        }
+    )
     return 0
 
 
@@ -314,25 +323,24 @@ class Sampler:
         now = time.monotonic()
         elapsed = max(now - self.last, 1e-6)
         self.last = now
-        groups = {}
         cpu = rss = 0.0
         count = 0
         ticks = {}
-        for attempt, files in attempts(self.run_dir).items():
-            pgid = files.get("pgid")
-            alive = bool(pgid) and "exit" not in files and group_alive(pgid or 0)
-            groups[str(attempt)] = alive
-            if not alive or not pgid:
+        processes = run_processes(self.run_dir)
+        living = {attempt for _, _, attempt, _ in processes}
+        groups = {str(attempt): attempt in living for attempt in attempts(self.run_dir)}
+        current = max(living, default=0)
+        for pid, _, attempt, fields in processes:
+            if attempt != current:
                 continue
-            for pid, _, fields in group_processes(pgid):
-                try:
-                    used = int(fields[11]) + int(fields[12])
-                    rss += int(fields[21]) * self.page_mib
-                except (IndexError, ValueError):
-                    continue
-                count += 1
-                ticks[pid] = used
-                cpu += (used - self.ticks.get(pid, used)) / self.tick_hz / elapsed * 100
+            try:
+                used = int(fields[11]) + int(fields[12])
+                rss += int(fields[21]) * self.page_mib
+            except (IndexError, ValueError):
+                continue
+            count += 1
+            ticks[pid] = used
+            cpu += (used - self.ticks.get(pid, used)) / self.tick_hz / elapsed * 100
         self.ticks = ticks
         sample: dict[str, Any] = {
             "procs": count,

@@ -9,12 +9,15 @@ reconnects and asks for the lines after those offsets: none is lost, none repeat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import asyncssh
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import python_argv
@@ -25,9 +28,11 @@ from ddptui.run.nodes import AGENT_SOURCE
 MAX_DOCUMENT_BYTES = 256 * 1024
 """The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
 MAX_TEXT_CHARS = 16384
-SILENCE_S = 15.0
+SILENCE_S = 12.0
 """No heartbeat for this long (the agent sends one every 2 s): the host is not answering."""
 RETRY_S = 2.0
+INBOX_LINES = 4096
+READER_STOP_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,22 @@ class HostBack:
 Update = FileLine | Heartbeat | HostSilent | HostBack
 
 
+async def _read(stream: RemoteStream, inbox: asyncio.Queue[bytes | None]) -> None:
+    """Move the stream's lines into ``inbox``; None once it ends, however it ends."""
+    try:
+        async for raw in stream.lines():
+            await inbox.put(raw)
+    except (LineTooLong, asyncssh.Error, OSError):
+        pass
+    finally:
+        with contextlib.suppress(asyncio.QueueFull):
+            inbox.put_nowait(None)
+
+
+def _reason(error: BaseException) -> str:
+    return error.reachability.detail if isinstance(error, HostUnreachable) else str(error)
+
+
 class HostFollower:
     """Follows one host's run directory until :meth:`close` (or the consumer stops)."""
 
@@ -91,38 +112,39 @@ class HostFollower:
         self._clock = clock
         self._remote: RemoteCluster | None = None
         self._stream: RemoteStream | None = None
+        self._closed = False
         self.garbled = 0
 
     async def updates(self) -> AsyncIterator[Update]:
         last_heard = self._clock()
         silent = False
-        while True:
+        while not self._closed:
             try:
                 stream = await self._open()
             except (RemoteError, OSError) as error:
-                reason = (
-                    error.reachability.detail if isinstance(error, HostUnreachable) else str(error)
-                )
+                await self._reset()
+                if self._closed:
+                    return
                 quiet = self._clock() - last_heard
                 if not silent and quiet >= self.silence_s:
                     silent = True
-                    yield HostSilent(self.host.name, quiet, reason)
-                await self._reset()
+                    yield HostSilent(self.host.name, quiet, _reason(error))
                 await asyncio.sleep(min(RETRY_S, self.silence_s))
                 continue
+            inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=INBOX_LINES)
+            reader = asyncio.create_task(_read(stream, inbox))
             try:
-                lines = stream.lines()
                 while True:
                     timeout = max(self.silence_s - (self._clock() - last_heard), 0.1)
                     try:
-                        raw = await asyncio.wait_for(anext(lines), timeout)
+                        raw = await asyncio.wait_for(inbox.get(), timeout)
                     except asyncio.TimeoutError:
                         if not silent:
                             silent = True
                             quiet = self._clock() - last_heard
                             yield HostSilent(self.host.name, quiet, "no answer")
                         break
-                    except StopAsyncIteration:
+                    if raw is None:
                         break
                     last_heard = self._clock()
                     if silent:
@@ -131,12 +153,17 @@ class HostFollower:
                     update = self._parse(raw)
                     if update is not None:
                         yield update
-            except (LineTooLong, RemoteError, OSError):
-                pass
-            await self._reset()
+            finally:
+                await self._reset()
+                # Closing the channel ends the read; a read that ignores its cancellation must
+                # not hang whoever stops following, so it is never awaited unbounded.
+                reader.cancel()
+                await asyncio.wait({reader}, timeout=READER_STOP_S)
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:
+        """Stop following: :meth:`updates` ends and the channel is closed."""
+        self._closed = True
         await self._reset()
 
     async def _open(self) -> RemoteStream:

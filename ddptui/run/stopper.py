@@ -63,9 +63,13 @@ def _hosts(config: Config, record: RunRecord) -> dict[str, HostConfig]:
 
 
 async def live(
-    remote: RemoteCluster, config: Config, record: RunRecord, report: StopReport
+    remote: RemoteCluster,
+    config: Config,
+    record: RunRecord,
+    report: StopReport,
+    skip: Collection[str] = (),
 ) -> dict[str, list[AttemptStatus]]:
-    """Host → the run's attempts that still have processes there."""
+    """Host → the run's attempts that still have processes there (``skip``: hosts not asked)."""
     hosts = _hosts(config, record)
     found: dict[str, list[AttemptStatus]] = {}
 
@@ -82,16 +86,23 @@ async def live(
         else:
             found.pop(name, None)
 
-    await asyncio.gather(*(one(node.host, node.run_dir) for node in record.nodes))
+    await asyncio.gather(
+        *(one(node.host, node.run_dir) for node in record.nodes if node.host not in skip)
+    )
     return found
 
 
 async def _wait_gone(
-    remote: RemoteCluster, config: Config, record: RunRecord, report: StopReport, seconds: float
+    remote: RemoteCluster,
+    config: Config,
+    record: RunRecord,
+    report: StopReport,
+    seconds: float,
+    skip: Collection[str] = (),
 ) -> dict[str, list[AttemptStatus]]:
     deadline = time.monotonic() + seconds
     while True:
-        running = await live(remote, config, record, report)
+        running = await live(remote, config, record, report, skip)
         if not running or time.monotonic() >= deadline:
             return running
         await asyncio.sleep(POLL_S)
@@ -126,17 +137,18 @@ async def terminate(
     skip: Collection[str] = (),
     report: StopReport | None = None,
 ) -> StopReport:
-    """SIGTERM every live process group of the run, SIGKILL what is left after ``grace``."""
+    """SIGTERM every live process group of the run, SIGKILL what is left after ``grace``.
+
+    Hosts in ``skip`` (not answering) are left alone: the report says nothing about them.
+    """
     report = report or StopReport()
-    running = await live(remote, config, record, report)
-    targets = [host for host in running if host not in skip]
-    if targets:
-        await _signal(remote, config, record, targets, "TERM", report.terminated)
-        running = await _wait_gone(remote, config, record, report, grace)
-        targets = [host for host in running if host not in skip]
-    if targets:
-        await _signal(remote, config, record, targets, "KILL", report.killed)
-        running = await _wait_gone(remote, config, record, report, KILL_WAIT_S)
+    running = await live(remote, config, record, report, skip)
+    if running:
+        await _signal(remote, config, record, list(running), "TERM", report.terminated)
+        running = await _wait_gone(remote, config, record, report, grace, skip)
+    if running:
+        await _signal(remote, config, record, list(running), "KILL", report.killed)
+        running = await _wait_gone(remote, config, record, report, KILL_WAIT_S, skip)
     report.left = {
         host: [name for item in attempts for _, name in item.processes]
         for host, attempts in running.items()

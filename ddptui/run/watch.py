@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -52,6 +53,9 @@ class NodeState:
     nproc: int
     base_rank: int
     exit: int | None = None
+    vanished: bool = False
+    """The node's processes are gone without an exit status (the whole group was killed)."""
+    gone_beats: int = 0
     silent: str | None = None
     """Why the host stopped answering, while it does not answer."""
     alive: bool | None = None
@@ -107,6 +111,11 @@ class RunWatch:
             if node is not None:
                 node.alive = update.groups.get(self.attempt)
                 node.sample = update.sample
+                # The wrapper records torchrun's exit status as it ends; a group gone for two
+                # heartbeats with none was killed whole (kill -9 -PGID, the OOM killer).
+                node.gone_beats = node.gone_beats + 1 if node.alive is False else 0
+                if node.exit is None and node.gone_beats >= 2:
+                    node.vanished = True
         elif isinstance(update, HostSilent):
             node = self.nodes.get(update.host)
             if node is not None:
@@ -175,25 +184,41 @@ class RunWatch:
         stopping = stopping or bool(self.stopped_ranks)
         for node in sorted(self.nodes.values(), key=lambda item: item.node_rank):
             if node.exit is not None and node.exit != 0 and not stopping:
+                why = f"torchrun on {node.host} (node {node.node_rank}) {_exit_text(node.exit)}"
                 failure = self.diagnoser.first_failure()
-                why = f"torchrun on {node.host} (node {node.node_rank}) exited {node.exit}"
                 if failure is not None:
-                    why += (
-                        f"; first failure: rank {failure.rank} on {failure.host}"
-                        f" ({failure.category.value})"
-                    )
+                    rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
+                    why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
                 return Verdict(RunState.FAILED, why, node.host)
+            if node.vanished and node.exit is None and not stopping:
+                return Verdict(
+                    RunState.FAILED,
+                    f"the processes on {node.host} (node {node.node_rank}) are gone without an "
+                    "exit status: killed as a group (kill -9, the OOM killer?)",
+                    node.host,
+                )
             if node.silent is not None and not stopping:
                 return Verdict(
                     RunState.FAILED,
                     f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}",
                     node.host,
                 )
-        if all(node.exit is not None for node in self.nodes.values()):
+        if all(node.exit is not None or node.vanished for node in self.nodes.values()):
             if stopping:
                 return Verdict(RunState.STOPPED, "stopped on request")
             return Verdict(RunState.COMPLETED, "every node exited 0")
         return None
+
+
+def _exit_text(status: int) -> str:
+    # The wrapper's shell reports a command killed by signal N as 128 + N.
+    if status > 128:
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = f"signal {status - 128}"
+        return f"was killed by {name} (exit {status})"
+    return f"exited {status}"
 
 
 async def supervise(
@@ -246,28 +271,21 @@ async def supervise(
             if verdict is not None:
                 break
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*(follower.close() for follower in followers))
+        await stop_following(followers, tasks)
     if act:
+        # Recorded first: `ddptui status` says failed at once, while the others are stopped.
+        finish(store, record.id, verdict)
         if verdict.state is RunState.FAILED:
             from ddptui.run.stopper import terminate
 
+            silent = {name for name, node in watch.nodes.items() if node.silent}
             async with RemoteCluster(
-                [config.host(node.host) for node in record.nodes],
+                [config.host(node.host) for node in record.nodes if node.host not in silent],
                 connect_timeout=config.cluster.connect_timeout,
             ) as remote:
-                await terminate(
-                    remote,
-                    config,
-                    record,
-                    skip={verdict.host}
-                    if verdict.host and watch.nodes[verdict.host].silent
-                    else set(),
-                    grace=min(config.job.stop_grace_s, 10.0),
-                )
-        finish(store, record.id, verdict)
+                # Short: the ranks of a failed run wait in collectives and cannot checkpoint.
+                report = await terminate(remote, config, record, grace=5.0, skip=silent)
+            _note_cleanup(store, record.id, report.lines())
     return verdict
 
 
@@ -306,11 +324,28 @@ async def snapshot(
     return watch
 
 
+async def stop_following(followers: list[HostFollower], tasks: list[asyncio.Task[None]]) -> None:
+    await asyncio.gather(*(follower.close() for follower in followers))
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(tasks, timeout=5.0)
+
+
 def _stopping(store: RunStore, run_id: str) -> bool:
     try:
         return store.load(run_id).state is RunState.STOPPING
     except RunNotFound:
         return False
+
+
+def _note_cleanup(store: RunStore, run_id: str, lines: list[str]) -> None:
+    if not lines:
+        return
+
+    def change(record: RunRecord) -> None:
+        record.attempt.detail = "; ".join([record.attempt.detail, *lines]).strip("; ")
+
+    store.update(run_id, change)
 
 
 def finish(store: RunStore, run_id: str, verdict: Verdict) -> None:

@@ -160,9 +160,12 @@ class PortHolder:
 
 # Binds the wildcard address so the port is taken for every address of the host, and keeps it
 # until stdin closes (the holder's release, or the test process dying).
+# SO_REUSEADDR as servers set it: a port whose last connections linger in TIME_WAIT (a run
+# that just ended) can still be held.
 _HOLD_PORT = """
 import socket, sys
 s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", int(sys.argv[1])))
 s.listen(16)
 print("listening", flush=True)
