@@ -183,13 +183,24 @@ def plan_launch(
 
 def with_master_port(plan: LaunchPlan, port: int) -> LaunchPlan:
     """``plan`` with an ``"auto"`` master port replaced by ``port`` in every command line."""
-    old = f"--master-port={plan.master_port}"
-    new = f"--master-port={port}"
     nodes = tuple(
-        replace(node, argv=tuple(new if arg == old else arg for arg in node.argv))
+        replace(node, argv=tuple(torchrun_flag(node.argv, "--master-port", str(port))))
         for node in plan.nodes
     )
     return replace(plan, master_port=port, nodes=nodes)
+
+
+def torchrun_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
+    """``argv`` with torchrun's ``flag=…`` set to ``value``.
+
+    Only the first occurrence is torchrun's: the same flag further on belongs to the script.
+    """
+    updated = list(argv)
+    for index, arg in enumerate(updated):
+        if arg.startswith(f"{flag}="):
+            updated[index] = f"{flag}={value}"
+            return updated
+    raise ValueError(f"{flag} is not in the command")
 
 
 def _facts_by_host(config: Config, checks: Sequence[HostCheck]) -> dict[str, HostFacts]:

@@ -22,6 +22,7 @@ from ddptui.plan.launch import (
     DEBUG_ENV,
     LaunchPlan,
     plan_launch,
+    torchrun_flag,
     with_master_port,
 )
 from ddptui.probe.facts import NA, HostFacts
@@ -209,7 +210,7 @@ async def start_attempt(
                 node.run_dir,
                 attempt,
                 {**node.env, **(extra_env or {})},
-                [*attempt_argv(node.argv, attempt, port), *extra_args],
+                [*attempt_argv(node.argv, node.run_dir, attempt, port), *extra_args],
             )
             for node in record.nodes
         ),
@@ -232,17 +233,10 @@ async def start_attempt(
     store.save(record)
 
 
-def attempt_argv(argv: Sequence[str], attempt: int, port: int) -> list[str]:
+def attempt_argv(argv: Sequence[str], run_dir: str, attempt: int, port: int) -> list[str]:
     """The recorded command with this attempt's log directory and master port."""
-    updated = []
-    for arg in argv:
-        if arg.startswith("--log-dir="):
-            parent = arg.removeprefix("--log-dir=").rsplit("/", 1)[0]
-            arg = f"--log-dir={parent}/attempt-{attempt}"
-        elif arg.startswith("--master-port="):
-            arg = f"--master-port={port}"
-        updated.append(arg)
-    return updated
+    updated = torchrun_flag(argv, "--master-port", str(port))
+    return torchrun_flag(updated, "--log-dir", f"{run_dir}/logs/attempt-{attempt}")
 
 
 def _fail(store: RunStore, record: RunRecord, detail: str) -> None:

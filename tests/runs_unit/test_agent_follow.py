@@ -1,0 +1,119 @@
+"""The node agent's follower, run in-process on real files: byte offsets, whole lines, caps.
+
+The agent is what a host runs; these tests call its functions directly and read what it would
+have sent, then feed that to the head's parser (HostFollower._parse) as the channel would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import HostConfig
+from ddptui.run import agent
+from ddptui.run.follow import FileLine, HostFollower
+
+Sent = pytest.CaptureFixture[str]
+
+
+def _documents(sent: Sent) -> list[dict[str, object]]:
+    return [json.loads(line) for line in sent.readouterr().out.splitlines()]
+
+
+def test_only_whole_lines_are_sent_and_offsets_resume_exactly(tmp_path: Path, capsys: Sent) -> None:
+    events = tmp_path / "events" / "rank0.jsonl"
+    events.parent.mkdir()
+    events.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c"')
+    state = agent.Followed(0)
+    agent.read_new(tmp_path, "events/rank0.jsonl", state)
+    assert [(d["t"], d["o"]) for d in _documents(capsys)] == [('{"a": 1}', 9), ('{"b": 2}', 18)]
+    with events.open("ab") as handle:
+        handle.write(b": 3}\n")
+    agent.read_new(tmp_path, "events/rank0.jsonl", state)
+    assert [d["t"] for d in _documents(capsys)] == ['{"c": 3}']
+    # A follower restarted at the offset the head kept sends nothing twice.
+    again = agent.Followed(18)
+    agent.read_new(tmp_path, "events/rank0.jsonl", again)
+    assert [d["t"] for d in _documents(capsys)] == ['{"c": 3}']
+
+
+def test_a_huge_line_is_cut_and_the_rest_skipped(tmp_path: Path, capsys: Sent) -> None:
+    log = tmp_path / "big.log"
+    log.write_bytes(b"x" * (agent.MAX_LINE * 3) + b"\nnext\n")
+    state = agent.Followed(0)
+    agent.read_new(tmp_path, "big.log", state)
+    documents = _documents(capsys)
+    assert len(documents[0]["t"]) == agent.MAX_LINE and documents[0]["cut"] is True  # type: ignore[arg-type]
+    assert [d["t"] for d in documents[1:]] == ["next"]
+    assert state.offset == log.stat().st_size
+
+
+def test_a_last_line_without_newline_is_sent_once_the_file_settles(
+    tmp_path: Path, capsys: Sent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    error = tmp_path / "error.json"
+    error.write_bytes(b'{"message": "boom"}')
+    now = [100.0]
+    monkeypatch.setattr(agent.time, "monotonic", lambda: now[0])
+    state = agent.Followed(0)
+    agent.read_new(tmp_path, "error.json", state)
+    assert _documents(capsys) == []
+    now[0] += agent.SETTLED_S
+    agent.read_new(tmp_path, "error.json", state)
+    assert [d["t"] for d in _documents(capsys)] == ['{"message": "boom"}']
+
+
+def test_only_the_run_s_files_are_followed(tmp_path: Path) -> None:
+    for relative in (
+        "events/rank3.jsonl",
+        "logs/attempt-2/none_x/attempt_0/1/stderr.log",
+        "logs/attempt-2/none_x/attempt_0/1/error.json",
+        "node/attempt-2.exit",
+        "node/attempt-2.out",
+        "node/attempt-2.pgid",
+        "checkpoints/ckpt-1.pt",
+        "code/trainer/main.py",
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("")
+    assert sorted(agent.followed_files(tmp_path)) == [
+        "events/rank3.jsonl",
+        "logs/attempt-2/none_x/attempt_0/1/error.json",
+        "logs/attempt-2/none_x/attempt_0/1/stderr.log",
+        "node/attempt-2.exit",
+        "node/attempt-2.out",
+    ]
+
+
+def test_the_head_parses_what_was_sent_and_never_repeats_a_line(
+    tmp_path: Path, capsys: Sent
+) -> None:
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "attempt-1.exit").write_text("0\n")
+    agent.read_new(tmp_path, "node/attempt-1.exit", agent.Followed(0))
+    raw = capsys.readouterr().out.splitlines()[0].encode()
+    follower = HostFollower(HostConfig("a", "127.0.0.1"), str(tmp_path), connect_timeout=1)
+    assert follower._parse(raw) == FileLine("a", "node/attempt-1.exit", 2, "0")
+    assert follower._parse(raw) is None
+    for garbage in (b"", b"[]", b"{}", b'{"k": "line", "f": 1}', b"\xff" * 10, b"[" * 50000):
+        assert follower._parse(garbage) is None
+    assert follower.garbled == 6
+    assert follower.offsets == {"node/attempt-1.exit": 2}
+
+
+def test_processes_are_found_by_the_run_they_inherit(tmp_path: Path) -> None:
+    child_env = {**os.environ, agent.RUN_MARK: str(tmp_path), agent.ATTEMPT_MARK: "3"}
+
+    with subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env=child_env
+    ) as child:
+        try:
+            found = [(pid, attempt) for pid, _, attempt, _ in agent.run_processes(tmp_path)]
+            assert found == [(child.pid, 3)]
+        finally:
+            child.kill()

@@ -1,0 +1,127 @@
+"""RunWatch: followed lines become node and rank state, and a verdict on how the attempt ended."""
+
+from __future__ import annotations
+
+import json
+
+from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.watch import RunWatch
+
+
+def _record(attempt: int = 1) -> RunRecord:
+    record = RunRecord(
+        id="20261130-120000-abcd",
+        created=0.0,
+        hosts_file="/h.toml",
+        entry="trainer",
+        backend="gloo",
+        master_addr="10.0.0.1",
+        world_size=4,
+        args=[],
+        nodes=[
+            NodeRecord("a", "10.0.0.1", 0, 2, "/r", [], {}),
+            NodeRecord("b", "10.0.0.2", 1, 2, "/r", [], {}),
+        ],
+    )
+    record.attempts += [Attempt(n, 0.0, 29500) for n in range(1, attempt + 1)]
+    return record
+
+
+def _event(kind: str, rank: int, **fields: object) -> str:
+    common = {"v": 1, "type": kind, "rank": rank, "local_rank": rank % 2}
+    common.update({"node_rank": rank // 2, "world_size": 4, "time": 100.0 + rank})
+    return json.dumps({**common, **fields})
+
+
+def _exit(host: str, status: int, attempt: int = 1) -> FileLine:
+    return FileLine(host, f"node/attempt-{attempt}.exit", 2, str(status))
+
+
+def test_every_node_exiting_0_completes() -> None:
+    watch = RunWatch(_record())
+    watch.apply(_exit("a", 0))
+    assert watch.verdict() is None
+    watch.apply(_exit("b", 0))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.COMPLETED
+
+
+def test_a_non_zero_exit_fails_naming_the_node_and_the_signal() -> None:
+    watch = RunWatch(_record())
+    watch.apply(_exit("b", 137))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
+    assert "torchrun on b (node 1) was killed by SIGKILL (exit 137)" in verdict.detail
+    # The same exit during a stop is the stop's doing.
+    stopped = watch.verdict(stopping=True)
+    assert stopped is None
+    watch.apply(_exit("a", 0))
+    stopped = watch.verdict(stopping=True)
+    assert stopped is not None and stopped.state is RunState.STOPPED
+
+
+def test_a_silent_host_fails_the_run_and_coming_back_clears_it() -> None:
+    watch = RunWatch(_record())
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    verdict = watch.verdict()
+    assert verdict is not None and "a (node 0) stopped answering" in verdict.detail
+    watch.apply(HostBack("a"))
+    assert watch.verdict() is None
+
+
+def test_processes_gone_without_an_exit_status_fail_after_two_heartbeats() -> None:
+    watch = RunWatch(_record())
+    watch.apply(Heartbeat("b", 1.0, {1: False}))
+    assert watch.verdict() is None
+    watch.apply(Heartbeat("b", 3.0, {1: False}))
+    verdict = watch.verdict()
+    assert verdict is not None and "gone without an exit status" in verdict.detail
+
+
+def test_only_this_attempt_s_files_count() -> None:
+    watch = RunWatch(_record(attempt=2))
+    watch.apply(_exit("a", 1, attempt=1))
+    watch.apply(_exit("b", 1, attempt=1))
+    assert watch.verdict() is None
+    # Attempt 1's ranks stopped on request; attempt 2's have not said so yet.
+    for rank in range(4):
+        watch.apply(
+            FileLine(
+                "a" if rank < 2 else "b",
+                f"events/rank{rank}.jsonl",
+                1,
+                _event("start", rank, start_step=0),
+            )
+        )
+        watch.apply(
+            FileLine(
+                "a" if rank < 2 else "b",
+                f"events/rank{rank}.jsonl",
+                2,
+                _event("done", rank, step=5, reason="stopped"),
+            )
+        )
+    for rank in range(4):
+        watch.apply(
+            FileLine(
+                "a" if rank < 2 else "b",
+                f"events/rank{rank}.jsonl",
+                3,
+                _event("start", rank, start_step=5),
+            )
+        )
+    watch.apply(_exit("a", 1, attempt=2))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.FAILED
+
+
+def test_rank_logs_map_to_global_ranks_and_garbage_is_counted() -> None:
+    watch = RunWatch(_record())
+    watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/stderr.log", 10, "boom"))
+    assert [entry.text for entry in watch.logs[3]] == ["boom"]
+    watch.apply(FileLine("a", "events/rank0.jsonl", 5, "{not json"))
+    assert watch.events.garbled == 1
+    watch.apply(FileLine("a", "events/rank0.jsonl", 9, _event("step", 0, step=3, loss=0.5)))
+    rank = watch.progress.rank(0)
+    assert rank is not None and rank.step == 3 and rank.loss == 0.5
