@@ -77,6 +77,7 @@ def status_json(record: RunRecord, watch: RunWatch) -> dict[str, Any]:
                 "alive": watch.nodes[node.host].alive,
                 "exit": watch.nodes[node.host].exit,
                 "not_answering": watch.nodes[node.host].silent,
+                "sample": dict(watch.nodes[node.host].sample),
             }
             for node in record.nodes
         ],

@@ -309,7 +309,10 @@ def emit_line(relative: str, offset: int, line: bytes, cut: bool) -> None:
 class Sampler:
     """The run's processes on this host (CPU, RSS) and, where there are any, its GPUs."""
 
-    GPU_QUERY = "index,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+    GPU_QUERY = (
+        "index,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,utilization.gpu,"
+        "utilization.memory,memory.used,memory.total,pstate,ecc.errors.uncorrected.volatile.total"
+    )
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir

@@ -237,9 +237,42 @@ class HostFollower:
             for attempt, value in (groups.items() if isinstance(groups, dict) else ())
             if isinstance(attempt, str) and attempt.isdigit() and len(attempt) < 9
         }
-        return Heartbeat(
-            self.host.name,
-            float(stamp),
-            alive,
-            sample if isinstance(sample, dict) else {},
-        )
+        return Heartbeat(self.host.name, float(stamp), alive, _sample(sample))
+
+
+GPU_FIELDS = (
+    "index",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.max.sm",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "memory.total",
+    "pstate",
+    "ecc.errors.uncorrected.volatile.total",
+)
+"""What the agent samples of each GPU every 2 s (nvidia-smi's names, values as it prints them)."""
+MAX_GPUS = 64
+
+
+def _sample(value: Any) -> dict[str, Any]:
+    """The heartbeat's sample with only known keys, numbers finite, strings short."""
+    if not isinstance(value, dict):
+        return {}
+    sample: dict[str, Any] = {}
+    for key in ("procs", "cpu_pct", "rss_mib"):
+        number = value.get(key)
+        numeric = isinstance(number, (int, float)) and not isinstance(number, bool)
+        if numeric and math.isfinite(number):
+            sample[key] = number
+    gpus = value.get("gpus")
+    if isinstance(gpus, list):
+        sample["gpus"] = [
+            {key: str(gpu[key])[:32] for key in GPU_FIELDS if isinstance(gpu.get(key), str)}
+            for gpu in gpus[:MAX_GPUS]
+            if isinstance(gpu, dict)
+        ]
+    return sample

@@ -25,7 +25,15 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-from tests.testbed import TestBed, TestHost, cut_link, occupy_port, restore_link
+from tests.fixtures.gpu import nvidia_smi_double
+from tests.testbed import (
+    TestBed,
+    TestHost,
+    cut_link,
+    install_double,
+    occupy_port,
+    restore_link,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -428,15 +436,37 @@ def test_hostile_values_never_run_as_shell_on_any_host(
         assert not list(root.rglob("ddptui-pwned"))
 
 
-def test_one_host_cluster_launches_and_completes(
+def test_one_host_cluster_launches_completes_and_samples_its_gpu(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
-    hosts_file = _hosts_file(testbed, tmp_path, testbed.hosts[:1])
+    # The recorded H200 stands in for the GPU hardware, at nvidia-smi's boundary only.
+    install_double(testbed.hosts[0], "nvidia-smi", nvidia_smi_double("h200_idle"))
+    hosts_file = _hosts_file(
+        testbed, tmp_path, testbed.hosts[:1], cluster={"backend": "gloo", "gpus": 0}
+    )
     dry = cli.run("launch", str(hosts_file), "--dry-run")
     assert "--master-addr=127.0.0.1" in dry.stdout and "GLOO_SOCKET_IFNAME" not in dry.stdout
     done = cli.run("launch", str(hosts_file), "--headless", "--", "--max-steps", "20")
     assert done.returncode == 0, done.stderr
-    assert len(_steps(testbed, testbed.hosts[:1], _run_id(done.stderr))) == 2
+    run_id = _run_id(done.stderr)
+    assert len(_steps(testbed, testbed.hosts[:1], run_id)) == 2
+    (node,) = cli.json("status", run_id)["nodes"]
+    assert node["sample"]["gpus"] == [
+        {
+            "index": "0",
+            "temperature.gpu": "35",
+            "power.draw": "79.39",
+            "power.limit": "700.00",
+            "clocks.sm": "345",
+            "clocks.max.sm": "1980",
+            "utilization.gpu": "0",
+            "utilization.memory": "0",
+            "memory.used": "0",
+            "memory.total": "143771",
+            "pstate": "P0",
+            "ecc.errors.uncorrected.volatile.total": "0",
+        }
+    ]
 
 
 USER_SCRIPT = """\
