@@ -265,8 +265,9 @@ def _sample(value: Any) -> dict[str, Any]:
     sample: dict[str, Any] = {}
     for key in ("procs", "cpu_pct", "rss_mib"):
         number = value.get(key)
-        numeric = isinstance(number, (int, float)) and not isinstance(number, bool)
-        if numeric and math.isfinite(number):
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            continue
+        if math.isfinite(number):
             sample[key] = number
     gpus = value.get("gpus")
     if isinstance(gpus, list):
