@@ -1,0 +1,347 @@
+"""The runs layer on the test bed: launch, stop, watch and failure detection, side by side.
+
+Issue #9 targets, each printed as measured in this one run:
+
+- launch latency: ``ddptui launch`` until every rank's first step event, against the same
+  torchrun commands (what ``--dry-run`` printed) started by hand over OpenSSH on code already
+  staged: target <= 1.3x. ddptui's figure includes its health check (a probe on every host).
+- stop latency: ``ddptui stop`` until no process of the run is left, against the trainer's own
+  stop (``touch control/stop`` and wait for the processes to go): target <= that + 2 s.
+- watch cost: the CPU of ``ddptui logs --follow`` following 64 ranks x 20 step events/s
+  (writers on the hosts append real-shaped events): target < 10% of one core.
+- failure detection: a link cut until the run is recorded failed: target <= 30 s.
+
+Run as root from the repository root: ``.venv/bin/python benchmarks/launch.py`` (about 3
+minutes on 2 cores; ``--only launch|stop|watch|cut``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tomli_w
+
+from tests.testbed import TestBed, TestHost, cut_link, restore_link
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+PREFIX = "ddbl"
+HOSTS = 3
+ARGS = [
+    *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
+    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000"),
+]
+WRITER = """
+import json, os, sys, time
+run_dir, first, count, rate, seconds = sys.argv[1], *map(int, sys.argv[2:5]), float(sys.argv[5])
+os.makedirs(os.path.join(run_dir, "events"), exist_ok=True)
+files = [open(os.path.join(run_dir, "events", f"rank{first + i}.jsonl"), "a") for i in range(count)]
+step, start = 0, time.time()
+while time.time() - start < seconds:
+    step += 1
+    for i, handle in enumerate(files):
+        handle.write(json.dumps({"v": 1, "type": "step", "rank": first + i, "local_rank": i,
+            "node_rank": 0, "world_size": 64, "time": time.time(), "epoch": 0, "step": step,
+            "loss": 1.0 / step, "lr": 0.001, "samples_per_s": 1000.0, "step_time_s": 0.05,
+            "rss_mib": 300.0}) + "\\n")
+        handle.flush()
+    time.sleep(max(0.0, start + step / rate - time.time()))
+"""
+
+
+class Bench:
+    def __init__(self, bed: TestBed, work: Path) -> None:
+        self.bed = bed
+        self.work = work
+        self.hosts = bed.hosts[:HOSTS]
+        self.env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
+        self.store = work / "state" / "ddptui" / "runs"
+        self.hosts_file = bed.write_hosts_file(
+            work / "hosts.toml", self.hosts, job={"nproc_per_node": 2, "args": ARGS}
+        )
+
+    def ddptui(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ddptui", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            check=False,
+        )
+
+    def run_dir(self, host: TestHost, run_id: str) -> Path:
+        return host.workdir / "runs" / run_id
+
+    def first_steps(self, dirs: Sequence[Path], ranks: int, began: float) -> float:
+        """Seconds from ``began`` until every rank has written a step event."""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            seen = 0
+            for directory in dirs:
+                for path in (directory / "events").glob("rank*.jsonl"):
+                    if '"type":"step"' in path.read_text():
+                        seen += 1
+            if seen >= ranks:
+                return time.monotonic() - began
+            time.sleep(0.05)
+        raise SystemExit("no step events within 180 s")
+
+    def alive(self, marks: Sequence[str]) -> bool:
+        wanted = {mark.encode() for mark in marks}
+        for entry in Path("/proc").iterdir():
+            try:
+                environ = set((entry / "environ").read_bytes().split(b"\0"))
+            except OSError:
+                continue
+            if environ & wanted:
+                return True
+        return False
+
+    def marks(self, run_id: str) -> list[str]:
+        return [f"DDPTUI_RUN_DIR={self.run_dir(host, run_id)}" for host in self.hosts]
+
+    def wait_gone(self, marks: Sequence[str], began: float) -> float:
+        while self.alive(marks):
+            time.sleep(0.05)
+        return time.monotonic() - began
+
+    def launch(self) -> tuple[str, float]:
+        began = time.monotonic()
+        done = self.ddptui("launch", str(self.hosts_file), "--detach")
+        if done.returncode != 0:
+            raise SystemExit(done.stderr)
+        run_id = done.stdout.strip()
+        dirs = [self.run_dir(host, run_id) for host in self.hosts]
+        return run_id, self.first_steps(dirs, 2 * HOSTS, began)
+
+    def by_hand(self, run_id: str) -> float:
+        """The recorded commands, started with OpenSSH on every host at once, on staged code."""
+        record = tomllib.loads((self.store / run_id / "run.toml").read_text())
+        again = f"{run_id}-by-hand"
+        launches = []
+        began = time.monotonic()
+        for host, node in zip(self.hosts, record["nodes"], strict=True):
+            staged = self.run_dir(host, run_id)
+            argv = [arg.replace(str(staged), f"{staged}-by-hand") for arg in node["argv"]]
+            env = {k: v.replace(str(staged), f"{staged}-by-hand") for k, v in node["env"].items()}
+            # The same environment marks as ddptui's, so the same check finds the processes.
+            env["DDPTUI_RUN_DIR"] = f"{staged}-by-hand"
+            script = (
+                f"cd {shlex.quote(str(staged))}/code && exec env "
+                + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+                + " "
+                + shlex.join(argv)
+            )
+            launches.append(
+                subprocess.Popen(
+                    self.bed.ssh_argv(host, ["sh", "-c", script]),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        dirs = [host.workdir / "runs" / again for host in self.hosts]
+        took = self.first_steps(dirs, 2 * HOSTS, began)
+        for launch in launches:
+            launch.kill()
+        marks = [f"DDPTUI_RUN_DIR={directory}" for directory in dirs]
+        for entry in Path("/proc").iterdir():
+            try:
+                environ = set((entry / "environ").read_bytes().split(b"\0"))
+                if environ & {mark.encode() for mark in marks}:
+                    os.kill(int(entry.name), 9)
+            except (OSError, ValueError):
+                continue
+        return took
+
+
+def section(title: str) -> None:
+    print(f"\n== {title}", flush=True)
+
+
+def bench_launch(bench: Bench) -> None:
+    section("launch latency: until every rank's first step event")
+    run_id, ddptui = bench.launch()
+    bench.ddptui("stop", run_id, "--kill")
+    by_hand = bench.by_hand(run_id)
+    print(f"ddptui launch (check + stage + start): {ddptui:6.1f} s")
+    print(f"torchrun by hand over ssh (staged):    {by_hand:6.1f} s")
+    print(f"ratio {ddptui / by_hand:.2f} (target <= 1.3)")
+
+
+def bench_stop(bench: Bench) -> None:
+    section("stop latency: until no process of the run is left")
+    run_id, _ = bench.launch()
+    time.sleep(3)
+    began = time.monotonic()
+    stop = bench.ddptui("stop", run_id)
+    ddptui = bench.wait_gone(bench.marks(run_id), began)
+    graceful = "stopped on its own" in stop.stderr
+    run_id, _ = bench.launch()
+    time.sleep(3)
+    began = time.monotonic()
+    (bench.run_dir(bench.hosts[0], run_id) / "control" / "stop").touch()
+    own = bench.wait_gone(bench.marks(run_id), began)
+    print(f"ddptui stop:                       {ddptui:6.1f} s (graceful: {graceful})")
+    print(f"trainer's own stop (control file): {own:6.1f} s")
+    print(f"difference {ddptui - own:+.1f} s (target <= +2 s)")
+
+
+def bench_watch(bench: Bench, seconds: float) -> None:
+    section("watch cost: 64 ranks x 20 step events/s")
+    run_id = "20991231-000000-wtch"
+    per_host = [22, 21, 21]
+    writers = []
+    first = 0
+    for host, count in zip(bench.hosts, per_host, strict=True):
+        directory = bench.run_dir(host, run_id)
+        writers.append(
+            subprocess.Popen(
+                [
+                    *host.exec_prefix(),
+                    sys.executable,
+                    "-c",
+                    WRITER,
+                    str(directory),
+                    str(first),
+                    str(count),
+                    "20",
+                    str(seconds + 15),
+                ]
+            )
+        )
+        first += count
+    record_dir = bench.store / run_id
+    record_dir.mkdir(parents=True)
+    (record_dir / "hosts.toml").write_text(bench.hosts_file.read_text())
+    nodes = [
+        {
+            "host": host.name,
+            "address": host.address,
+            "node_rank": rank,
+            "nproc": count,
+            "run_dir": str(bench.run_dir(host, run_id)),
+            "argv": ["true"],
+            "env": {},
+        }
+        for rank, (host, count) in enumerate(zip(bench.hosts, per_host, strict=True))
+    ]
+    (record_dir / "run.toml").write_text(
+        tomli_w.dumps(
+            {
+                "version": 1,
+                "id": run_id,
+                "created": time.time(),
+                "hosts_file": str(bench.hosts_file),
+                "entry": "trainer",
+                "backend": "gloo",
+                "master_addr": bench.hosts[0].address,
+                "world_size": 64,
+                "args": [],
+                "state": "running",
+                "nodes": nodes,
+                "attempts": [{"number": 1, "started": time.time(), "master_port": 1}],
+                "states": [{"state": "running", "time": time.time(), "detail": ""}],
+            }
+        )
+    )
+    time.sleep(2)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "ddptui", "logs", run_id, "--follow", "--events"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=bench.env,
+    )
+    assert follower.stdout is not None
+    # Counting what it printed proves it kept up; its own CPU is read from /proc.
+    lines = 0
+    time.sleep(5)
+    start_cpu, start = _cpu(follower.pid), time.monotonic()
+    os.set_blocking(follower.stdout.fileno(), False)
+    deadline = start + seconds
+    while time.monotonic() < deadline:
+        chunk = follower.stdout.read()
+        if chunk:
+            lines += chunk.count(b"\n")
+        time.sleep(0.2)
+    used, wall = _cpu(follower.pid) - start_cpu, time.monotonic() - start
+    follower.kill()
+    follower.wait()
+    for writer in writers:
+        writer.kill()
+        writer.wait()
+    print(f"followed {lines / wall:,.0f} event lines/s (written: {64 * 20:,}/s)")
+    print(f"ddptui CPU: {used / wall * 100:.1f}% of one core (target < 10%)")
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_cut(bench: Bench) -> None:
+    section("failure detection: a cut link until the run is recorded failed")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ddptui", "launch", str(bench.hosts_file), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=bench.env,
+    )
+    assert launcher.stdout is not None
+    run_id = ""
+    for line in launcher.stdout:
+        if "is running" in line:
+            run_id = line.split("run ", 1)[1].split()[0]
+            break
+    dirs = [bench.run_dir(host, run_id) for host in bench.hosts]
+    bench.first_steps(dirs, 2 * HOSTS, time.monotonic())
+    cut = time.time()
+    cut_link(bench.hosts[2])
+    try:
+        launcher.communicate(timeout=120)
+    finally:
+        restore_link(bench.hosts[2])
+    record = tomllib.loads((bench.store / run_id / "run.toml").read_text())
+    failed = next(change["time"] for change in record["states"] if change["state"] == "failed")
+    print(f"cut to failed: {failed - cut:.1f} s (target <= 30 s)")
+    bench.ddptui("stop", run_id, "--kill")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("launch", "stop", "watch", "cut"))
+    parser.add_argument("--watch-seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    runs: dict[str, Callable[[Bench], None]] = {
+        "launch": bench_launch,
+        "stop": bench_stop,
+        "watch": lambda bench: bench_watch(bench, args.watch_seconds),
+        "cut": bench_cut,
+    }
+    with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:
+        bed = TestBed.start(4, Path(tmp) / "bed", prefix=PREFIX)
+        try:
+            bench = Bench(bed, Path(tmp))
+            for name, run in runs.items():
+                if args.only in (None, name):
+                    run(bench)
+        finally:
+            bed.stop()
+
+
+if __name__ == "__main__":
+    main()
