@@ -19,6 +19,9 @@ def run(args: argparse.Namespace) -> int:
     if not report.clean:
         say(f"run {record.id} recorded as stopped, but not everything could be confirmed gone")
         return 1
+    if record.state.final:
+        say(f"run {record.id} stays {record.state.value}; nothing of it is left running")
+        return 0
     say(f"run {record.id} stopped in {report.seconds:.1f} s; nothing of it is left running")
     if record.entry == "trainer" and not args.kill:
         say(f"resume it with `ddptui resume {record.id}`")

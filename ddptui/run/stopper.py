@@ -164,21 +164,26 @@ async def stop_run(
     kill: bool = False,
     say: Callable[[str], None] = lambda line: None,
 ) -> StopReport:
-    """Stop ``record``'s run on every host and record it as stopped."""
+    """Stop ``record``'s run on every host and record it as stopped.
+
+    A run that already ended keeps its outcome: only what it may have left is ended.
+    """
     began = time.monotonic()
     grace = config.job.stop_grace_s
-    store.update(
-        record.id,
-        lambda current: current.transition(
-            RunState.STOPPING, "kill requested" if kill else "stop requested"
-        ),
-    )
+    ended = store.load(record.id).state.final
+    if not ended:
+        store.update(
+            record.id,
+            lambda current: current.transition(
+                RunState.STOPPING, "kill requested" if kill else "stop requested"
+            ),
+        )
     report = StopReport()
     async with RemoteCluster(
         list(_hosts(config, record).values()),
         connect_timeout=config.cluster.connect_timeout,
     ) as remote:
-        if not kill and record.entry == "trainer":
+        if not kill and not ended and record.entry == "trainer":
             head = record.head
             try:
                 await nodes.request(remote, config.host(head.host), head.run_dir, "stop")
@@ -193,6 +198,8 @@ async def stop_run(
                 say("sending SIGTERM to the run's processes")
             await terminate(remote, config, record, grace=0.0 if kill else grace, report=report)
     report.seconds = time.monotonic() - began
+    if ended:
+        return report
 
     def change(current: RunRecord) -> None:
         if current.attempts and current.attempt.ended is None:

@@ -172,6 +172,9 @@ def test_launch_runs_to_completion_as_dry_run_said(
     status = cli.json("status", run_id)
     assert status["state"] == "completed"
     assert [rank["step"] for rank in status["ranks"]] == [40] * 6
+    # Stopping a run that ended only makes sure nothing is left; it keeps its outcome.
+    late = cli.run("stop", run_id)
+    assert late.returncode == 0 and f"run {run_id} stays completed" in late.stderr
     runs = cli.json("runs")
     assert [(run["id"], run["state"]) for run in runs] == [(run_id, "completed")]
 
