@@ -90,7 +90,42 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--yes", action="store_true", help="add every unknown key without asking")
 
     _add_run_commands(commands)
+    _add_demo_command(commands)
     return parser
+
+
+def _add_demo_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="the whole product on this machine: no sshd, GPU, root or hosts file needed",
+        description=(
+            "Serve N SSH hosts on 127.0.0.1 from this process, check them, launch the bundled "
+            "trainer on every one (gloo on CPU) and open the console; --headless follows the "
+            "run to its end instead. Quitting ends the hosts, the run and their files. "
+            "Exit 0 completed, 1 failed, 3 stopped."
+        ),
+    )
+    demo.add_argument(
+        "--nodes", type=_positive, default=2, metavar="N", help="hosts to serve (default 2)"
+    )
+    demo.add_argument(
+        "--procs", type=_positive, default=2, metavar="P", help="processes per host (default 2)"
+    )
+    demo.add_argument(
+        "--headless",
+        action="store_true",
+        help="check, launch and print progress until the run ends, without the console",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 16:
+        raise argparse.ArgumentTypeError(f"expected a whole number 1–16, found {text!r}")
+    return number
 
 
 def _add_follow_flags(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -193,9 +228,28 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     _add_json_flag(runs, "the runs")
 
 
+def _opens_console(words: list[str], parser: argparse.ArgumentParser) -> bool:
+    """``ddptui`` alone or ``ddptui HOSTS``: a first word that is neither an option nor a
+    subcommand names the hosts file to open the console on."""
+    if not words:
+        return True
+    commands = next(
+        action.choices
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    return len(words) == 1 and not words[0].startswith("-") and words[0] not in commands
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
+    if _opens_console(words, parser):
+        from pathlib import Path
+
+        from ddptui.ui.app import run_console
+
+        return run_console(Path(words[0]) if words else None)
     # Split here: argparse treats options after "--" inside a subcommand as its own again.
     passthrough: list[str] = []
     if "--" in words:
@@ -205,9 +259,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passthrough and not getattr(args, "takes_passthrough", False):
         parser.error(f"unexpected arguments after --: {' '.join(passthrough)}")
     args.passthrough = passthrough
-    if args.command is None:
-        parser.print_help()
-        return 0
     from ddptui.errors import DdptuiError
 
     command = importlib.import_module(f"ddptui.commands.{args.command}")

@@ -1,0 +1,180 @@
+"""The console app and its entry point, :func:`run_console`.
+
+The app holds what the screens share (the hosts file, the last check report, the run store)
+and the actions every screen offers: launch, runs, help, quit. Quitting while a run goes on
+leaves it going and says how to come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from ddptui.check import CheckReport
+from ddptui.config import Config
+from ddptui.run.store import RunRecord, RunStore
+from ddptui.untrusted import plain
+
+DEFAULT_HOSTS = Path("hosts.toml")
+
+
+class DdptuiApp(App[int]):
+    CSS_PATH = "ddptui.tcss"
+    TITLE = "ddptui"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("colon", "command_palette", "actions", show=False),
+    ]
+
+    def __init__(
+        self,
+        config_path: Path | None = None,
+        *,
+        store: RunStore | None = None,
+        demo_note: str | None = None,
+        start: Screen[None] | None = None,
+    ) -> None:
+        """``start``: the first screen, instead of the hosts file's health screen (tests)."""
+        super().__init__()
+        self.config_path = config_path or DEFAULT_HOSTS
+        self.config: Config | None = None
+        self.report: CheckReport | None = None
+        self.store = store or RunStore()
+        self.demo_note = demo_note
+        self.first_screen = start
+
+    def on_mount(self) -> None:
+        if self.first_screen is not None:
+            self.push_screen(self.first_screen)
+            return
+        from ddptui.config import load_config
+        from ddptui.errors import ConfigError
+        from ddptui.ui.screens.first_run import FirstRunScreen
+        from ddptui.ui.screens.health import HealthScreen
+
+        if not self.config_path.exists():
+            self.push_screen(FirstRunScreen(self.config_path))
+            return
+        try:
+            self.config = load_config(self.config_path)
+        except ConfigError as error:
+            self.push_screen(FirstRunScreen(self.config_path, problem=str(error)))
+            return
+        self.push_screen(HealthScreen(self.config))
+        if self.demo_note:
+            self.notify(plain(self.demo_note), markup=False, timeout=10)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        # Every key the screen offers, by name, in the command palette (`:` or ctrl+p).
+        seen = set()
+        for key, active in screen.active_bindings.items():
+            binding = active.binding
+            if not binding.description or binding.action in seen:
+                continue
+            seen.add(binding.action)
+            yield SystemCommand(
+                binding.description,
+                f"key: {key}",
+                lambda node=active.node, action=binding.action: self.run_action(action, node),
+            )
+        yield from super().get_system_commands(screen)
+
+    # --- shared actions --------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        from ddptui.ui.screens.help import HelpScreen
+
+        keys = [
+            (active.binding.key_display or key, active.binding.description)
+            for key, active in self.screen.active_bindings.items()
+            if active.binding.description
+        ]
+        self.push_screen(HelpScreen(keys))
+
+    def action_runs(self) -> None:
+        from ddptui.ui.screens.runs import RunsScreen
+
+        self.push_screen(RunsScreen(self.store))
+
+    def open_run(self, record: RunRecord) -> None:
+        """Show ``record``; follow it when it still runs (attach)."""
+        from ddptui.config import load_config
+        from ddptui.ui.screens.run import RunScreen
+
+        config = load_config(self.store.hosts_file(record.id))
+        self.push_screen(RunScreen(record, config=config, store=self.store))
+
+    @work(exclusive=True, group="launch")
+    async def action_launch(self) -> None:
+        from ddptui.check import check_cluster
+        from ddptui.remote.connection import RemoteCluster
+        from ddptui.run.launcher import LaunchError, describe_plan, launch, make_plan
+        from ddptui.ui.screens.confirm import ConfirmScreen
+        from ddptui.ui.screens.run import RunScreen
+
+        config = self.config
+        if config is None:
+            return
+        if self.report is None:
+            self.notify("checking the hosts before launching…")
+            self.report = await check_cluster(config)
+        report = self.report
+        plan = make_plan(config, report, extra_args=())
+        body = Text()
+        errors = [f for f in report.findings if f.severity.value == "error"]
+        if errors:
+            body.append(f"The check found {len(errors)} error(s); launching anyway.\n\n", "red")
+        interfaces = {node.socket_ifname or "default" for node in plan.nodes}
+        body.append(
+            f"{len(plan.nodes)} host(s), {plan.world_size} ranks, backend {plan.backend}, "
+            f"master {plan.master_addr}:{plan.master_port}, "
+            f"interface {', '.join(sorted(interfaces))}\n\n",
+            "bold",
+        )
+        body.append(plain(describe_plan(plan)))
+        if not await self.push_screen_wait(ConfirmScreen("launch", body, "launch this run?")):
+            return
+
+        def say(line: str) -> None:
+            self.notify(plain(line, limit=300), markup=False)
+
+        try:
+            async with RemoteCluster(
+                config.ordered_hosts,
+                connect_timeout=config.cluster.connect_timeout,
+                max_parallel_connects=config.cluster.max_parallel_connects,
+            ) as remote:
+                record = await launch(config, report, plan, self.store, remote, say=say)
+        except LaunchError as error:
+            self.notify(plain(str(error)), markup=False, severity="error", timeout=30)
+            return
+        self.push_screen(RunScreen(record, config=config, store=self.store))
+
+    async def action_quit(self) -> None:
+        from ddptui.ui.screens.run import RunScreen
+
+        going = [s for s in self.screen_stack if isinstance(s, RunScreen) and s.running]
+        if not going:
+            self.exit(0)
+            return
+        run = going[-1].record.id
+        self.exit(
+            0,
+            message=f"run {run} goes on. Come back with `ddptui` (R: runs) or check it with "
+            f"`ddptui status {run}`; stop it with `ddptui stop {run}`",
+        )
+
+
+def run_console(config_path: Path | None, *, demo_note: str | None = None) -> int:
+    """Open the console on ``config_path`` (default ./hosts.toml); its exit code.
+
+    ``demo_note`` is shown once at the start (the demo says what it set up)."""
+    app = DdptuiApp(config_path, demo_note=demo_note)
+    return app.run() or 0

@@ -1,0 +1,57 @@
+"""Typed updates from the layers below to the screens.
+
+Each kind can replace a pending one of its kind (Toolong's model): a flood of updates costs one
+redraw, and screens redraw at most every :data:`REDRAW_S` on top of that.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from ddptui.check import CheckReport
+from ddptui.run.store import RunRecord
+from ddptui.run.watch import RunWatch, Verdict
+
+REDRAW_S = 0.1
+"""About ten redraws a second at most, whatever the rate of updates."""
+
+
+class CheckProgress(Message):
+    """One host's check moved on (``event`` as :func:`ddptui.check.check_cluster` says it)."""
+
+    def __init__(self, host: str, event: str) -> None:
+        super().__init__()
+        self.host = host
+        self.event = event
+
+
+class CheckDone(Message):
+    def __init__(self, report: CheckReport) -> None:
+        super().__init__()
+        self.report = report
+
+
+class RunChanged(Message):
+    """The followed run's state moved on; the newest replaces any still pending."""
+
+    def __init__(self, watch: RunWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunChanged) and message.watch is self.watch
+
+
+class RunEnded(Message):
+    def __init__(self, record: RunRecord, verdict: Verdict) -> None:
+        super().__init__()
+        self.record = record
+        self.verdict = verdict
+
+
+class Said(Message):
+    """A line from a service's ``say`` (launch, stop, resume steps)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line

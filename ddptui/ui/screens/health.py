@@ -1,0 +1,301 @@
+"""The health screen: every host with its versions (odd ones marked), the selected host's GPUs
+and findings with their fixes; ``c`` re-checks with live per-host progress."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from ddptui.check import CheckReport, check_cluster
+from ddptui.config import AUTO, Config
+from ddptui.health import Finding, HostCheck, Severity, parity_rows
+from ddptui.health.groups import group_findings
+from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
+from ddptui.probe.facts import NA, HostFacts
+from ddptui.ui.messages import CheckDone, CheckProgress
+from ddptui.ui.widgets.cells import ODD, bar, cell, odd_cell
+from ddptui.untrusted import plain
+
+SEVERITY = {
+    Severity.ERROR: ("✗", "bold red"),
+    Severity.WARNING: ("!", "yellow"),
+    Severity.INFO: ("i", "cyan"),
+}
+COLUMNS = (
+    "node", "host", "status", "hostname", "GPUs", "python", "torch", "CUDA", "NCCL", "driver",
+    "interface",
+)  # fmt: skip
+# Table column → the parity row whose odd hosts it marks.
+PARITY_KEY = {"python": "python", "torch": "torch", "CUDA": "torch_cuda", "NCCL": "nccl"}
+
+
+class HealthScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "recheck", "re-check"),
+        Binding("l", "app.launch", "launch"),
+        Binding("t", "trust", "trust keys"),
+        Binding("R", "app.runs", "runs"),
+        Binding("question_mark", "app.help", "help"),
+    ]
+
+    def __init__(self, config: Config, report: CheckReport | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.report = report
+        self.progress: dict[str, str] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="check-status")
+        yield DataTable(id="hosts", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="host-detail"):
+            with VerticalScroll(id="gpus-pane"):
+                yield Static(id="gpus")
+            with VerticalScroll(id="findings-pane"):
+                yield Static(id="findings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "ddptui"
+        self.sub_title = f"hosts · {plain(str(self.config.path), one_line=True)}"
+        table = self.query_one("#hosts", DataTable)
+        table.add_columns(*COLUMNS)
+        self._show()
+        if self.report is None:
+            self.action_recheck()
+
+    def action_recheck(self) -> None:
+        self.progress = {host.name: "waiting" for host in self.config.ordered_hosts}
+        self._show()
+        self._check()
+
+    @work(exclusive=True, group="check")
+    async def _check(self) -> None:
+        def progress(host: str, event: str) -> None:
+            self.post_message(CheckProgress(host, event))
+
+        report = await check_cluster(self.config, progress)
+        self.post_message(CheckDone(report))
+
+    def on_check_progress(self, message: CheckProgress) -> None:
+        if self.progress:
+            self.progress[message.host] = message.event
+            self._show()
+
+    def on_check_done(self, message: CheckDone) -> None:
+        self.report = message.report
+        self.progress = {}
+        self.app.report = message.report  # type: ignore[attr-defined]
+        self._show()
+
+    @on(DataTable.RowHighlighted, "#hosts")
+    def _host_chosen(self) -> None:
+        self._show_detail()
+
+    def _show(self) -> None:
+        table = self.query_one("#hosts", DataTable)
+        row = table.cursor_row
+        table.clear()
+        report = self.report
+        checks = {check.host.name: check for check in report.checks} if report else {}
+        odd: dict[str, tuple[str, ...]] = {}
+        if report is not None:
+            probed = [(c.host, c.facts) for c in report.checks if c.facts is not None]
+            odd = {parity.key: parity.odd_hosts for parity in parity_rows(probed)}
+        for rank, host in enumerate(self.config.ordered_hosts):
+            check = checks.get(host.name)
+            cells = [cell(rank), cell(host.name), self._status(host.name, check)]
+            facts = check.facts if check is not None else None
+            if facts is not None and check is not None:
+                cells += _fact_cells(check, facts, self.config.head.address, odd)
+            else:
+                cells += [Text("")] * (len(COLUMNS) - 3)
+            table.add_row(*cells, key=host.name)
+        if table.row_count:
+            table.move_cursor(row=min(row, table.row_count - 1))
+        self.query_one("#check-status", Static).update(self._summary())
+        self._show_detail()
+
+    def _status(self, host: str, check: HostCheck | None) -> Text:
+        if host in self.progress:
+            return Text(f"… {plain(self.progress[host], limit=20, one_line=True)}", "italic")
+        if check is None:
+            return Text("–", "dim")
+        if check.probe_failure is not None:
+            return Text("✗ probe failed", "red")
+        if not check.reach.ok:
+            return Text(f"✗ {check.reach.reach.value}", "red")
+        return Text("✓ ok", "green")
+
+    def _summary(self) -> Text:
+        if self.progress:
+            done = sum(event == "done" for event in self.progress.values())
+            return Text(f"checking {len(self.progress)} hosts… ({done} done)", "italic")
+        report = self.report
+        if report is None:
+            return Text("not checked yet: c checks every host")
+        errors = sum(f.severity is Severity.ERROR for f in report.findings)
+        warnings = sum(f.severity is Severity.WARNING for f in report.findings)
+        took = f"({report.elapsed_s:.1f} s)"
+        if report.healthy:
+            return Text(f"✓ healthy: {len(report.checks)} hosts ready, {warnings} warnings {took}")
+        summary = f"✗ not healthy: {errors} errors, {warnings} warnings {took}"
+        return Text(summary + f"  ({ODD}: differs from the other hosts)", "red")
+
+    def _selected(self) -> HostCheck | None:
+        if self.report is None:
+            return None
+        table = self.query_one("#hosts", DataTable)
+        hosts = self.config.ordered_hosts
+        if not 0 <= table.cursor_row < len(hosts):
+            return None
+        name = hosts[table.cursor_row].name
+        return next((c for c in self.report.checks if c.host.name == name), None)
+
+    def _show_detail(self) -> None:
+        check = self._selected()
+        gpus = self.query_one("#gpus", Static)
+        findings = self.query_one("#findings", Static)
+        if check is None or self.report is None:
+            gpus.update("")
+            findings.update("")
+            return
+        gpus.update(_gpus_text(check))
+        findings.update(_findings_text(self.report, check.host.name))
+
+    @work(exclusive=True, group="trust")
+    async def action_trust(self) -> None:
+        from ddptui.remote.hostkeys import KeyState, append_lines, fingerprint
+        from ddptui.remote.trust import lines_to_add, scan_host_keys
+        from ddptui.ui.screens.confirm import ConfirmScreen
+
+        self.notify("fetching the hosts' keys…")
+        scans = await scan_host_keys(
+            self.config.hosts,
+            timeout=self.config.cluster.connect_timeout,
+            max_parallel=self.config.cluster.max_parallel_connects,
+        )
+        body = Text()
+        for scan in scans:
+            body.append(f"{scan.host.name}  {scan.host.address}:{scan.host.port}  ", "bold")
+            if scan.check is None:
+                detail = scan.failure.detail if scan.failure is not None else "no answer"
+                body.append(f"unreachable: {plain(detail, one_line=True)}\n", "red")
+                continue
+            key = scan.check.presented
+            state = scan.check.state
+            body.append(f"{key.get_algorithm()} {fingerprint(key)}  ")
+            body.append(f"{state.value}\n", "red" if state is not KeyState.TRUSTED else "green")
+        additions = lines_to_add(scans)
+        if not additions:
+            await self.app.push_screen_wait(
+                ConfirmScreen("host keys", body, "no unknown key to add; close?")
+            )
+            return
+        count = sum(len(lines) for lines in additions.values())
+        question = f"add {count} key(s) to {', '.join(str(path) for path in additions)}?"
+        if await self.app.push_screen_wait(ConfirmScreen("trust host keys", body, question)):
+            for path, lines in additions.items():
+                append_lines(path, lines)
+            self.notify(f"added {count} key(s); re-checking")
+            self.action_recheck()
+
+
+def _fact_cells(
+    check: HostCheck, facts: HostFacts, head_address: str, odd: dict[str, tuple[str, ...]]
+) -> list[Text]:
+    name = check.host.name
+    torch = facts.torch
+    values = {
+        "python": facts.python.version,
+        "torch": torch.version if torch.status == "ok" else torch.status,
+        "CUDA": "cpu" if torch.cuda_build is None else torch.cuda_build,
+        "NCCL": torch.nccl_version,
+    }
+    cells = [cell(facts.hostname), _gpu_count(check, facts)]
+    cells += [odd_cell(values[c], name in odd.get(PARITY_KEY[c], ())) for c in values]
+    cells.append(odd_cell(facts.gpus.driver_version, name in odd.get("driver", ())))
+    interface = check.host.socket_ifname
+    if interface == AUTO:
+        interface = choose_socket_ifname(facts, head_address) or "?"
+    cells.append(cell(interface))
+    return cells
+
+
+def _gpu_count(check: HostCheck, facts: HostFacts) -> Text:
+    present = present_gpus(facts)
+    if not present:
+        return Text("none", "dim")
+    selected = selected_gpus(check.host, facts)
+    free = sum(1 for gpu in selected if is_free(gpu))
+    style = "" if free == len(selected) else "yellow"
+    return Text(f"{free}/{len(selected)} free", style)
+
+
+def _gpus_text(check: HostCheck) -> Text:
+    text = Text(f"GPUs on {plain(check.host.name, one_line=True)}\n", "bold")
+    facts = check.facts
+    if facts is None:
+        text.append(plain(check.reach.detail or "not probed", limit=400))
+        return text
+    devices = facts.gpus.devices
+    if not devices:
+        text.append(plain(facts.gpus.problem or "no NVIDIA GPU", limit=200), "dim")
+        return text
+    for gpu in devices:
+        mark = "✓ free" if is_free(gpu) else "● busy"
+        text.append(f"{gpu.index} {plain(str(gpu.name), limit=30, one_line=True)}  ")
+        text.append(f"{mark}\n", "green" if is_free(gpu) else "yellow")
+        used, total = gpu.memory_used_mib, gpu.memory_total_mib
+        if used is not NA and total is not NA:
+            text.append("  mem ")
+            text.append_text(bar(used, total))
+            text.append(f" {used}/{total} MiB\n")
+        if gpu.utilization_pct is not NA:
+            text.append(f"  util {gpu.utilization_pct}%\n")
+        if gpu.processes is not NA:
+            for process in gpu.processes:
+                held = "" if process.used_memory_mib is NA else f" {process.used_memory_mib} MiB"
+                name = plain(str(process.name), limit=40, one_line=True)
+                text.append(f"  held by {name} (pid {process.pid}){held}\n", "yellow")
+    return text
+
+
+def _findings_text(report: CheckReport, host: str) -> Text:
+    text = Text(f"findings for {plain(host, one_line=True)}\n", "bold")
+    mine = [f for f in report.findings if f.host == host]
+    if not mine:
+        text.append("none\n", "green")
+    for severity in Severity:
+        for group in group_findings(f for f in mine if f.severity is severity):
+            symbol, style = SEVERITY[severity]
+            text.append(f"{symbol} ", style)
+            text.append(plain(group.message))
+            text.append(f" [{group.code.value}]\n", "dim")
+            if group.hint:
+                text.append(f"  fix: {plain(group.hint)}\n", "dim")
+    shared = _cluster_findings(report.findings)
+    if shared:
+        text.append("\ncluster-wide\n", "bold")
+        text.append_text(shared)
+    return text
+
+
+def _cluster_findings(findings: Sequence[Finding]) -> Text:
+    text = Text()
+    for finding in findings:
+        if finding.host is None:
+            symbol, style = SEVERITY[finding.severity]
+            text.append(f"{symbol} ", style)
+            text.append(f"{plain(finding.message)}\n")
+            if finding.hint:
+                text.append(f"  fix: {plain(finding.hint)}\n", "dim")
+    return text
