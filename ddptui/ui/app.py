@@ -39,16 +39,16 @@ class DdptuiApp(App[int]):
         *,
         store: RunStore | None = None,
         demo_note: str | None = None,
-        start: Screen[None] | None = None,
+        first_screen: Screen[None] | None = None,
     ) -> None:
-        """``start``: the first screen, instead of the hosts file's health screen (tests)."""
+        """``first_screen``: the first screen, instead of the hosts file's health screen (tests)."""
         super().__init__()
         self.config_path = config_path or DEFAULT_HOSTS
         self.config: Config | None = None
         self.report: CheckReport | None = None
         self.store = store or RunStore()
         self.demo_note = demo_note
-        self.first_screen = start
+        self.first_screen = first_screen
 
     def on_mount(self) -> None:
         if self.first_screen is not None:
@@ -91,10 +91,11 @@ class DdptuiApp(App[int]):
     def action_help(self) -> None:
         from ddptui.ui.screens.help import HelpScreen
 
+        # The screen's and the app's own keys; a focused widget's (cursor keys) go without saying.
         keys = [
-            (active.binding.key_display or key, active.binding.description)
-            for key, active in self.screen.active_bindings.items()
-            if active.binding.description
+            (self.get_key_display(active.binding), active.binding.description)
+            for active in self.screen.active_bindings.values()
+            if active.binding.show and active.node in (self, self.screen)
         ]
         self.push_screen(HelpScreen(keys))
 

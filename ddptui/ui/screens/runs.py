@@ -46,7 +46,7 @@ class RunsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.title = "ddptui"
         self.sub_title = "runs"
-        columns = ("run", "state", "hosts", "ranks", "attempts", "started", "duration")
+        columns = ("run", "state", "hosts", "ranks", "tries", "started", "took")
         self.query_one("#runs", DataTable).add_columns(*columns)
         self.action_refresh()
 
@@ -61,15 +61,15 @@ class RunsScreen(Screen[None]):
             table.add_row(
                 cell(record.id + (" (demo)" if record.demo else "")),
                 Text(record.state.value, STATE_STYLE.get(record.state, "bold")),
-                cell(", ".join(node.host for node in record.nodes), limit=30),
+                cell(", ".join(node.host for node in record.nodes), limit=24),
                 cell(record.world_size),
                 cell(len(record.attempts)),
-                cell(time.strftime("%Y-%m-%d %H:%M", time.gmtime(record.created))),
+                cell(time.strftime("%m-%d %H:%M", time.gmtime(record.created))),
                 cell(_duration(took)),
             )
         count = len(self.records)
-        where = f"{count} run{'s' * (count != 1)} in {self.store.root}"
-        self.query_one("#runs-status", Static).update(Text(where + "  (newest first)"))
+        counted = f"{count} run{'s' * (count != 1)}, newest first; enter opens one"
+        self.query_one("#runs-status", Static).update(Text(counted))
 
     @on(DataTable.RowSelected, "#runs")
     def _chosen(self) -> None:

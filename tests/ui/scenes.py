@@ -1,0 +1,112 @@
+"""Deterministic data for the console's screens, built from the recordings of a real H200 host
+(tests/fixtures): probe documents (one GPU idle, one held by another process), a bf16 run's
+step events, and the NCCL error of a run with a bad socket interface. No network."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ddptui.check import CheckReport, PortTest
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.health import HostCheck, evaluate
+from ddptui.probe.facts import parse_facts
+from ddptui.remote.status import Reach, Reachability
+from ddptui.run.follow import FileLine, Heartbeat
+from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.watch import RunWatch
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CREATED = 1796077338.0
+"""When the recorded run started: every time shown is relative to the recordings."""
+
+
+def health_report() -> CheckReport:
+    """gpu-a: the idle H200; gpu-b: the H200 with a GPU held by pid 529 and an older torch (an
+    odd parity value); gpu-c: timed out."""
+    idle = parse_facts((FIXTURES / "probe" / "h200_idle_nvml.json").read_text())
+    busy = parse_facts((FIXTURES / "probe" / "h200_busy_nvml.json").read_text())
+    busy = dataclasses.replace(busy, torch=dataclasses.replace(busy.torch, version="2.10.0+cu130"))
+    hosts = (
+        HostConfig("gpu-a", "192.0.2.2"),
+        HostConfig("gpu-b", "192.0.2.3"),
+        HostConfig("gpu-c", "192.0.2.4"),
+    )
+    config = Config(Path("hosts.toml"), ClusterConfig(), hosts, JobConfig())
+    checks = [
+        HostCheck(hosts[0], Reachability(Reach.OK), idle, 0.0, None),
+        HostCheck(hosts[1], Reachability(Reach.OK), busy, 0.2, True),
+        HostCheck(
+            hosts[2],
+            Reachability(Reach.TIMEOUT, "192.0.2.4:22: no answer within 10 s"),
+        ),
+    ]
+    return CheckReport(config, tuple(checks), tuple(evaluate(config, checks)), 3.4, PortTest(True))
+
+
+def run_record(state: RunState = RunState.RUNNING) -> RunRecord:
+    record = RunRecord(
+        id="20261130-222218-h200",
+        created=CREATED,
+        hosts_file="hosts.toml",
+        entry="trainer",
+        backend="nccl",
+        master_addr="192.0.2.2",
+        world_size=4,
+        args=["--precision", "bf16"],
+        nodes=[
+            NodeRecord("gpu-a", "192.0.2.2", 0, 2, "/srv/ddptui-runs/r", [], {}),
+            NodeRecord("gpu-b", "192.0.2.3", 1, 2, "/srv/ddptui-runs/r", [], {}),
+        ],
+    )
+    record.attempts.append(Attempt(1, CREATED, 29500))
+    record.transition(state, now=CREATED)
+    return record
+
+
+def _as_rank(line: str, rank: int, scale: float) -> str:
+    event = json.loads(line)
+    event.update(rank=rank, local_rank=rank % 2, node_rank=rank // 2, world_size=4)
+    if isinstance(event.get("loss"), float):
+        event["loss"] *= scale
+    return json.dumps(event)
+
+
+def run_watch(*, failed: bool = True, steps: int = 300) -> RunWatch:
+    """Four ranks replaying the recorded bf16 run (each a little off the others); with
+    ``failed``, rank 0 stops at step 120 with the recorded NCCL error and its logs (whose
+    lines name rank 0)."""
+    record = run_record()
+    watch = RunWatch(record)
+    events = (FIXTURES / "events" / "bf16-300-steps.rank0.jsonl").read_text().splitlines()
+    for rank in range(4):
+        host = record.nodes[rank // 2].host
+        path = f"events/rank{rank}.jsonl"
+        for line in events:
+            step = json.loads(line).get("step")
+            if isinstance(step, int) and (step > steps or (failed and rank == 0 and step > 120)):
+                continue
+            watch.apply(FileLine(host, path, 0, _as_rank(line, rank, 1 + 0.03 * rank)))
+    if failed:
+        nccl = FIXTURES / "nccl"
+        logs = "logs/attempt-1/r_x/0/{}.log"
+        for name in ("stdout", "stderr"):
+            for text in (nccl / f"bad-socket-ifname.{name}.txt").read_text().splitlines():
+                watch.apply(FileLine("gpu-a", logs.format(name), 0, text))
+        error = (FIXTURES / "events" / "nccl-error.rank0.jsonl").read_text().splitlines()[0]
+        watch.apply(FileLine("gpu-a", "events/rank0.jsonl", 0, _as_rank(error, 0, 1.0)))
+    for host, used, util in (("gpu-a", 21007, 97), ("gpu-b", 20480, 64)):
+        for beat in range(20):
+            gpu = {
+                "index": 0,
+                "utilization.gpu": (util + beat * 7) % 100,
+                "memory.used": used,
+                "memory.total": 143771,
+                "temperature.gpu": 41,
+                "power.draw": 310.5,
+            }
+            sample = {"procs": 3, "cpu_pct": 180.0, "rss_mib": 2900.0, "gpus": [gpu]}
+            watch.apply(Heartbeat(host, CREATED + beat, {1: True}, sample))
+    watch.progress.update_health(CREATED + 200)
+    return watch

@@ -1,0 +1,84 @@
+"""Every screen at 80×24 and 160×48, from the recorded H200 data (tests/ui/scenes.py).
+
+Update after an intended change with ``pytest tests/ui --snapshot-update`` and review the SVGs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.screen import Screen
+
+from ddptui.run.store import RunState, RunStore
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.first_run import FirstRunScreen
+from ddptui.ui.screens.health import HealthScreen
+from ddptui.ui.screens.run import RunScreen
+from ddptui.ui.screens.runs import RunsScreen
+from tests.ui import scenes
+
+SIZES = [(80, 24), (160, 48)]
+SnapCompare = Callable[..., bool]
+
+
+def _health() -> Screen[None]:
+    report = scenes.health_report()
+    return HealthScreen(report.config, report)
+
+
+def _run() -> Screen[None]:
+    watch = scenes.run_watch()
+    return RunScreen(watch.record, watch=watch, follow=False)
+
+
+def _runs(root: Path) -> Screen[None]:
+    store = RunStore(root)
+    for index, state in enumerate((RunState.COMPLETED, RunState.FAILED, RunState.RUNNING)):
+        record = scenes.run_record(state)
+        record.id = f"20261130-22{index}218-h20{index}"
+        record.created += index * 3600
+        store.create(record, "")
+    return RunsScreen(store, now=scenes.CREATED + 3 * 3600)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_health(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(DdptuiApp(first_screen=_health()), terminal_size=size)
+
+
+def test_health_busy_gpu_host_selected(snap_compare: SnapCompare) -> None:
+    # gpu-b: the GPU held by pid 529, and the torch that differs from gpu-a's.
+    assert snap_compare(DdptuiApp(first_screen=_health()), terminal_size=(160, 48), press=["down"])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_with_the_nccl_error(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_gpus_and_linear_loss(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size, press=["g", "y"])
+
+
+def test_run_log_filtered(snap_compare: SnapCompare) -> None:
+    press = ["o", "slash", *"NCCL WARN", "enter"]
+    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=(160, 48), press=press)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_runs(snap_compare: SnapCompare, size: tuple[int, int], tmp_path: Path) -> None:
+    assert snap_compare(DdptuiApp(first_screen=_runs(tmp_path)), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_first_run(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    screen = FirstRunScreen(Path("hosts.toml"))
+    assert snap_compare(DdptuiApp(first_screen=screen), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size, press=["question_mark"])
