@@ -28,11 +28,17 @@ def network_findings(
     # One machine: gloo/NCCL traffic never leaves it, so what peers would be told to connect
     # to (the hostname's address, the interface) does not matter.
     alone = len(config.hosts) == 1
+    # Every host at a loopback address: one machine standing in for a cluster (the demo), whose
+    # ranks rightly meet on loopback whatever the hostname resolves to.
+    loopback_cluster = all(is_loopback_name(host.address) for host in config.hosts)
     for host, facts in probed:
-        chosen = choose_socket_ifname(facts, master)
+        stranded = _stranded(host, master)
+        chosen = None if stranded else choose_socket_ifname(facts, master)
         has_ifname = host.socket_ifname != AUTO or chosen is not None
         is_head = host.name == config.head.name
         resolution = list(_master_findings(host, facts, master, known, is_head, has_ifname))
+        if stranded:
+            resolution.append(_stranded_worker(config.head, host))
         yield from resolution
         if host.socket_ifname == AUTO:
             # A name that does not resolve (or only to loopback) is why no interface could be
@@ -41,7 +47,8 @@ def network_findings(
             yield from _auto_ifname(host, facts, master, chosen, explained=explained)
         else:
             yield from _configured_ifname(host, facts, master, chosen)
-        yield from _hostname_findings(host, facts, master, has_ifname, alone=alone)
+        if not loopback_cluster:
+            yield from _hostname_findings(host, facts, has_ifname, alone=alone)
     yield from _master_mismatch(probed, master)
 
 
@@ -53,8 +60,10 @@ def port_findings(config: Config, checks: Sequence[HostCheck]) -> Iterator[Findi
             yield from _bind_findings(head, facts.port)
         # A worker that cannot resolve node 0's name to node 0 cannot connect to it either;
         # its master_* finding names the cause, which a firewall hint would only obscure.
-        if check.master_port_reachable is False and (
-            facts is None or not _master_unusable(facts, head.address)
+        if (
+            check.master_port_reachable is False
+            and not _stranded(check.host, head.address)
+            and (facts is None or not _master_unusable(facts, head.address))
         ):
             yield _unreachable_port(config, check.host)
 
@@ -219,6 +228,23 @@ def _master_findings(
     )
 
 
+def _stranded(host: HostConfig, master: str) -> bool:
+    """Node 0 is at a loopback address but this host is not: it is another machine."""
+    return is_loopback_name(master) and not is_loopback_name(host.address)
+
+
+def _stranded_worker(head: HostConfig, host: HostConfig) -> Finding:
+    return Finding(
+        Code.MASTER_RESOLVES_TO_LOOPBACK,
+        Severity.ERROR,
+        host.name,
+        f"node 0's address {head.address} is loopback, but {host.name} is at {host.address}: "
+        "torchrun there would connect to itself instead of node 0",
+        f"give {head.name} the address the other hosts reach it at; loopback addresses work "
+        "only when every host has one (one machine standing in for a cluster)",
+    )
+
+
 def _known_master_address(
     probed: Sequence[tuple[HostConfig, HostFacts]], master: str
 ) -> IPAddress | None:
@@ -260,12 +286,9 @@ def _master_mismatch(
 
 
 def _hostname_findings(
-    host: HostConfig, facts: HostFacts, master: str, has_ifname: bool, *, alone: bool
+    host: HostConfig, facts: HostFacts, has_ifname: bool, *, alone: bool
 ) -> Iterator[Finding]:
     hostname = facts.hostname if facts.hostname is not NA else host.name
-    # One machine standing in for the cluster (the demo) legitimately uses loopback.
-    if is_loopback_name(master):
-        return
     severity = Severity.INFO if alone else Severity.WARNING if has_ifname else Severity.ERROR
     fix = (
         f"map {hostname} to the host's real address ({host.address}) in /etc/hosts, "

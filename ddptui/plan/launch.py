@@ -20,6 +20,7 @@ from ddptui.health.findings import HostCheck
 from ddptui.plan.resources import (
     choose_socket_ifname,
     is_free,
+    one_machine,
     procs_per_node,
     resolve_backend,
     selected_gpus,
@@ -127,7 +128,7 @@ def plan_launch(
     )
     hosts = config.ordered_hosts
     lone = len(hosts) == 1
-    master_addr = "127.0.0.1" if lone else config.head.address
+    master_addr = "127.0.0.1" if one_machine(config) else config.head.address
     entry: Entry = "script" if config.job.script else "module" if config.job.module else "trainer"
     args = (*config.job.args, *extra_args)
     counts = [procs_per_node(config, host, facts[host.name]) for host in hosts]

@@ -94,6 +94,16 @@ def is_loopback_name(address: str) -> bool:
         return address == "localhost"
 
 
+def one_machine(config: Config) -> bool:
+    """Every host is the same machine: there is one, or all are at loopback addresses.
+
+    The second is one machine standing in for a cluster (``ddptui demo``, a rehearsal before
+    the real hosts): gloo/NCCL traffic never leaves it, so loopback is what its ranks should
+    use, and node 0 is at 127.0.0.1 for every host.
+    """
+    return len(config.hosts) == 1 or all(is_loopback_name(host.address) for host in config.hosts)
+
+
 def master_target(facts: HostFacts, master: str) -> IPAddress | None:
     """The address this host's torchrun reaches node 0 at, as far as interfaces are concerned.
 

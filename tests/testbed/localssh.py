@@ -11,7 +11,6 @@ import asyncio
 import getpass
 import os
 import posixpath
-import signal
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
@@ -19,10 +18,10 @@ from typing import Any, TypeVar
 
 import asyncssh
 
+from ddptui.demo.sshd import run_session
 from tests.testbed import keys
 
 _T = TypeVar("_T")
-_CHUNK = 65536
 
 
 class _Sftp(asyncssh.SFTPServer):
@@ -127,48 +126,5 @@ class LocalSshServer:
             await conn.wait_closed()
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        # A shell request (no command) gets a non-interactive sh reading stdin, like sshd's
-        # login shell without a terminal.
-        command = process.command if process.command is not None else "sh"
-        self.commands.append(command)
-        env = {**os.environ, **process.env, "HOME": str(self.home), "USER": self.user}
-        child = await asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.home,
-            env=env,
-            start_new_session=True,
-        )
-        assert child.stdin is not None and child.stdout is not None and child.stderr is not None
-        feed = asyncio.ensure_future(_feed(process.stdin, child.stdin))
-        await asyncio.gather(
-            _drain(child.stdout, process.stdout), _drain(child.stderr, process.stderr)
-        )
-        status = await child.wait()
-        feed.cancel()
-        if status < 0:
-            process.exit_with_signal(signal.Signals(-status).name.removeprefix("SIG"))
-        else:
-            process.exit(status)
-
-
-async def _feed(source: asyncssh.SSHReader[bytes], sink: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await source.read(_CHUNK):
-            sink.write(chunk)
-            await sink.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        return
-    finally:
-        if not sink.is_closing():
-            sink.close()
-
-
-async def _drain(source: asyncio.StreamReader, sink: asyncssh.SSHWriter[bytes]) -> None:
-    while chunk := await source.read(_CHUNK):
-        sink.write(chunk)
-        await sink.drain()
+        self.commands.append(process.command if process.command is not None else "sh")
+        await run_session(process, self.home, self.user, set())

@@ -1,0 +1,118 @@
+"""``ddptui demo [--nodes N] [--procs P] [--headless]``: the whole product on this machine.
+
+N loopback SSH hosts served in-process (:mod:`ddptui.demo`), then the path every cluster takes:
+the check, the launch of the bundled trainer, the console (or, ``--headless``, following the
+run to its end). When the demo ends, however it ends, the run is killed if it still goes on,
+the hosts stop, and their directories are removed: nothing of it outlives the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ddptui.commands._runs import follow_headless, say
+from ddptui.commands.launch import checked, refuse
+from ddptui.config import Config, load_config
+from ddptui.demo.cluster import demo_cluster
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run.launcher import launch, make_plan
+from ddptui.run.stopper import stop_run
+from ddptui.run.store import RunRecord, RunStore
+
+_ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = not args.headless and importlib.util.find_spec("ddptui.ui.app") is not None
+    if not args.headless and not console:
+        say("the console is not installed here; following the demo headless")
+    store = RunStore()
+    with _terminate_as_interrupt():
+        say(f"starting {args.nodes} demo host(s) on 127.0.0.1 ({args.procs} process(es) each)")
+        with demo_cluster(args.nodes, args.procs) as cluster:
+            config = load_config(cluster.hosts_file)
+            try:
+                if console:
+                    return _console(config)
+                return asyncio.run(_headless(config, store))
+            finally:
+                _wind_down(config, store)
+
+
+async def _headless(config: Config, store: RunStore) -> int:
+    """``ddptui launch HOSTS --headless``'s path on the demo's hosts."""
+    report = await checked(config)
+    if not report.healthy:
+        return refuse(report)
+    plan = make_plan(config, report)
+    async with RemoteCluster(
+        config.ordered_hosts,
+        connect_timeout=config.cluster.connect_timeout,
+        max_parallel_connects=config.cluster.max_parallel_connects,
+    ) as remote:
+        record = await launch(config, report, plan, store, remote, say=say, demo=True)
+    say(f"run {record.id} is running; Ctrl-C ends the demo (and the run)")
+    return await follow_headless(record, config, store)
+
+
+def _console(config: Config) -> int:
+    from ddptui.ui.app import run_console
+
+    return run_console(
+        config.path,
+        demo_note=(
+            f"demo: {len(config.hosts)} hosts served by this process on 127.0.0.1; "
+            "quitting ends them and any run on them"
+        ),
+    )
+
+
+def _wind_down(config: Config, store: RunStore) -> None:
+    """Kill what still runs on the demo's hosts, before the hosts and their files go.
+
+    Every run launched on them counts, from the store by hosts file: a Ctrl-C during the
+    launch leaves a run that was never handed back.
+    """
+    runs = [
+        record
+        for record in store.records()
+        if record.hosts_file == str(config.path) and not record.state.final
+    ]
+    if not runs:
+        return
+    # A second Ctrl-C must not cut this short: it would leave torchrun running.
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in _ENDING_SIGNALS}
+    try:
+        for record in runs:
+            say(f"demo ending: killing run {record.id}")
+            asyncio.run(_kill(config, record, store))
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+async def _kill(config: Config, record: RunRecord, store: RunStore) -> None:
+    report = await stop_run(config, record, store, kill=True, say=say)
+    for host, left in report.left.items():
+        if left:
+            say(f"{host}: still running after the kill: {', '.join(left)}")
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal) end the demo as Ctrl-C does, cleaning up."""
+    previous = {
+        number: signal.signal(number, signal.default_int_handler)
+        for number in _ENDING_SIGNALS
+        if number != signal.SIGINT
+    }
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,100 @@
+"""A demo cluster: N loopback SSH hosts and the hosts file that describes them, in a private
+temporary directory that is gone when the cluster closes."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from ddptui.demo.sshd import LOOPBACK, LoopbackHost, LoopbackSshd, write_key_pair
+
+TRAINER_ARGS = (
+    "--width",
+    "64",
+    "--depth",
+    "2",
+    "--samples",
+    "2048",
+    "--batch-size",
+    "16",
+    "--lr",
+    "1e-2",
+    "--epochs",
+    "100",
+    "--max-steps",
+    "3000",
+)
+"""A model small enough that 2 hosts × 2 processes take about a minute on 2 CPU cores: long
+enough to stop and resume it in the console."""
+CHECKPOINT_EVERY = 250
+CONNECT_TIMEOUT_S = 10
+"""Generous: on a busy small machine the hosts share the CPU with torch importing."""
+
+
+@dataclass(frozen=True)
+class DemoCluster:
+    root: Path
+    """The private directory (0700) holding keys, the hosts file and every host's home."""
+    hosts_file: Path
+    hosts: Sequence[LoopbackHost]
+
+
+@contextmanager
+def demo_cluster(nodes: int, procs: int) -> Iterator[DemoCluster]:
+    """Serve ``nodes`` hosts on 127.0.0.1, each to run ``procs`` trainer processes."""
+    root = Path(tempfile.mkdtemp(prefix="ddptui-demo-"))
+    try:
+        client = root / "client"
+        client.mkdir(mode=0o700)
+        identity = client / "id_ed25519"
+        servers = LoopbackSshd(root, write_key_pair(identity, "ddptui-demo-client"))
+        try:
+            hosts = [servers.add_host(f"demo-{index}") for index in range(nodes)]
+            known_hosts = client / "known_hosts"
+            known_hosts.write_text("".join(host.known_hosts_line() + "\n" for host in hosts))
+            hosts_file = root / "hosts.toml"
+            hosts_file.write_text(hosts_toml(servers.user, identity, known_hosts, hosts, procs))
+            yield DemoCluster(root, hosts_file, hosts)
+        finally:
+            servers.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def hosts_toml(
+    user: str, identity: Path, known_hosts: Path, hosts: Sequence[LoopbackHost], procs: int
+) -> str:
+    document = {
+        "cluster": {
+            "user": user,
+            "identity_file": str(identity),
+            "known_hosts": str(known_hosts),
+            "python": sys.executable,
+            "backend": "gloo",
+            # Found free at launch, so demos running side by side never collide.
+            "master_port": "auto",
+            "connect_timeout": CONNECT_TIMEOUT_S,
+        },
+        "hosts": [
+            {
+                "name": host.name,
+                "address": LOOPBACK,
+                "port": host.port,
+                "workdir": str(host.home / "runs"),
+            }
+            for host in hosts
+        ],
+        "job": {
+            "nproc_per_node": procs,
+            "checkpoint_every": CHECKPOINT_EVERY,
+            "args": list(TRAINER_ARGS),
+        },
+    }
+    return tomli_w.dumps(document)
