@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -182,22 +183,27 @@ def bench_launch(bench: Bench) -> None:
     print(f"ratio {ddptui / by_hand:.2f} (target <= 1.3)")
 
 
-def bench_stop(bench: Bench) -> None:
-    section("stop latency: until no process of the run is left")
-    run_id, _ = bench.launch()
-    time.sleep(3)
-    began = time.monotonic()
-    stop = bench.ddptui("stop", run_id)
-    ddptui = bench.wait_gone(bench.marks(run_id), began)
-    graceful = "stopped on its own" in stop.stderr
-    run_id, _ = bench.launch()
-    time.sleep(3)
-    began = time.monotonic()
-    (bench.run_dir(bench.hosts[0], run_id) / "control" / "stop").touch()
-    own = bench.wait_gone(bench.marks(run_id), began)
-    print(f"ddptui stop:                       {ddptui:6.1f} s (graceful: {graceful})")
-    print(f"trainer's own stop (control file): {own:6.1f} s")
-    print(f"difference {ddptui - own:+.1f} s (target <= +2 s)")
+def bench_stop(bench: Bench, rounds: int) -> None:
+    section(f"stop latency: until no process of the run is left (median of {rounds}, alternating)")
+    ours, own, graceful = [], [], True
+    for _ in range(rounds):
+        run_id, _ = bench.launch()
+        time.sleep(3)
+        began = time.monotonic()
+        stop = bench.ddptui("stop", run_id)
+        ours.append(bench.wait_gone(bench.marks(run_id), began))
+        graceful = graceful and "stopped on its own" in stop.stderr
+        run_id, _ = bench.launch()
+        time.sleep(3)
+        began = time.monotonic()
+        (bench.run_dir(bench.hosts[0], run_id) / "control" / "stop").touch()
+        own.append(bench.wait_gone(bench.marks(run_id), began))
+    ddptui, trainer = statistics.median(ours), statistics.median(own)
+    print(f"ddptui stop:                       {ddptui:6.1f} s (graceful every time: {graceful})")
+    print(f"trainer's own stop (control file): {trainer:6.1f} s")
+    print(f"difference {ddptui - trainer:+.1f} s (target <= +2 s)")
+    rounds_text = "; ".join(f"{a:.1f} vs {b:.1f}" for a, b in zip(ours, own, strict=True))
+    print(f"  each round, ddptui vs own: {rounds_text}")
 
 
 def bench_watch(bench: Bench, seconds: float) -> None:
@@ -325,10 +331,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("launch", "stop", "watch", "cut"))
     parser.add_argument("--watch-seconds", type=float, default=30.0)
+    parser.add_argument("--stop-rounds", type=int, default=3)
     args = parser.parse_args()
     runs: dict[str, Callable[[Bench], None]] = {
         "launch": bench_launch,
-        "stop": bench_stop,
+        "stop": lambda bench: bench_stop(bench, args.stop_rounds),
         "watch": lambda bench: bench_watch(bench, args.watch_seconds),
         "cut": bench_cut,
     }
