@@ -49,6 +49,8 @@ class DdptuiApp(App[int]):
         self.store = store or RunStore()
         self.demo_note = demo_note
         self.first_screen = first_screen
+        self.goodbye: str | None = None
+        """What the terminal shows after the console closes."""
 
     def on_mount(self) -> None:
         if self.first_screen is not None:
@@ -162,15 +164,13 @@ class DdptuiApp(App[int]):
         from ddptui.ui.screens.run import RunScreen
 
         going = [s for s in self.screen_stack if isinstance(s, RunScreen) and s.running]
-        if not going:
-            self.exit(0)
-            return
-        run = going[-1].record.id
-        self.exit(
-            0,
-            message=f"run {run} goes on. Come back with `ddptui` (R: runs) or check it with "
-            f"`ddptui status {run}`; stop it with `ddptui stop {run}`",
-        )
+        if going:
+            run = going[-1].record.id
+            self.goodbye = (
+                f"run {run} goes on. Come back with `ddptui` (R: runs) or check it with "
+                f"`ddptui status {run}`; stop it with `ddptui stop {run}`"
+            )
+        self.exit(0, message=self.goodbye)
 
 
 def run_console(config_path: Path | None, *, demo_note: str | None = None) -> int:

@@ -61,10 +61,12 @@ class FirstRunScreen(Screen[None]):
             self.notify(f"{self.path} exists already; not overwriting it", severity="warning")
             return
         self.path.write_text(starter_text(), encoding="utf-8")
-        self.app.exit(
-            message=f"wrote {self.path}: edit its hosts, then `ddptui trust {self.path}` "
+        self.app.goodbye = (  # type: ignore[attr-defined]
+            f"wrote {self.path}: edit its hosts, then `ddptui trust {self.path}` "
             f"and `ddptui {self.path}`"
         )
+        self.app.exit(message=self.app.goodbye)  # type: ignore[attr-defined]
 
     def action_demo(self) -> None:
-        self.app.exit(message="start the demo with `ddptui demo`")
+        self.app.goodbye = "start the demo with `ddptui demo`"  # type: ignore[attr-defined]
+        self.app.exit(message=self.app.goodbye)  # type: ignore[attr-defined]

@@ -1,0 +1,128 @@
+"""The console's keys against real hosts: the test bed's sshd hosts, real torchrun with gloo.
+
+Launch from the health screen, watch losses arrive, stop, resume, quit with the run left
+going, attach again from the runs screen, kill. Each step is judged by what the run store and
+the screens hold, and the run is killed at the end whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from ddptui.config import load_config
+from ddptui.run.stopper import stop_run
+from ddptui.run.store import RunState, RunStore
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.health import HealthScreen
+from ddptui.ui.screens.run import RunScreen
+from ddptui.ui.screens.runs import RunsScreen
+from tests.testbed import TestBed
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+SMALL = [
+    *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
+    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000"),
+]
+
+
+async def _until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}")
+        await pilot.pause(0.25)
+
+
+def _steps(screen: RunScreen) -> list[int]:
+    return [rank.step or 0 for rank in screen.run_watch.progress.ranks]
+
+
+def _loss_cells(screen: RunScreen) -> list[str]:
+    table = screen.query_one("#ranks", DataTable)
+    return [str(table.get_row_at(row)[3]) for row in range(table.row_count)]
+
+
+async def _confirm(pilot: Pilot[int], key: str, expect: str) -> None:
+    app = pilot.app
+    await pilot.press(key)
+    await _until(
+        pilot, f"the {key!r} confirmation", lambda: isinstance(app.screen, ConfirmScreen), 60
+    )
+    assert isinstance(app.screen, ConfirmScreen)
+    assert expect in app.screen.body.plain, app.screen.body.plain
+    await pilot.press("y")
+
+
+def test_launch_watch_stop_resume_quit_attach_kill(testbed: TestBed, tmp_path: Path) -> None:
+    hosts_file = testbed.write_hosts_file(
+        tmp_path / "hosts.toml", testbed.hosts[:2], job={"nproc_per_node": 2, "args": SMALL}
+    )
+    store = RunStore(tmp_path / "runs")
+    try:
+        asyncio.run(_drive(hosts_file, store))
+    finally:
+        for record in store.records():
+            if not record.state.final:
+                config = load_config(hosts_file)
+                asyncio.run(stop_run(config, record, store, kill=True, say=lambda line: None))
+
+
+async def _drive(hosts_file: Path, store: RunStore) -> None:
+    app = DdptuiApp(hosts_file, store=store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        health = app.screen
+        assert isinstance(health, HealthScreen)
+        await _until(pilot, "the check", lambda: health.report is not None, 120)
+        assert health.report is not None and health.report.healthy
+        hosts = health.query_one("#hosts", DataTable)
+        assert [str(hosts.get_row_at(row)[2]) for row in range(2)] == ["✓ ok", "✓ ok"]
+
+        # l: the confirmation shows the plan; y launches; the run screen follows.
+        await _confirm(pilot, "l", "2 host(s), 4 ranks, backend gloo")
+        await _until(pilot, "the run screen", lambda: isinstance(app.screen, RunScreen), 120)
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        await _until(pilot, "steps on every rank", lambda: min(_steps(run)) >= 5, 180)
+        await pilot.pause(0.3)
+        assert all(cell[0].isdigit() for cell in _loss_cells(run)), _loss_cells(run)
+
+        # s: asks, then stops gracefully; the supervisor sees it end as stopped.
+        await _confirm(pilot, "s", "checkpoint")
+        await _until(pilot, "the stop", lambda: run.record.state is RunState.STOPPED, 120)
+        await _until(pilot, "the follower to end", lambda: not run.following, 60)
+        stopped_at = max(_steps(run))
+
+        # r: a second attempt that carries on from the checkpoint.
+        await pilot.press("r")
+        await _until(pilot, "attempt 2", lambda: run.run_watch.attempt == 2, 120)
+        await _until(pilot, "steps of attempt 2", lambda: min(_steps(run)) > 0, 180)
+        assert store.load(run.record.id).state is RunState.RUNNING
+        run_id = run.record.id
+
+        # q: the console closes; the run goes on and the console says how to come back.
+        await pilot.press("q")
+    assert app.goodbye is not None and f"ddptui status {run_id}" in app.goodbye
+    assert store.load(run_id).state is RunState.RUNNING
+
+    # Attach again: R lists the run, enter follows it, K kills it after asking.
+    again = DdptuiApp(hosts_file, store=store)
+    async with again.run_test(size=(160, 48)) as pilot:
+        await pilot.press("R")
+        assert isinstance(again.screen, RunsScreen)
+        await pilot.press("enter")
+        attached = again.screen
+        assert isinstance(attached, RunScreen) and attached.record.id == run_id
+        await _until(pilot, "attempt 2's steps", lambda: max(_steps(attached)) > 0, 120)
+        assert attached.following
+        await _confirm(pilot, "K", "no checkpoint")
+        await _until(pilot, "the kill", lambda: attached.record.state is RunState.STOPPED, 120)
+    assert stopped_at > 0

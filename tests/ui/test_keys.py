@@ -1,0 +1,177 @@
+"""The console's keys, driven with Textual's pilot over the recorded data (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rich.text import Text
+from textual.command import CommandPalette
+from textual.widgets import RichLog
+
+from ddptui.run.store import RunState
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.first_run import FirstRunScreen
+from ddptui.ui.screens.health import HealthScreen
+from ddptui.ui.screens.help import HelpScreen
+from ddptui.ui.screens.run import RunScreen
+from ddptui.ui.widgets.loss_chart import LossChart
+from tests.ui import scenes
+
+
+def _run_app(state: RunState = RunState.RUNNING) -> tuple[DdptuiApp, RunScreen]:
+    watch = scenes.run_watch()
+    watch.record.transition(state)
+    screen = RunScreen(watch.record, watch=watch, follow=False)
+    return DdptuiApp(first_screen=screen), screen
+
+
+def _log_lines(screen: RunScreen) -> list[str]:
+    return [strip.text for strip in screen.query_one("#log", RichLog).lines]
+
+
+def test_slash_filters_the_followed_log_and_esc_clears_it() -> None:
+    asyncio.run(_test_slash_filters_the_followed_log_and_esc_clears_it())
+
+
+async def _test_slash_filters_the_followed_log_and_esc_clears_it() -> None:
+    app, screen = _run_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("o")
+        everything = _log_lines(screen)
+        assert len(everything) > 20
+        await pilot.press("slash", *"NCCL WARN", "enter")
+        filtered = _log_lines(screen)
+        assert filtered and len(filtered) < len(everything)
+        assert all("NCCL WARN" in line for line in filtered)
+        await pilot.press("escape")
+        assert _log_lines(screen) == everything
+        assert isinstance(app.screen, RunScreen)
+
+
+def test_y_switches_the_loss_axis_between_log_and_linear() -> None:
+    asyncio.run(_test_y_switches_the_loss_axis_between_log_and_linear())
+
+
+async def _test_y_switches_the_loss_axis_between_log_and_linear() -> None:
+    app, screen = _run_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        chart = screen.query_one(LossChart)
+        assert chart.log_scale
+        await pilot.press("y")
+        await pilot.pause(0.2)
+        assert not chart.log_scale
+        assert chart._y_label == "loss"
+
+
+def test_help_shows_the_screens_keys_and_how_to_come_back() -> None:
+    asyncio.run(_test_help_shows_the_screens_keys_and_how_to_come_back())
+
+
+async def _test_help_shows_the_screens_keys_and_how_to_come_back() -> None:
+    app, _ = _run_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        keys = dict(app.screen.keys)
+        assert keys["s"] == "stop" and keys["K"] == "kill" and keys["/"] == "filter log"
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunScreen)
+
+
+def test_colon_opens_the_command_palette_with_the_screens_actions() -> None:
+    asyncio.run(_test_colon_opens_the_command_palette_with_the_screens_actions())
+
+
+async def _test_colon_opens_the_command_palette_with_the_screens_actions() -> None:
+    app, _ = _run_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("colon")
+        assert isinstance(app.screen, CommandPalette)
+        titles = [command.title for command in app.get_system_commands(app.screen_stack[-2])]
+        assert {"stop", "kill", "resume", "filter log", "help"} <= set(titles)
+
+
+def test_quitting_while_the_run_goes_on_says_how_to_come_back() -> None:
+    asyncio.run(_test_quitting_while_the_run_goes_on_says_how_to_come_back())
+
+
+async def _test_quitting_while_the_run_goes_on_says_how_to_come_back() -> None:
+    app, screen = _run_app()
+    async with app.run_test() as pilot:
+        await pilot.press("q")
+    assert app.goodbye is not None
+    assert f"run {screen.record.id} goes on" in app.goodbye
+    assert f"ddptui status {screen.record.id}" in app.goodbye
+
+
+def test_quitting_after_the_run_ended_says_nothing() -> None:
+    asyncio.run(_test_quitting_after_the_run_ended_says_nothing())
+
+
+async def _test_quitting_after_the_run_ended_says_nothing() -> None:
+    app, _ = _run_app(RunState.FAILED)
+    async with app.run_test() as pilot:
+        await pilot.press("q")
+    assert app.goodbye is None
+
+
+def test_without_a_hosts_file_the_first_screen_offers_init(tmp_path: Path) -> None:
+    asyncio.run(_test_without_a_hosts_file_the_first_screen_offers_init(tmp_path))
+
+
+async def _test_without_a_hosts_file_the_first_screen_offers_init(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    app = DdptuiApp(hosts)
+    async with app.run_test() as pilot:
+        assert isinstance(app.screen, FirstRunScreen)
+        await pilot.press("i")
+    assert "[cluster]" in hosts.read_text()
+    assert app.goodbye is not None and "ddptui trust" in app.goodbye
+
+
+def test_a_bad_hosts_file_is_shown_not_raised(tmp_path: Path) -> None:
+    asyncio.run(_test_a_bad_hosts_file_is_shown_not_raised(tmp_path))
+
+
+async def _test_a_bad_hosts_file_is_shown_not_raised(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text("[cluster]\nidentity_fle = 'x'\n")
+    app = DdptuiApp(hosts)
+    async with app.run_test():
+        assert isinstance(app.screen, FirstRunScreen)
+        assert app.screen.problem is not None and "did you mean" in app.screen.problem
+
+
+def test_host_text_reaches_the_table_as_plain_text() -> None:
+    asyncio.run(_test_host_text_reaches_the_table_as_plain_text())
+
+
+async def _test_host_text_reaches_the_table_as_plain_text() -> None:
+    report = scenes.health_report()
+    hostile = report.checks[0].host.__class__("\x1b]0;pwned\x07[b]x", "192.0.2.9")
+    config = report.config.__class__(
+        report.config.path, report.config.cluster, (hostile,), report.config.job
+    )
+    app = DdptuiApp(first_screen=HealthScreen(config, report))
+    async with app.run_test():
+        table = app.screen.query_one("#hosts")
+        name = table.get_row_at(0)[1]  # type: ignore[attr-defined]
+        assert isinstance(name, Text)
+        assert name.plain == "\\x1b]0;pwned\\x07[b]x"
+
+
+def test_confirmation_answers() -> None:
+    asyncio.run(_test_confirmation_answers())
+
+
+async def _test_confirmation_answers() -> None:
+    app, _ = _run_app()
+    answers: list[bool] = []
+    async with app.run_test() as pilot:
+        app.push_screen(ConfirmScreen("t", Text("b"), "q?"), answers.append)
+        await pilot.press("n")
+        app.push_screen(ConfirmScreen("t", Text("b"), "q?"), answers.append)
+        await pilot.press("y")
+    assert answers == [False, True]
