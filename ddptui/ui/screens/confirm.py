@@ -27,9 +27,10 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
+            # The question before the details: a long plan scrolls, the question stays in view.
+            yield Static(Text(f"{self.question}  [y/N]", style="bold"), id="confirm-question")
             with VerticalScroll(id="confirm-body"):
                 yield Static(self.body)
-            yield Static(Text(f"{self.question}  [y/N]", style="bold"), id="confirm-question")
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
