@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -185,13 +186,19 @@ def bench_launch(bench: Bench) -> None:
 
 def bench_stop(bench: Bench, rounds: int) -> None:
     section(f"stop latency: until no process of the run is left (median of {rounds}, alternating)")
-    ours, own, graceful = [], [], True
+    ours, own, asked, graceful = [], [], [], True
     for _ in range(rounds):
         run_id, _ = bench.launch()
         time.sleep(3)
+        request = bench.run_dir(bench.hosts[0], run_id) / "control" / "stop"
+        seen: list[float] = []
+        watcher = threading.Thread(target=_appears, args=(request, seen), daemon=True)
         began = time.monotonic()
+        watcher.start()
         stop = bench.ddptui("stop", run_id)
         ours.append(bench.wait_gone(bench.marks(run_id), began))
+        watcher.join()
+        asked.append(seen[0] - began if seen else float("nan"))
         graceful = graceful and "stopped on its own" in stop.stderr
         run_id, _ = bench.launch()
         time.sleep(3)
@@ -204,6 +211,12 @@ def bench_stop(bench: Bench, rounds: int) -> None:
     print(f"difference {ddptui - trainer:+.1f} s (target <= +2 s)")
     rounds_text = "; ".join(f"{a:.1f} vs {b:.1f}" for a, b in zip(ours, own, strict=True))
     print(f"  each round, ddptui vs own: {rounds_text}")
+    # The rest of a stop is the trainer's own (the same control file): what ddptui adds is the
+    # time until that request is on node 0, which the machine's load does not blur.
+    print(
+        f"ddptui's own part, until control/stop is on node 0: median "
+        f"{statistics.median(asked):.2f} s (each: {', '.join(f'{t:.2f}' for t in asked)})"
+    )
 
 
 def bench_watch(bench: Bench, seconds: float) -> None:
@@ -291,6 +304,15 @@ def bench_watch(bench: Bench, seconds: float) -> None:
         writer.wait()
     print(f"followed {lines / wall:,.0f} event lines/s (written: {64 * 20:,}/s)")
     print(f"ddptui CPU: {used / wall * 100:.1f}% of one core (target < 10%)")
+
+
+def _appears(path: Path, seen: list[float]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if path.exists():
+            seen.append(time.monotonic())
+            return
+        time.sleep(0.005)
 
 
 def _cpu(pid: int) -> float:

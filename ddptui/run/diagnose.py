@@ -68,6 +68,7 @@ class Category(str, enum.Enum):
     CUDA_OOM = "cuda_oom"
     NONFINITE_LOSS = "nonfinite_loss"
     KILLED_BY_SIGNAL = "killed_by_signal"
+    TERMINATED = "terminated"
     TRAINER_ERROR = "trainer_error"
     """The bundled trainer refused its options or inputs (``TrainerError``)."""
     CHILD_FAILED = "child_failed"
@@ -187,6 +188,12 @@ _ABOUT: Final[dict[Category, tuple[Role, str, str]]] = {
         "Read the host's kernel log (`dmesg -T | grep -i -e oom -e killed`) and its free memory; "
         "lower the batch size or the processes per node.",
     ),
+    Category.TERMINATED: (
+        "consequence",
+        "torchrun was told to stop (SIGTERM, SIGINT or SIGHUP): ddptui stopping the other nodes "
+        "after a failure, a `ddptui stop`, or someone's kill.",
+        "Nothing to fix here: the first failure, if any, is listed first.",
+    ),
     Category.TRAINER_ERROR: (
         "root",
         "The bundled trainer refused its options or inputs.",
@@ -269,6 +276,8 @@ _C10D_PREFIX = re.compile(r"^\[[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] (?:\[c1
 _NCCL_PREFIX = re.compile(r"^(?:\[[\d\- :]+\] )?\S+:\d+:\d+ \[\d+\] (?:\S+\.\w+:\d+ )?")
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b\s*(.*)")
 _NCCL_INFO = re.compile(r"\bNCCL INFO\b")
+# torchrun's own exception when it receives SIGTERM, SIGINT or SIGHUP (numbers on Linux).
+_TERMINATED = re.compile(r"got signal: (?:15|2|1)\b")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)(?::\s?(.*))?$")
 _MODULE_PREFIX = re.compile(r"^(?:[a-z_]\w*\.)+(?=[A-Z])")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -453,6 +462,8 @@ def _python_error(body: str) -> _Finding | None:
     match = _EXCEPTION.match(body)
     if match is None or not (_looks_like_exception(match.group(1)) or match.group(2) is not None):
         return None
+    if match.group(1) == "SignalException" and _TERMINATED.search(body):
+        return _Finding(Category.TERMINATED, normalise(_MODULE_PREFIX.sub("", body)))
     return _Finding(Category.PYTHON_ERROR, normalise(_MODULE_PREFIX.sub("", body)))
 
 
@@ -843,7 +854,8 @@ class Diagnoser:
         reports = [o for o in by_time if o.role == "report" and o.rank is not None]
         for role in ("root", "report", "consequence"):
             for obs in by_time:
-                if obs.role != role:
+                # Being told to stop is never where a run failed first: someone else did that.
+                if obs.role != role or obs.category is Category.TERMINATED:
                     continue
                 if obs.rank is not None:
                     return obs, obs.rank

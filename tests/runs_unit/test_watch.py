@@ -125,3 +125,17 @@ def test_rank_logs_map_to_global_ranks_and_garbage_is_counted() -> None:
     watch.apply(FileLine("a", "events/rank0.jsonl", 9, _event("step", 0, step=3, loss=0.5)))
     rank = watch.progress.rank(0)
     assert rank is not None and rank.step == 3 and rank.loss == 0.5
+
+
+def test_torchrun_told_to_stop_is_a_consequence_never_the_first_failure() -> None:
+    from ddptui.run.diagnose import Category, Diagnoser, LogLine
+
+    diagnoser = Diagnoser()
+    for text in (
+        "Traceback (most recent call last):",
+        '  File "run.py", line 1, in <module>',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15",
+    ):
+        diagnoser.feed(LogLine("a", 0, None, "torchrun", 1.0, text))
+    assert [d.category for d in diagnoser.diagnoses()] == [Category.TERMINATED]
+    assert diagnoser.first_failure() is None
