@@ -77,7 +77,7 @@ def run_watch(*, failed: bool = True, steps: int = 300) -> RunWatch:
     """Four ranks replaying the recorded bf16 run (each a little off the others); with
     ``failed``, rank 0 stops at step 120 with the recorded NCCL error and its logs (whose
     lines name rank 0)."""
-    record = run_record()
+    record = run_record(RunState.FAILED if failed else RunState.RUNNING)
     watch = RunWatch(record)
     events = (FIXTURES / "events" / "bf16-300-steps.rank0.jsonl").read_text().splitlines()
     for rank in range(4):
