@@ -16,9 +16,10 @@ import os
 import posixpath
 import signal
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import asyncssh
@@ -27,6 +28,7 @@ LOOPBACK = "127.0.0.1"
 _T = TypeVar("_T")
 _CHUNK = 65536
 _CALL_TIMEOUT_S = 30.0
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 
 def write_key_pair(path: Path, comment: str) -> str:
@@ -160,7 +162,11 @@ class LoopbackSshd:
             await child.wait()
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes], home: Path) -> None:
-        await run_session(process, home, self.user, self._children)
+        # A temporary directory per host, inside it: what torch caches there (inductor's
+        # directory) goes when the demo does, and no host sees another's.
+        tmp = home / ".tmp"
+        tmp.mkdir(exist_ok=True)
+        await run_session(process, home, self.user, self._children, {"TMPDIR": str(tmp)})
 
 
 async def run_session(
@@ -168,16 +174,18 @@ async def run_session(
     home: Path,
     user: str,
     children: set[asyncio.subprocess.Process],
+    env: Mapping[str, str] = _NO_ENV,
 ) -> None:
-    """Run a session's command as sshd would for ``user`` logged in with ``home``; while it
-    runs, its process is in ``children``."""
+    """Run a session's command as sshd would for ``user`` logged in with ``home``, with ``env``
+    over this process's environment; while it runs, its process is in ``children``."""
     # A shell request (no command) gets a non-interactive sh reading stdin, like sshd's
     # login shell without a terminal.
     command = process.command if process.command is not None else "sh"
     # The same user on the same machine: this process's environment, as a login would give
     # it (PATH, a PYTHONPATH that finds torch), with the host's own home.
-    env = {
+    environment = {
         **os.environ,
+        **env,
         **process.env,
         "HOME": str(home),
         "PWD": str(home),
@@ -192,7 +200,7 @@ async def run_session(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=home,
-        env=env,
+        env=environment,
         start_new_session=True,
     )
     children.add(child)
