@@ -12,6 +12,8 @@ Commands:
 - ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
   ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, and torchrun's exit status.
 - ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run.
+- ``wait RUN_DIR SECONDS``: as ``status``, once no process of the run is left or at the latest
+  after SECONDS.
 - ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
 - ``stage STAGE_DIR CODE_DIR MANIFEST_JSON``: verify the uploaded files' SHA-256, then rename
   the staging directory to the code directory (atomic: the code is all there or not at all).
@@ -42,6 +44,7 @@ READ_CHUNK = 1 << 20
 POLL_S = 0.25
 HEARTBEAT_S = 2.0
 SETTLED_S = 1.0
+WAIT_POLL_S = 0.25
 FOLLOWED = re.compile(
     r"^(events/[^/]+\.jsonl"
     r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"
@@ -184,6 +187,18 @@ def send_signal(run_dir: Path, name: str) -> int:
         }
     )
     return 0
+
+
+def wait_gone(run_dir: Path, seconds: float) -> int:
+    """Return once no process of the run is left, or after ``seconds``; then as ``status``.
+
+    One process watching on the host instead of the head asking every second: on a loaded
+    machine that polling competes with the very shutdown it waits for.
+    """
+    deadline = time.monotonic() + seconds
+    while run_processes(run_dir) and time.monotonic() < deadline:
+        time.sleep(WAIT_POLL_S)
+    return status(run_dir)
 
 
 def control(run_dir: Path, name: str) -> int:
@@ -400,6 +415,8 @@ def main(argv: list[str]) -> int:
         return status(Path(args[0]))
     if command == "signal":
         return send_signal(Path(args[0]), args[1])
+    if command == "wait":
+        return wait_gone(Path(args[0]), float(args[1]))
     if command == "control":
         return control(Path(args[0]), args[1])
     if command == "stage":

@@ -164,9 +164,19 @@ async def start(
     return pgid
 
 
-async def status(remote: RemoteCluster, host: HostConfig, run_dir: str) -> list[AttemptStatus]:
-    """Every attempt of the run on ``host``: process group, liveness, processes, exit status."""
-    answer = await agent(remote, host, "status", run_dir)
+async def status(
+    remote: RemoteCluster, host: HostConfig, run_dir: str, *, wait: float = 0.0
+) -> list[AttemptStatus]:
+    """Every attempt of the run on ``host``: process group, liveness, processes, exit status.
+
+    With ``wait``, the answer comes once no process of the run is left on the host, or after
+    ``wait`` seconds.
+    """
+    if wait > 0:
+        command = ["wait", run_dir, f"{wait:g}"]
+        answer = await agent(remote, host, *command, timeout=wait + AGENT_TIMEOUT_S)
+    else:
+        answer = await agent(remote, host, "status", run_dir)
     attempts = answer.get("attempts")
     found = []
     if isinstance(attempts, dict):

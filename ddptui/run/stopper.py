@@ -19,7 +19,6 @@ from ddptui.run import nodes
 from ddptui.run.nodes import AttemptStatus, NodeError
 from ddptui.run.store import RunRecord, RunState, RunStore
 
-POLL_S = 1.0
 KILL_WAIT_S = 10.0
 
 
@@ -68,14 +67,18 @@ async def live(
     record: RunRecord,
     report: StopReport,
     skip: Collection[str] = (),
+    wait: float = 0.0,
 ) -> dict[str, list[AttemptStatus]]:
-    """Host → the run's attempts that still have processes there (``skip``: hosts not asked)."""
+    """Host → the run's attempts that still have processes there (``skip``: hosts not asked).
+
+    With ``wait``, each host answers once nothing of the run is left there, or after ``wait``.
+    """
     hosts = _hosts(config, record)
     found: dict[str, list[AttemptStatus]] = {}
 
     async def one(name: str, run_dir: str) -> None:
         try:
-            attempts = await nodes.status(remote, hosts[name], run_dir)
+            attempts = await nodes.status(remote, hosts[name], run_dir, wait=wait)
         except NodeError as error:
             report.unreachable[name] = str(error)
             return
@@ -100,12 +103,7 @@ async def _wait_gone(
     seconds: float,
     skip: Collection[str] = (),
 ) -> dict[str, list[AttemptStatus]]:
-    deadline = time.monotonic() + seconds
-    while True:
-        running = await live(remote, config, record, report, skip)
-        if not running or time.monotonic() >= deadline:
-            return running
-        await asyncio.sleep(POLL_S)
+    return await live(remote, config, record, report, skip, wait=seconds)
 
 
 async def _signal(
