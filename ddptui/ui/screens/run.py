@@ -7,6 +7,7 @@ screen redraws at most every :data:`REDRAW_S`, only the pane on show.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -18,6 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, RichLog, Static
+from textual.widgets.data_table import ColumnKey
 
 from ddptui.config import Config
 from ddptui.run.progress import RankProgress
@@ -32,6 +34,8 @@ LOG_VIEW_LINES = 2000
 GPU_HISTORY = 60
 """Utilisation samples kept per GPU (one per heartbeat) for the sparkline."""
 SPARK = "▁▂▃▄▅▆▇█"
+CHART_EVERY_S = 0.5
+TABLE_EVERY_S = 0.25
 RANK_COLUMNS = ("node", "rank", "step", "loss", "samples/s", "step s", "memory", "state")
 
 
@@ -75,6 +79,9 @@ class RunScreen(Screen[None]):
         self._last_log: RankLog | None = None
         self._gpu_history: dict[tuple[str, int], deque[float]] = {}
         self._last_samples: dict[str, Mapping[str, Any]] = {}
+        self._columns: list[ColumnKey] = []
+        self._rows: dict[str, tuple[Text, ...]] = {}
+        self._chart_due = self._table_due = 0.0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -94,7 +101,7 @@ class RunScreen(Screen[None]):
     def on_mount(self) -> None:
         self.title = "ddptui"
         self.sub_title = f"run {self.record.id}"
-        self.query_one("#ranks", DataTable).add_columns(*RANK_COLUMNS)
+        self._columns = self.query_one("#ranks", DataTable).add_columns(*RANK_COLUMNS)
         self.query_one("#filter", Input).display = False
         self.set_interval(REDRAW_S, self._redraw)
         self._redraw()
@@ -241,6 +248,7 @@ class RunScreen(Screen[None]):
 
     def action_all_ranks(self) -> None:
         self.chart_rank = None
+        self._chart_due = 0.0
         self.dirty = True
 
     @on(DataTable.RowSelected, "#ranks")
@@ -248,6 +256,7 @@ class RunScreen(Screen[None]):
         ranks = self.run_watch.progress.ranks
         if 0 <= event.cursor_row < len(ranks):
             self.chart_rank = self.log_rank = ranks[event.cursor_row].rank
+            self._chart_due = 0.0
             self.action_pane("log")
 
     # --- drawing ---------------------------------------------------------------------------
@@ -259,8 +268,16 @@ class RunScreen(Screen[None]):
         watch = self.run_watch
         self._sample_gpus()
         self.query_one("#run-status", Static).update(self._status())
-        self._rank_table(watch.progress.ranks)
-        self.query_one(LossChart).show(watch.progress.ranks, self.chart_rank)
+        now = time.monotonic()
+        if now >= self._table_due:
+            # Every rank's row changes with every step: four times a second reads the same.
+            self._table_due = now + TABLE_EVERY_S
+            self._rank_table(watch.progress.ranks)
+        chart = self.query_one(LossChart)
+        if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
+            # A line plot is the costliest thing on the screen; a few times a second is plenty.
+            self._chart_due = now + CHART_EVERY_S
+            chart.show(watch.progress.ranks, self.chart_rank)
         pane = self.query_one("#run-panes", ContentSwitcher).current
         if pane == "errors":
             self.query_one("#errors-text", Static).update(self._errors())
@@ -284,23 +301,23 @@ class RunScreen(Screen[None]):
         return text
 
     def _rank_table(self, ranks: list[RankProgress]) -> None:
+        """Rows are updated cell by cell: rebuilding the table would throw away its render
+        cache on every redraw, which costs more than everything else at 64 ranks."""
         table = self.query_one("#ranks", DataTable)
-        row = table.cursor_row
-        table.clear()
-        for rank in ranks:
-            memory = rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
-            table.add_row(
-                cell(f"{rank.node_rank} {rank.host}", limit=18),
-                number(rank.rank, "d"),
-                number(rank.step, "d"),
-                Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
-                number(rank.samples_per_s, ".0f"),
-                number(rank.step_time_s, ".3f"),
-                number(memory, ".0f", " MiB"),
-                _state(rank),
-            )
-        if table.row_count:
-            table.move_cursor(row=min(row, table.row_count - 1))
+        rows = {str(rank.rank): _rank_cells(rank) for rank in ranks}
+        if list(rows) != list(self._rows):
+            row = table.cursor_row
+            table.clear()
+            for key, cells in rows.items():
+                table.add_row(*cells, key=key)
+            if table.row_count:
+                table.move_cursor(row=min(row, table.row_count - 1))
+        else:
+            for key, cells in rows.items():
+                for column, (old, new) in enumerate(zip(self._rows[key], cells, strict=True)):
+                    if old != new:
+                        table.update_cell(key, self._columns[column], new)
+        self._rows = rows
 
     def _errors(self) -> Text:
         diagnoses = self.run_watch.diagnoser.diagnoses()
@@ -395,6 +412,20 @@ class RunScreen(Screen[None]):
                     text.append("  util " + _spark(history), "cyan")
                 text.append("\n")
         return text
+
+
+def _rank_cells(rank: RankProgress) -> tuple[Text, ...]:
+    memory = rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
+    return (
+        cell(f"{rank.node_rank} {rank.host}", limit=18),
+        number(rank.rank, "d"),
+        number(rank.step, "d"),
+        Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
+        number(rank.samples_per_s, ".0f"),
+        number(rank.step_time_s, ".3f"),
+        number(memory, ".0f", " MiB"),
+        _state(rank),
+    )
 
 
 def _state(rank: RankProgress) -> Text:

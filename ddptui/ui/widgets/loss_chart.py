@@ -22,6 +22,11 @@ class LossChart(PlotWidget):
         self.log_scale = True
         self._drawn: tuple[object, ...] = ()
 
+    @property
+    def drawn_log_scale(self) -> bool | None:
+        """The scale of the picture on show (None before the first)."""
+        return bool(self._drawn[0]) if self._drawn else None
+
     def show(self, ranks: list[RankProgress], only: int | None) -> None:
         shown = [rank for rank in ranks if only is None or rank.rank == only][:MAX_LINES]
         # Last step of every line and the scale: if none moved, the picture is the same.

@@ -1,0 +1,152 @@
+"""The run screen under load: 64 ranks × 50 step events/s, plus bursts of 10,000 error lines.
+
+Run: ``.venv/bin/python benchmarks/console_load.py [--seconds 60]``. The console runs headless
+(Textual's test driver: layout, rendering and compositing happen, the terminal write does not);
+a task in its event loop feeds the run's watch as the supervisor would and posts the same
+``RunChanged`` messages. Printed: the CPU share of the whole process and of the console alone
+(the feeding's own time, which the runs layer pays in any front end, taken out), the worst gap
+between ticks of a 10 ms timer (no frame can come sooner than the loop is free), redraws done,
+and memory (RSS) after warm-up and at the end. Targets (issue 10): under 25% of one core, no gap
+over 250 ms, memory flat after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ddptui.run.follow import FileLine
+from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.watch import RunWatch
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.messages import RunChanged
+from ddptui.ui.screens.run import RunScreen
+
+NODES, PER_NODE = 8, 8
+RATE_HZ = 50
+BURST_LINES = 10_000
+BURST_EVERY_S = 10.0
+BURST_CHUNK = 500
+"""Lines per feeding round (every 20 ms): about what one read of a follower brings."""
+TICK_S = 0.01
+ERROR_LINES = (
+    "[rank5]: Traceback (most recent call last):",
+    '[rank5]:   File "/home/alice/ddptui/trainer/loop.py", line 212, in step',
+    "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "node5:1170:1170 [5] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found",
+)
+
+
+def _rss_mib() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _record() -> RunRecord:
+    nodes = [
+        NodeRecord(f"node{n}", f"10.0.0.{n + 1}", n, PER_NODE, "/r", [], {}) for n in range(NODES)
+    ]
+    record = RunRecord(
+        "20261201-000000-load", time.time(), "hosts.toml", "trainer", "nccl", "10.0.0.1",
+        NODES * PER_NODE, [], nodes,
+    )  # fmt: skip
+    record.attempts.append(Attempt(1, time.time(), 29500))
+    record.transition(RunState.RUNNING)
+    return record
+
+
+def _step(rank: int, step: int) -> str:
+    return json.dumps(
+        {
+            "v": 1, "type": "step", "rank": rank, "local_rank": rank % PER_NODE,
+            "node_rank": rank // PER_NODE, "world_size": NODES * PER_NODE, "time": time.time(),
+            "epoch": 0, "step": step, "loss": 4.0 / (1 + step * 0.01) + rank * 1e-3,
+            "lr": 1e-3, "samples_per_s": 8000.0, "step_time_s": 0.02, "rss_mib": 2900.0,
+        }
+    )  # fmt: skip
+
+
+async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, float]:
+    watch = screen.run_watch
+    gaps = [0.0]
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(TICK_S)
+            now = time.perf_counter()
+            gaps.append(now - last - TICK_S)
+            last = now
+
+    ticking = asyncio.create_task(ticker())
+    feed_cpu, step, next_burst, burst = 0.0, 0, BURST_EVERY_S, 0
+    began = time.perf_counter()
+    warm: dict[str, float] = {}
+    while (elapsed := time.perf_counter() - began) < seconds:
+        if not warm and elapsed >= min(10.0, seconds / 3):
+            warm = {"rss": _rss_mib(), "cpu": time.process_time(), "wall": time.perf_counter()}
+            warm["feed"], gaps[:] = feed_cpu, [0.0]
+        cpu = time.process_time()
+        step += 1
+        for rank in range(NODES * PER_NODE):
+            host = f"node{rank // PER_NODE}"
+            watch.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, _step(rank, step)))
+        if elapsed >= next_burst:
+            next_burst += BURST_EVERY_S
+            burst = BURST_LINES
+        # A follower hands lines over as it reads them: a burst arrives in chunks.
+        for index in range(min(burst, BURST_CHUNK)):
+            text = ERROR_LINES[index % len(ERROR_LINES)]
+            watch.apply(FileLine("node0", "logs/attempt-1/x/5/stderr.log", 0, text))
+        burst -= min(burst, BURST_CHUNK)
+        feed_cpu += time.process_time() - cpu
+        screen.post_message(RunChanged(watch))
+        await asyncio.sleep(max(0.0, began + step / RATE_HZ - time.perf_counter()))
+    stop.set()
+    await ticking
+    wall = time.perf_counter() - warm["wall"]
+    cpu = time.process_time() - warm["cpu"]
+    feed = feed_cpu - warm["feed"]
+    return {
+        "wall_s": wall,
+        "cpu_share": cpu / wall,
+        "console_cpu_share": (cpu - feed) / wall,
+        "worst_gap_ms": max(gaps) * 1000,
+        "rss_warm_mib": warm["rss"],
+        "rss_end_mib": _rss_mib(),
+        "steps": step,
+    }
+
+
+async def main(seconds: float, pane: str) -> None:
+    record = _record()
+    screen = RunScreen(record, watch=RunWatch(record), follow=False)
+    app = DdptuiApp(first_screen=screen)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press(pane)
+        result = await _load(app, screen, seconds)
+    print(
+        f"pane {pane!r}, {seconds:.0f} s, 64 ranks × {RATE_HZ} events/s, "
+        f"{BURST_LINES} error lines every {BURST_EVERY_S:.0f} s (after warm-up):\n"
+        f"  CPU {result['cpu_share'] * 100:.1f}% of one core "
+        f"(console alone {result['console_cpu_share'] * 100:.1f}%)\n"
+        f"  worst event-loop gap {result['worst_gap_ms']:.0f} ms\n"
+        f"  RSS {result['rss_warm_mib']:.0f} MiB after warm-up, {result['rss_end_mib']:.0f} MiB "
+        "at the end"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--pane", choices=("e", "o", "g"), default="e", help="pane on show")
+    args = parser.parse_args()
+    asyncio.run(main(args.seconds, args.pane))
