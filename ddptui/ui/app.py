@@ -154,7 +154,9 @@ class DdptuiApp(App[int]):
                 connect_timeout=config.cluster.connect_timeout,
                 max_parallel_connects=config.cluster.max_parallel_connects,
             ) as remote:
-                record = await launch(config, report, plan, self.store, remote, say=say)
+                # Only `ddptui demo` opens the console with a note: its runs are marked so.
+                demo = self.demo_note is not None
+                record = await launch(config, report, plan, self.store, remote, say=say, demo=demo)
         except LaunchError as error:
             self.notify(plain(str(error)), markup=False, severity="error", timeout=30)
             return
