@@ -13,6 +13,7 @@ import json
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,32 +59,54 @@ def _limit_address_space() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
 
 
+MEASURED_CHILD = """
+import os, sys
+report, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+"""Runs the command as its own child and reports its exit code and peak RSS. Linux carries a
+process's peak RSS across fork and exec, so measured straight from pytest the command would
+inherit pytest's own (hundreds of MiB after the torch tests); from this small parent it
+inherits a few MiB."""
+
+
 def ddptui(home: Path, *args: str, timeout: float = 60.0) -> Outcome:
-    """Run ``python -m ddptui ARGS`` with ``home`` as HOME; its own peak RSS from wait4."""
+    """Run ``python -m ddptui ARGS`` with ``home`` as HOME; its exit code and own peak RSS."""
     env = {key: value for key, value in os.environ.items() if key != "SSH_AUTH_SOCK"}
     env.update(HOME=str(home), COLUMNS="120")
     began = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        report = Path(scratch) / "report"
+        command = [sys.executable, "-m", "ddptui", *args]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ddptui", *args],
+            [sys.executable, "-c", MEASURED_CHILD, str(report), *command],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env=env,
             preexec_fn=_limit_address_space,
+            start_new_session=True,
         )
-        killer = threading.Timer(timeout, proc.kill)
+        killer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
         killer.start()
-        # wait4 rather than Popen.wait: it gives this child's own resource usage.
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc.wait()
         killer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - began
+        if seconds >= timeout:
+            pytest.fail(f"ddptui {' '.join(args)} still ran after {timeout:g} s")
+        returncode, maxrss_kib = (int(field) for field in report.read_text().split())
         out.seek(0)
         err.seek(0)
-        outcome = Outcome(proc.returncode, out.read(), err.read(), seconds, usage.ru_maxrss * 1024)
-    if seconds >= timeout:
-        pytest.fail(f"ddptui {' '.join(args)} still ran after {timeout:g} s: {outcome.text}")
+        outcome = Outcome(returncode, out.read(), err.read(), seconds, maxrss_kib * 1024)
     return outcome
 
 
