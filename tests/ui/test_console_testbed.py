@@ -125,4 +125,14 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         assert attached.following
         await _confirm(pilot, "K", "no checkpoint")
         await _until(pilot, "the kill", lambda: attached.record.state is RunState.STOPPED, 120)
+        killed_at = max(_steps(attached))
+
+        # A finished run opens from the runs screen too: its files read back from the hosts.
+        await pilot.press("escape")
+        assert isinstance(again.screen, RunsScreen)
+        await pilot.press("f5", "enter")
+        finished = again.screen
+        assert isinstance(finished, RunScreen) and finished is not attached
+        await _until(pilot, "the read-back", lambda: max(_steps(finished)) >= killed_at, 60)
+        assert not finished.following
     assert stopped_at > 0

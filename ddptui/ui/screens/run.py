@@ -105,8 +105,11 @@ class RunScreen(Screen[None]):
         self.query_one("#filter", Input).display = False
         self.set_interval(REDRAW_S, self._redraw)
         self._redraw()
-        if self.follow and self.config and self.store and not self.record.state.final:
-            self._follow()
+        if self.follow and self.config and self.store:
+            if self.record.state.final:
+                self._read_back()
+            else:
+                self._follow()
 
     # --- following -------------------------------------------------------------------------
 
@@ -127,6 +130,17 @@ class RunScreen(Screen[None]):
         finally:
             self.following = False
         self.post_message(RunEnded(self.record, verdict))
+
+    @work(exclusive=True, group="follow")
+    async def _read_back(self) -> None:
+        """A finished run: its files as they stand on the hosts (logs, losses, errors)."""
+        from ddptui.run.watch import snapshot
+
+        assert self.config is not None
+        self.say(f"reading run {self.record.id}'s files on its hosts…")
+        self.run_watch = await snapshot(self.record, self.config)
+        self._rows, self._last_log, self._chart_due, self._table_due = {}, None, 0.0, 0.0
+        self.say(f"run {self.record.id} {self.record.state.value}: as its files stand")
 
     def _changed(self, watch: RunWatch) -> None:
         self.post_message(RunChanged(watch))
