@@ -1,20 +1,33 @@
-"""Write the README's console screenshots (SVG) from the recorded H200 data:
-``python -m tests.ui.screenshots``."""
+"""Write the README's console screenshots (SVG): ``python -m tests.ui.screenshots``.
+
+The health and run screens come from the recorded H200 data; the demo's run screen from a real
+``ddptui demo`` cluster on this machine (two loopback hosts, gloo), launched with ``l`` and
+caught once every rank has logged a few dozen steps.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.screen import Screen
 
+from ddptui.config import load_config
+from ddptui.demo.cluster import demo_cluster
+from ddptui.run.stopper import stop_run
+from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from tests.ui import scenes
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SIZE = (120, 36)
+DEMO_STEPS = 60
 
 
 async def _save(screen: Screen[None], name: str, keys: tuple[str, ...] = ()) -> None:
@@ -25,11 +38,51 @@ async def _save(screen: Screen[None], name: str, keys: tuple[str, ...] = ()) -> 
         app.save_screenshot(name, path=str(DOCS))
 
 
+async def _wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        await asyncio.sleep(0.25)
+
+
+async def _save_demo(name: str) -> None:
+    with tempfile.TemporaryDirectory() as state, demo_cluster(2, 2) as cluster:
+        store = RunStore(Path(state) / "runs")
+        app = DdptuiApp(cluster.hosts_file, store=store, demo_note="demo")
+        try:
+            async with app.run_test(size=SIZE) as pilot:
+                health = app.screen
+                assert isinstance(health, HealthScreen)
+                await _wait("the check", lambda: health.report is not None, 120)
+                await pilot.press("l")
+                await _wait("the plan", lambda: isinstance(app.screen, ConfirmScreen), 60)
+                await pilot.press("y")
+                await _wait("the run screen", lambda: isinstance(app.screen, RunScreen), 120)
+                run = app.screen
+                assert isinstance(run, RunScreen)
+                await _wait(
+                    f"{DEMO_STEPS} steps on every rank",
+                    lambda: (
+                        min(rank.step or 0 for rank in run.run_watch.progress.ranks) >= DEMO_STEPS
+                    ),
+                    180,
+                )
+                await pilot.pause(0.6)
+                app.save_screenshot(name, path=str(DOCS))
+        finally:
+            config = load_config(cluster.hosts_file)
+            for record in store.records():
+                if not record.state.final:
+                    await stop_run(config, record, store, kill=True, say=lambda line: None)
+
+
 async def main() -> None:
     report = scenes.health_report()
     await _save(HealthScreen(report.config, report), "console-health.svg", ("down",))
     watch = scenes.run_watch()
     await _save(RunScreen(watch.record, watch=watch, follow=False), "console-run.svg")
+    await _save_demo("demo-run.svg")
 
 
 if __name__ == "__main__":
