@@ -6,7 +6,8 @@ a task in its event loop feeds the run's watch as the supervisor would and posts
 ``RunChanged`` messages. Printed: the CPU share of the whole process and of the console alone
 (the feeding's own time, which the runs layer pays in any front end, taken out), the worst gap
 between ticks of a 10 ms timer (no frame can come sooner than the loop is free), redraws done,
-and memory (RSS) after warm-up and at the end. Targets (issue 10): under 25% of one core, no gap
+and memory (RSS) after warm-up (20 s, when every rank's loss history is full), at the end and
+every 10 s. Targets (issue 10): under 25% of one core, no gap
 over 250 ms, memory flat after warm-up.
 """
 
@@ -19,6 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +38,9 @@ BURST_EVERY_S = 10.0
 BURST_CHUNK = 500
 """Lines per feeding round (every 20 ms): about what one read of a follower brings."""
 TICK_S = 0.01
+WARM_UP_S = 20.0
+"""Until every rank's loss history is full (1,024 points at 50 steps/s) and thinning begins."""
+RSS_EVERY_S = 10.0
 ERROR_LINES = (
     "[rank5]: Traceback (most recent call last):",
     '[rank5]:   File "/home/alice/ddptui/trainer/loop.py", line 212, in step',
@@ -73,7 +78,7 @@ def _step(rank: int, step: int) -> str:
     )  # fmt: skip
 
 
-async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, float]:
+async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, Any]:
     watch = screen.run_watch
     gaps = [0.0]
     stop = asyncio.Event()
@@ -90,8 +95,11 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
     feed_cpu, step, next_burst, burst = 0.0, 0, BURST_EVERY_S, 0
     began = time.perf_counter()
     warm: dict[str, float] = {}
+    rss_every: list[float] = []
     while (elapsed := time.perf_counter() - began) < seconds:
-        if not warm and elapsed >= min(10.0, seconds / 3):
+        if elapsed >= len(rss_every) * RSS_EVERY_S:
+            rss_every.append(_rss_mib())
+        if not warm and elapsed >= min(WARM_UP_S, seconds / 3):
             warm = {"rss": _rss_mib(), "cpu": time.process_time(), "wall": time.perf_counter()}
             warm["feed"], gaps[:] = feed_cpu, [0.0]
         cpu = time.process_time()
@@ -115,7 +123,7 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
     wall = time.perf_counter() - warm["wall"]
     cpu = time.process_time() - warm["cpu"]
     feed = feed_cpu - warm["feed"]
-    return {
+    result: dict[str, Any] = {
         "wall_s": wall,
         "cpu_share": cpu / wall,
         "console_cpu_share": (cpu - feed) / wall,
@@ -123,7 +131,9 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
         "rss_warm_mib": warm["rss"],
         "rss_end_mib": _rss_mib(),
         "steps": step,
+        "rss_every": rss_every,
     }
+    return result
 
 
 async def main(seconds: float, pane: str) -> None:
@@ -140,7 +150,10 @@ async def main(seconds: float, pane: str) -> None:
         f"(console alone {result['console_cpu_share'] * 100:.1f}%)\n"
         f"  worst event-loop gap {result['worst_gap_ms']:.0f} ms\n"
         f"  RSS {result['rss_warm_mib']:.0f} MiB after warm-up, {result['rss_end_mib']:.0f} MiB "
-        "at the end"
+        "at the end\n"
+        f"  RSS every {RSS_EVERY_S:.0f} s: "
+        + " ".join(f"{rss:.0f}" for rss in result["rss_every"])
+        + " MiB"
     )
 
 

@@ -39,8 +39,9 @@ STALL_MIN_S: Final = 60.0
 STALL_STEP_TIMES: Final = 10.0
 STRAGGLER_RATIO: Final = 1.3
 STRAGGLER_EVENTS: Final = 20
-LOSS_POINTS: Final = 4096
-"""A rank's loss curve holds at most this many points; a longer run is down-sampled."""
+LOSS_POINTS: Final = 1024
+"""A rank's loss curve holds at most this many points; a longer run is down-sampled. A chart
+is a few hundred dots wide: more would cost memory on every rank and show nothing more."""
 MAX_RANKS: Final = 16384
 """Ranks beyond this many are not tracked: a host's nonsense, not a run (each keeps a curve)."""
 

@@ -35,7 +35,7 @@ GPU_HISTORY = 60
 """Utilisation samples kept per GPU (one per heartbeat) for the sparkline."""
 SPARK = "▁▂▃▄▅▆▇█"
 CHART_EVERY_S = 0.5
-TABLE_EVERY_S = 0.25
+TABLE_EVERY_S = 0.5
 RANK_COLUMNS = ("node", "rank", "step", "loss", "samples/s", "step s", "memory", "state")
 
 
@@ -82,6 +82,7 @@ class RunScreen(Screen[None]):
         self._columns: list[ColumnKey] = []
         self._rows: dict[str, tuple[Text, ...]] = {}
         self._chart_due = self._table_due = 0.0
+        self._shown_texts: dict[str, Text] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -151,10 +152,12 @@ class RunScreen(Screen[None]):
     def on_run_ended(self, message: RunEnded) -> None:
         self.verdict = message.verdict
         self._reload()
+        self._table_due = 0.0
         self.dirty = True
 
     def on_said(self, message: Said) -> None:
         self.note = message.line
+        self._table_due = 0.0
         self.dirty = True
 
     def say(self, line: str) -> None:
@@ -251,6 +254,7 @@ class RunScreen(Screen[None]):
 
     def action_pane(self, pane: str) -> None:
         self.query_one("#run-panes", ContentSwitcher).current = pane
+        self._table_due = 0.0
         self.dirty = True
         if pane == "log":
             self._rebuild_log()
@@ -281,24 +285,32 @@ class RunScreen(Screen[None]):
         self.dirty = False
         watch = self.run_watch
         self._sample_gpus()
-        self.query_one("#run-status", Static).update(self._status())
         now = time.monotonic()
+        pane = self.query_one("#run-panes", ContentSwitcher).current
         if now >= self._table_due:
-            # Every rank's row changes with every step: four times a second reads the same.
+            # Every rank's row changes with every step; redrawing 64 rows costs more than a
+            # person reading them gains from more than two updates a second. The status line
+            # and the errors change with them, and each change of a text relayouts the screen.
             self._table_due = now + TABLE_EVERY_S
             self._rank_table(watch.progress.ranks)
+            self._update("#run-status", self._status())
+            if pane == "errors":
+                self._update("#errors-text", self._errors())
         chart = self.query_one(LossChart)
         if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
             # A line plot is the costliest thing on the screen; a few times a second is plenty.
             self._chart_due = now + CHART_EVERY_S
             chart.show(watch.progress.ranks, self.chart_rank)
-        pane = self.query_one("#run-panes", ContentSwitcher).current
-        if pane == "errors":
-            self.query_one("#errors-text", Static).update(self._errors())
-        elif pane == "log":
+        if pane == "log":
             self._follow_log()
         elif pane == "gpus":
-            self.query_one("#gpus-text", Static).update(self._gpus())
+            self._update("#gpus-text", self._gpus())
+
+    def _update(self, selector: str, text: Text) -> None:
+        """Show ``text`` unless it is already on show: an update lays the whole screen out."""
+        if self._shown_texts.get(selector) != text:
+            self._shown_texts[selector] = text
+            self.query_one(selector, Static).update(text)
 
     def _status(self) -> Text:
         record = self.record
