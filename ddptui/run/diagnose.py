@@ -430,6 +430,14 @@ def _classify(text: str) -> _Finding | None:
     return None
 
 
+def marks_error(text: str) -> bool:
+    """Whether a log line (prefixes and all) is one a person looking for the failure wants to
+    land on: a classified error or warning, or the start of a Python traceback."""
+    if _classify(text) is not None:
+        return True
+    return _strip_prefixes(_RANK_PREFIX.sub("", text, count=1)).startswith(_TRACEBACK)
+
+
 def _finding(category: Category, body: str) -> _Finding:
     if category is Category.TRAINER_ERROR:
         return _Finding(category, normalise(_MODULE_PREFIX.sub("", body)))

@@ -93,11 +93,14 @@ class DdptuiApp(App[int]):
     def action_help(self) -> None:
         from ddptui.ui.screens.help import HelpScreen
 
-        # The screen's and the app's own keys; a focused widget's (cursor keys) go without saying.
+        # The screen's and the app's own keys, those too minor for the footer included; a
+        # focused widget's (cursor keys) go without saying, and the help names ':' itself.
         keys = [
             (self.get_key_display(active.binding), active.binding.description)
             for active in self.screen.active_bindings.values()
-            if active.binding.show and active.node in (self, self.screen)
+            if active.node in (self, self.screen)
+            and active.binding.description
+            and active.binding.action != "command_palette"
         ]
         self.push_screen(HelpScreen(keys))
 

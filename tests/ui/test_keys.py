@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.command import CommandPalette
 from textual.widgets import RichLog
 
+from ddptui.run.diagnose import marks_error
 from ddptui.run.store import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
@@ -76,6 +77,8 @@ async def _test_help_shows_the_screens_keys_and_how_to_come_back() -> None:
         assert isinstance(app.screen, HelpScreen)
         keys = dict(app.screen.keys)
         assert keys["s"] == "stop" and keys["K"] == "kill" and keys["/"] == "filter log"
+        # Keys left out of the footer for room are still in the help.
+        assert keys["N"] == "previous error" and keys["f"] == "follow log"
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
 
@@ -175,3 +178,34 @@ async def _test_confirmation_answers() -> None:
         app.push_screen(ConfirmScreen("t", Text("b"), "q?"), answers.append)
         await pilot.press("y")
     assert answers == [False, True]
+
+
+def test_n_and_shift_n_jump_between_error_lines_and_f_follows_again() -> None:
+    asyncio.run(_test_n_and_shift_n_jump_between_error_lines_and_f_follows_again())
+
+
+async def _test_n_and_shift_n_jump_between_error_lines_and_f_follows_again() -> None:
+    app, screen = _run_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("o")
+        await pilot.pause(0.2)
+        log = screen.query_one("#log", RichLog)
+        lines = _log_lines(screen)
+        errors = [row for row, text in enumerate(lines) if marks_error(text.split("] ", 1)[1])]
+        assert len(errors) >= 2 and errors[0] > 0 and log.max_scroll_y > errors[1]
+
+        async def jump(key: str) -> int:
+            await pilot.press(key)
+            await pilot.pause(0.2)
+            assert not log.auto_scroll
+            return round(log.scroll_y)
+
+        assert await jump("n") == errors[0]
+        assert await jump("n") == errors[1]
+        assert await jump("N") == errors[0]
+        assert await jump("N") == errors[0]
+        assert "no error above" in screen.note
+
+        await pilot.press("f")
+        await pilot.pause(0.2)
+        assert log.auto_scroll and log.scroll_y == log.max_scroll_y

@@ -22,6 +22,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, R
 from textual.widgets.data_table import ColumnKey
 
 from ddptui.config import Config
+from ddptui.run.diagnose import marks_error
 from ddptui.run.progress import RankProgress
 from ddptui.run.store import RunRecord, RunState, RunStore
 from ddptui.run.watch import RankLog, RunWatch, Verdict
@@ -45,6 +46,9 @@ class RunScreen(Screen[None]):
         Binding("K", "kill", "kill"),
         Binding("r", "resume", "resume"),
         Binding("slash", "filter", "filter log"),
+        Binding("n", "next_error(1)", "next error"),
+        Binding("N", "next_error(-1)", "previous error", show=False),
+        Binding("f", "follow_log", "follow log", show=False),
         Binding("e", "pane('errors')", "errors"),
         Binding("o", "pane('log')", "log"),
         Binding("g", "pane('gpus')", "GPUs"),
@@ -77,6 +81,11 @@ class RunScreen(Screen[None]):
         self.chart_rank: int | None = None
         self.log_filter = ""
         self._last_log: RankLog | None = None
+        self._log_written = 0
+        """Lines written to the log view since it was last cleared; it keeps the last
+        :data:`LOG_VIEW_LINES` of them."""
+        self._log_errors: deque[int] = deque(maxlen=LOG_VIEW_LINES)
+        """The numbers (counted as ``_log_written``) of the lines that mark an error."""
         self._gpu_history: dict[tuple[str, int], deque[float]] = {}
         self._last_samples: dict[str, Mapping[str, Any]] = {}
         self._columns: list[ColumnKey] = []
@@ -374,6 +383,8 @@ class RunScreen(Screen[None]):
         log = self.query_one("#log", RichLog)
         log.clear()
         self._last_log = None
+        self._log_written = 0
+        self._log_errors.clear()
         self._follow_log()
 
     def _follow_log(self) -> None:
@@ -391,7 +402,39 @@ class RunScreen(Screen[None]):
         for line in list(lines)[start:]:
             if self._matches(line):
                 log.write(self._line(line))
+                if marks_error(line.text):
+                    self._log_errors.append(self._log_written)
+                self._log_written += 1
         self._last_log = lines[-1]
+
+    def action_next_error(self, direction: int) -> None:
+        """Scroll the log to the next (1) or previous (-1) line that marks an error, and stop
+        following so that the next line to arrive does not scroll it away."""
+        if self.query_one("#run-panes", ContentSwitcher).current != "log":
+            self.action_pane("log")
+        log = self.query_one("#log", RichLog)
+        dropped = max(0, self._log_written - LOG_VIEW_LINES)
+        rows = [number - dropped for number in self._log_errors if number >= dropped]
+        if log.auto_scroll:
+            # Following sits at the end: n starts from the first error, N from the last.
+            target = (rows[0] if direction > 0 else rows[-1]) if rows else None
+        elif direction > 0:
+            target = next((row for row in rows if row > round(log.scroll_y)), None)
+        else:
+            target = next((row for row in reversed(rows) if row < round(log.scroll_y)), None)
+        if target is None:
+            where = "" if log.auto_scroll else " below" if direction > 0 else " above"
+            self.say(f"no error{where} in rank {self.log_rank}'s log")
+            return
+        log.auto_scroll = False
+        # After the next refresh: lines written just now have no place in the view before it.
+        self.call_after_refresh(log.scroll_to, y=target, animate=False)
+        self.say(f"rank {self.log_rank}'s log, line {target + 1}: following paused (f follows)")
+
+    def action_follow_log(self) -> None:
+        log = self.query_one("#log", RichLog)
+        log.auto_scroll = True
+        log.scroll_end(animate=False)
 
     def _sample_gpus(self) -> None:
         for host, node in self.run_watch.nodes.items():
