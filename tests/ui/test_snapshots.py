@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 from textual.screen import Screen
 
 from ddptui.run.store import RunState, RunStore
@@ -82,3 +83,14 @@ def test_first_run(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
 @pytest.mark.parametrize("size", SIZES)
 def test_help(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size, press=["question_mark"])
+
+
+@pytest.mark.parametrize("screen", [_health, _run], ids=["health", "run"])
+def test_the_light_theme(snap_compare: SnapCompare, screen: Callable[[], Screen[None]]) -> None:
+    # The loss lines switch to inks that show on a light background.
+    async def light(pilot: Pilot[int]) -> None:
+        pilot.app.theme = "textual-light"
+        await pilot.pause(0.2)
+
+    app = DdptuiApp(first_screen=screen())
+    assert snap_compare(app, terminal_size=(120, 36), run_before=light)

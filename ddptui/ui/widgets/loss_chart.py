@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from textual.theme import Theme
 from textual_plot import HiResMode, PlotWidget
 
 from ddptui.run.progress import RankProgress
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "white", "bright_black")
+LIGHT_COLOURS = ("blue", "magenta", "green4", "dark_orange3", "cyan", "red", "black", "purple")
+"""On a light background white and yellow vanish: the same number of lines in darker inks."""
 MAX_LINES = len(COLOURS)
 """More lines than colours would be unreadable: beyond it, only the first ranks are drawn."""
 BUCKETS_PER_CELL = 4
@@ -61,6 +64,12 @@ class LossChart(PlotWidget):
         self._drawn: tuple[object, ...] = ()
         self._shown: tuple[list[RankProgress], int | None] = ([], None)
 
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme: Theme) -> None:
+        self.show(*self._shown)
+
     def on_resize(self) -> None:
         # The lines were thinned for the old width (before the first layout, for none).
         self.show(*self._shown)
@@ -75,7 +84,14 @@ class LossChart(PlotWidget):
         shown = [rank for rank in ranks if only is None or rank.rank == only][:MAX_LINES]
         columns = max(16, self.size.width * BUCKETS_PER_CELL)
         # Last step of every line, the scale and the width: if none moved, the picture is the same.
-        key = (self.log_scale, only, columns, *((r.rank, len(r.losses), r.step) for r in shown))
+        colours = COLOURS if self.app.current_theme.dark else LIGHT_COLOURS
+        key = (
+            self.log_scale,
+            only,
+            columns,
+            colours,
+            *((r.rank, len(r.losses), r.step) for r in shown),
+        )
         if key == self._drawn:
             return
         self._drawn = key
@@ -97,7 +113,7 @@ class LossChart(PlotWidget):
                 self.plot(
                     steps,
                     losses,
-                    line_style=COLOURS[index % len(COLOURS)],
+                    line_style=colours[index % len(colours)],
                     hires_mode=HiResMode.BRAILLE,
                     label=f"rank {rank.rank}",
                 )
