@@ -254,7 +254,10 @@ GPU_FIELDS = (
     "pstate",
     "ecc.errors.uncorrected.volatile.total",
 )
-"""What the agent samples of each GPU every 2 s (nvidia-smi's names, values as it prints them)."""
+"""What the agent samples of each GPU every 2 s (nvidia-smi's names and its printed values)."""
+GPU_TEXT_FIELDS = frozenset({"pstate"})
+"""Kept as text (``P0``); every other field is a number, or left out when nvidia-smi printed
+none (``[N/A]``, ``[Not Supported]``)."""
 MAX_GPUS = 64
 
 
@@ -271,9 +274,30 @@ def _sample(value: Any) -> dict[str, Any]:
             sample[key] = number
     gpus = value.get("gpus")
     if isinstance(gpus, list):
-        sample["gpus"] = [
-            {key: str(gpu[key])[:32] for key in GPU_FIELDS if isinstance(gpu.get(key), str)}
-            for gpu in gpus[:MAX_GPUS]
-            if isinstance(gpu, dict)
-        ]
+        sample["gpus"] = [_gpu(gpu) for gpu in gpus[:MAX_GPUS] if isinstance(gpu, dict)]
     return sample
+
+
+def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
+    """One GPU's row as nvidia-smi printed it, typed: whole numbers as ints, the rest finite
+    floats; an ``index`` that is no whole number is left out."""
+    gpu: dict[str, int | float | str] = {}
+    for key in GPU_FIELDS:
+        text = printed.get(key)
+        if not isinstance(text, str):
+            continue
+        text = text.strip()[:32]
+        if key in GPU_TEXT_FIELDS:
+            gpu[key] = text
+            continue
+        try:
+            number = float(text)
+        except ValueError:
+            continue
+        if not math.isfinite(number):
+            continue
+        if number.is_integer():
+            gpu[key] = int(number)
+        elif key != "index":
+            gpu[key] = number
+    return gpu

@@ -454,20 +454,21 @@ def test_one_host_cluster_launches_completes_and_samples_its_gpu(
     run_id = _run_id(done.stderr)
     assert len(_steps(testbed, testbed.hosts[:1], run_id)) == 2
     (node,) = cli.json("status", run_id)["nodes"]
+    # nvidia-smi's printed values, typed; the console draws its bars and sparklines from them.
     assert node["sample"]["gpus"] == [
         {
-            "index": "0",
-            "temperature.gpu": "35",
-            "power.draw": "79.39",
-            "power.limit": "700.00",
-            "clocks.sm": "345",
-            "clocks.max.sm": "1980",
-            "utilization.gpu": "0",
-            "utilization.memory": "0",
-            "memory.used": "0",
-            "memory.total": "143771",
+            "index": 0,
+            "temperature.gpu": 35,
+            "power.draw": 79.39,
+            "power.limit": 700,
+            "clocks.sm": 345,
+            "clocks.max.sm": 1980,
+            "utilization.gpu": 0,
+            "utilization.memory": 0,
+            "memory.used": 0,
+            "memory.total": 143771,
             "pstate": "P0",
-            "ecc.errors.uncorrected.volatile.total": "0",
+            "ecc.errors.uncorrected.volatile.total": 0,
         }
     ]
 

@@ -16,9 +16,10 @@ import pytest
 
 from ddptui.config.model import HostConfig
 from ddptui.run import agent
-from ddptui.run.follow import FileLine, HostFollower
+from ddptui.run.follow import MAX_GPUS, FileLine, Heartbeat, HostFollower
 
 Sent = pytest.CaptureFixture[str]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _documents(sent: Sent) -> list[dict[str, object]]:
@@ -117,3 +118,30 @@ def test_processes_are_found_by_the_run_they_inherit(tmp_path: Path) -> None:
             assert found == [(child.pid, 3)]
         finally:
             child.kill()
+
+
+def test_gpu_samples_arrive_typed_and_what_is_no_number_is_left_out() -> None:
+    # The agent's row for the recorded H200 (tests/fixtures/gpu/h200_idle/query-gpu-extra.csv),
+    # a GPU whose nvidia-smi printed no values, and a host's garbage.
+    recorded = (FIXTURES / "gpu" / "h200_idle" / "query-gpu-extra.csv").read_text().strip()
+    names = agent.Sampler.GPU_QUERY.split(",")
+    h200 = dict(zip(names, (cell.strip() for cell in recorded.split(",")), strict=True))
+    unsupported = {**h200, "index": "1", "power.draw": "[N/A]", "clocks.sm": "[Not Supported]"}
+    hostile = {"index": "x", "memory.used": "nan", "memory.total": "inf", "pstate": "P" * 99}
+    sample = {"cpu_pct": 3.5, "gpus": [h200, unsupported, hostile, "gpu", 7] + [h200] * 100}
+    document = {"k": "hb", "time": 1.0, "groups": {}, "sample": sample}
+    follower = HostFollower(HostConfig("a", "127.0.0.1"), "/r", connect_timeout=1)
+
+    beat = follower._parse(json.dumps(document).encode())
+
+    assert isinstance(beat, Heartbeat)
+    gpus = beat.sample["gpus"]
+    assert gpus[0] == {
+        **{key: int(float(value)) for key, value in h200.items() if key != "pstate"},
+        "power.draw": 79.39,
+        "pstate": "P0",
+    }
+    assert "power.draw" not in gpus[1] and "clocks.sm" not in gpus[1] and gpus[1]["index"] == 1
+    assert gpus[2] == {"pstate": "P" * 32}
+    # The first MAX_GPUS entries are read, and the two that are no GPU at all left out.
+    assert len(gpus) == MAX_GPUS - 2

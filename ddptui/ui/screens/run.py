@@ -87,6 +87,9 @@ class RunScreen(Screen[None]):
         self._log_errors: deque[int] = deque(maxlen=LOG_VIEW_LINES)
         """The numbers (counted as ``_log_written``) of the lines that mark an error."""
         self._gpu_history: dict[tuple[str, int], deque[float]] = {}
+        """Utilisation (%) per GPU, one sample per heartbeat."""
+        self._gpu_memory: dict[tuple[str, int], deque[float]] = {}
+        """Memory in use (% of the GPU's) per GPU, one sample per heartbeat."""
         self._last_samples: dict[str, Mapping[str, Any]] = {}
         self._columns: list[ColumnKey] = []
         self._rows: dict[str, tuple[Text, ...]] = {}
@@ -442,11 +445,15 @@ class RunScreen(Screen[None]):
                 continue
             self._last_samples[host] = node.sample
             for gpu in node.sample.get("gpus", ()):
+                key = (host, int(gpu.get("index", 0)))
                 util = gpu.get("utilization.gpu")
                 if isinstance(util, (int, float)):
-                    key = (host, int(gpu.get("index", 0)))
                     history = self._gpu_history.setdefault(key, deque(maxlen=GPU_HISTORY))
                     history.append(float(util))
+                used, total = gpu.get("memory.used"), gpu.get("memory.total")
+                if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total:
+                    memory = self._gpu_memory.setdefault(key, deque(maxlen=GPU_HISTORY))
+                    memory.append(100.0 * used / total)
 
     def _gpus(self) -> Text:
         text = Text()
@@ -479,6 +486,9 @@ class RunScreen(Screen[None]):
                 history = self._gpu_history.get((host, index))
                 if history:
                     text.append("  util " + _spark(history), "cyan")
+                memory = self._gpu_memory.get((host, index))
+                if memory:
+                    text.append("  mem " + _spark(memory), "magenta")
                 text.append("\n")
         return text
 
@@ -508,4 +518,6 @@ def _state(rank: RankProgress) -> Text:
 
 
 def _spark(values: deque[float]) -> str:
-    return "".join(SPARK[min(int(value / 100 * len(SPARK)), len(SPARK) - 1)] for value in values)
+    """Percentages as bars; a host's value outside 0–100 shows as the nearest end."""
+    top = len(SPARK) - 1
+    return "".join(SPARK[max(0, min(int(value / 100 * len(SPARK)), top))] for value in values)
