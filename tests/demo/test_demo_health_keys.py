@@ -4,12 +4,9 @@ fingerprint and adds the keys after a yes, ``c`` checks every host again with it
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import asyncssh
-from textual.pilot import Pilot
 
 from ddptui.config import load_config
 from ddptui.demo.cluster import demo_cluster
@@ -17,14 +14,7 @@ from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
-
-
-async def _until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}")
-        await pilot.pause(0.1)
+from tests.ui.pilot import until
 
 
 def test_t_trusts_unknown_keys_after_showing_fingerprints_and_c_checks_again(
@@ -47,14 +37,14 @@ async def _drive(app: DdptuiApp, known_hosts: Path, fingerprints: list[str]) -> 
     async with app.run_test(size=(160, 48)) as pilot:
         health = app.screen
         assert isinstance(health, HealthScreen)
-        await _until(pilot, "the first check", lambda: health.report is not None, 60)
+        await until(pilot, "the first check", lambda: health.report is not None, 60)
         assert health.report is not None and not health.report.healthy
         unknown = {f.host for f in health.report.findings if f.code == "host_key_unknown"}
         assert unknown == {"demo-0", "demo-1"}
 
         # t: every host's key with its SHA256 fingerprint, and a question before any is added.
         await pilot.press("t")
-        await _until(pilot, "the keys", lambda: isinstance(app.screen, ConfirmScreen), 60)
+        await until(pilot, "the keys", lambda: isinstance(app.screen, ConfirmScreen), 60)
         confirm = app.screen
         assert isinstance(confirm, ConfirmScreen)
         for fingerprint in fingerprints:
@@ -63,13 +53,13 @@ async def _drive(app: DdptuiApp, known_hosts: Path, fingerprints: list[str]) -> 
         first = health.report
         await pilot.press("y")
         # Trusting checks again by itself; the hosts are healthy with their keys known.
-        await _until(pilot, "the check after trusting", lambda: health.report is not first, 60)
+        await until(pilot, "the check after trusting", lambda: health.report is not first, 60)
         assert health.report is not None and health.report.healthy, health.report.findings
 
         # c: each host's row shows its progress, then a new report.
         second = health.report
         await pilot.press("c")
         assert set(health.progress) == {"demo-0", "demo-1"}
-        await _until(pilot, "the re-check", lambda: health.report is not second, 60)
+        await until(pilot, "the re-check", lambda: health.report is not second, 60)
         assert health.report is not None and health.report.healthy
         assert health.progress == {}

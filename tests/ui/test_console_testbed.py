@@ -8,8 +8,6 @@ the screens hold, and the run is killed at the end whatever happened.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.screens.runs import RunsScreen
 from tests.testbed import TestBed
+from tests.ui.pilot import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -32,14 +31,6 @@ SMALL = [
     *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
     *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000"),
 ]
-
-
-async def _until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}")
-        await pilot.pause(0.25)
 
 
 def _steps(screen: RunScreen) -> list[int]:
@@ -54,7 +45,7 @@ def _loss_cells(screen: RunScreen) -> list[str]:
 async def _confirm(pilot: Pilot[int], key: str, expect: str) -> None:
     app = pilot.app
     await pilot.press(key)
-    await _until(
+    await until(
         pilot, f"the {key!r} confirmation", lambda: isinstance(app.screen, ConfirmScreen), 60
     )
     assert isinstance(app.screen, ConfirmScreen)
@@ -81,30 +72,30 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         health = app.screen
         assert isinstance(health, HealthScreen)
-        await _until(pilot, "the check", lambda: health.report is not None, 120)
+        await until(pilot, "the check", lambda: health.report is not None, 120)
         assert health.report is not None and health.report.healthy
         hosts = health.query_one("#hosts", DataTable)
         assert [str(hosts.get_row_at(row)[2]) for row in range(2)] == ["✓ ok", "✓ ok"]
 
         # l: the confirmation shows the plan; y launches; the run screen follows.
         await _confirm(pilot, "l", "2 host(s), 4 ranks, backend gloo")
-        await _until(pilot, "the run screen", lambda: isinstance(app.screen, RunScreen), 120)
+        await until(pilot, "the run screen", lambda: isinstance(app.screen, RunScreen), 120)
         run = app.screen
         assert isinstance(run, RunScreen)
-        await _until(pilot, "steps on every rank", lambda: min(_steps(run)) >= 5, 180)
+        await until(pilot, "steps on every rank", lambda: min(_steps(run)) >= 5, 180)
         await pilot.pause(0.3)
         assert all(cell[0].isdigit() for cell in _loss_cells(run)), _loss_cells(run)
 
         # s: asks, then stops gracefully; the supervisor sees it end as stopped.
         await _confirm(pilot, "s", "checkpoint")
-        await _until(pilot, "the stop", lambda: run.record.state is RunState.STOPPED, 120)
-        await _until(pilot, "the follower to end", lambda: not run.following, 60)
+        await until(pilot, "the stop", lambda: run.record.state is RunState.STOPPED, 120)
+        await until(pilot, "the follower to end", lambda: not run.following, 60)
         stopped_at = max(_steps(run))
 
         # r: a second attempt that carries on from the checkpoint.
         await pilot.press("r")
-        await _until(pilot, "attempt 2", lambda: run.run_watch.attempt == 2, 120)
-        await _until(pilot, "steps of attempt 2", lambda: min(_steps(run)) > 0, 180)
+        await until(pilot, "attempt 2", lambda: run.run_watch.attempt == 2, 120)
+        await until(pilot, "steps of attempt 2", lambda: min(_steps(run)) > 0, 180)
         assert store.load(run.record.id).state is RunState.RUNNING
         run_id = run.record.id
 
@@ -121,10 +112,10 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         await pilot.press("enter")
         attached = again.screen
         assert isinstance(attached, RunScreen) and attached.record.id == run_id
-        await _until(pilot, "attempt 2's steps", lambda: max(_steps(attached)) > 0, 120)
+        await until(pilot, "attempt 2's steps", lambda: max(_steps(attached)) > 0, 120)
         assert attached.following
         await _confirm(pilot, "K", "no checkpoint")
-        await _until(pilot, "the kill", lambda: attached.record.state is RunState.STOPPED, 120)
+        await until(pilot, "the kill", lambda: attached.record.state is RunState.STOPPED, 120)
         killed_at = max(_steps(attached))
 
         # A finished run opens from the runs screen too: its files read back from the hosts.
@@ -133,6 +124,6 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         await pilot.press("f5", "enter")
         finished = again.screen
         assert isinstance(finished, RunScreen) and finished is not attached
-        await _until(pilot, "the read-back", lambda: max(_steps(finished)) >= killed_at, 60)
+        await until(pilot, "the read-back", lambda: max(_steps(finished)) >= killed_at, 60)
         assert not finished.following
     assert stopped_at > 0
