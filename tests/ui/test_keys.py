@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from rich.text import Text
 from textual.command import CommandPalette
-from textual.widgets import RichLog
+from textual.widgets import DataTable, RichLog
 
 from ddptui.run.diagnose import marks_error
+from ddptui.run.follow import FileLine
 from ddptui.run.store import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
@@ -209,3 +211,32 @@ async def _test_n_and_shift_n_jump_between_error_lines_and_f_follows_again() -> 
         await pilot.press("f")
         await pilot.pause(0.2)
         assert log.auto_scroll and log.scroll_y == log.max_scroll_y
+
+
+def test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
+    asyncio.run(_test_a_rank_value_wider_than_its_column_is_shown_whole())
+
+
+async def _test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
+    watch = scenes.run_watch(failed=False, steps=0)
+    screen = RunScreen(watch.record, watch=watch, follow=False)
+    app = DdptuiApp(first_screen=screen)
+
+    def step(number: int, loss: float) -> None:
+        for rank in range(4):
+            event = {"v": 1, "type": "step", "rank": rank, "local_rank": rank % 2,
+                     "node_rank": rank // 2, "world_size": 4, "time": scenes.CREATED + number,
+                     "epoch": 0, "step": number, "loss": loss}  # fmt: skip
+            host = watch.record.nodes[rank // 2].host
+            watch.apply(FileLine(host, f"events/rank{rank}.jsonl", number, json.dumps(event)))
+        screen.dirty = True
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = screen.query_one("#ranks", DataTable)
+        step(1, 0.03)
+        await pilot.pause(0.7)
+        assert str(table.get_row_at(0)[3]) == "0.03"
+        step(2, 0.008914)
+        await pilot.pause(0.7)
+        shown = [strip.text for strip in table.render_lines(table.region.reset_offset)]
+        assert any(" 0.008914 " in line for line in shown), shown
