@@ -38,7 +38,9 @@ GPU_HISTORY = 60
 SPARK = "▁▂▃▄▅▆▇█"
 CHART_EVERY_S = 0.5
 TABLE_EVERY_S = 0.5
-RANK_COLUMNS = ("node", "rank", "step", "loss", "samples/s", "step s", "memory", "state")
+RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", "memory")
+"""The state (failed, stalled, straggler) before the rates: at 80 columns the table shows only
+its first five."""
 
 
 class RunScreen(Screen[None]):
@@ -510,10 +512,10 @@ def _rank_cells(rank: RankProgress) -> tuple[Text, ...]:
         number(rank.rank, "d"),
         number(rank.step, "d"),
         Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
+        _state(rank),
         number(rank.samples_per_s, ".0f"),
         number(rank.step_time_s, ".3f"),
         number(memory, ".0f", " MiB"),
-        _state(rank),
     )
 
 
