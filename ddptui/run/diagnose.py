@@ -190,8 +190,9 @@ _ABOUT: Final[dict[Category, tuple[Role, str, str]]] = {
     ),
     Category.TERMINATED: (
         "consequence",
-        "torchrun was told to stop (SIGTERM, SIGINT or SIGHUP): ddptui stopping the other nodes "
-        "after a failure, a `ddptui stop`, or someone's kill.",
+        "torchrun or a rank was told to stop (SIGTERM, SIGINT or SIGHUP): torchrun ending a "
+        "failed rank's peers, ddptui stopping the other nodes after a failure, a `ddptui stop`, "
+        "or someone's kill.",
         "Nothing to fix here: the first failure, if any, is listed first.",
     ),
     Category.TRAINER_ERROR: (
@@ -447,8 +448,15 @@ def _finding(category: Category, body: str) -> _Finding:
     return _Finding(category, normalise(_without_exception_name(body)), cause)
 
 
+_TOLD_TO_STOP = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
 def _killed(number: int) -> _Finding:
     name = _signal_name(number)
+    if number in _TOLD_TO_STOP:
+        # torchrun ends a failed rank's peers with SIGTERM, and its report may name one of
+        # them first: its failure times have whole seconds, so a peer can tie or lead.
+        return _Finding(Category.TERMINATED, f"terminated by {name} (exit code -{number})")
     return _Finding(Category.KILLED_BY_SIGNAL, f"killed by {name} (exit code -{number})")
 
 

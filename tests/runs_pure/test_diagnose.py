@@ -525,6 +525,23 @@ def test_a_crowd_of_bystanders_does_not_hide_the_rank_that_died() -> None:
     assert lost.count == 4999 and len(lost.ranks) == MAX_RANKS_PER_GROUP  # the first ones
 
 
+def test_a_peer_torchrun_ended_with_sigterm_is_never_the_first_failure() -> None:
+    # Recorded on the test bed: rank 3 SIGKILLed, rank 2 losing it and then ended by torchrun
+    # with SIGTERM; torchrun's whole-second failure times named rank 2 first.
+    diagnoser = Diagnoser()
+    lost = "[rank2]: RuntimeError: [pair.cc:537] Read error [10.0.0.1]:2: Connection reset by peer"
+    diagnoser.feed(LogLine("node1", 1, 2, "stderr", 10.0, lost))
+    termed = "E1201 03:26:04.100000 9 api.py:1002] failed (exitcode: -15) local_rank: 0 (pid: 7)"
+    diagnoser.feed(LogLine("node1", 1, None, "torchrun", 10.1, termed))
+    killed = "E1201 03:26:04.100000 9 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 8)"
+    diagnoser.feed(LogLine("node1", 1, 3, "torchrun", 10.2, killed))
+    failure = diagnoser.first_failure()
+    assert failure is not None
+    assert (failure.category, failure.rank) == (Category.KILLED_BY_SIGNAL, 3)
+    terminated = [d for d in diagnoser.diagnoses() if d.category is Category.TERMINATED]
+    assert terminated and terminated[0].message == "terminated by SIGTERM (exit code -15)"
+
+
 def test_one_long_stream_of_warnings_is_one_group() -> None:
     diagnoser = Diagnoser()
     for i in range(20_000):
