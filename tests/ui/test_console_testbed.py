@@ -83,8 +83,13 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         run = app.screen
         assert isinstance(run, RunScreen)
         await until(pilot, "steps on every rank", lambda: min(_steps(run)) >= 5, 180)
-        await pilot.pause(0.3)
-        assert all(cell[0].isdigit() for cell in _loss_cells(run)), _loss_cells(run)
+        # The table shows them at its next refresh (twice a second).
+        await until(
+            pilot,
+            "losses in the table",
+            lambda: all(cell[0].isdigit() for cell in _loss_cells(run)),
+            5,
+        )
 
         # s: asks, then stops gracefully; the supervisor sees it end as stopped.
         await _confirm(pilot, "s", "checkpoint")
