@@ -404,9 +404,17 @@ class _Finding:
     """A cause more precise than the category's."""
 
 
+def _body(text: str) -> str:
+    """A line without its rank, logging and NCCL prefixes."""
+    return _strip_prefixes(_RANK_PREFIX.sub("", text, count=1).rstrip())
+
+
 def _classify(text: str) -> _Finding | None:
     """What one line (prefixes and all) says, if anything; tracebacks need :class:`Diagnoser`."""
-    body = _strip_prefixes(_RANK_PREFIX.sub("", text, count=1).rstrip())
+    return _classify_body(_body(text))
+
+
+def _classify_body(body: str) -> _Finding | None:
     if not body or _NOISE.search(body) or _NCCL_INFO.search(body):
         return None
     warn = _NCCL_WARN.search(body)
@@ -434,9 +442,8 @@ def _classify(text: str) -> _Finding | None:
 def marks_error(text: str) -> bool:
     """Whether a log line (prefixes and all) is one a person looking for the failure wants to
     land on: a classified error or warning, or the start of a Python traceback."""
-    if _classify(text) is not None:
-        return True
-    return _strip_prefixes(_RANK_PREFIX.sub("", text, count=1)).startswith(_TRACEBACK)
+    body = _body(text)
+    return body.startswith(_TRACEBACK) or _classify_body(body) is not None
 
 
 def _finding(category: Category, body: str) -> _Finding:
