@@ -7,6 +7,10 @@ from collections.abc import Callable
 
 from textual.pilot import Pilot
 
+from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.health import HealthScreen
+from ddptui.ui.screens.run import RunScreen
+
 
 async def until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout: float) -> None:
     """Let the app run until ``ready()``, failing with ``what`` after ``timeout`` seconds."""
@@ -15,3 +19,25 @@ async def until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}")
         await pilot.pause(0.25)
+
+
+async def launch_from_health(pilot: Pilot[int], steps: int, timeout: float) -> RunScreen:
+    """From the health screen, once the check is done: ``l``, ``y``, and the run screen once
+    every rank has logged ``steps`` steps."""
+    app = pilot.app
+    health = app.screen
+    assert isinstance(health, HealthScreen)
+    await until(pilot, "the check", lambda: health.report is not None, timeout)
+    await pilot.press("l")
+    await until(pilot, "the plan", lambda: isinstance(app.screen, ConfirmScreen), 60)
+    await pilot.press("y")
+    await until(pilot, "the run screen", lambda: isinstance(app.screen, RunScreen), timeout)
+    run = app.screen
+    assert isinstance(run, RunScreen)
+    await until(
+        pilot,
+        f"{steps} steps on every rank",
+        lambda: min(rank.step or 0 for rank in run.run_watch.progress.ranks) >= steps,
+        timeout,
+    )
+    return run

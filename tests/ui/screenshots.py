@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from textual.screen import Screen
@@ -20,10 +18,10 @@ from ddptui.demo.cluster import demo_cluster
 from ddptui.run.stopper import stop_run
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
-from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from tests.ui import scenes
+from tests.ui.pilot import launch_from_health
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SIZE = (120, 36)
@@ -38,36 +36,13 @@ async def _save(screen: Screen[None], name: str, keys: tuple[str, ...] = ()) -> 
         app.save_screenshot(name, path=str(DOCS))
 
 
-async def _wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
-        await asyncio.sleep(0.25)
-
-
 async def _save_demo(name: str) -> None:
     with tempfile.TemporaryDirectory() as state, demo_cluster(2, 2) as cluster:
         store = RunStore(Path(state) / "runs")
         app = DdptuiApp(cluster.hosts_file, store=store, demo_note="demo")
         try:
             async with app.run_test(size=SIZE) as pilot:
-                health = app.screen
-                assert isinstance(health, HealthScreen)
-                await _wait("the check", lambda: health.report is not None, 120)
-                await pilot.press("l")
-                await _wait("the plan", lambda: isinstance(app.screen, ConfirmScreen), 60)
-                await pilot.press("y")
-                await _wait("the run screen", lambda: isinstance(app.screen, RunScreen), 120)
-                run = app.screen
-                assert isinstance(run, RunScreen)
-                await _wait(
-                    f"{DEMO_STEPS} steps on every rank",
-                    lambda: (
-                        min(rank.step or 0 for rank in run.run_watch.progress.ranks) >= DEMO_STEPS
-                    ),
-                    180,
-                )
+                await launch_from_health(pilot, DEMO_STEPS, 180)
                 await pilot.pause(0.6)
                 app.save_screenshot(name, path=str(DOCS))
         finally:
