@@ -53,9 +53,12 @@ class HeadlessReporter:
 
     def __call__(self, watch: RunWatch) -> None:
         for node in watch.nodes.values():
-            note = f"not answering: {node.silent}" if node.silent else ""
+            silence = watch.silence_note(node)
+            note = f"not answering: {silence}" if silence else ""
             if node.exit is not None:
                 note = f"torchrun exited {node.exit}"
+            elif not note and self._node_notes.get(node.host, "").startswith("not answering"):
+                note = "answering again"
             if note and self._node_notes.get(node.host) != note:
                 self._node_notes[node.host] = note
                 self._print(f"{node.host}: {note}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import math
 import re
 import signal
 import time
@@ -21,7 +23,7 @@ from typing import Any
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.diagnose import Diagnoser, LogLine
-from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent
+from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
 from ddptui.run.follow import (
     SILENCE_S,
     FileLine,
@@ -36,6 +38,27 @@ from ddptui.run.store import RunNotFound, RunRecord, RunState, RunStore
 
 LOG_TAIL_LINES = 2000
 """Per rank (and per node for torchrun's own output): enough to read back, bounded."""
+PEERS_IDLE_MIN_S = 10.0
+PEERS_IDLE_STEP_TIMES = 3.0
+"""While a host is silent, the hosts that answer count as stepping until this many of the
+slowest rank's step-event intervals (and at least ``PEERS_IDLE_MIN_S``) pass without a step."""
+HEARD_LATELY_S = 5.0
+"""More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
+
+
+class Silence(enum.Enum):
+    """What a silent host means for the run, judged by the hosts that still answer."""
+
+    TRAINS = "trains"
+    """Their ranks keep stepping: their collectives need the silent host's ranks, so those take
+    part too, and only the head node's link to it is down."""
+    FAILS = "fails"
+    """Their ranks stopped stepping while they still answered (or, with no step events to
+    judge by, they answer and the silent host does not)."""
+    UNKNOWN = "unknown"
+    """No host that answers can tell: none answers (the head node's own network?), or every one
+    that does has finished."""
+
 
 _EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
 _RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
@@ -82,8 +105,13 @@ class RankLog:
 class RunWatch:
     """The state of one attempt of a run, built from followed lines."""
 
-    def __init__(self, record: RunRecord) -> None:
+    def __init__(self, record: RunRecord, clock: Callable[[], float] = time.monotonic) -> None:
         self.record = record
+        self._clock = clock
+        self._stepped_at: dict[str, float] = {}
+        """Host → when its latest step event arrived."""
+        self._heard_at: dict[str, float] = {}
+        """Host → when its latest line or heartbeat arrived."""
         self.attempt = record.attempt.number if record.attempts else 1
         self.progress = RunProgress()
         self.progress.world_size = record.world_size
@@ -103,6 +131,8 @@ class RunWatch:
         self.lines = 0
 
     def apply(self, update: Update) -> None:
+        if isinstance(update, (FileLine, Heartbeat)):
+            self._heard_at[update.host] = self._clock()
         if isinstance(update, FileLine):
             self.lines += 1
             self._line(update)
@@ -132,6 +162,8 @@ class RunWatch:
         if _EVENTS.match(line.path):
             event = self.events.feed(line.text)
             if event is not None:
+                if isinstance(event, StepEvent):
+                    self._stepped_at[line.host] = self._clock()
                 self.progress.apply(line.host, event)
                 self.diagnoser.feed_event(line.host, event)
                 self._note_attempt(event)
@@ -173,12 +205,51 @@ class RunWatch:
         ):
             self.stopped_ranks.add(event.rank)
 
+    def silence_note(self, node: NodeState) -> str | None:
+        """Why ``node`` is not answering and what that means for the run, or None."""
+        if node.silent is None:
+            return None
+        silence = self.silence()
+        if silence is Silence.TRAINS:
+            return f"{node.silent}; its peers keep stepping, so it still trains"
+        if silence is Silence.UNKNOWN:
+            return (
+                f"{node.silent}; no host that answers can tell whether it still trains "
+                "(the head node's own network?): waiting for it to answer"
+            )
+        return node.silent
+
+    def silence(self) -> Silence:
+        """What the hosts that still answer say of the silent ones (see :class:`Silence`)."""
+        witnesses = [
+            node.host for node in self.nodes.values() if node.silent is None and node.exit != 0
+        ]
+        now = self._clock()
+        stepped = [host for host in witnesses if host in self._stepped_at]
+        if stepped:
+            paces = [rank.pace_s for rank in self.progress.ranks if rank.pace_s is not None]
+            window = max(PEERS_IDLE_MIN_S, PEERS_IDLE_STEP_TIMES * max(paces, default=0.0))
+            if any(now - self._stepped_at[host] <= window for host in stepped):
+                return Silence.TRAINS
+            # Heard from after a whole window without a step: its link works, its ranks wait.
+            if any(self._heard_at[host] - self._stepped_at[host] > window for host in stepped):
+                return Silence.FAILS
+            return Silence.UNKNOWN
+        # No step events (a script that writes none, or before the first step) cannot show
+        # whether the silent host takes part; a host that answers shows the network works.
+        if any(now - self._heard_at.get(host, -math.inf) <= HEARD_LATELY_S for host in witnesses):
+            return Silence.FAILS
+        return Silence.UNKNOWN
+
     def verdict(self, *, stopping: bool = False) -> Verdict | None:
         """How the attempt ended, or None while it goes on.
 
-        A node whose torchrun exits non-zero or that stops answering fails the run, unless a
-        stop was asked for (then a non-zero exit is the stop's doing). All nodes exiting 0 is
-        completion, or a stop when the ranks said they stopped on request.
+        A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then
+        a non-zero exit is the stop's doing). So does a node that stops answering while the
+        ranks on the hosts that answer stop stepping too; while they keep stepping the silent
+        host takes part in their collectives, and when no host answers (or every one that does
+        has finished) nothing can be judged until one does. All nodes exiting 0 is completion,
+        or a stop when the ranks said they stopped on request.
         """
         # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
         stopping = stopping or bool(self.stopped_ranks)
@@ -197,10 +268,11 @@ class RunWatch:
                     "exit status: killed as a group (kill -9, the OOM killer?)",
                     node.host,
                 )
-            if node.silent is not None and not stopping:
+            if node.silent is not None and not stopping and self.silence() is Silence.FAILS:
+                peers = "; the other hosts' ranks stopped stepping too" if self._stepped_at else ""
                 return Verdict(
                     RunState.FAILED,
-                    f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}",
+                    f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}{peers}",
                     node.host,
                 )
         if all(node.exit is not None or node.vanished for node in self.nodes.values()):

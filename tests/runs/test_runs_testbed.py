@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,9 +30,11 @@ from tests.fixtures.gpu import nvidia_smi_double
 from tests.testbed import (
     TestBed,
     TestHost,
+    cut_head_link,
     cut_link,
     install_double,
     occupy_port,
+    open_firewall,
     restore_link,
 )
 
@@ -314,6 +317,50 @@ def test_a_cut_link_fails_the_run_naming_the_host_and_resume_continues(
     assert starts[1]["resumed_from"] is not None and starts[1]["start_step"] >= 40
     stopped = cli.run("stop", run_id, "--kill")
     assert stopped.returncode == 0, stopped.stderr
+    assert not _run_processes(hosts, run_id)
+
+
+def test_the_run_outlives_the_head_node_losing_its_hosts_and_following_picks_up_again(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    launcher, run_id, lines = _launch_and_wait(cli, _hosts_file(testbed, tmp_path), testbed)
+    assert launcher.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(launcher.stdout or ()), daemon=True)
+    reader.start()
+
+    def node2_steps() -> int:
+        return max(event["step"] for event in _steps(testbed, hosts[2:], run_id)[4])
+
+    try:
+        # Only the head node loses node2; the hosts still reach each other.
+        cut_head_link(hosts[2], testbed.gateway)
+        before = node2_steps()
+        time.sleep(20)
+        assert launcher.poll() is None, "".join(lines)
+        assert node2_steps() > before, "node2 stopped training"
+        open_firewall(hosts[2])
+        # Now the head node loses every host: nothing can tell how the run fares.
+        for host in hosts:
+            cut_head_link(host, testbed.gateway)
+        time.sleep(20)
+        assert launcher.poll() is None, "".join(lines)
+    finally:
+        for host in hosts:
+            open_firewall(host)
+    _wait_for_step(testbed, hosts, run_id, node2_steps() + 20)
+    time.sleep(4)
+    stopped = cli.run("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert launcher.wait(60) == 3
+    reader.join(10)
+    output = "".join(lines)
+    assert "node2: not answering: no answer for" in output
+    assert "its peers keep stepping, so it still trains" in output
+    assert "the head node's own network?" in output
+    assert "node2: answering again" in output and f"run {run_id} failed" not in output, output
+    record = tomllib.loads((cli.store / run_id / "run.toml").read_text())
+    assert [change["state"] for change in record["states"]][-2:] == ["stopping", "stopped"]
     assert not _run_processes(hosts, run_id)
 
 

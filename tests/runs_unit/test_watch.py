@@ -61,13 +61,97 @@ def test_a_non_zero_exit_fails_naming_the_node_and_the_signal() -> None:
     assert stopped is not None and stopped.state is RunState.STOPPED
 
 
-def test_a_silent_host_fails_the_run_and_coming_back_clears_it() -> None:
-    watch = RunWatch(_record())
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _step(host: str, rank: int, step: int, step_time_s: float = 0.1) -> FileLine:
+    line = _event("step", rank, step=step, loss=1.0, step_time_s=step_time_s)
+    return FileLine(host, f"events/rank{rank}.jsonl", step, line)
+
+
+def test_without_step_events_a_silent_host_fails_the_run_while_another_answers() -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock)
+    watch.apply(Heartbeat("b", 1.0, {1: True}))
     watch.apply(HostSilent("a", 12.0, "no answer"))
     verdict = watch.verdict()
     assert verdict is not None and "a (node 0) stopped answering" in verdict.detail
+    assert "stopped stepping" not in verdict.detail
     watch.apply(HostBack("a"))
     assert watch.verdict() is None
+    # b not heard from lately either: its link may be going too; nothing to judge by.
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    clock.now += 5.5
+    assert watch.verdict() is None
+
+
+def test_a_silent_host_whose_peers_keep_stepping_trains_on_until_they_stop() -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock)
+    watch.apply(_step("b", 2, 1))
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    # The collectives of b's ranks need a's: while b steps, a trains; only its link is down.
+    assert watch.verdict() is None
+    note = watch.silence_note(watch.nodes["a"])
+    assert note is not None and "its peers keep stepping, so it still trains" in note
+    for step in range(2, 20):
+        clock.now += 1.0
+        watch.apply(_step("b", 2, step))
+        assert watch.verdict() is None
+    # b stops stepping: the collective waits for a. b's heartbeats go on.
+    for _ in range(5):
+        clock.now += 2.0
+        watch.apply(Heartbeat("b", clock.now, {1: True}))
+        assert watch.verdict() is None, "failed within the 10 s window"
+    clock.now += 1.0
+    assert watch.verdict() is None, "failed before b was heard from after the window"
+    watch.apply(Heartbeat("b", clock.now, {1: True}))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "a"
+    assert "a (node 0) stopped answering" in verdict.detail
+    assert "the other hosts' ranks stopped stepping too" in verdict.detail
+
+
+def test_the_peers_window_scales_with_the_slowest_rank_s_step_events() -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock)
+    # One event every 10 steps of 2 s: 20 s between events, so 60 s without one is a stall.
+    for step in (10, 20):
+        watch.apply(_step("b", 3, step, step_time_s=2.0))
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    clock.now += 59.0
+    watch.apply(Heartbeat("b", clock.now, {1: True}))
+    assert watch.verdict() is None
+    clock.now += 2.0
+    watch.apply(Heartbeat("b", clock.now, {1: True}))
+    assert watch.verdict() is not None
+
+
+def test_with_no_host_answering_or_the_others_finished_the_run_is_not_judged() -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock)
+    watch.apply(_step("b", 2, 1))
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    watch.apply(HostSilent("b", 12.0, "timed out"))
+    clock.now += 600.0
+    # The head node's own network, most likely: every host's run may go on.
+    assert watch.verdict() is None
+    note = watch.silence_note(watch.nodes["a"])
+    assert note is not None and "the head node's own network?" in note
+    watch.apply(HostBack("b"))
+    watch.apply(_exit("b", 0))
+    # b finished cleanly: a, silent, may have finished too; wait for it to say so.
+    watch.apply(Heartbeat("b", clock.now, {1: False}))
+    assert watch.verdict() is None
+    watch.apply(HostBack("a"))
+    watch.apply(_exit("a", 0))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.COMPLETED
 
 
 def test_processes_gone_without_an_exit_status_fail_after_two_heartbeats() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tests.testbed.cluster import TestBed, TestBedBusy
 from tests.testbed.faults import (
+    cut_head_link,
     cut_link,
     firewall_port,
     freeze,
@@ -39,6 +40,7 @@ __all__ = [
     "TestBedBusy",
     "TestBedError",
     "TestHost",
+    "cut_head_link",
     "cut_link",
     "firewall_port",
     "freeze",

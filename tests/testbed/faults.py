@@ -120,9 +120,21 @@ def firewall_port(host: TestHost, port: int) -> None:
     host.state.firewalled = True
 
 
+def cut_head_link(host: TestHost, head_address: str) -> None:
+    """Drop every packet between the host and the head node (``TestBed.gateway``), while the
+    hosts still reach each other: a head node's link blip, a VPN or login-node network down.
+
+    Open connections to the head time out; training traffic between the hosts flows on.
+    """
+    run_on(host, ["iptables", "-A", "INPUT", "-s", head_address, "-j", "DROP"], check=True)
+    run_on(host, ["iptables", "-A", "OUTPUT", "-d", head_address, "-j", "DROP"], check=True)
+    host.state.firewalled = True
+
+
 def open_firewall(host: TestHost) -> None:
-    """Remove every rule :func:`firewall_port` added."""
-    run_on(host, ["iptables", "-F", "INPUT"], check=True)
+    """Remove every rule :func:`firewall_port` and :func:`cut_head_link` added."""
+    for chain in ("INPUT", "OUTPUT"):
+        run_on(host, ["iptables", "-F", chain], check=True)
     host.state.firewalled = False
 
 

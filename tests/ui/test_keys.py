@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rich.text import Text
 from textual.command import CommandPalette
-from textual.widgets import DataTable, RichLog
+from textual.widgets import DataTable, RichLog, Static
 
 from ddptui.run.diagnose import marks_error
-from ddptui.run.follow import FileLine
+from ddptui.run.follow import FileLine, HostBack, HostSilent
 from ddptui.run.store import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
@@ -240,3 +240,31 @@ async def _test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
         await pilot.pause(0.7)
         shown = [strip.text for strip in table.render_lines(table.region.reset_offset)]
         assert any(" 0.008914 " in line for line in shown), shown
+
+
+def test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means() -> None:
+    asyncio.run(_test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means())
+
+
+async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means() -> None:
+    watch = scenes.run_watch(failed=False)
+    screen = RunScreen(watch.record, watch=watch, follow=False)
+    app = DdptuiApp(first_screen=screen)
+
+    def status() -> str:
+        return str(screen.query_one("#run-status", Static).render())
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.7)
+        assert "not answering" not in status()
+        # gpu-a's ranks keep stepping (the scene's steps arrived just now): gpu-b still trains.
+        watch.apply(HostSilent("gpu-b", 12.0, "no answer"))
+        screen.dirty = True
+        await pilot.pause(0.7)
+        shown = status()
+        assert "gpu-b not answering: no answer for 12 s" in shown
+        assert "its peers keep stepping" in shown
+        watch.apply(HostBack("gpu-b"))
+        screen.dirty = True
+        await pilot.pause(0.7)
+        assert "not answering" not in status()

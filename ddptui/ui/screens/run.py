@@ -338,6 +338,13 @@ class RunScreen(Screen[None]):
             text.append(plain(self.verdict.detail, limit=200, one_line=True))
         else:
             text.append(plain(self.run_watch.progress.format_line(), limit=200, one_line=True))
+            silent = [node for node in self.run_watch.nodes.values() if node.silent]
+            if silent:
+                names = ", ".join(plain(node.host, one_line=True) for node in silent)
+                note = self.run_watch.silence_note(silent[0]) or ""
+                text.append(
+                    f"\n{names} not answering: {plain(note, limit=200, one_line=True)}", "red"
+                )
         if self.note:
             text.append(f"\n{plain(self.note, limit=200, one_line=True)}", "italic")
         return text
@@ -472,8 +479,9 @@ class RunScreen(Screen[None]):
         for host, node in self.run_watch.nodes.items():
             sample = node.sample
             text.append(f"{plain(host, one_line=True)}", "bold")
-            if node.silent:
-                text.append(f"  not answering: {plain(node.silent, one_line=True)}", "red")
+            silence = self.run_watch.silence_note(node)
+            if silence:
+                text.append(f"  not answering: {plain(silence, one_line=True)}", "red")
             cpu, rss = sample.get("cpu_pct"), sample.get("rss_mib")
             if isinstance(cpu, (int, float)) and isinstance(rss, (int, float)):
                 text.append(f"  cpu {cpu:.0f}%  rss {rss:.0f} MiB")
