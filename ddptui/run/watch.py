@@ -268,7 +268,13 @@ class RunWatch:
                     "exit status: killed as a group (kill -9, the OOM killer?)",
                     node.host,
                 )
-            if node.silent is not None and not stopping and self.silence() is Silence.FAILS:
+            # A host whose torchrun already exited 0 has done its part, silent or not.
+            if (
+                node.silent is not None
+                and node.exit is None
+                and not stopping
+                and self.silence() is Silence.FAILS
+            ):
                 peers = "; the other hosts' ranks stopped stepping too" if self._stepped_at else ""
                 return Verdict(
                     RunState.FAILED,

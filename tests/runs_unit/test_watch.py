@@ -117,6 +117,21 @@ def test_a_silent_host_whose_peers_keep_stepping_trains_on_until_they_stop() -> 
     assert "the other hosts' ranks stopped stepping too" in verdict.detail
 
 
+def test_a_host_silent_after_its_torchrun_exited_0_does_not_fail_the_run() -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock)
+    watch.apply(_step("b", 2, 1))
+    watch.apply(_exit("a", 0))
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    # b's ranks write their last checkpoint: no step for a long while, b still answers.
+    clock.now += 60.0
+    watch.apply(Heartbeat("b", clock.now, {1: True}))
+    assert watch.verdict() is None
+    watch.apply(_exit("b", 0))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.COMPLETED
+
+
 def test_the_peers_window_scales_with_the_slowest_rank_s_step_events() -> None:
     clock = _Clock()
     watch = RunWatch(_record(), clock=clock)
