@@ -129,8 +129,9 @@ def status_lines(record: RunRecord, watch: RunWatch) -> list[str]:
         lines.append(f"  attempt {attempt.number} (port {attempt.master_port}){ended}{detail}")
     for node in record.nodes:
         state = watch.nodes[node.host]
-        if state.silent:
-            what = f"not answering ({plain(state.silent, one_line=True)})"
+        silence = watch.silence_note(state)
+        if silence:
+            what = f"not answering ({plain(silence, one_line=True)})"
         elif state.exit is not None:
             what = f"torchrun exited {state.exit}"
         elif state.alive:

@@ -238,3 +238,19 @@ def test_torchrun_told_to_stop_is_a_consequence_never_the_first_failure() -> Non
         diagnoser.feed(LogLine("a", 0, None, "torchrun", 1.0, text))
     assert [d.category for d in diagnoser.diagnoses()] == [Category.TERMINATED]
     assert diagnoser.first_failure() is None
+
+
+def test_status_says_what_a_silent_host_means_for_the_run() -> None:
+    from ddptui.commands.status import status_json, status_lines
+
+    watch = RunWatch(_record())
+    watch.apply(_step("b", 2, 1))
+    watch.apply(HostSilent("a", 12.0, "connect timed out"))
+    lines = status_lines(watch.record, watch)
+    assert (
+        "  node 0 a: 2 rank(s), not answering (no answer for 12 s (connect timed out); "
+        "its peers keep stepping, so it still trains)"
+    ) in lines
+    assert status_json(watch.record, watch)["nodes"][0]["not_answering"] == (
+        "no answer for 12 s (connect timed out)"
+    )
