@@ -142,7 +142,9 @@ class HostFollower:
                         if not silent:
                             silent = True
                             quiet = self._clock() - last_heard
-                            yield HostSilent(self.host.name, quiet, "no answer")
+                            yield HostSilent(
+                                self.host.name, quiet, "the open connection went quiet"
+                            )
                         break
                     if raw is None:
                         break

@@ -213,10 +213,9 @@ class RunWatch:
         if silence is Silence.TRAINS:
             return f"{node.silent}; its peers keep stepping, so it still trains"
         if silence is Silence.UNKNOWN:
-            return (
-                f"{node.silent}; no host that answers can tell whether it still trains "
-                "(the head node's own network?): waiting for it to answer"
-            )
+            if all(other.silent is not None for other in self.nodes.values()):
+                return f"{node.silent}; no host answers (the head node's own network?)"
+            return f"{node.silent}; nothing shows yet whether it still trains"
         return node.silent
 
     def silence(self) -> Silence:

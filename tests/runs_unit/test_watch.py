@@ -163,6 +163,8 @@ def test_with_no_host_answering_or_the_others_finished_the_run_is_not_judged() -
     # b finished cleanly: a, silent, may have finished too; wait for it to say so.
     watch.apply(Heartbeat("b", clock.now, {1: False}))
     assert watch.verdict() is None
+    note = watch.silence_note(watch.nodes["a"])
+    assert note is not None and note.endswith("nothing shows yet whether it still trains")
     watch.apply(HostBack("a"))
     watch.apply(_exit("a", 0))
     verdict = watch.verdict()
