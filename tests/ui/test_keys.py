@@ -264,6 +264,9 @@ async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_i
         shown = status()
         assert "gpu-b not answering: no answer for 12 s" in shown
         assert "its peers keep stepping" in shown
+        table = screen.query_one("#ranks", DataTable)
+        states = [str(table.get_row_at(row)[4]) for row in range(table.row_count)]
+        assert [state.endswith("⌁ no answer") for state in states] == [False, False, True, True]
         watch.apply(HostBack("gpu-b"))
         screen.dirty = True
         await pilot.pause(0.7)

@@ -353,7 +353,8 @@ class RunScreen(Screen[None]):
         """Rows are updated cell by cell: rebuilding the table would throw away its render
         cache on every redraw, which costs more than everything else at 64 ranks."""
         table = self.query_one("#ranks", DataTable)
-        rows = {str(rank.rank): _rank_cells(rank) for rank in ranks}
+        silent = {node.host for node in self.run_watch.nodes.values() if node.silent}
+        rows = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
         widths = [column.content_width for column in table.columns.values()]
         # An update in place keeps the column's width and would cut a wider value (a loss of
         # 0.008914 shown as "0.00"): laying the rows out again sizes the columns to them.
@@ -513,24 +514,27 @@ class RunScreen(Screen[None]):
         return text
 
 
-def _rank_cells(rank: RankProgress) -> tuple[Text, ...]:
+def _rank_cells(rank: RankProgress, silent: bool) -> tuple[Text, ...]:
     memory = rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
     return (
         cell(f"{rank.node_rank} {rank.host}", limit=18),
         number(rank.rank, "d"),
         number(rank.step, "d"),
         Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
-        _state(rank),
+        _state(rank, silent),
         number(rank.samples_per_s, ".0f"),
         number(rank.step_time_s, ".3f"),
         number(memory, ".0f", " MiB"),
     )
 
 
-def _state(rank: RankProgress) -> Text:
+def _state(rank: RankProgress, silent: bool) -> Text:
     style = {"failed": "bold red", "done": "green"}.get(rank.state.value, "")
     text = Text(rank.state.value, style)
-    if rank.stalled:
+    if silent:
+        # Its host does not answer: no news is not a stall (the status line says more).
+        text.append(" ⌁ no answer", "bold yellow")
+    elif rank.stalled:
         text.append(" ⏸ stalled", "bold yellow")
     if rank.straggler:
         text.append(" ▼ straggler", "yellow")
