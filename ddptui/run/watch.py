@@ -42,6 +42,9 @@ PEERS_IDLE_MIN_S = 10.0
 PEERS_IDLE_STEP_TIMES = 3.0
 """While a host is silent, the hosts that answer count as stepping until this many of the
 slowest rank's step-event intervals (and at least ``PEERS_IDLE_MIN_S``) pass without a step."""
+EXIT_SETTLE_S = 3.0
+"""After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and
+its own node's exit: torchrun ends a failed rank's peers too, and their node can report first."""
 HEARD_LATELY_S = 5.0
 """More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
 
@@ -76,6 +79,8 @@ class NodeState:
     nproc: int
     base_rank: int
     exit: int | None = None
+    exited_at: float | None = None
+    """When the exit status arrived (the watch's clock)."""
     vanished: bool = False
     """The node's processes are gone without an exit status (the whole group was killed)."""
     gone_beats: int = 0
@@ -192,6 +197,7 @@ class RunWatch:
         if match is not None and int(match.group(1)) == self.attempt:
             with contextlib.suppress(ValueError):
                 node.exit = int(line.text.strip())
+                node.exited_at = self._clock()
 
     def _note_attempt(self, event: RankEvent) -> None:
         # Each attempt of a rank begins with its start event, and the file keeps every
@@ -240,26 +246,47 @@ class RunWatch:
             return Silence.FAILS
         return Silence.UNKNOWN
 
+    def _failed_exit(self, stopping: bool) -> Verdict | None:
+        """The failure that non-zero exits say, naming the node of the first failure's root
+        cause; None while there is none, or while that node's exit may be a moment behind."""
+        if stopping:
+            return None
+        failed = sorted(
+            (node for node in self.nodes.values() if node.exit not in (None, 0)),
+            key=lambda node: node.exited_at or 0.0,
+        )
+        if not failed:
+            return None
+        failure = self.diagnoser.first_failure()
+        culprit = next((node for node in failed if failure and node.host == failure.host), None)
+        root = failure is not None and failure.category.role == "root"
+        settling = self._clock() - (failed[0].exited_at or 0.0) < EXIT_SETTLE_S
+        if settling and (culprit is None or not root):
+            return None
+        node = culprit or failed[0]
+        why = f"torchrun on {node.host} (node {node.node_rank}) {_exit_text(node.exit or 0)}"
+        if failure is not None:
+            rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
+            why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
+        return Verdict(RunState.FAILED, why, node.host)
+
     def verdict(self, *, stopping: bool = False) -> Verdict | None:
         """How the attempt ended, or None while it goes on.
 
         A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then
-        a non-zero exit is the stop's doing). So does a node that stops answering while the
-        ranks on the hosts that answer stop stepping too; while they keep stepping the silent
-        host takes part in their collectives, and when no host answers (or every one that does
-        has finished) nothing can be judged until one does. All nodes exiting 0 is completion,
-        or a stop when the ranks said they stopped on request.
+        a non-zero exit is the stop's doing); the verdict names the node of the first failure's
+        root cause, waiting up to ``EXIT_SETTLE_S`` for it. So does a node that stops answering
+        while the ranks on the hosts that answer stop stepping too; while they keep stepping the
+        silent host takes part in their collectives, and when no host answers (or every one
+        that does has finished) nothing can be judged until one does. All nodes exiting 0 is
+        completion, or a stop when the ranks said they stopped on request.
         """
         # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
         stopping = stopping or bool(self.stopped_ranks)
+        failed = self._failed_exit(stopping)
+        if failed is not None:
+            return failed
         for node in sorted(self.nodes.values(), key=lambda item: item.node_rank):
-            if node.exit is not None and node.exit != 0 and not stopping:
-                why = f"torchrun on {node.host} (node {node.node_rank}) {_exit_text(node.exit)}"
-                failure = self.diagnoser.first_failure()
-                if failure is not None:
-                    rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
-                    why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
-                return Verdict(RunState.FAILED, why, node.host)
             if node.vanished and node.exit is None and not stopping:
                 return Verdict(
                     RunState.FAILED,
@@ -281,6 +308,8 @@ class RunWatch:
                     node.host,
                 )
         if all(node.exit is not None or node.vanished for node in self.nodes.values()):
+            if not stopping and any(node.exit for node in self.nodes.values()):
+                return None  # a failure whose root cause may be a moment behind
             if stopping:
                 return Verdict(RunState.STOPPED, "stopped on request")
             return Verdict(RunState.COMPLETED, "every node exited 0")
