@@ -59,8 +59,9 @@ class Silence(enum.Enum):
     """Their ranks stopped stepping while they still answered (or, with no step events to
     judge by, they answer and the silent host does not)."""
     UNKNOWN = "unknown"
-    """No host that answers can tell: none answers (the head node's own network?), or every one
-    that does has finished."""
+    """Nothing tells yet: no host answers (the head node's own network?), every one that does
+    has finished, or none has been heard from since a whole window without a step (their links
+    may be going too)."""
 
 
 _EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
