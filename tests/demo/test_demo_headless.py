@@ -54,15 +54,25 @@ class Watched:
     ssh_ports: list[int] = field(default_factory=list)
     served_by: dict[int, str] = field(default_factory=dict)
     """Each SSH port's listening process, by command line."""
+    error: str | None = None
 
     def losses(self, name: str) -> list[float]:
         return [event["loss"] for event in _steps(self.events.get(name, ""))]
 
 
 def _steps(text: str) -> list[dict[str, float]]:
-    """The step events of an events file; a last line still being written is left for later."""
-    events = [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+    """The step events of an events file; a last line still being written (no newline yet) is
+    left for later: cut inside the start event's nested config, it can even end in "}"."""
+    events = [json.loads(line) for line in text.split("\n")[:-1]]
     return [event for event in events if event["type"] == "step"]
+
+
+def _watch_safely(user: DemoUser, watched: Watched, stop: threading.Event) -> None:
+    """:func:`_watch`, its failure kept for the test to report (a thread's is lost)."""
+    try:
+        _watch(user, watched, stop)
+    except Exception as error:
+        watched.error = f"the watcher failed: {error!r}"
 
 
 def _watch(user: DemoUser, watched: Watched, stop: threading.Event) -> None:
@@ -134,7 +144,7 @@ def _demo(user: DemoUser, *, interrupt_after_steps: int | None = None) -> tuple[
     watched = Watched(started=time.time())
     process = user.popen("demo", "--headless", "--nodes", str(NODES), "--procs", str(PROCS))
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(user, watched, stop), daemon=True)
+    watcher = threading.Thread(target=_watch_safely, args=(user, watched, stop), daemon=True)
     watcher.start()
     assert process.stderr is not None
     reader = threading.Thread(
@@ -145,12 +155,14 @@ def _demo(user: DemoUser, *, interrupt_after_steps: int | None = None) -> tuple[
     try:
         if interrupt_after_steps is not None:
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and process.poll() is None:
-                if all(
-                    len(watched.losses(f"rank{rank}.jsonl")) >= interrupt_after_steps
-                    for rank in range(NODES * PROCS)
-                ):
+            while True:
+                counts = [len(watched.losses(f"rank{rank}.jsonl")) for rank in range(NODES * PROCS)]
+                if min(counts) >= interrupt_after_steps:
                     break
+                assert watched.error is None, watched.error
+                assert time.monotonic() < deadline and process.poll() is None, (
+                    f"no {interrupt_after_steps} steps on every rank seen (steps {counts})"
+                )
                 time.sleep(0.1)
             # What a terminal's Ctrl-C does: SIGINT to the foreground process group.
             with contextlib.suppress(ProcessLookupError):
@@ -162,6 +174,7 @@ def _demo(user: DemoUser, *, interrupt_after_steps: int | None = None) -> tuple[
         stop.set()
         watcher.join()
         reader.join(timeout=10)
+    assert watched.error is None, watched.error
     return code, watched
 
 
