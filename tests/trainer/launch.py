@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -97,3 +98,12 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60, what: str = "") 
 
 def losses(run_dir: Path, rank: int) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in events(run_dir, rank, "step")}
+
+
+def words(path: Path, count: int) -> Path:
+    """A text of ``count`` words drawn (seeded) from a dozen: data for the char LM."""
+    rng = random.Random(0)
+    vocabulary = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "from",
+                  "home"]  # fmt: skip
+    path.write_text(" ".join(rng.choice(vocabulary) for _ in range(count)) + "\n")
+    return path

@@ -7,13 +7,12 @@ where no CUDA device is visible (CI); run on a GPU host by ``benchmarks/gpu_host
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.trainer.launch import events, finish, losses, torchrun, wait_for
+from tests.trainer.launch import events, finish, losses, torchrun, wait_for, words
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,13 +52,6 @@ def test_every_step_event_arrives_once_in_order_with_cuda_memory_and_the_loss_fa
         assert kinds[last_step + 1 :] == (["checkpoint", "done"] if rank == 0 else ["done"])
 
 
-def _text(path: Path) -> Path:
-    rng = random.Random(0)
-    words = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "from", "home"]
-    path.write_text(" ".join(rng.choice(words) for _ in range(20000)) + "\n")
-    return path
-
-
 @pytest.mark.parametrize("task", ["mlp", "char_lm"])
 def test_a_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     tmp_path: Path, task: str
@@ -67,8 +59,8 @@ def test_a_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     # Enough steps that a stop seen at step 20 lands well before the end on a fast GPU.
     steps = 2000
     model = (
-        ["--data", str(_text(tmp_path / "words.txt")), "--block-size", "64", "--width", "128",
-         "--depth", "2", "--heads", "4", "--batch-size", "32"]
+        ["--data", str(words(tmp_path / "words.txt", 20000)), "--block-size", "64",
+         "--width", "128", "--depth", "2", "--heads", "4", "--batch-size", "32"]
         if task == "char_lm"
         else ["--width", "512", "--depth", "3", "--samples", "32768", "--batch-size", "256"]
     )  # fmt: skip

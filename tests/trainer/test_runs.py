@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.trainer.launch import events, finish, losses, standalone, torchrun, wait_for
+from tests.trainer.launch import events, finish, losses, standalone, torchrun, wait_for, words
 from trainer.checkpoint import read_verified
 
 pytestmark = pytest.mark.slow
 
 SMALL_MLP = ["--width", "64", "--depth", "2", "--checkpoint-every", "0"]
-
-
-def _text(path: Path) -> Path:
-    rng = random.Random(0)
-    words = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "from", "home"]
-    path.write_text(" ".join(rng.choice(words) for _ in range(4000)) + "\n")
-    return path
 
 
 def _done(run_dir: Path, ranks: int) -> list[dict[str, object]]:
@@ -62,7 +54,7 @@ LM = [
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _text(tmp_path_factory.mktemp("data") / "words.txt")
+    return words(tmp_path_factory.mktemp("data") / "words.txt", 4000)
 
 
 def test_control_file_stop_then_resume_matches_an_uninterrupted_run_bit_for_bit(
