@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from ddptui.aio import wait_for
 from ddptui.check.report import CheckReport, PortTest
 from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER
 from ddptui.config.model import AUTO, Config, HostConfig
@@ -194,7 +195,7 @@ async def _listening_port(lines: AsyncIterator[str], *, timeout: float) -> tuple
     last = ""
     for _ in range(_MAX_LINES_BEFORE_READY):
         try:
-            line = await asyncio.wait_for(anext(lines), max(deadline - loop.time(), 0))
+            line = await wait_for(anext(lines), max(deadline - loop.time(), 0))
         except (StopAsyncIteration, asyncio.TimeoutError):
             break
         last = line.strip()

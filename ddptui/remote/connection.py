@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import asyncssh
 
+from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote import failures
@@ -100,7 +101,7 @@ class RemoteProcess:
         Waits at most ``close_timeout`` for the host to confirm."""
         self._process.close()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._process.wait_closed(), self._close_timeout)
+            await wait_for(self._process.wait_closed(), self._close_timeout)
 
 
 class RemoteCluster:
@@ -192,7 +193,7 @@ class RemoteCluster:
                 process.stdin.write_eof()
         stdout, stderr = _Capped(max_stdout, "stdout"), _Capped(max_stderr, "stderr")
         try:
-            await asyncio.wait_for(_drain_both(process, stdout, stderr), timeout)
+            await wait_for(_drain_both(process, stdout, stderr), timeout)
         except asyncio.TimeoutError:
             await self._hang_up(process)
             return CommandResult(None, stdout.text(), stderr.text(), timed_out=True)
@@ -286,14 +287,14 @@ class RemoteCluster:
             connection.close()
         waits = asyncio.gather(*(connection.wait_closed() for connection in connections))
         try:
-            await asyncio.wait_for(waits, self.connect_timeout)
+            await wait_for(waits, self.connect_timeout)
         except asyncio.TimeoutError:
             for connection in connections:
                 connection.abort()
 
     async def _within(self, awaitable: Awaitable[_T], seconds: float, what: str) -> _T:
         try:
-            return await asyncio.wait_for(awaitable, seconds)
+            return await wait_for(awaitable, seconds)
         except asyncio.TimeoutError:
             raise _Stalled(f"the host did not {what} within {seconds:g} s") from None
 
@@ -314,7 +315,7 @@ class RemoteCluster:
             process.send_signal("KILL")
         process.close()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(process.wait_closed(), self.connect_timeout)
+            await wait_for(process.wait_closed(), self.connect_timeout)
 
     async def _require(self, host: HostConfig) -> asyncssh.SSHClientConnection:
         reach, connection = await self._connection(host)
@@ -351,7 +352,7 @@ class RemoteCluster:
             return Reachability(Reach.AUTH_FAILED, f"cannot use {what}: {error}"), None
         options = target.options
         try:
-            connection = await asyncio.wait_for(
+            connection = await wait_for(
                 asyncssh.connect(host.address, host.port, options=options, config=None),
                 self.connect_timeout,
             )

@@ -17,6 +17,8 @@ from typing import Any
 
 import asyncssh
 
+from ddptui.aio import wait_for
+
 SYSTEM_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2"))
 """OpenSSH's default GlobalKnownHostsFile: read as well, never written; where cluster admins
 often record every node's key."""
@@ -180,9 +182,7 @@ async def resolve(address: str, port: int, *, timeout: float = 10.0) -> str | No
     """The first IP ``address`` resolves to, or None when it does not resolve (in time)."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await asyncio.wait_for(
-            loop.getaddrinfo(address, port, type=socket.SOCK_STREAM), timeout
-        )
-    except OSError:  # asyncio.TimeoutError among them
+        infos = await wait_for(loop.getaddrinfo(address, port, type=socket.SOCK_STREAM), timeout)
+    except (OSError, asyncio.TimeoutError):  # one class from Python 3.11 on, two before
         return None
     return str(infos[0][4][0]) if infos else None

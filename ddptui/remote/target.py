@@ -8,13 +8,13 @@ is recorded under — ``HostKeyAlias``, else the real host name, as OpenSSH does
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 
+from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 from ddptui.remote import hostkeys
 from ddptui.remote.hostkeys import SSH_PORT, HostKeyCheck, KeyState, KnownHosts, key_line, resolve
@@ -123,7 +123,7 @@ async def fetch_host_key(
 
     Raises what connecting raises (``OSError``, ``asyncio.TimeoutError``, asyncssh errors).
     """
-    key = await asyncio.wait_for(
+    key = await wait_for(
         asyncssh.get_server_host_key(
             target.host.address,
             target.host.port,
@@ -177,7 +177,7 @@ async def _accepted_strictly(target: SshTarget, timeout: float) -> bool:
     # key), so let a strict handshake judge it, offering no key: getting as far as
     # authentication means the host key was accepted.
     try:
-        connection = await asyncio.wait_for(
+        connection = await wait_for(
             asyncssh.connect(
                 target.host.address,
                 target.host.port,

@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncssh
 
+from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
@@ -137,7 +138,7 @@ class HostFollower:
                 while True:
                     timeout = max(self.silence_s - (self._clock() - last_heard), 0.1)
                     try:
-                        raw = await asyncio.wait_for(inbox.get(), timeout)
+                        raw = await wait_for(inbox.get(), timeout)
                     except asyncio.TimeoutError:
                         if not silent:
                             silent = True

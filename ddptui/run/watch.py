@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.aio import wait_for
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.diagnose import Diagnoser, LogLine
@@ -362,7 +363,7 @@ async def supervise(
     try:
         while True:
             try:
-                update = await asyncio.wait_for(queue.get(), 1.0)
+                update = await wait_for(queue.get(), 1.0)
             except asyncio.TimeoutError:
                 update = None
             if update is not None:
@@ -422,7 +423,7 @@ async def snapshot(
                 return
 
     try:
-        await asyncio.wait_for(asyncio.gather(*(one(follower) for follower in followers)), timeout)
+        await wait_for(asyncio.gather(*(one(follower) for follower in followers)), timeout)
     except asyncio.TimeoutError:
         pass
     finally:

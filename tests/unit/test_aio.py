@@ -1,0 +1,108 @@
+"""ddptui.aio.wait_for: asyncio.wait_for's contract, and a cancellation is never lost."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from ddptui.aio import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+Waiter = Callable[[Awaitable[str], float], Awaitable[str]]
+
+
+async def _cancelled_as_it_completes(wait: Waiter) -> str:
+    """Cancel a task waiting through ``wait`` in the very loop step its awaited item arrives —
+    Ctrl-C while a follow loop reads a busy queue. What the task ends with."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    waiting = asyncio.create_task(wait(queue.get(), 10))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    queue.put_nowait("an update")
+    waiting.cancel()
+    try:
+        return await waiting
+    except asyncio.CancelledError:
+        return "cancelled"
+
+
+def test_a_cancellation_that_meets_a_result_still_cancels() -> None:
+    assert asyncio.run(_cancelled_as_it_completes(wait_for)) == "cancelled"
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="fixed in Python 3.12's asyncio")
+def test_the_race_is_real_for_asyncio_wait_for_before_python_3_12() -> None:
+    # What the test above guards against: the standard wait_for returns the item instead.
+    assert asyncio.run(_cancelled_as_it_completes(asyncio.wait_for)) == "an update"
+
+
+def test_a_result_or_an_error_passes_through() -> None:
+    async def value() -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    async def failing() -> str:
+        await asyncio.sleep(0)
+        raise ValueError("bad")
+
+    assert asyncio.run(wait_for(value(), 1)) == "done"
+    with pytest.raises(ValueError, match="bad"):
+        asyncio.run(wait_for(failing(), 1))
+
+
+def test_a_timeout_raises_after_the_awaited_work_finished_cancelling() -> None:
+    cleaned_up: list[str] = []
+
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.sleep(0.01)
+            cleaned_up.append("slow")
+        return "never"
+
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await wait_for(slow(), 0.05)
+        assert cleaned_up == ["slow"]
+
+    asyncio.run(main())
+
+
+def test_work_that_completes_despite_its_timeout_keeps_its_result() -> None:
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return "finished anyway"
+        return "never"
+
+    assert asyncio.run(wait_for(stubborn(), 0.05)) == "finished anyway"
+
+
+def test_a_zero_timeout_on_pending_work_times_out() -> None:
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await wait_for(asyncio.sleep(1), 0)
+
+    asyncio.run(main())
+
+
+def test_ddptui_never_calls_asyncio_wait_for_itself() -> None:
+    callers = []
+    for path in sorted((ROOT / "ddptui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "wait_for"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "asyncio"
+            ):
+                callers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert callers == []
