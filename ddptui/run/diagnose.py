@@ -356,6 +356,10 @@ _LAST_ERROR = re.compile(r"^Last error:\s*(.*)$")
 
 _SIGNAL_TEXT = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID")
 _TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+# torchrun ending its other workers: their deaths by these signals are its doing.
+_TORCHRUN_CLOSING = re.compile(
+    r"Sending process (\d+) closing signal|Unable to shutdown process (\d+) via"
+)
 _LOOPBACK = re.compile(r"\b127\.\d+\.\d+\.\d+\b")
 
 # Normalisation: what differs between ranks and runs of the same failure.
@@ -536,6 +540,7 @@ class _Entry:
     rank: int | None = None
     local_rank: int | None = None
     exitcode: int | None = None
+    pid: int | None = None
     traceback: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_KEPT_TRACEBACK_LINES))
 
 
@@ -569,7 +574,7 @@ class _Stream:
 _BLOCK_FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
 _BLOCK_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _BLOCK_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
-_BLOCK_EXIT = re.compile(r"^(-?\d+)")
+_BLOCK_EXIT = re.compile(r"^(-?\d+)(?: \(pid: (\d+)\))?")
 
 
 class Diagnoser:
@@ -588,6 +593,8 @@ class Diagnoser:
         self._observations: dict[Role, list[_Observation]] = {}
         self._observed: set[tuple[str, int | None, Category, Role]] = set()
         self._ranks: dict[tuple[int, int], int] = {}
+        self._closed_by_torchrun: set[tuple[str, int]] = set()
+        """(host, pid) of every worker torchrun said it signalled to end it."""
         self._order = 0
         self.dropped = 0
         """Findings not kept because :data:`MAX_GROUPS` groups were full."""
@@ -697,6 +704,9 @@ class Diagnoser:
             return
         body = _strip_prefixes(text.rstrip())
         indented = text[:1].isspace()
+        closing = _TORCHRUN_CLOSING.search(body)
+        if closing is not None and len(self._closed_by_torchrun) < MAX_STREAMS:
+            self._closed_by_torchrun.add((line.host, int(closing.group(1) or closing.group(2))))
         if "ChildFailedError" in body and not indented:
             state.in_traceback = False
             state.in_block, state.block_root, state.entry, state.lines = True, False, None, 0
@@ -785,15 +795,27 @@ class Diagnoser:
                 self._ranks[(line.node_rank, entry.local_rank)] = entry.rank
             elif name == "exitcode" and (code := _BLOCK_EXIT.match(value)):
                 entry.exitcode = int(code.group(1))
+                entry.pid = int(code.group(2)) if code.group(2) else None
             elif name == "traceback":
                 entry.traceback.append(value[:MAX_KEPT_TRACEBACK_CHARS])
         elif entry is not None and state.in_field == "traceback" and text[:1].isspace():
             entry.traceback.append(stripped[:MAX_KEPT_TRACEBACK_CHARS])
 
     def _end_entry(self, line: LogLine, state: _Stream) -> None:
-        """Record the entry just read if it is torchrun's root cause."""
+        """Record the entry just read if it is torchrun's root cause, or a worker killed by a
+        signal torchrun did not send.
+
+        torchrun's root cause is the failure with the earliest time, in whole seconds and, for
+        a killed worker, when torchrun noticed: a worker SIGKILLed a moment before a second
+        ticks over comes after the peer whose collective broke because of it.
+        """
         entry, state.entry, state.in_field = state.entry, None, None
-        if entry is None or not entry.root:
+        if entry is None:
+            return
+        killed = entry.exitcode is not None and entry.exitcode < 0
+        if not entry.root and not (
+            killed and (line.host, entry.pid) not in self._closed_by_torchrun
+        ):
             return
         finding = _entry_finding(entry)
         example = next((t for t in reversed(entry.traceback) if t), f"exitcode {entry.exitcode}")

@@ -193,6 +193,7 @@ def test_the_recordings_are_all_here() -> None:
         "master-unreachable",
         "rank-frozen",
         "sigkill-mid-allreduce",
+        "sigkill-peer-named-root",
     ]
 
 
