@@ -228,9 +228,7 @@ class RunWatch:
 
     def silence(self) -> Silence:
         """What the hosts that still answer say of the silent ones (see :class:`Silence`)."""
-        witnesses = [
-            node.host for node in self.nodes.values() if node.silent is None and node.exit != 0
-        ]
+        witnesses = self._witnesses()
         now = self._clock()
         stepped = [host for host in witnesses if host in self._stepped_at]
         if stepped:
@@ -247,6 +245,10 @@ class RunWatch:
         if any(now - self._heard_at.get(host, -math.inf) <= HEARD_LATELY_S for host in witnesses):
             return Silence.FAILS
         return Silence.UNKNOWN
+
+    def _witnesses(self) -> list[str]:
+        """The hosts that answer and have not finished: what they see tells of a silent one."""
+        return [node.host for node in self.nodes.values() if node.silent is None and node.exit != 0]
 
     def _failed_exit(self, stopping: bool) -> Verdict | None:
         """The failure that non-zero exits say, naming the node of the first failure's root
@@ -303,7 +305,9 @@ class RunWatch:
                 and not stopping
                 and self.silence() is Silence.FAILS
             ):
-                peers = "; the other hosts' ranks stopped stepping too" if self._stepped_at else ""
+                # Only ranks that stepped before can be said to have stopped stepping.
+                stepped = any(host in self._stepped_at for host in self._witnesses())
+                peers = "; the other hosts' ranks stopped stepping too" if stepped else ""
                 return Verdict(
                     RunState.FAILED,
                     f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}{peers}",

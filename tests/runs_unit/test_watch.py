@@ -94,6 +94,17 @@ def test_without_step_events_a_silent_host_fails_the_run_while_another_answers()
     assert watch.verdict() is None
 
 
+def test_a_silent_host_that_alone_stepped_is_not_said_to_have_peers_that_stopped() -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock)
+    watch.apply(_step("a", 0, 1))
+    watch.apply(HostSilent("a", 12.0, "no answer"))
+    watch.apply(Heartbeat("b", clock.now, {1: True}))
+    verdict = watch.verdict()
+    assert verdict is not None and "a (node 0) stopped answering" in verdict.detail
+    assert "stopped stepping" not in verdict.detail
+
+
 def test_a_silent_host_whose_peers_keep_stepping_trains_on_until_they_stop() -> None:
     clock = _Clock()
     watch = RunWatch(_record(), clock=clock)
