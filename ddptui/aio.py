@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
+
+BURST_ITEMS = 64
+"""Items a :class:`QueueReader` hands out back to back before the other tasks get a turn."""
 
 
 async def wait_for(awaitable: Awaitable[_T], timeout: float | None) -> _T:
@@ -15,12 +19,21 @@ async def wait_for(awaitable: Awaitable[_T], timeout: float | None) -> _T:
     Before Python 3.12, a cancellation that arrives just as the awaited thing completes is
     swallowed: ``asyncio.wait_for`` returns the result as if nothing happened (CPython
     gh-86296). A follow loop waits on a busy queue nearly all the time, so a Ctrl-C there was
-    lost now and then and the run went on. Here the cancellation always wins; the result it
-    arrived with is dropped, as Python 3.12 does.
+    lost now and then and the run went on. Here the cancellation always wins, as in 3.12.
 
     Raises ``asyncio.TimeoutError`` after ``timeout`` seconds, once the awaited thing has
     finished cancelling; if it completed regardless, its outcome stands.
     """
+    if sys.version_info >= (3, 11):
+        # What 3.12's wait_for is: the awaitable runs in the caller's task, no task of its own.
+        async with asyncio.timeout(timeout):
+            return await awaitable
+    return await wait_in_task(awaitable, timeout)
+
+
+async def wait_in_task(awaitable: Awaitable[_T], timeout: float | None) -> _T:
+    """:func:`wait_for` for Python 3.10, which has no ``asyncio.timeout``: the awaitable in a
+    task of its own, watched with ``asyncio.wait`` (which never swallows a cancellation)."""
     task = asyncio.ensure_future(awaitable)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -37,3 +50,26 @@ async def wait_for(awaitable: Awaitable[_T], timeout: float | None) -> _T:
         if task.cancelled():
             raise asyncio.TimeoutError
     return task.result()
+
+
+class QueueReader(Generic[_T]):
+    """Takes items off a queue for a loop that also needs to notice silence.
+
+    An item already there is taken at once, with no timer to set and cancel (that was most of
+    a busy follow loop's own cost); only an empty queue is waited on, for at most the timeout.
+    Taking ready items never suspends, so every :data:`BURST_ITEMS` items the other tasks (the
+    other hosts' followers, the console) get a turn.
+    """
+
+    def __init__(self, queue: asyncio.Queue[_T]) -> None:
+        self._queue = queue
+        self._taken = 0
+
+    async def get(self, timeout: float) -> _T:
+        """The next item; ``asyncio.TimeoutError`` when none came within ``timeout`` seconds."""
+        self._taken += 1
+        if self._taken % BURST_ITEMS == 0:
+            await asyncio.sleep(0)
+        if self._queue.empty():
+            return await wait_for(self._queue.get(), timeout)
+        return self._queue.get_nowait()

@@ -59,9 +59,14 @@ async def _follow(
             watch.apply(update)
             if isinstance(update, FileLine) and not args.errors:
                 _print_line(watch, update, args)
+            if queue.empty():
+                # Once per burst, not once per line: a write for each of a thousand lines a
+                # second was a good part of following's cost.
+                sys.stdout.flush()
             if isinstance(update, Heartbeat):
                 beats[update.host] += 1
             if isinstance(update, HostSilent):
+                sys.stdout.flush()
                 print(f"ddptui: {update.host} is not answering", file=sys.stderr, flush=True)
                 beats[update.host] = max(beats[update.host], 2)
             if args.follow:
@@ -89,7 +94,7 @@ def _print_line(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> No
         return
     if args.rank is not None and rank != args.rank:
         return
-    print(f"{label} | {plain(line.text)}", flush=True)
+    print(f"{label} | {plain(line.text)}")
 
 
 def _print_errors(watch: RunWatch) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncssh
 
-from ddptui.aio import wait_for
+from ddptui.aio import QueueReader
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
@@ -134,11 +134,12 @@ class HostFollower:
                 continue
             inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=INBOX_LINES)
             reader = asyncio.create_task(_read(stream, inbox))
+            lines = QueueReader(inbox)
             try:
                 while True:
                     timeout = max(self.silence_s - (self._clock() - last_heard), 0.1)
                     try:
-                        raw = await wait_for(inbox.get(), timeout)
+                        raw = await lines.get(timeout)
                     except asyncio.TimeoutError:
                         if not silent:
                             silent = True

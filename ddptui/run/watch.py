@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.aio import wait_for
+from ddptui.aio import QueueReader, wait_for
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.diagnose import Diagnoser, LogLine
@@ -364,10 +364,11 @@ async def supervise(
 
     tasks = [asyncio.create_task(pump(follower)) for follower in followers]
     stopping, next_look = False, 0.0
+    updates = QueueReader(queue)
     try:
         while True:
             try:
-                update = await wait_for(queue.get(), 1.0)
+                update = await updates.get(1.0)
             except asyncio.TimeoutError:
                 update = None
             if update is not None:

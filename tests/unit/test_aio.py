@@ -1,4 +1,5 @@
-"""ddptui.aio.wait_for: asyncio.wait_for's contract, and a cancellation is never lost."""
+"""ddptui.aio.wait_for: asyncio.wait_for's contract, and a cancellation is never lost — on
+Python 3.11 and later (asyncio.timeout) and on 3.10 (a task of its own), both checked here."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.aio import wait_for
+from ddptui.aio import BURST_ITEMS, QueueReader, wait_for, wait_in_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
 Waiter = Callable[[Awaitable[str], float], Awaitable[str]]
+
+OURS = pytest.mark.parametrize("wait", [wait_for, wait_in_task], ids=["wait_for", "in_task"])
 
 
 async def _cancelled_as_it_completes(wait: Waiter) -> str:
@@ -32,8 +35,9 @@ async def _cancelled_as_it_completes(wait: Waiter) -> str:
         return "cancelled"
 
 
-def test_a_cancellation_that_meets_a_result_still_cancels() -> None:
-    assert asyncio.run(_cancelled_as_it_completes(wait_for)) == "cancelled"
+@OURS
+def test_a_cancellation_that_meets_a_result_still_cancels(wait: Waiter) -> None:
+    assert asyncio.run(_cancelled_as_it_completes(wait)) == "cancelled"
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="fixed in Python 3.12's asyncio")
@@ -42,7 +46,8 @@ def test_the_race_is_real_for_asyncio_wait_for_before_python_3_12() -> None:
     assert asyncio.run(_cancelled_as_it_completes(asyncio.wait_for)) == "an update"
 
 
-def test_a_result_or_an_error_passes_through() -> None:
+@OURS
+def test_a_result_or_an_error_passes_through(wait: Waiter) -> None:
     async def value() -> str:
         await asyncio.sleep(0)
         return "done"
@@ -51,12 +56,13 @@ def test_a_result_or_an_error_passes_through() -> None:
         await asyncio.sleep(0)
         raise ValueError("bad")
 
-    assert asyncio.run(wait_for(value(), 1)) == "done"
+    assert asyncio.run(wait(value(), 1)) == "done"
     with pytest.raises(ValueError, match="bad"):
-        asyncio.run(wait_for(failing(), 1))
+        asyncio.run(wait(failing(), 1))
 
 
-def test_a_timeout_raises_after_the_awaited_work_finished_cancelling() -> None:
+@OURS
+def test_a_timeout_raises_after_the_awaited_work_finished_cancelling(wait: Waiter) -> None:
     cleaned_up: list[str] = []
 
     async def slow() -> str:
@@ -69,13 +75,14 @@ def test_a_timeout_raises_after_the_awaited_work_finished_cancelling() -> None:
 
     async def main() -> None:
         with pytest.raises(asyncio.TimeoutError):
-            await wait_for(slow(), 0.05)
+            await wait(slow(), 0.05)
         assert cleaned_up == ["slow"]
 
     asyncio.run(main())
 
 
-def test_work_that_completes_despite_its_timeout_keeps_its_result() -> None:
+@OURS
+def test_work_that_completes_despite_its_timeout_keeps_its_result(wait: Waiter) -> None:
     async def stubborn() -> str:
         try:
             await asyncio.sleep(60)
@@ -83,15 +90,58 @@ def test_work_that_completes_despite_its_timeout_keeps_its_result() -> None:
             return "finished anyway"
         return "never"
 
-    assert asyncio.run(wait_for(stubborn(), 0.05)) == "finished anyway"
+    assert asyncio.run(wait(stubborn(), 0.05)) == "finished anyway"
 
 
-def test_a_zero_timeout_on_pending_work_times_out() -> None:
+@OURS
+def test_a_zero_timeout_on_pending_work_times_out(wait: Waiter) -> None:
     async def main() -> None:
         with pytest.raises(asyncio.TimeoutError):
-            await wait_for(asyncio.sleep(1), 0)
+            await wait(asyncio.sleep(1), 0)
 
     asyncio.run(main())
+
+
+def test_a_queue_reader_hands_out_ready_items_in_order_and_times_out_when_none_come() -> None:
+    async def main() -> None:
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for item in range(5):
+            queue.put_nowait(item)
+        reader = QueueReader(queue)
+        assert [await reader.get(1) for _ in range(5)] == [0, 1, 2, 3, 4]
+        with pytest.raises(asyncio.TimeoutError):
+            await reader.get(0.05)
+        later = asyncio.get_running_loop().call_later(0.05, queue.put_nowait, 5)
+        assert await reader.get(5) == 5
+        later.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_queue_reader_lets_other_tasks_run_between_bursts_of_ready_items() -> None:
+    async def main() -> int:
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for item in range(BURST_ITEMS * 4):
+            queue.put_nowait(item)
+        turns = 0
+
+        async def other() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        other_task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        started = turns
+        reader = QueueReader(queue)
+        for _ in range(BURST_ITEMS * 4):
+            await reader.get(1)
+        other_task.cancel()
+        return turns - started
+
+    # Taking a ready item never suspends: without the turns, the other task would not run.
+    assert asyncio.run(main()) >= 3
 
 
 def test_ddptui_never_calls_asyncio_wait_for_itself() -> None:
