@@ -228,9 +228,8 @@ class RunWatch:
 
     def silence(self) -> Silence:
         """What the hosts that still answer say of the silent ones (see :class:`Silence`)."""
-        witnesses = self._witnesses()
         now = self._clock()
-        stepped = [host for host in witnesses if host in self._stepped_at]
+        stepped = self._stepped_witnesses()
         if stepped:
             paces = [rank.pace_s for rank in self.progress.ranks if rank.pace_s is not None]
             window = max(PEERS_IDLE_MIN_S, PEERS_IDLE_STEP_TIMES * max(paces, default=0.0))
@@ -242,6 +241,7 @@ class RunWatch:
             return Silence.UNKNOWN
         # No step events (a script that writes none, or before the first step) cannot show
         # whether the silent host takes part; a host that answers shows the network works.
+        witnesses = self._witnesses()
         if any(now - self._heard_at.get(host, -math.inf) <= HEARD_LATELY_S for host in witnesses):
             return Silence.FAILS
         return Silence.UNKNOWN
@@ -249,6 +249,10 @@ class RunWatch:
     def _witnesses(self) -> list[str]:
         """The hosts that answer and have not finished: what they see tells of a silent one."""
         return [node.host for node in self.nodes.values() if node.silent is None and node.exit != 0]
+
+    def _stepped_witnesses(self) -> list[str]:
+        """The witnesses whose ranks have stepped: whether they still do tells of a silent one."""
+        return [host for host in self._witnesses() if host in self._stepped_at]
 
     def _failed_exit(self, stopping: bool) -> Verdict | None:
         """The failure that non-zero exits say, naming the node of the first failure's root
@@ -306,7 +310,7 @@ class RunWatch:
                 and self.silence() is Silence.FAILS
             ):
                 # Only ranks that stepped before can be said to have stopped stepping.
-                stepped = any(host in self._stepped_at for host in self._witnesses())
+                stepped = self._stepped_witnesses()
                 peers = "; the other hosts' ranks stopped stepping too" if stepped else ""
                 return Verdict(
                     RunState.FAILED,
