@@ -62,6 +62,8 @@ _JOB_FIXED: dict[str, values.Validator] = {
     "module": values.module,
     "resume_args": values.args,
     "stop_grace_s": values.stop_grace_s,
+    "hang_timeout_s": values.hang_timeout_s,
+    "on_hang": values.on_hang,
 }
 _JOB_KEY_ORDER = (
     "nproc_per_node",
@@ -71,6 +73,8 @@ _JOB_KEY_ORDER = (
     "module",
     "resume_args",
     "stop_grace_s",
+    "hang_timeout_s",
+    "on_hang",
 )
 CLUSTER_KEYS: tuple[str, ...] = (*MACHINE_KEYS, *_CLUSTER_ONLY)
 """Every key ``[cluster]`` accepts."""

@@ -16,6 +16,8 @@ GpuSelection: TypeAlias = Literal["all"] | int | tuple[int, ...]
 ProcsPerNode: TypeAlias = Literal["gpus"] | int
 """``"gpus"``: one process per selected GPU; an integer: that many (CPU hosts need one)."""
 MasterPort: TypeAlias = Literal["auto"] | int
+OnHang: TypeAlias = Literal["wait", "stop"]
+"""``"wait"``: record a hung run and leave it to a person; ``"stop"``: stop it, record a failure."""
 
 AUTO: Literal["auto"] = "auto"
 
@@ -50,6 +52,9 @@ class JobConfig:
 
     ``script`` is a file or directory on the head node (uploaded with every run); ``module`` is
     already installed on the hosts. At most one of the two is set.
+
+    ``hang_timeout_s`` unset: the hang window is the larger of 30 s and 20 × the slowest rank's
+    median step time, worked out during the run so that it scales with the model.
     """
 
     nproc_per_node: ProcsPerNode = "gpus"
@@ -59,6 +64,8 @@ class JobConfig:
     module: str | None = None
     resume_args: tuple[str, ...] = ("--resume", "latest")
     stop_grace_s: float = 60.0
+    hang_timeout_s: float | None = None
+    on_hang: OnHang = "wait"
 
 
 @dataclass(frozen=True)

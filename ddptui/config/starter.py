@@ -212,6 +212,21 @@ _JOB = _Table(
             "Seconds a graceful stop waits for the checkpoint and a clean exit before SIGTERM, "
             "and SIGTERM waits before SIGKILL.",
         ),
+        _Key(
+            "hang_timeout_s",
+            600.0,
+            "A run is hung when no rank on any host that answers has made a step for this many "
+            "seconds. Unset: the larger of 30 s and 20 times the slowest rank's median step time.",
+            active=False,
+        ),
+        _Key(
+            "on_hang",
+            "stop",
+            'What to do with a hung run: "wait" (the default) records the hang and leaves the run '
+            'for you to look at or stop; "stop" stops the run once it has been hung for the window '
+            'above and records it failed ("hung at step N").',
+            active=False,
+        ),
     ),
 )
 

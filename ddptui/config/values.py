@@ -317,6 +317,16 @@ def stop_grace_s(value: object) -> float:
     return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
+def hang_timeout_s(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
+
+
+def on_hang(value: object) -> str:
+    if not isinstance(value, str) or value not in ("wait", "stop"):
+        raise expected('"wait" or "stop"', value)
+    return value
+
+
 def local_path(base_dir: Path) -> Validator:
     """A validator for a path on this machine: ``$VARS`` and ``~`` expanded, then made absolute.
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.cli import main
 from ddptui.config import load_config
 from ddptui.errors import ConfigError
 
@@ -29,6 +30,7 @@ def test_defaults_run_the_bundled_trainer_and_resume_from_the_latest_checkpoint(
     assert (job.script, job.module) == (None, None)
     assert job.resume_args == ("--resume", "latest")
     assert job.stop_grace_s == 60.0
+    assert (job.hang_timeout_s, job.on_hang) == (None, "wait")
 
 
 def test_a_script_is_a_path_next_to_the_hosts_file(tmp_path: Path) -> None:
@@ -53,3 +55,51 @@ def test_bad_job_keys_are_refused_with_the_key_named(
     with pytest.raises(ConfigError) as raised:
         load_config(_write(tmp_path, job))
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("job", "hang_timeout_s", "on_hang"),
+    [
+        ("hang_timeout_s = 90", 90.0, "wait"),
+        ('hang_timeout_s = 0.5\non_hang = "stop"', 0.5, "stop"),
+        ('on_hang = "wait"', None, "wait"),
+    ],
+)
+def test_hang_window_and_what_to_do_about_a_hang(
+    tmp_path: Path, job: str, hang_timeout_s: float | None, on_hang: str
+) -> None:
+    config = load_config(_write(tmp_path, job)).job
+    assert (config.hang_timeout_s, config.on_hang) == (hang_timeout_s, on_hang)
+    assert config.hang_timeout_s is None or isinstance(config.hang_timeout_s, float)
+
+
+SECONDS = "expected a number of seconds > 0, found"
+WAIT_OR_STOP = 'expected "wait" or "stop", found'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[job]\nhang_timeout_s = 0", f"[job]: hang_timeout_s: {SECONDS} 0 (an integer)"),
+        ("[job]\nhang_timeout_s = -5.0", f"[job]: hang_timeout_s: {SECONDS} -5.0 (a float)"),
+        ("[job]\nhang_timeout_s = true", f"[job]: hang_timeout_s: {SECONDS} true (a boolean)"),
+        ('[job]\nhang_timeout_s = "60"', f'[job]: hang_timeout_s: {SECONDS} "60" (a string)'),
+        ("[job]\nhang_timeout_s = nan", f"[job]: hang_timeout_s: {SECONDS} nan (a float)"),
+        ("[job]\nhang_timeout_s = inf", f"[job]: hang_timeout_s: {SECONDS} inf (a float)"),
+        ('[job]\non_hang = "kill"', f'[job]: on_hang: {WAIT_OR_STOP} "kill" (a string)'),
+        ('[job]\non_hang = "Stop"', f'[job]: on_hang: {WAIT_OR_STOP} "Stop" (a string)'),
+        ("[job]\non_hang = true", f"[job]: on_hang: {WAIT_OR_STOP} true (a boolean)"),
+        ('[job]\non_hang = ["stop"]', f'[job]: on_hang: {WAIT_OR_STOP} ["stop"] (an array)'),
+        ('[job]\non_hangs = "stop"', '[job]: unknown key "on_hangs" — did you mean "on_hang"?'),
+        ("[cluster]\nhang_timeout_s = 60", '[cluster]: "hang_timeout_s" belongs in [job]'),
+    ],
+)
+def test_bad_hang_keys_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text(f"{text}\n{HOSTS}", encoding="utf-8")
+
+    assert main(["config", str(path)]) == 2
+
+    assert capsys.readouterr() == ("", f"ddptui config: {path}: {message}\n")
