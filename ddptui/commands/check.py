@@ -15,20 +15,11 @@ from rich.text import Text
 
 from ddptui.check import CheckReport, check_cluster
 from ddptui.config import AUTO, HostConfig, load_config
-from ddptui.health import Code, HostCheck, Severity, parity_rows
-from ddptui.health.groups import group_findings
+from ddptui.health import HostCheck, parity_rows
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
+from ddptui.present import check as words
 from ddptui.probe.facts import NA, HostFacts, Maybe
 from ddptui.untrusted import plain
-
-# Already in the hosts table's interface column; JSON keeps them for scripts.
-_SHOWN_IN_TABLES = {Code.SOCKET_IFNAME_CHOSEN}
-
-_SEVERITY_STYLE = {
-    Severity.ERROR: ("✗", "bold red"),
-    Severity.WARNING: ("!", "yellow"),
-    Severity.INFO: ("i", "cyan"),
-}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         # allow_nan=False: NaN is not JSON; the probe parser already refuses non-finite facts.
         json.dump(report.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-        errors.print(_summary(report))
+        errors.print(words.summary(report))
     else:
         # Piped output has no terminal width to fit; wide enough that no value is cut.
         render(report, Console() if sys.stdout.isatty() else Console(width=160))
@@ -66,22 +57,15 @@ def render(report: CheckReport, console: Console) -> None:
     if probed:
         _print_wrapped(console, Text("version parity (odd values in red)", style="table.title"))
         console.print(_parity_table(probed))
-    for severity in Severity:
-        shown = [f for f in report.findings if f.severity is severity]
-        for group in group_findings(f for f in shown if f.code not in _SHOWN_IN_TABLES):
-            symbol, style = _SEVERITY_STYLE[severity]
-            where = f"{group.where}: " if group.hosts else ""
-            line = Text.assemble((f"{symbol} ", style), (where, "bold"), plain(group.message))
-            line.append(f"  [{group.code.value}]", style="dim")
-            _print_wrapped(console, line)
-            if group.hint:
-                fix = "fix: " if group.hint_host is None else f"fix (as on {group.hint_host}): "
-                _print_wrapped(console, Text(fix + plain(group.hint), style="dim"), indent=4)
-    if not report.master_port_test.ran:
-        symbol, style = _SEVERITY_STYLE[Severity.INFO]
-        skipped = f"master port test skipped: {report.master_port_test.why}"
-        _print_wrapped(console, Text.assemble((f"{symbol} ", style), skipped))
-    _print_wrapped(console, _summary(report))
+    for group in words.listed(report.findings):
+        _print_wrapped(console, words.finding_line(group))
+        fix = words.fix_line(group)
+        if fix is not None:
+            _print_wrapped(console, fix, indent=words.FIX_INDENT)
+    note = words.port_test_note(report.master_port_test)
+    if note is not None:
+        _print_wrapped(console, note)
+    _print_wrapped(console, words.summary(report))
 
 
 def _print_wrapped(console: Console, text: Text, indent: int = 0) -> None:
@@ -89,23 +73,6 @@ def _print_wrapped(console: Console, text: Text, indent: int = 0) -> None:
     for line in text.wrap(console, max(console.width - indent, 20)):
         line.rstrip()
         console.print(Text(" " * indent) + line, soft_wrap=True)
-
-
-def _summary(report: CheckReport) -> Text:
-    counts = Counter(finding.severity for finding in report.findings)
-    took = f"({report.elapsed_s:.1f} s)"
-    if report.healthy:
-        warnings = counts[Severity.WARNING]
-        extra = f", {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
-        hosts = len(report.checks)
-        ready = f"{hosts} host{'s' * (hosts != 1)} ready"
-        return Text(f"healthy: {ready}{extra} {took}", style="bold green")
-    parts = [
-        f"{counts[severity]} {severity.value}{'s' * (counts[severity] != 1)}"
-        for severity in (Severity.ERROR, Severity.WARNING)
-        if counts[severity]
-    ]
-    return Text(f"not healthy: {', '.join(parts)} {took}", style="bold red")
 
 
 def _hosts_table(report: CheckReport) -> Table:
@@ -116,9 +83,7 @@ def _hosts_table(report: CheckReport) -> Table:
     head_address = report.config.head.address
     for rank, check in enumerate(report.checks):
         facts = check.facts
-        status = Text("ok", "green") if check.reach.ok else Text(check.reach.reach.value, "red")
-        if check.probe_failure is not None:
-            status = Text("probe failed", "red")
+        status = words.host_status(check)
         if facts is None:
             table.add_row(*_cells(str(rank), check.host.name, check.host.address, status))
             continue

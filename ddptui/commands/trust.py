@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ddptui.config import load_config
 from ddptui.errors import UsageError
+from ddptui.present.trust import host_key_line
 from ddptui.remote import failures
-from ddptui.remote.hostkeys import KeyState, append_lines, fingerprint
+from ddptui.remote.hostkeys import KeyState, append_lines
 from ddptui.remote.trust import HostKeyScan, lines_to_add, scan_host_keys
-from ddptui.untrusted import plain
 
 Confirm = Callable[[str], bool]
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 def apply(scans: Sequence[HostKeyScan], *, confirm: Confirm) -> int:
     """Report every host's key, add the unknown ones that ``confirm`` allows; the exit code."""
     for scan in scans:
-        print(_report(scan))
+        print(host_key_line(scan).plain)
     for scan in scans:
         if scan.check is not None and scan.check.state in (KeyState.CHANGED, KeyState.REVOKED):
             print(f"\n{failures.host_key_failure(scan.host, scan.check).detail}", file=sys.stderr)
@@ -54,26 +54,6 @@ def apply(scans: Sequence[HostKeyScan], *, confirm: Confirm) -> int:
         for scan in scans
     )
     return 0 if trusted and not declined else 1
-
-
-def _report(scan: HostKeyScan) -> str:
-    where = f"{scan.host.name}  {scan.host.address}:{scan.host.port}"
-    if scan.target is not None and scan.target.key_name != scan.host.address:
-        # ~/.ssh/config renamed it (HostName, HostKeyAlias): say where its key is kept.
-        where += f" (known as {scan.target.key_name})"
-    if scan.check is None:
-        detail = scan.failure.detail if scan.failure is not None else "no answer"
-        return f"{where}  unreachable: {plain(detail)}"
-    key = scan.check.presented
-    verdict = {
-        KeyState.TRUSTED: "already trusted",
-        KeyState.UNKNOWN: "new",
-        KeyState.CHANGED: "CHANGED: refusing to replace the recorded key",
-        KeyState.REVOKED: "REVOKED: marked @revoked, never trusted",
-    }[scan.check.state]
-    if scan.check.by_authority:
-        verdict = "trusted: certificate signed by a @cert-authority"
-    return f"{where}  {key.get_algorithm()} {fingerprint(key)}  {verdict}"
 
 
 def _always(question: str) -> bool:

@@ -3,7 +3,6 @@ and findings with their fixes; ``c`` re-checks with live per-host progress."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
@@ -16,19 +15,16 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.check import CheckReport, check_cluster
 from ddptui.config import AUTO, Config
-from ddptui.health import Finding, HostCheck, Severity, parity_rows
-from ddptui.health.groups import group_findings
+from ddptui.health import HostCheck, parity_rows
+from ddptui.health.groups import FindingGroup
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
+from ddptui.present import check as words
+from ddptui.present.trust import host_key_line
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.ui.messages import CheckDone, CheckProgress
 from ddptui.ui.widgets.cells import ODD, bar, cell, odd_cell
 from ddptui.untrusted import plain
 
-SEVERITY = {
-    Severity.ERROR: ("✗", "bold red"),
-    Severity.WARNING: ("!", "yellow"),
-    Severity.INFO: ("i", "cyan"),
-}
 COLUMNS = (
     "node", "host", "status", "hostname", "GPUs", "python", "torch", "CUDA", "NCCL", "driver",
     "interface",
@@ -129,11 +125,7 @@ class HealthScreen(Screen[None]):
             return Text(f"… {plain(self.progress[host], limit=20, one_line=True)}", "italic")
         if check is None:
             return Text("–", "dim")
-        if check.probe_failure is not None:
-            return Text("✗ probe failed", "red")
-        if not check.reach.ok:
-            return Text(f"✗ {check.reach.reach.value}", "red")
-        return Text("✓ ok", "green")
+        return words.host_status(check)
 
     def _summary(self) -> Text:
         if self.progress:
@@ -142,13 +134,10 @@ class HealthScreen(Screen[None]):
         report = self.report
         if report is None:
             return Text("not checked yet: c checks every host")
-        errors = sum(f.severity is Severity.ERROR for f in report.findings)
-        warnings = sum(f.severity is Severity.WARNING for f in report.findings)
-        took = f"({report.elapsed_s:.1f} s)"
-        if report.healthy:
-            return Text(f"✓ healthy: {len(report.checks)} hosts ready, {warnings} warnings {took}")
-        summary = f"✗ not healthy: {errors} errors, {warnings} warnings {took}"
-        return Text(summary + f"  ({ODD}: differs from the other hosts)", "red")
+        summary = words.summary(report)
+        if not report.healthy:
+            summary.append(f"  ({ODD}: differs from the other hosts)")
+        return summary
 
     def _selected(self) -> HostCheck | None:
         if self.report is None:
@@ -173,7 +162,7 @@ class HealthScreen(Screen[None]):
 
     @work(exclusive=True, group="trust")
     async def action_trust(self) -> None:
-        from ddptui.remote.hostkeys import KeyState, append_lines, fingerprint
+        from ddptui.remote.hostkeys import append_lines
         from ddptui.remote.trust import lines_to_add, scan_host_keys
         from ddptui.ui.screens.confirm import ConfirmScreen
 
@@ -183,17 +172,7 @@ class HealthScreen(Screen[None]):
             timeout=self.config.cluster.connect_timeout,
             max_parallel=self.config.cluster.max_parallel_connects,
         )
-        body = Text()
-        for scan in scans:
-            body.append(f"{scan.host.name}  {scan.host.address}:{scan.host.port}  ", "bold")
-            if scan.check is None:
-                detail = scan.failure.detail if scan.failure is not None else "no answer"
-                body.append(f"unreachable: {plain(detail, one_line=True)}\n", "red")
-                continue
-            key = scan.check.presented
-            state = scan.check.state
-            body.append(f"{key.get_algorithm()} {fingerprint(key)}  ")
-            body.append(f"{state.value}\n", "red" if state is not KeyState.TRUSTED else "green")
+        body = Text("\n").join(host_key_line(scan) for scan in scans)
         additions = lines_to_add(scans)
         if not additions:
             await self.app.push_screen_wait(
@@ -271,31 +250,27 @@ def _gpus_text(check: HostCheck) -> Text:
 
 def _findings_text(report: CheckReport, host: str) -> Text:
     text = Text(f"findings for {plain(host, one_line=True)}\n", "bold")
-    mine = [f for f in report.findings if f.host == host]
+    # The report's own groups, so a finding several hosts share reads as `ddptui check` says it.
+    groups = words.listed(report.findings)
+    mine = [group for group in groups if host in group.hosts]
     if not mine:
         text.append("none\n", "green")
-    for severity in Severity:
-        for group in group_findings(f for f in mine if f.severity is severity):
-            symbol, style = SEVERITY[severity]
-            text.append(f"{symbol} ", style)
-            text.append(plain(group.message))
-            text.append(f" [{group.code.value}]\n", "dim")
-            if group.hint:
-                text.append(f"  fix: {plain(group.hint)}\n", "dim")
-    shared = _cluster_findings(report.findings)
+    text.append_text(_entries(mine))
+    shared = _entries([group for group in groups if not group.hosts])
+    note = words.port_test_note(report.master_port_test)
+    if note is not None:
+        shared.append_text(note + "\n")
     if shared:
         text.append("\ncluster-wide\n", "bold")
         text.append_text(shared)
     return text
 
 
-def _cluster_findings(findings: Sequence[Finding]) -> Text:
+def _entries(groups: list[FindingGroup]) -> Text:
     text = Text()
-    for finding in findings:
-        if finding.host is None:
-            symbol, style = SEVERITY[finding.severity]
-            text.append(f"{symbol} ", style)
-            text.append(f"{plain(finding.message)}\n")
-            if finding.hint:
-                text.append(f"  fix: {plain(finding.hint)}\n", "dim")
+    for group in groups:
+        text.append_text(words.finding_line(group) + "\n")
+        fix = words.fix_line(group)
+        if fix is not None:
+            text.append_text(Text(" " * words.FIX_INDENT) + fix + "\n")
     return text

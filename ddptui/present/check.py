@@ -1,0 +1,97 @@
+"""The check report's words: findings with their fixes, the master-port note, the summary and a
+host's status, as ``ddptui check`` prints them and the health screen shows them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from rich.text import Text
+
+from ddptui.check import CheckReport, PortTest
+from ddptui.health import Code, Finding, HostCheck, Severity
+from ddptui.health.groups import FindingGroup, group_findings
+from ddptui.untrusted import plain
+
+FIX_INDENT = 4
+"""How many columns a fix sits to the right of its finding."""
+
+_SEVERITY = {
+    Severity.ERROR: ("✗", "bold red"),
+    Severity.WARNING: ("!", "yellow"),
+    Severity.INFO: ("i", "cyan"),
+}
+# Both front ends' hosts tables have an interface column; JSON keeps these for scripts.
+_SHOWN_IN_TABLES = frozenset({Code.SOCKET_IFNAME_CHOSEN})
+
+
+def listed(findings: Iterable[Finding]) -> list[FindingGroup]:
+    """``findings`` as a report lists them: grouped, errors first, then warnings, then
+    information, without those the hosts table already shows."""
+    kept = [finding for finding in findings if finding.code not in _SHOWN_IN_TABLES]
+    return [
+        group
+        for severity in Severity
+        for group in group_findings(finding for finding in kept if finding.severity is severity)
+    ]
+
+
+def finding_line(group: FindingGroup) -> Text:
+    """``✗ gpu-a and gpu-b: message  [code]``: the severity's mark, the hosts (none for a
+    cluster-wide finding), the message through the sanitiser and the finding's code."""
+    where = f"{group.where}: " if group.hosts else ""
+    line = Text.assemble(_mark(group.severity), (where, "bold"), plain(group.message))
+    line.append(f"  [{group.code.value}]", style="dim")
+    return line
+
+
+def fix_line(group: FindingGroup) -> Text | None:
+    """``fix: …``, or ``fix (as on gpu-a): …`` when the hosts' fixes differ in more than their
+    names; None for a finding without a fix. Not indented: see :data:`FIX_INDENT`."""
+    if not group.hint:
+        return None
+    fix = "fix: " if group.hint_host is None else f"fix (as on {group.hint_host}): "
+    return Text(fix + plain(group.hint), style="dim")
+
+
+def port_test_note(test: PortTest) -> Text | None:
+    """Why the master port test did not run, as an information line; None when it ran."""
+    if test.ran:
+        return None
+    return Text.assemble(_mark(Severity.INFO), f"master port test skipped: {test.why}")
+
+
+def summary(report: CheckReport) -> Text:
+    """``healthy: 3 hosts ready, 1 warning (2.1 s)`` in green, or ``not healthy: 2 errors,
+    1 warning (2.1 s)`` in red."""
+    counts = Counter(finding.severity for finding in report.findings)
+    took = f"({report.elapsed_s:.1f} s)"
+    if report.healthy:
+        warnings = counts[Severity.WARNING]
+        extra = f", {_count(warnings, 'warning')}" if warnings else ""
+        ready = f"{_count(len(report.checks), 'host')} ready"
+        return Text(f"healthy: {ready}{extra} {took}", style="bold green")
+    parts = [
+        _count(counts[severity], severity.value)
+        for severity in (Severity.ERROR, Severity.WARNING)
+        if counts[severity]
+    ]
+    return Text(f"not healthy: {', '.join(parts)} {took}", style="bold red")
+
+
+def host_status(check: HostCheck) -> Text:
+    """A host's status cell: ``ok`` in green, else ``probe failed`` or how SSH failed, in red."""
+    if check.probe_failure is not None:
+        return Text("probe failed", "red")
+    if not check.reach.ok:
+        return Text(check.reach.reach.value, "red")
+    return Text("ok", "green")
+
+
+def _mark(severity: Severity) -> Text:
+    symbol, style = _SEVERITY[severity]
+    return Text(f"{symbol} ", style)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
