@@ -25,8 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddptui.run.follow import FileLine
+from ddptui.run.state import RunWatch
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
-from ddptui.run.watch import RunWatch
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen
@@ -63,7 +63,8 @@ def _record() -> RunRecord:
         NODES * PER_NODE, [], nodes,
     )  # fmt: skip
     record.attempts.append(Attempt(1, time.time(), 29500))
-    record.transition(RunState.RUNNING)
+    for state in (RunState.STAGING, RunState.STARTING, RunState.RUNNING):
+        record.transition(state)
     return record
 
 
@@ -138,7 +139,7 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
 
 async def main(seconds: float, pane: str) -> None:
     record = _record()
-    screen = RunScreen(record, watch=RunWatch(record), follow=False)
+    screen = RunScreen(record, watch=RunWatch(record))
     app = DdptuiApp(first_screen=screen)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press(pane)

@@ -92,7 +92,8 @@ def _wait_for_steps(least: int, timeout: float) -> dict[str, Any]:
         steps = [rank["step"] or 0 for rank in status["ranks"]]
         if steps and min(steps) >= least:
             return status
-        if status["state"] not in ("staging", "starting", "running") or time.monotonic() > deadline:
+        live = ("staging", "starting", "running", "hung")
+        if status["state"] not in live or time.monotonic() > deadline:
             raise SystemExit(f"no step {least} on every rank: {status['state']}, steps {steps}")
         time.sleep(2)
 
@@ -125,12 +126,10 @@ def _command_line(hosts_file: Path, out: Path) -> None:
 
 async def _console(hosts_file: Path, out: Path) -> None:
     """The health screen on the real probe, then a launch from the keyboard and its GPU pane."""
-    from ddptui.config import load_config
-    from ddptui.run.stopper import stop_run
     from ddptui.run.store import RunStore
     from ddptui.ui.app import DdptuiApp
     from ddptui.ui.screens.health import HealthScreen
-    from tests.ui.pilot import launch_from_health, until
+    from tests.ui.pilot import kill_live_runs, launch_from_health, until
 
     store = RunStore()
     app = DdptuiApp(hosts_file, store=store)
@@ -148,10 +147,7 @@ async def _console(hosts_file: Path, out: Path) -> None:
             app.save_screenshot("run-gpus.svg", path=str(out))
             print("console: health.svg and run-gpus.svg saved", flush=True)
     finally:
-        config = load_config(hosts_file)
-        for record in store.records():
-            if not record.state.final:
-                await stop_run(config, record, store, kill=True, say=print)
+        await kill_live_runs(store)
 
 
 def main() -> None:

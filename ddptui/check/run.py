@@ -45,11 +45,7 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
     started = time.monotonic()
     notify = progress or (lambda host, event: None)
     hosts = config.ordered_hosts
-    async with RemoteCluster(
-        hosts,
-        connect_timeout=config.cluster.connect_timeout,
-        max_parallel_connects=config.cluster.max_parallel_connects,
-    ) as remote:
+    async with RemoteCluster.for_config(config) as remote:
         checks = await asyncio.gather(
             *(_check_host(remote, config, host, notify) for host in hosts)
         )

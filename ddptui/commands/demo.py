@@ -15,14 +15,11 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ddptui.commands._runs import follow_headless, say
+from ddptui.commands.follow import follow_headless, say
 from ddptui.commands.launch import checked, refuse
 from ddptui.config import Config, load_config
 from ddptui.demo.cluster import demo_cluster
-from ddptui.remote.connection import RemoteCluster
-from ddptui.run.launcher import launch, make_plan
-from ddptui.run.stopper import stop_run
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.run.control import RunControl
 
 _ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -31,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     console = not args.headless and importlib.util.find_spec("ddptui.ui.app") is not None
     if not args.headless and not console:
         say("the console is not installed here; following the demo headless")
-    store = RunStore()
+    control = RunControl()
     with _terminate_as_interrupt():
         say(f"starting {args.nodes} demo host(s) on 127.0.0.1 ({args.procs} process(es) each)")
         with demo_cluster(args.nodes, args.procs) as cluster:
@@ -39,25 +36,20 @@ def run(args: argparse.Namespace) -> int:
             try:
                 if console:
                     return _console(config)
-                return asyncio.run(_headless(config, store))
+                return asyncio.run(_headless(control, config))
             finally:
-                _wind_down(config, store)
+                _wind_down(control, config)
 
 
-async def _headless(config: Config, store: RunStore) -> int:
+async def _headless(control: RunControl, config: Config) -> int:
     """``ddptui launch HOSTS --headless``'s path on the demo's hosts."""
-    report = await checked(config)
+    report = await checked(control, config)
     if not report.healthy:
         return refuse(report)
-    plan = make_plan(config, report)
-    async with RemoteCluster(
-        config.ordered_hosts,
-        connect_timeout=config.cluster.connect_timeout,
-        max_parallel_connects=config.cluster.max_parallel_connects,
-    ) as remote:
-        record = await launch(config, report, plan, store, remote, say=say, demo=True)
-    say(f"run {record.id} is running; Ctrl-C ends the demo (and the run)")
-    return await follow_headless(record, config, store)
+    plan = control.plan(config, report)
+    attachment = await control.launch(config, report, plan, demo=True, say=say, steps=False)
+    say(f"run {attachment.record.id} is running; Ctrl-C ends the demo (and the run)")
+    return await follow_headless(attachment)
 
 
 def _console(config: Config) -> int:
@@ -72,35 +64,30 @@ def _console(config: Config) -> int:
     )
 
 
-def _wind_down(config: Config, store: RunStore) -> None:
-    """Kill what still runs on the demo's hosts, before the hosts and their files go.
+def _wind_down(control: RunControl, config: Config) -> None:
+    """Kill what still runs on the demo's hosts, and end the runs' supervisors, before the
+    hosts and their files go.
 
     Every run launched on them counts, from the store by hosts file: a Ctrl-C during the
     launch leaves a run that was never handed back.
     """
     runs = [
-        record
-        for record in store.records()
-        if record.hosts_file == str(config.path) and not record.state.final
+        record for record in control.catalogue().records if record.hosts_file == str(config.path)
     ]
-    if not runs:
-        return
     # A second Ctrl-C must not cut this short: it would leave torchrun running.
     previous = {number: signal.signal(number, signal.SIG_IGN) for number in _ENDING_SIGNALS}
     try:
         for record in runs:
-            say(f"demo ending: killing run {record.id}")
-            asyncio.run(_kill(config, record, store))
+            if not record.state.final:
+                say(f"demo ending: killing run {record.id}")
+                reply = asyncio.run(control.stop(record.id, kill=True, say=say))
+                if not reply.ok:
+                    say(reply.message)
+            # Its supervisor goes with the hosts it followed, not some seconds later.
+            asyncio.run(control.release(record.id))
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-
-
-async def _kill(config: Config, record: RunRecord, store: RunStore) -> None:
-    report = await stop_run(config, record, store, kill=True, say=say)
-    for host, left in report.left.items():
-        if left:
-            say(f"{host}: still running after the kill: {', '.join(left)}")
 
 
 @contextmanager

@@ -9,46 +9,43 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ddptui.check import CheckReport, check_cluster
-from ddptui.commands._runs import detached_hint, follow_headless, run_detachable, say
+from ddptui.check import CheckReport
+from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.config import Config, load_config
 from ddptui.health import Severity
-from ddptui.remote.connection import RemoteCluster
-from ddptui.run.launcher import describe_plan, launch, make_plan
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.plan.describe import describe_plan
+from ddptui.run.control import RunControl
+from ddptui.run.store import RunRecord
+from ddptui.untrusted import plain
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.hosts))
     extra = list(args.passthrough)
+    control = RunControl()
 
     async def main(started: dict[str, RunRecord]) -> int:
-        report = await checked(config)
+        report = await checked(control, config)
         if not report.healthy and not args.force:
             return refuse(report)
-        plan = make_plan(config, report, extra_args=extra, debug=args.debug)
+        plan = control.plan(config, report, extra_args=extra, debug=args.debug)
         if args.dry_run:
-            print(describe_plan(plan))
+            print(plain(describe_plan(plan)))
             return 0
-        store = RunStore()
-        async with RemoteCluster(
-            config.ordered_hosts,
-            connect_timeout=config.cluster.connect_timeout,
-            max_parallel_connects=config.cluster.max_parallel_connects,
-        ) as remote:
-            record = await launch(config, report, plan, store, remote, say=say)
-        started["run"] = record
+        attachment = await control.launch(config, report, plan, say=say, steps=False)
+        started["run"] = attachment.record
         if args.detach:
-            say(detached_hint(record))
-            print(record.id)
+            await attachment.close()
+            say(f"run {attachment.record.id} started. {detached_hint(attachment.record)}")
+            print(attachment.record.id)
             return 0
-        say(f"run {record.id} is running; Ctrl-C detaches (the run goes on)")
-        return await follow_headless(record, config, store)
+        say(f"run {attachment.record.id} is running; Ctrl-C detaches (the run goes on)")
+        return await follow_headless(attachment)
 
     return run_detachable(main)
 
 
-async def checked(config: Config) -> CheckReport:
+async def checked(control: RunControl, config: Config) -> CheckReport:
     """The health check, with the same one-line progress as ``ddptui check``."""
     errors = Console(stderr=True)
     latest: dict[str, str] = {}
@@ -61,7 +58,7 @@ async def checked(config: Config) -> CheckReport:
             summary = ", ".join(f"{count} {what}" for what, count in sorted(counts.items()))
             status.update(f"checking {total} hosts: {summary}")
 
-        return await check_cluster(config, progress)
+        return await control.check(config, progress)
 
 
 def refuse(report: CheckReport) -> int:

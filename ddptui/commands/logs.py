@@ -1,113 +1,122 @@
 """``ddptui logs [RUN] [--rank N] [--follow] [--errors] [--events]``: a run's output, as plain text.
 
-Lines come from every host through the follower, each file from its first byte, so a reattached
-``logs --follow`` prints every line exactly once, whatever happened to the process that
-launched the run.
+A live run's lines come from its supervisor's journal, each file from its first byte, so a
+reattached ``logs --follow`` prints every line exactly once and costs the hosts nothing; a
+finished run's are read from its hosts directly. ``--follow`` prints progress on stderr and
+ends with the run's outcome.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
+from collections.abc import AsyncIterator
 
-from ddptui.commands._runs import open_run
-from ddptui.config import Config
-from ddptui.run.follow import FileLine, Heartbeat, HostFollower, HostSilent, Update
-from ddptui.run.store import RunRecord
-from ddptui.run.watch import RunWatch, stop_following
+from ddptui.commands.follow import say, stamped
+from ddptui.present.progress import ProgressReport
+from ddptui.present.status import diagnosis_lines
+from ddptui.run.control import Attachment, RunControl
+from ddptui.run.follow import FileLine, Heartbeat, HostSilent
+from ddptui.run.layout import EVENTS, NODE_OUT, RANK_LOG
+from ddptui.run.protocol import Ended, Said
+from ddptui.run.state import RunWatch
 from ddptui.untrusted import plain
-
-_RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
-_EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
-_NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$")
 
 
 def run(args: argparse.Namespace) -> int:
-    _store, record, config = open_run(args.run)
-    watch = RunWatch(record)
+    control = RunControl()
     try:
-        asyncio.run(_follow(record, config, watch, args))
+        return asyncio.run(_logs(control, args))
     except KeyboardInterrupt:
         return 0
-    if args.errors:
-        _print_errors(watch)
-    return 0
 
 
-async def _follow(
-    record: RunRecord, config: Config, watch: RunWatch, args: argparse.Namespace
-) -> None:
-    followers = [
-        HostFollower(
-            config.host(node.host), node.run_dir, connect_timeout=config.cluster.connect_timeout
-        )
-        for node in record.nodes
-    ]
-    queue: asyncio.Queue[Update] = asyncio.Queue(maxsize=10000)
-    beats = {node.host: 0 for node in record.nodes}
-
-    async def pump(follower: HostFollower) -> None:
-        async for update in follower.updates():
-            await queue.put(update)
-
-    tasks = [asyncio.create_task(pump(follower)) for follower in followers]
-    try:
-        while True:
-            update = await queue.get()
+async def _logs(control: RunControl, args: argparse.Namespace) -> int:
+    record, config = control.open(args.run)
+    if record.state.final:
+        watch = RunWatch(record)
+        beats = {node.host: 0 for node in record.nodes}
+        async for update in control.lines(record, config):
             watch.apply(update)
-            if isinstance(update, FileLine) and not args.errors:
-                _print_line(watch, update, args)
-            if queue.empty():
+            if isinstance(update, FileLine):
+                _print(watch, update, args)
+            elif isinstance(update, Heartbeat):
+                beats[update.host] += 1
+            elif isinstance(update, HostSilent):
+                say(f"{update.host} is not answering")
+                beats[update.host] = 2
+            if all(count >= 2 for count in beats.values()):
+                break
+        _finish(watch, args)
+        return 0
+    async with await control.attach(record.id, say=say, steps=False) as attachment:
+        async for item in _lines(attachment, follow=args.follow):
+            _print(attachment.watch, item, args)
+            if not attachment.pending:
                 # Once per burst, not once per line: a write for each of a thousand lines a
                 # second was a good part of following's cost.
                 sys.stdout.flush()
-            if isinstance(update, Heartbeat):
-                beats[update.host] += 1
-            if isinstance(update, HostSilent):
-                sys.stdout.flush()
-                print(f"ddptui: {update.host} is not answering", file=sys.stderr, flush=True)
-                beats[update.host] = max(beats[update.host], 2)
-            if args.follow:
-                if watch.verdict() is not None and queue.empty():
-                    return
-            elif all(count >= 2 for count in beats.values()) and queue.empty():
+        _finish(attachment.watch, args)
+        if args.follow and attachment.judgement.state.final:
+            judgement = attachment.judgement
+            say(
+                f"run {record.id} {judgement.state.value}: {plain(judgement.detail, one_line=True)}"
+            )
+    return 0
+
+
+async def _lines(attachment: Attachment, *, follow: bool) -> AsyncIterator[FileLine]:
+    """The run's lines: up to what the journal held on attaching, or (``follow``) until the
+    attempt ends, with progress on stderr meanwhile."""
+    report = ProgressReport()
+    if not follow and attachment.caught_up:
+        return
+    async for item in attachment.updates():
+        if isinstance(item, FileLine):
+            yield item
+        elif isinstance(item, Said) and follow:
+            say(item.line)
+        if follow:
+            for line in report.lines(attachment.watch, attachment.judgement):
+                stamped(line)
+            if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
                 return
-    finally:
-        await stop_following(followers, tasks)
+        elif attachment.caught_up:
+            return
 
 
-def _print_line(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> None:
-    node = watch.nodes[line.host]
-    match = _RANK_LOG.match(line.path)
+def _print(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> None:
+    if args.errors:
+        return
+    node = watch.nodes.get(line.host)
+    if node is None:
+        return
+    match = RANK_LOG.match(line.path)
     if match is not None:
-        rank = node.base_rank + int(match.group(2))
+        rank: int | None = node.base_rank + int(match.group(2))
         label = f"{line.host} rank {rank} {match.group(3)} (attempt {match.group(1)})"
-    elif args.events and (match := _EVENTS.match(line.path)) is not None:
+    elif args.events and (match := EVENTS.match(line.path)) is not None:
         rank = int(match.group(1))
         label = f"{line.host} rank {rank} event"
-    elif (match := _NODE_OUT.match(line.path)) is not None and args.rank is None:
+    elif (match := NODE_OUT.match(line.path)) is not None and args.rank is None:
         rank = None
         label = f"{line.host} torchrun (attempt {match.group(1)})"
     else:
         return
     if args.rank is not None and rank != args.rank:
         return
-    print(f"{label} | {plain(line.text)}")
+    print(f"{plain(label, one_line=True)} | {plain(line.text, one_line=True)}")
 
 
-def _print_errors(watch: RunWatch) -> None:
+def _finish(watch: RunWatch, args: argparse.Namespace) -> None:
+    sys.stdout.flush()
+    if not args.errors:
+        return
     diagnoses = watch.diagnoser.diagnoses()
     if not diagnoses:
         print("no errors found in the run's logs")
         return
-    for diagnosis in diagnoses:
-        ranks = ", ".join(map(str, diagnosis.ranks)) or "torchrun"
-        print(
-            f"{diagnosis.category.value}: rank {ranks} on {', '.join(diagnosis.hosts)}, "
-            f"{diagnosis.count} line(s)"
-        )
-        print(f"  {plain(diagnosis.message, limit=500, one_line=True)}")
-        print(f"  cause: {diagnosis.cause}")
-        print(f"  fix: {diagnosis.fix}")
+    for index, diagnosis in enumerate(diagnoses):
+        for line in diagnosis_lines(diagnosis, first=index == 0):
+            print(line.plain)

@@ -7,50 +7,47 @@ import json
 import sys
 import time
 
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.present.runs import COLUMNS, duration_s, run_row
+from ddptui.run.control import RunControl
+from ddptui.untrusted import plain
+
+_WIDTHS = (29, 10, 19, 8, 5, 5, 0)
 
 
 def run(args: argparse.Namespace) -> int:
-    records = RunStore().records()
+    catalogue = RunControl().catalogue()
+    now = time.time()
+    for run_id, why in catalogue.unreadable.items():
+        print(f"ddptui runs: {run_id}: {plain(why, one_line=True)}", file=sys.stderr)
     if args.json:
-        json.dump([_summary(record) for record in records], sys.stdout, indent=2)
+        summaries = [
+            {
+                "id": record.id,
+                "state": record.state.value,
+                "detail": record.detail,
+                "demo": record.demo,
+                "created": record.created,
+                "duration_s": round(duration_s(record, now), 1),
+                "attempts": len(record.attempts),
+                "world_size": record.world_size,
+                "entry": record.entry,
+                "hosts": [node.host for node in record.nodes],
+            }
+            for record in catalogue.records
+        ]
+        json.dump(summaries, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    if not records:
+    if not catalogue.records:
         print("no runs yet: start one with `ddptui launch HOSTS` (or try `ddptui demo`)")
         return 0
-    print(f"{'RUN':<22} {'STATE':<10} {'STARTED':<19} {'TOOK':>8}  {'WORLD':>5}  HOSTS")
-    for record in records:
-        summary = _summary(record)
-        took = summary["duration_s"]
-        print(
-            f"{record.id:<22} {record.state.value:<10} "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(record.created)):<19} "
-            f"{_duration(took):>8}  {record.world_size:>5}  "
-            f"{', '.join(node.host for node in record.nodes)}"
-            f"{'  (demo)' if record.demo else ''}"
-        )
+    print(_row(tuple(name.upper() for name in COLUMNS)))
+    for record in catalogue.records:
+        print(_row(tuple(cell.plain for cell in run_row(record, now).cells())))
     return 0
 
 
-def _summary(record: RunRecord) -> dict[str, object]:
-    ended = record.states[-1].time if record.state.final and record.states else time.time()
-    return {
-        "id": record.id,
-        "state": record.state.value,
-        "demo": record.demo,
-        "created": record.created,
-        "duration_s": round(ended - record.created, 1),
-        "attempts": len(record.attempts),
-        "world_size": record.world_size,
-        "entry": record.entry,
-        "hosts": [node.host for node in record.nodes],
-    }
-
-
-def _duration(seconds: object) -> str:
-    if not isinstance(seconds, (int, float)):
-        return "?"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+def _row(cells: tuple[str, ...]) -> str:
+    return "  ".join(
+        cell.ljust(width) if width else cell for cell, width in zip(cells, _WIDTHS, strict=True)
+    ).rstrip()

@@ -5,24 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from ddptui.commands._runs import open_run, say
-from ddptui.run.stopper import stop_run
+from ddptui.commands.follow import say
+from ddptui.run.control import RunControl
+from ddptui.untrusted import plain
 
 
 def run(args: argparse.Namespace) -> int:
-    store, record, config = open_run(args.run)
-    if record.state.final:
-        say(f"run {record.id} is already {record.state.value}; making sure nothing is left")
-    report = asyncio.run(stop_run(config, record, store, kill=args.kill, say=say))
-    for line in report.lines():
-        say(line)
-    if not report.clean:
-        say(f"run {record.id} recorded as stopped, but not everything could be confirmed gone")
+    control = RunControl()
+    record = control.store.resolve(args.run)
+    reply = asyncio.run(control.stop(record.id, kill=args.kill, say=say))
+    lines = reply.data.get("lines")
+    for line in lines if isinstance(lines, list) else []:
+        say(plain(str(line), one_line=True))
+    say(plain(reply.message, one_line=True))
+    if not reply.ok:
         return 1
-    if record.state.final:
-        say(f"run {record.id} stays {record.state.value}; nothing of it is left running")
-        return 0
-    say(f"run {record.id} stopped in {report.seconds:.1f} s; nothing of it is left running")
-    if record.entry == "trainer" and not args.kill:
+    stopped_now = reply.data.get("was") not in ("completed", "stopped", "failed")
+    if stopped_now and record.entry == "trainer" and not args.kill:
         say(f"resume it with `ddptui resume {record.id}`")
     return 0

@@ -27,6 +27,7 @@ from ddptui.plan.resources import (
 )
 from ddptui.probe.facts import HostFacts
 from ddptui.remote.commands import python_argv
+from ddptui.run import layout
 
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9]{4}")
 """``YYYYMMDD-HHMMSS-xxxx``: sortable by start time, unique enough, safe in any path or shell."""
@@ -68,10 +69,7 @@ class NodeLaunch:
 
     @property
     def code_dir(self) -> str:
-        return posixpath.join(self.run_dir, "code")
-
-    def log_dir(self, attempt: int) -> str:
-        return posixpath.join(self.run_dir, "logs", f"attempt-{attempt}")
+        return layout.code_dir(self.run_dir)
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ def plan_launch(
         host_facts = facts[host.name]
         devices = _visible_devices(host, host_facts, nproc) if backend == "nccl" else None
         ifname = None if lone else _socket_ifname(host, host_facts, config.head.address)
-        run_dir = posixpath.join(_workdir(host, host_facts), "runs", run_id)
+        run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id)
         env = _environment(host, backend, devices, ifname, run_dir, debug)
         argv = _torchrun_argv(
             host,
@@ -152,7 +150,7 @@ def plan_launch(
             nproc=nproc,
             master_addr=master_addr,
             master_port=port,
-            log_dir=posixpath.join(run_dir, "logs", f"attempt-{attempt}"),
+            log_dir=layout.log_dir(run_dir, attempt),
             run_dir=run_dir,
             entry=entry,
             args=args,

@@ -20,7 +20,7 @@ from typing import TypeVar
 import asyncssh
 
 from ddptui.aio import wait_for
-from ddptui.config.model import HostConfig
+from ddptui.config.model import Config, HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote import failures
 from ddptui.remote.commands import CommandResult, Overflow, command_line
@@ -128,6 +128,25 @@ class RemoteCluster:
         self._handshakes = asyncio.Semaphore(max_parallel_connects)
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+
+    @classmethod
+    def for_config(
+        cls,
+        config: Config,
+        hosts: Sequence[HostConfig] | None = None,
+        *,
+        keepalive_interval: float = 15.0,
+        keepalive_count_max: int = 3,
+    ) -> RemoteCluster:
+        """Connections to ``hosts`` (default: every host of ``config``, node 0 first) with the
+        hosts file's timeout and handshake cap: the one place they are built from a config."""
+        return cls(
+            config.ordered_hosts if hosts is None else hosts,
+            connect_timeout=config.cluster.connect_timeout,
+            max_parallel_connects=config.cluster.max_parallel_connects,
+            keepalive_interval=keepalive_interval,
+            keepalive_count_max=keepalive_count_max,
+        )
 
     async def __aenter__(self) -> RemoteCluster:
         return self
@@ -277,7 +296,7 @@ class RemoteCluster:
         except (asyncssh.Error, OSError, _Stalled) as error:
             reason = failures.remote_reason(str(error))
             raise RemoteError(f"{failures.where(host)}: cannot start a command: {reason}") from None
-        return RemoteStream(host, process, max_line)
+        return RemoteStream(host, process, max_line, close_timeout=self.connect_timeout)
 
     async def close(self) -> None:
         """Close every connection and wait (at most the connect timeout) for them to go."""

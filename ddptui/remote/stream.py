@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
 import asyncssh
 
+from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 
 READ_CHUNK = 65536
@@ -24,11 +26,17 @@ class RemoteStream:
     """
 
     def __init__(
-        self, host: HostConfig, process: asyncssh.SSHClientProcess[bytes], max_line: int
+        self,
+        host: HostConfig,
+        process: asyncssh.SSHClientProcess[bytes],
+        max_line: int,
+        *,
+        close_timeout: float = 10.0,
     ) -> None:
         self.host = host
         self._process = process
         self._max_line = max_line
+        self._close_timeout = close_timeout
 
     async def lines(self) -> AsyncIterator[bytes]:
         """Complete stdout lines without their newline, until the command or channel ends.
@@ -55,6 +63,8 @@ class RemoteStream:
         return self._process.returncode
 
     async def close(self) -> None:
+        """Close the channel; wait at most ``close_timeout`` for the host to confirm (a host
+        that never does must not hang whoever stops following)."""
         self._process.close()
-        with contextlib.suppress(asyncssh.Error, OSError):
-            await self._process.wait_closed()
+        with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
+            await wait_for(self._process.wait_closed(), self._close_timeout)

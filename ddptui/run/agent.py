@@ -45,6 +45,7 @@ POLL_S = 0.25
 HEARTBEAT_S = 2.0
 SETTLED_S = 1.0
 WAIT_POLL_S = 0.25
+# These two patterns are ddptui.run.layout's (this file cannot import it); a test keeps them equal.
 FOLLOWED = re.compile(
     r"^(events/[^/]+\.jsonl"
     r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"
@@ -53,7 +54,7 @@ FOLLOWED = re.compile(
 )
 RUN_MARK = "DDPTUI_RUN_DIR"
 ATTEMPT_MARK = "DDPTUI_ATTEMPT"
-_ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
+ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 
 # The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
 # command ended; the command itself gets the default dispositions back at exec.
@@ -67,8 +68,9 @@ printf '%s\\n' "$status" >"$exit_file.tmp" && mv "$exit_file.tmp" "$exit_file"
 
 
 def emit(document: dict[str, Any]) -> None:
+    # Flushed at exit, or by ``follow`` once per round: a flush per line was a packet per line
+    # on the SSH channel, which the head node pays for in CPU.
     sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -111,8 +113,9 @@ def start(run_dir: Path, attempt: str, env_json: str, command: list[str]) -> int
     return 0
 
 
-def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str]]]:
-    """(pid, name, attempt, /proc stat fields after the name) of every process of the run."""
+def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str], int | None]]:
+    """(pid, name, attempt, /proc stat fields after the name, global rank or None) of every
+    process of the run; torchrun gives each worker (and whatever it starts) ``RANK``."""
     mark = f"{RUN_MARK}={run_dir}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -126,13 +129,17 @@ def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str]]]:
         except OSError:
             continue
         attempt = 0
+        rank = None
         for item in environ:
             if item.startswith(ATTEMPT_MARK.encode() + b"="):
                 value = item.partition(b"=")[2]
                 attempt = int(value) if value.isdigit() else 0
+            elif item.startswith(b"RANK="):
+                value = item.partition(b"=")[2]
+                rank = int(value) if value.isdigit() else None
         name_end = stat.rfind(")")
         name = stat[stat.find("(") + 1 : name_end]
-        found.append((int(entry.name), name, attempt, stat[name_end + 2 :].split()))
+        found.append((int(entry.name), name, attempt, stat[name_end + 2 :].split(), rank))
     return found
 
 
@@ -143,7 +150,7 @@ def attempts(run_dir: Path) -> dict[int, dict[str, int]]:
     except OSError:
         return found
     for entry in entries:
-        match = _ATTEMPT_FILE.match(entry.name)
+        match = ATTEMPT_FILE.match(entry.name)
         if not match:
             continue
         try:
@@ -158,7 +165,7 @@ def status(run_dir: Path) -> int:
     processes = run_processes(run_dir)
     report = {}
     for attempt, files in sorted(attempts(run_dir).items()):
-        mine = [[pid, name] for pid, name, of, _ in processes if of == attempt]
+        mine = [[pid, name] for pid, name, of, _, _ in processes if of == attempt]
         report[str(attempt)] = {
             "pgid": files.get("pgid"),
             "alive": bool(mine),
@@ -172,7 +179,7 @@ def status(run_dir: Path) -> int:
 def send_signal(run_dir: Path, name: str) -> int:
     number = getattr(signal, "SIG" + name)
     signalled: dict[int, list[str]] = {}
-    for pid, process_name, attempt, _ in run_processes(run_dir):
+    for pid, process_name, attempt, _, _ in run_processes(run_dir):
         try:
             os.kill(pid, number)
         except ProcessLookupError:
@@ -345,25 +352,33 @@ class Sampler:
         count = 0
         ticks = {}
         processes = run_processes(self.run_dir)
-        living = {attempt for _, _, attempt, _ in processes}
+        living = {attempt for _, _, attempt, _, _ in processes}
         groups = {str(attempt): attempt in living for attempt in attempts(self.run_dir)}
         current = max(living, default=0)
-        for pid, _, attempt, fields in processes:
+        rank_of = {pid: rank for pid, _, _, _, rank in processes}
+        ranks: dict[str, dict[str, Any]] = {}
+        for pid, _, attempt, fields, rank in processes:
             if attempt != current:
                 continue
             try:
                 used = int(fields[11]) + int(fields[12])
                 rss += int(fields[21]) * self.page_mib
+                parent = int(fields[1])
             except (IndexError, ValueError):
                 continue
             count += 1
             ticks[pid] = used
-            cpu += (used - self.ticks.get(pid, used)) / self.tick_hz / elapsed * 100
+            share = (used - self.ticks.get(pid, used)) / self.tick_hz / elapsed * 100
+            cpu += share
+            # A rank's own process, not what it started (data loader workers inherit RANK).
+            if rank is not None and rank_of.get(parent) != rank:
+                ranks[str(rank)] = {"state": fields[0], "cpu_pct": round(share, 1)}
         self.ticks = ticks
         sample: dict[str, Any] = {
             "procs": count,
             "cpu_pct": round(cpu, 1),
             "rss_mib": round(rss, 1),
+            "ranks": ranks,
         }
         if self.smi:
             sample["gpus"] = self.gpus(self.smi)
@@ -401,6 +416,7 @@ def follow(run_dir: Path, offsets_json: str) -> int:
         if time.monotonic() >= next_beat:
             emit(sampler.sample())
             next_beat = time.monotonic() + HEARTBEAT_S
+        sys.stdout.flush()
         time.sleep(POLL_S)
 
 

@@ -20,11 +20,11 @@ from typing import Any
 import asyncssh
 
 from ddptui.aio import QueueReader
-from ddptui.config.model import HostConfig
+from ddptui.config.model import Config, HostConfig
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
 from ddptui.remote.stream import LineTooLong, RemoteStream
-from ddptui.run.nodes import AGENT_SOURCE
+from ddptui.run.agent_client import AGENT_SOURCE
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 """The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
@@ -97,19 +97,19 @@ class HostFollower:
 
     def __init__(
         self,
+        config: Config,
         host: HostConfig,
         run_dir: str,
         *,
-        connect_timeout: float,
         offsets: Mapping[str, int] | None = None,
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.config = config
         self.host = host
         self.run_dir = run_dir
         self.offsets: dict[str, int] = dict(offsets or {})
         self.silence_s = silence_s
-        self.connect_timeout = connect_timeout
         self._clock = clock
         self._remote: RemoteCluster | None = None
         self._stream: RemoteStream | None = None
@@ -135,9 +135,14 @@ class HostFollower:
             inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=INBOX_LINES)
             reader = asyncio.create_task(_read(stream, inbox))
             lines = QueueReader(inbox)
+            # A new channel gets a whole window to say something: the agent starts, then reads
+            # every file from its offset before its first line (a silent host, back after a
+            # long time, would otherwise be hung up on before it could).
+            opened = self._clock()
             try:
                 while True:
-                    timeout = max(self.silence_s - (self._clock() - last_heard), 0.1)
+                    since = self._clock() - max(last_heard, opened)
+                    timeout = max(self.silence_s - since, 0.1)
                     try:
                         raw = await lines.get(timeout)
                     except asyncio.TimeoutError:
@@ -171,11 +176,9 @@ class HostFollower:
         await self._reset()
 
     async def _open(self) -> RemoteStream:
-        self._remote = RemoteCluster(
-            [self.host],
-            connect_timeout=self.connect_timeout,
-            keepalive_interval=5.0,
-            keepalive_count_max=2,
+        # Keepalives every 5 s: a cut link shows as silence within the silence window.
+        self._remote = RemoteCluster.for_config(
+            self.config, [self.host], keepalive_interval=5.0, keepalive_count_max=2
         )
         reach = await self._remote.connect(self.host)
         if not reach.ok:
@@ -239,9 +242,9 @@ class HostFollower:
         alive = {
             int(attempt): value is True
             for attempt, value in (groups.items() if isinstance(groups, dict) else ())
-            if isinstance(attempt, str) and attempt.isdigit() and len(attempt) < 9
+            if isinstance(attempt, str) and _whole(attempt, 9)
         }
-        return Heartbeat(self.host.name, float(stamp), alive, _sample(sample))
+        return Heartbeat(self.host.name, float(stamp), alive, sample_of(sample))
 
 
 GPU_FIELDS = (
@@ -265,21 +268,52 @@ none (``[N/A]``, ``[Not Supported]``)."""
 MAX_GPUS = 64
 
 
-def _sample(value: Any) -> dict[str, Any]:
+MAX_SAMPLED_RANKS = 1024
+PROCESS_STATE_LETTERS = frozenset("RSDZTtWXxKPI")
+"""The states ``/proc/PID/stat`` shows (``ps``'s STAT letters)."""
+
+
+def _whole(text: str, digits: int) -> bool:
+    """An ASCII whole number of at most ``digits`` digits (``"²".isdigit()`` is true too)."""
+    return text.isascii() and text.isdigit() and len(text) <= digits
+
+
+def _finite(value: Any) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def sample_of(value: Any) -> dict[str, Any]:
     """The heartbeat's sample with only known keys, numbers finite, strings short."""
     if not isinstance(value, dict):
         return {}
     sample: dict[str, Any] = {}
     for key in ("procs", "cpu_pct", "rss_mib"):
-        number = value.get(key)
-        if isinstance(number, bool) or not isinstance(number, (int, float)):
-            continue
-        if math.isfinite(number):
+        number = _finite(value.get(key))
+        if number is not None:
             sample[key] = number
     gpus = value.get("gpus")
     if isinstance(gpus, list):
         sample["gpus"] = [_gpu(gpu) for gpu in gpus[:MAX_GPUS] if isinstance(gpu, dict)]
+    ranks = value.get("ranks")
+    if isinstance(ranks, dict):
+        sample["ranks"] = _ranks(ranks)
     return sample
+
+
+def _ranks(value: dict[Any, Any]) -> dict[int, dict[str, Any]]:
+    """Global rank → its process's state letter and CPU, for the hang judgement."""
+    found: dict[int, dict[str, Any]] = {}
+    for rank, seen in list(value.items())[:MAX_SAMPLED_RANKS]:
+        if not (isinstance(rank, str) and _whole(rank, 6) and isinstance(seen, dict)):
+            continue
+        state, cpu = seen.get("state"), _finite(seen.get("cpu_pct"))
+        found[int(rank)] = {
+            "state": state if isinstance(state, str) and state in PROCESS_STATE_LETTERS else None,
+            "cpu_pct": max(float(cpu), 0.0) if cpu is not None else None,
+        }
+    return found
 
 
 def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:

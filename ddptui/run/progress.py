@@ -227,6 +227,11 @@ class RunProgress:
     def rank(self, rank: int) -> RankProgress | None:
         return self._ranks.get(rank)
 
+    @property
+    def stepped(self) -> bool:
+        """Some rank has reported a step (or, resumed, the step it starts from)."""
+        return any(progress.step is not None for progress in self._ranks.values())
+
     def expect(self, host: str, node_rank: int, local_rank: int, rank: int) -> RankProgress | None:
         """A rank the plan starts, shown as STARTING until its first event arrives; ``None``
         past :data:`MAX_RANKS` ranks."""

@@ -3,7 +3,8 @@
 The graceful path asks the trainer to stop (``control/stop`` on node 0): every rank stops at the
 same step, checkpoints and exits 0. Whatever still runs after the grace period gets SIGTERM to
 its process group, and after another grace SIGKILL. Finally every host is asked whether any
-process of the run remains, and the report says what had to be killed.
+process of the run remains, and the report says what had to be killed. The supervisor
+(:mod:`ddptui.run.supervisor`) runs these and records the outcome; nothing here writes it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from dataclasses import dataclass, field
 
 from ddptui.config.model import Config, HostConfig
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run import nodes
-from ddptui.run.nodes import AttemptStatus, NodeError
-from ddptui.run.store import RunRecord, RunState, RunStore
+from ddptui.run import agent_client as nodes
+from ddptui.run.agent_client import AttemptStatus, NodeError
+from ddptui.run.store import RunRecord
 
 KILL_WAIT_S = 10.0
 
@@ -154,58 +155,36 @@ async def terminate(
     return report
 
 
-async def stop_run(
+async def stop_nodes(
+    remote: RemoteCluster,
     config: Config,
     record: RunRecord,
-    store: RunStore,
     *,
     kill: bool = False,
+    graceful: bool = True,
     say: Callable[[str], None] = lambda line: None,
 ) -> StopReport:
-    """Stop ``record``'s run on every host and record it as stopped.
+    """Stop ``record``'s processes on every host and confirm nothing of the run is left.
 
-    A run that already ended keeps its outcome: only what it may have left is ended.
+    ``graceful`` (the bundled trainer, still running) asks the trainer to checkpoint and stop
+    first and waits up to ``[job] stop_grace_s``; ``kill`` sends SIGTERM and SIGKILL at once.
     """
     began = time.monotonic()
     grace = config.job.stop_grace_s
-    ended = store.load(record.id).state.final
-    if not ended:
-        store.update(
-            record.id,
-            lambda current: current.transition(
-                RunState.STOPPING, "kill requested" if kill else "stop requested"
-            ),
-        )
     report = StopReport()
-    async with RemoteCluster(
-        list(_hosts(config, record).values()),
-        connect_timeout=config.cluster.connect_timeout,
-    ) as remote:
-        if not kill and not ended and record.entry == "trainer":
-            head = record.head
-            try:
-                await nodes.request(remote, config.host(head.host), head.run_dir, "stop")
-            except NodeError as error:
-                say(f"could not ask the trainer to stop: {error}")
-            else:
-                say(f"asked the trainer to checkpoint and stop (waiting up to {grace:g} s)")
-                running = await _wait_gone(remote, config, record, report, grace)
-                report.graceful = not running and not report.unreachable
-        if not report.graceful:
-            if not kill:
-                say("sending SIGTERM to the run's processes")
-            await terminate(remote, config, record, grace=0.0 if kill else grace, report=report)
+    if graceful and not kill:
+        head = record.head
+        try:
+            await nodes.request(remote, config.host(head.host), head.run_dir, "stop")
+        except NodeError as error:
+            say(f"could not ask the trainer to stop: {error}")
+        else:
+            say(f"asked the trainer to checkpoint and stop (waiting up to {grace:g} s)")
+            running = await _wait_gone(remote, config, record, report, grace)
+            report.graceful = not running and not report.unreachable
+    if not report.graceful:
+        if not kill:
+            say("sending SIGTERM to the run's processes")
+        await terminate(remote, config, record, grace=0.0 if kill else grace, report=report)
     report.seconds = time.monotonic() - began
-    if ended:
-        return report
-
-    def change(current: RunRecord) -> None:
-        if current.attempts and current.attempt.ended is None:
-            current.attempt.ended = time.time()
-            current.attempt.outcome = RunState.STOPPED.value
-            current.attempt.detail = "killed" if kill else "stopped on request"
-        if current.state is not RunState.STOPPED:
-            current.transition(RunState.STOPPED, "killed" if kill else "stopped on request")
-
-    store.update(record.id, change)
     return report

@@ -1,9 +1,11 @@
 """The run store on the head node: one directory per run under ``$XDG_STATE_HOME/ddptui/runs``.
 
-Each run directory holds ``run.toml`` (the :class:`RunRecord`, written with tomli-w, replaced
-atomically on every change) and ``hosts.toml`` (the resolved hosts file the run was launched
-with, so ``status``, ``stop`` and ``resume`` reach the same hosts later). A copy of ``run.toml``
-also goes to every host's run directory.
+Each run directory (:class:`~ddptui.run.layout.RunFiles`) holds ``run.toml`` (the
+:class:`RunRecord`, written with tomli-w, replaced atomically on every change, under a lock)
+and ``hosts.toml`` (the resolved hosts file the run was launched with, so every later command
+reaches the same hosts), and what the run's supervisor keeps beside them. A copy of
+``run.toml`` also goes to every host's run directory. The record's states follow
+:data:`TRANSITIONS`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tomli_w
 
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import RUN_ID
+from ddptui.run.layout import RunFiles
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,11 +36,22 @@ RECORD_VERSION = 1
 
 
 class RunState(str, enum.Enum):
-    """Where a run stands. The last three are final until a resume starts a new attempt."""
+    """Where a run stands; :data:`TRANSITIONS` says which state may follow which.
+
+    - ``staging``: the record exists; the code is being uploaded to every host.
+    - ``starting``: an attempt's torchrun is being started on every host.
+    - ``running``: every node started; the supervisor follows and judges it.
+    - ``hung``: running, but no answering host's ranks have stepped for the hang window;
+      ``running`` again when they step.
+    - ``stopping``: a stop was asked for (or a hang is being stopped); the nodes are going.
+    - ``completed``, ``stopped``, ``failed``: the attempt ended so; final until a resume starts
+      a new attempt (``starting``).
+    """
 
     STAGING = "staging"
     STARTING = "starting"
     RUNNING = "running"
+    HUNG = "hung"
     STOPPING = "stopping"
     COMPLETED = "completed"
     STOPPED = "stopped"
@@ -48,8 +62,48 @@ class RunState(str, enum.Enum):
         return self in (RunState.COMPLETED, RunState.STOPPED, RunState.FAILED)
 
 
+TRANSITIONS: Mapping[RunState | None, frozenset[RunState]] = {
+    None: frozenset({RunState.STAGING}),
+    RunState.STAGING: frozenset({RunState.STARTING, RunState.FAILED}),
+    RunState.STARTING: frozenset({RunState.RUNNING, RunState.FAILED}),
+    RunState.RUNNING: frozenset(
+        {
+            RunState.HUNG,
+            RunState.STOPPING,
+            RunState.COMPLETED,
+            # The ranks stopped on request without ddptui (someone touched control/stop).
+            RunState.STOPPED,
+            RunState.FAILED,
+        }
+    ),
+    RunState.HUNG: frozenset(
+        {
+            RunState.RUNNING,
+            RunState.STOPPING,
+            RunState.COMPLETED,
+            RunState.STOPPED,
+            RunState.FAILED,
+        }
+    ),
+    # A hung run stopped by on_hang = "stop" ends failed.
+    RunState.STOPPING: frozenset({RunState.STOPPED, RunState.FAILED}),
+    RunState.COMPLETED: frozenset({RunState.STARTING}),
+    RunState.STOPPED: frozenset({RunState.STARTING}),
+    RunState.FAILED: frozenset({RunState.STARTING}),
+}
+"""Which state may follow which (``None``: a new record). Anything else is a bug."""
+
+
+class IllegalTransition(RuntimeError):
+    """A state change :data:`TRANSITIONS` does not allow: a bug in ddptui, never user input."""
+
+
 class RunNotFound(DdptuiError):
     """No run by that id (or no run at all) in the store."""
+
+
+class RunRecordUnreadable(DdptuiError):
+    """A run record that is corrupt or half-written; the message names the file."""
 
 
 @dataclass
@@ -107,7 +161,17 @@ class RunRecord:
         return self.attempts[-1]
 
     def transition(self, state: RunState, detail: str = "", now: float | None = None) -> None:
+        """Move to ``state``; :class:`IllegalTransition` unless :data:`TRANSITIONS` allows it."""
+        current = self.states[-1].state if self.states else None
+        if state not in TRANSITIONS[current]:
+            was = current.value if current is not None else "new"
+            raise IllegalTransition(f"run {self.id}: {was} → {state.value} is not allowed")
         self.states.append(StateChange(state, time.time() if now is None else now, detail))
+
+    @property
+    def detail(self) -> str:
+        """Why the run is in its state (the latest change's detail)."""
+        return self.states[-1].detail if self.states else ""
 
     @property
     def head(self) -> NodeRecord:
@@ -242,7 +306,11 @@ def new_run_id(now: float | None = None) -> str:
 
 
 class RunStore:
-    """The runs under ``root`` (default :func:`state_home`)."""
+    """The runs under ``root`` (default :func:`state_home`).
+
+    A run's supervisor is the only writer of its record once the record exists; every change
+    goes through :meth:`update`, under the record's lock, and replaces the file atomically.
+    """
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root if root is not None else state_home()
@@ -250,38 +318,47 @@ class RunStore:
     def directory(self, run_id: str) -> Path:
         return self.root / run_id
 
+    def files(self, run_id: str) -> RunFiles:
+        return RunFiles(self.directory(run_id))
+
     def create(self, record: RunRecord, hosts_toml: str) -> None:
         directory = self.directory(record.id)
         directory.mkdir(parents=True, exist_ok=False, mode=0o700)
-        _write_atomic(directory / "hosts.toml", hosts_toml)
-        self.save(record)
-
-    def save(self, record: RunRecord) -> None:
-        _write_atomic(self.directory(record.id) / "run.toml", record.to_toml())
+        files = RunFiles(directory)
+        _write_atomic(files.hosts, hosts_toml)
+        _write_atomic(files.record, record.to_toml())
 
     def load(self, run_id: str) -> RunRecord:
-        path = self.directory(run_id) / "run.toml"
+        """The record of ``run_id``: :class:`RunNotFound` when there is none,
+        :class:`RunRecordUnreadable` (naming the file) when it cannot be read."""
+        path = self.files(run_id).record
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise RunNotFound(f"no run {run_id!r} in {self.root}") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise RunRecordUnreadable(f"{path}: cannot be read: {error}") from None
         try:
             return RunRecord.from_toml(text)
         except ValueError as error:
-            raise RunNotFound(f"{path}: {error}") from None
+            raise RunRecordUnreadable(
+                f"{path}: {error}; left as it is (move it away to forget the run)"
+            ) from None
 
     def update(self, run_id: str, change: Callable[[RunRecord], None]) -> RunRecord:
-        """Load, change and save the record under a lock: several processes (a watching
-        console, ``ddptui stop``) may finish the same run."""
-        with (self.directory(run_id) / ".lock").open("wb") as lock:
+        """Load, change and save the record under its lock; the record as saved.
+
+        A record that cannot be read is never overwritten: :class:`RunRecordUnreadable`.
+        """
+        with self.files(run_id).lock.open("wb") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             record = self.load(run_id)
             change(record)
-            self.save(record)
+            _write_atomic(self.files(run_id).record, record.to_toml())
             return record
 
     def hosts_file(self, run_id: str) -> Path:
-        return self.directory(run_id) / "hosts.toml"
+        return self.files(run_id).hosts
 
     def ids(self) -> list[str]:
         """Every run id in the store, oldest first (ids sort by start time)."""
@@ -306,17 +383,35 @@ class RunStore:
             raise RunNotFound(f"{what} matching {run_id!r}; ddptui runs lists them")
         return self.load(matches[0])
 
-    def records(self) -> Sequence[RunRecord]:
-        found = []
+    def catalogue(self) -> Catalogue:
+        """Every run's record, oldest first, and the records that could not be read."""
+        found = Catalogue()
         for run_id in self.ids():
             try:
-                found.append(self.load(run_id))
+                found.records.append(self.load(run_id))
+            except RunRecordUnreadable as error:
+                found.unreadable[run_id] = str(error)
             except RunNotFound:
                 continue
         return found
 
+    def records(self) -> Sequence[RunRecord]:
+        return self.catalogue().records
+
+
+@dataclass
+class Catalogue:
+    records: list[RunRecord] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Run id → why its record could not be read (named, never overwritten)."""
+
 
 def _write_atomic(path: Path, text: str) -> None:
+    # Synced before the rename: a head node that loses power keeps the old record or the
+    # new one, never a half-written file under the record's name.
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     temporary.replace(path)

@@ -20,6 +20,7 @@ from textual.screen import Screen
 
 from ddptui.check import CheckReport
 from ddptui.config import Config
+from ddptui.run.control import RunControl
 from ddptui.run.store import RunRecord, RunStore
 from ddptui.untrusted import plain
 
@@ -48,6 +49,7 @@ class DdptuiApp(App[int]):
         self.config: Config | None = None
         self.report: CheckReport | None = None
         self.store = store or RunStore()
+        self.control = RunControl(self.store)
         self.demo_note = demo_note
         self.first_screen = first_screen
         self.goodbye: str | None = None
@@ -113,19 +115,30 @@ class DdptuiApp(App[int]):
 
         self.push_screen(RunsScreen(self.store))
 
-    def open_run(self, record: RunRecord) -> None:
-        """Show ``record``; follow it when it still runs (attach)."""
-        from ddptui.config import load_config
+    @work(exclusive=True, group="open")
+    async def open_run(self, record: RunRecord) -> None:
+        """Show ``record``: attached to its supervisor while it runs, else as its files on the
+        hosts stand."""
+        from ddptui.run.control import ControlError
         from ddptui.ui.screens.run import RunScreen
 
-        config = load_config(self.store.hosts_file(record.id))
-        self.push_screen(RunScreen(record, config=config, store=self.store))
+        if record.state.final:
+            self.push_screen(RunScreen(record, control=self.control))
+            return
+        try:
+            attachment = await self.control.attach(record.id, say=self._say)
+        except ControlError as error:
+            self.notify(plain(str(error)), markup=False, severity="error", timeout=30)
+            return
+        self.push_screen(RunScreen(attachment.record, control=self.control, attachment=attachment))
+
+    def _say(self, line: str) -> None:
+        self.notify(plain(line, limit=300), markup=False)
 
     @work(exclusive=True, group="launch")
     async def action_launch(self) -> None:
-        from ddptui.check import check_cluster
-        from ddptui.remote.connection import RemoteCluster
-        from ddptui.run.launcher import LaunchError, describe_plan, launch, make_plan
+        from ddptui.plan.describe import describe_plan
+        from ddptui.run.control import ControlError
         from ddptui.ui.screens.confirm import ConfirmScreen
         from ddptui.ui.screens.run import RunScreen
 
@@ -134,9 +147,9 @@ class DdptuiApp(App[int]):
             return
         if self.report is None:
             self.notify("checking the hosts before launching…")
-            self.report = await check_cluster(config)
+            self.report = await self.control.check(config)
         report = self.report
-        plan = make_plan(config, report, extra_args=())
+        plan = self.control.plan(config, report)
         body = Text()
         errors = [f for f in report.findings if f.severity.value == "error"]
         if errors:
@@ -145,29 +158,21 @@ class DdptuiApp(App[int]):
         body.append(
             f"{len(plan.nodes)} host(s), {plan.world_size} ranks, backend {plan.backend}, "
             f"master {plan.master_addr}:{plan.master_port}, "
-            f"interface {', '.join(sorted(interfaces))}\n\n",
+            f"interface {plain(', '.join(sorted(interfaces)), one_line=True)}\n\n",
             "bold",
         )
         body.append(plain(describe_plan(plan)))
         if not await self.push_screen_wait(ConfirmScreen("launch", body, "launch this run?")):
             return
-
-        def say(line: str) -> None:
-            self.notify(plain(line, limit=300), markup=False)
-
         try:
-            async with RemoteCluster(
-                config.ordered_hosts,
-                connect_timeout=config.cluster.connect_timeout,
-                max_parallel_connects=config.cluster.max_parallel_connects,
-            ) as remote:
-                # Only `ddptui demo` opens the console with a note: its runs are marked so.
-                demo = self.demo_note is not None
-                record = await launch(config, report, plan, self.store, remote, say=say, demo=demo)
-        except LaunchError as error:
+            # Only `ddptui demo` opens the console with a note: its runs are marked so.
+            attachment = await self.control.launch(
+                config, report, plan, demo=self.demo_note is not None, say=self._say
+            )
+        except ControlError as error:
             self.notify(plain(str(error)), markup=False, severity="error", timeout=30)
             return
-        self.push_screen(RunScreen(record, config=config, store=self.store))
+        self.push_screen(RunScreen(attachment.record, control=self.control, attachment=attachment))
 
     async def action_quit(self) -> None:
         from ddptui.ui.screens.run import RunScreen

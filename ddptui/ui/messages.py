@@ -9,8 +9,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from ddptui.check import CheckReport
-from ddptui.run.store import RunRecord
-from ddptui.run.watch import RunWatch, Verdict
+from ddptui.run.state import RunWatch
 
 REDRAW_S = 0.1
 """About ten redraws a second at most, whatever the rate of updates."""
@@ -43,10 +42,7 @@ class RunChanged(Message):
 
 
 class RunEnded(Message):
-    def __init__(self, record: RunRecord, verdict: Verdict) -> None:
-        super().__init__()
-        self.record = record
-        self.verdict = verdict
+    """The followed attempt ended and its supervisor recorded how (or following it stopped)."""
 
 
 class Said(Message):

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from ddptui.run.store import RunState, RunStore
-from tests.ui.test_tmux_testbed import Terminal
+from tests.ui.terminal import Terminal
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]
+OK = re.compile(r"\bok\b")
+"""A host's status cell on the health screen once its check passed."""
 # A rank row of the run screen: node and demo host, rank, step, then a loss like 0.54 or 1.2e-05.
 RANK_ROW = re.compile(r"^\s*\d+ demo-\d+\s+\d+\s+\d+\s+(\d\.\d+(?:e-\d+)?)\s", re.MULTILINE)
 
@@ -28,7 +30,7 @@ RANK_ROW = re.compile(r"^\s*\d+ demo-\d+\s+\d+\s+\d+\s+(\d\.\d+(?:e-\d+)?)\s", r
 def terminal() -> Iterator[Terminal]:
     term = Terminal(f"ddptui-demo-test-{os.getpid()}")
     yield term
-    term.tmux("kill-server")
+    term.close()
 
 
 def _run_dir_holders(tmp: Path) -> list[str]:
@@ -56,7 +58,7 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
         f"cd {shlex.quote(str(tmp_path))} && {command}; echo demo exited $?; sleep 60",
     )
     store = RunStore(state / "ddptui" / "runs")
-    text = terminal.wait_for("both demo hosts checked", lambda t: t.count("✓ ok") == 2, 120)
+    text = terminal.wait_for("both demo hosts checked", lambda t: len(OK.findall(t)) == 2, 120)
     assert "demo-0" in text and "demo-1" in text
 
     terminal.keys("l")
@@ -68,7 +70,7 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     terminal.keys("s")
     terminal.wait_for("the stop confirmation", lambda t: "stop the run?" in t, 30)
     terminal.keys("y")
-    terminal.wait_for("a clean stop", lambda t: "stopped cleanly" in t, 120)
+    terminal.wait_for("a clean stop", lambda t: "nothing of it is left running" in t, 120)
     (record,) = store.records()
     assert record.state is RunState.STOPPED and record.demo
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.config.model import HostConfig
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.run import agent
 from ddptui.run.follow import MAX_GPUS, FileLine, Heartbeat, HostFollower
 
 Sent = pytest.CaptureFixture[str]
+_CONFIG = Config(Path("hosts.toml"), ClusterConfig(), (HostConfig("a", "127.0.0.1"),), JobConfig())
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -98,7 +99,7 @@ def test_the_head_parses_what_was_sent_and_never_repeats_a_line(
     (tmp_path / "node" / "attempt-1.exit").write_text("0\n")
     agent.read_new(tmp_path, "node/attempt-1.exit", agent.Followed(0))
     raw = capsys.readouterr().out.splitlines()[0].encode()
-    follower = HostFollower(HostConfig("a", "127.0.0.1"), str(tmp_path), connect_timeout=1)
+    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), str(tmp_path))
     assert follower._parse(raw) == FileLine("a", "node/attempt-1.exit", 2, "0")
     assert follower._parse(raw) is None
     for garbage in (b"", b"[]", b"{}", b'{"k": "line", "f": 1}', b"\xff" * 10, b"[" * 50000):
@@ -114,7 +115,7 @@ def test_processes_are_found_by_the_run_they_inherit(tmp_path: Path) -> None:
         [sys.executable, "-c", "import time; time.sleep(30)"], env=child_env
     ) as child:
         try:
-            found = [(pid, attempt) for pid, _, attempt, _ in agent.run_processes(tmp_path)]
+            found = [(pid, attempt) for pid, _, attempt, _, _ in agent.run_processes(tmp_path)]
             assert found == [(child.pid, 3)]
         finally:
             child.kill()
@@ -130,7 +131,7 @@ def test_gpu_samples_arrive_typed_and_what_is_no_number_is_left_out() -> None:
     hostile = {"index": "x", "memory.used": "nan", "memory.total": "inf", "pstate": "P" * 99}
     sample = {"cpu_pct": 3.5, "gpus": [h200, unsupported, hostile, "gpu", 7] + [h200] * 100}
     document = {"k": "hb", "time": 1.0, "groups": {}, "sample": sample}
-    follower = HostFollower(HostConfig("a", "127.0.0.1"), "/r", connect_timeout=1)
+    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), "/r")
 
     beat = follower._parse(json.dumps(document).encode())
 

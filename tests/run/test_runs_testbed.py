@@ -11,11 +11,10 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,146 +26,41 @@ else:
     import tomli as tomllib
 
 from tests.fixtures.gpu import nvidia_smi_double
+from tests.run.bed import (
+    RUN_ID,
+    SMALL,
+    Cli,
+    launch_and_wait,
+    run_id_in,
+    run_pid,
+    run_processes,
+    steps_of,
+    wait_for_step,
+    write_hosts,
+)
 from tests.testbed import (
     TestBed,
-    TestHost,
     cut_head_link,
-    cut_link,
     install_double,
     occupy_port,
     open_firewall,
-    restore_link,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
-SMALL = [
-    *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
-    *("--lr", "1e-2", "--epochs", "100000"),
-]
-RUN_ID = re.compile(r"run (\d{8}-\d{6}-[a-z0-9]{4})")
-
-
-class Cli:
-    """``python -m ddptui`` with a private run store."""
-
-    def __init__(self, state: Path) -> None:
-        # faulthandler: a command that hangs is sent SIGABRT and shows where it hung.
-        self.env = {
-            **os.environ,
-            "XDG_STATE_HOME": str(state),
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONFAULTHANDLER": "1",
-        }
-        self.store = state / "ddptui" / "runs"
-
-    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "ddptui", *args]
-        with subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env
-        ) as process:
-            try:
-                out, err = process.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGABRT)
-                out, err = process.communicate(timeout=30)
-                raise AssertionError(f"{args} hung; where:\n{err[-6000:]}") from None
-        return subprocess.CompletedProcess(command, process.returncode, out, err)
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "ddptui", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=self.env,
-        )
-
-    def json(self, *args: str) -> Any:
-        done = self.run(*args, "--json")
-        assert done.stdout, done.stderr
-        return json.loads(done.stdout)
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path / "state")
-
-
-def _hosts_file(
-    bed: TestBed,
-    tmp_path: Path,
-    hosts: Sequence[TestHost] | None = None,
-    *,
-    cluster: Mapping[str, object] = {},
-    job: Mapping[str, object] = {},
-) -> Path:
-    return bed.write_hosts_file(
-        tmp_path / "hosts.toml",
-        bed.hosts[:3] if hosts is None else hosts,
-        cluster=cluster,
-        job={"nproc_per_node": 2, "args": SMALL, **job},
-    )
-
-
-def _run_id(output: str) -> str:
-    match = RUN_ID.search(output)
-    assert match, output
-    return match.group(1)
-
-
-def _run_dir(host: TestHost, run_id: str) -> Path:
-    return host.workdir / "runs" / run_id
-
-
-def _steps(bed: TestBed, hosts: Sequence[TestHost], run_id: str) -> dict[int, list[dict[str, Any]]]:
-    """Every rank's step events, in file order."""
-    found: dict[int, list[dict[str, Any]]] = {}
-    for host in hosts:
-        for path in sorted((_run_dir(host, run_id) / "events").glob("rank*.jsonl")):
-            for line in path.read_text().splitlines():
-                event = json.loads(line)
-                if event["type"] == "step":
-                    found.setdefault(event["rank"], []).append(event)
-    return found
-
-
-def _wait_for_step(bed: TestBed, hosts: Sequence[TestHost], run_id: str, step: int) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        steps = _steps(bed, hosts, run_id)
-        if len(steps) == 6 and all(events[-1]["step"] >= step for events in steps.values()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the run did not reach step {step}")
-
-
-def _run_processes(hosts: Sequence[TestHost], run_id: str) -> list[str]:
-    """Processes of the run still alive on the hosts (the bed shares one PID namespace), found
-    by the run directory every one of them inherits in its environment."""
-    marks = {f"DDPTUI_RUN_DIR={_run_dir(host, run_id)}".encode(): host.name for host in hosts}
-    alive = []
-    for entry in Path("/proc").iterdir():
-        try:
-            environ = set((entry / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        alive += [f"{name} pid {entry.name}" for mark, name in marks.items() if mark in environ]
-    return alive
 
 
 def test_launch_runs_to_completion_as_dry_run_said(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
-    hosts_file = _hosts_file(testbed, tmp_path)
+    hosts_file = write_hosts(testbed, tmp_path)
     dry = cli.run("launch", str(hosts_file), "--dry-run", "--", "--max-steps", "40")
     assert dry.returncode == 0, dry.stderr
     launched = cli.run("launch", str(hosts_file), "--headless", "--", "--max-steps", "40")
     assert launched.returncode == 0, launched.stdout + launched.stderr
-    run_id = _run_id(launched.stderr)
+    run_id = run_id_in(launched.stderr)
     assert "completed" in launched.stderr
 
-    steps = _steps(testbed, testbed.hosts[:3], run_id)
+    steps = steps_of(testbed, testbed.hosts[:3], run_id)
     assert sorted(steps) == list(range(6))
     for events in steps.values():
         assert [event["step"] for event in events] == list(range(1, 41))
@@ -186,13 +80,13 @@ def test_launch_runs_to_completion_as_dry_run_said(
     lines = dry.stdout.splitlines()
     exports = [shlex.split(line) for line in lines if line.startswith("export ")]
     commands = [shlex.split(line) for line in lines if line.startswith("exec ")]
-    dry_id = _run_id(dry.stdout)
+    dry_id = run_id_in(dry.stdout)
     assert len(exports) == len(commands) == 3
     for export, command, node in zip(exports, commands, record["nodes"], strict=True):
         assert command[1:] == [arg.replace(run_id, dry_id) for arg in node["argv"]]
         env = [f"{name}={value.replace(run_id, dry_id)}" for name, value in node["env"].items()]
         assert export[1:] == env
-    assert not _run_processes(testbed.hosts[:3], run_id)
+    assert not run_processes(testbed.hosts[:3], run_id)
 
 
 def _losses(steps: Mapping[int, list[dict[str, Any]]]) -> dict[tuple[int, int], float]:
@@ -205,30 +99,30 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:3]
-    hosts_file = _hosts_file(testbed, tmp_path, job={"checkpoint_every": 50})
+    hosts_file = write_hosts(testbed, tmp_path, job={"checkpoint_every": 50})
     total = ["--", "--max-steps", "300"]
     straight = cli.run("launch", str(hosts_file), "--headless", *total)
     assert straight.returncode == 0, straight.stderr
-    expected = _losses(_steps(testbed, hosts, _run_id(straight.stderr)))
+    expected = _losses(steps_of(testbed, hosts, run_id_in(straight.stderr)))
     assert len(expected) == 6 * 300
 
     started = cli.run("launch", str(hosts_file), "--detach", *total)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
-    _wait_for_step(testbed, hosts, run_id, 40)
+    wait_for_step(testbed, hosts, run_id, 40)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped on its own after checkpointing" in stopped.stderr
-    assert not _run_processes(hosts, run_id)
+    assert not run_processes(hosts, run_id)
     status = cli.run("status", run_id)
     assert status.returncode == 3, status.stdout + status.stderr
     assert f"run {run_id}: stopped" in status.stdout
-    stop_step = max(events[-1]["step"] for events in _steps(testbed, hosts, run_id).values())
+    stop_step = max(events[-1]["step"] for events in steps_of(testbed, hosts, run_id).values())
     assert stop_step < 300
 
     resumed = cli.run("resume", run_id, "--headless")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    steps = _steps(testbed, hosts, run_id)
+    steps = steps_of(testbed, hosts, run_id)
     for events in steps.values():
         # Every step once: the resume starts right after the stop's checkpoint.
         assert [event["step"] for event in events] == list(range(1, 301))
@@ -241,7 +135,7 @@ def test_a_killed_launcher_leaves_the_run_going_and_logs_reattach(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:3]
-    hosts_file = _hosts_file(testbed, tmp_path)
+    hosts_file = write_hosts(testbed, tmp_path)
     launcher = cli.start("launch", str(hosts_file), "--headless", "--", "--max-steps", "250")
     assert launcher.stdout is not None
     run_id = None
@@ -251,7 +145,7 @@ def test_a_killed_launcher_leaves_the_run_going_and_logs_reattach(
             run_id = match.group(1)
             break
     assert run_id is not None
-    _wait_for_step(testbed, hosts, run_id, 10)
+    wait_for_step(testbed, hosts, run_id, 10)
     launcher.kill()
     launcher.wait(timeout=10)
     status = cli.json("status", run_id)
@@ -274,63 +168,17 @@ def test_a_killed_launcher_leaves_the_run_going_and_logs_reattach(
     assert final["state"] == "completed"
 
 
-def test_a_cut_link_fails_the_run_naming_the_host_and_resume_continues(
-    testbed: TestBed, tmp_path: Path, cli: Cli
-) -> None:
-    hosts = testbed.hosts[:3]
-    hosts_file = _hosts_file(testbed, tmp_path, job={"checkpoint_every": 20})
-    launcher = cli.start("launch", str(hosts_file), "--headless", "--", "--max-steps", "100000")
-    assert launcher.stdout is not None
-    lines = []
-    run_id = None
-    for line in launcher.stdout:
-        lines.append(line)
-        match = RUN_ID.search(line)
-        if match and "is running" in line:
-            run_id = match.group(1)
-            break
-    assert run_id is not None
-    _wait_for_step(testbed, hosts, run_id, 45)
-    cut = time.time()
-    cut_link(hosts[2])
-    try:
-        rest, _ = launcher.communicate(timeout=90)
-        output = "".join(lines) + rest
-        assert launcher.returncode == 1, output
-        assert f"run {run_id} failed: node2 (node 2) stopped answering" in output
-        assert not _run_processes(hosts[:2], run_id)
-        record = tomllib.loads((cli.store / run_id / "run.toml").read_text())
-        failed = [change for change in record["states"] if change["state"] == "failed"]
-        assert failed[0]["time"] - cut <= 30, output
-    finally:
-        restore_link(hosts[2])
-    resumed = cli.run("resume", run_id, "--detach")
-    assert resumed.returncode == 0, resumed.stderr
-    events = _run_dir(hosts[0], run_id) / "events" / "rank0.jsonl"
-    deadline = time.monotonic() + 90
-    starts: list[dict[str, Any]] = []
-    while len(starts) < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        lines = events.read_text().splitlines()
-        starts = [json.loads(line) for line in lines if '"type":"start"' in line]
-    assert len(starts) == 2
-    assert starts[1]["resumed_from"] is not None and starts[1]["start_step"] >= 40
-    stopped = cli.run("stop", run_id, "--kill")
-    assert stopped.returncode == 0, stopped.stderr
-    assert not _run_processes(hosts, run_id)
-
-
 def test_the_run_outlives_the_head_node_losing_its_hosts_and_following_picks_up_again(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:3]
-    launcher, run_id, lines = _launch_and_wait(cli, _hosts_file(testbed, tmp_path), testbed)
+    launcher, run_id, lines = launch_and_wait(cli, write_hosts(testbed, tmp_path), testbed)
     assert launcher.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(launcher.stdout or ()), daemon=True)
     reader.start()
 
     def node2_steps() -> int:
-        return max(event["step"] for event in _steps(testbed, hosts[2:], run_id)[4])
+        return max(event["step"] for event in steps_of(testbed, hosts[2:], run_id)[4])
 
     try:
         # Only the head node loses node2; the hosts still reach each other.
@@ -348,7 +196,7 @@ def test_the_run_outlives_the_head_node_losing_its_hosts_and_following_picks_up_
     finally:
         for host in hosts:
             open_firewall(host)
-    _wait_for_step(testbed, hosts, run_id, node2_steps() + 20)
+    wait_for_step(testbed, hosts, run_id, node2_steps() + 20)
     time.sleep(4)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
@@ -361,66 +209,33 @@ def test_the_run_outlives_the_head_node_losing_its_hosts_and_following_picks_up_
     assert "node2: answering again" in output and f"run {run_id} failed" not in output, output
     record = tomllib.loads((cli.store / run_id / "run.toml").read_text())
     assert [change["state"] for change in record["states"]][-2:] == ["stopping", "stopped"]
-    assert not _run_processes(hosts, run_id)
-
-
-def _run_pid(host: TestHost, run_id: str, *marks: bytes) -> int:
-    """The one Python process of the run on ``host`` with all of ``marks`` in its argv or
-    environment (not the shell wrapper, whose argv holds torchrun's)."""
-    mark = f"DDPTUI_RUN_DIR={_run_dir(host, run_id)}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            words = set((entry / "environ").read_bytes().split(b"\0")) | set(argv)
-        except OSError:
-            continue
-        python = b"python" in Path(argv[0].decode(errors="replace")).name.encode()
-        if python and mark in words and all(wanted in words for wanted in marks):
-            found.append(int(entry.name))
-    assert len(found) == 1, found
-    return found[0]
-
-
-def _launch_and_wait(
-    cli: Cli, hosts_file: Path, testbed: TestBed
-) -> tuple[subprocess.Popen[str], str, list[str]]:
-    launcher = cli.start("launch", str(hosts_file), "--headless", "--", "--max-steps", "100000")
-    assert launcher.stdout is not None
-    lines = []
-    for line in launcher.stdout:
-        lines.append(line)
-        match = RUN_ID.search(line)
-        if match and "is running" in line:
-            _wait_for_step(testbed, testbed.hosts[:3], match.group(1), 5)
-            return launcher, match.group(1), lines
-    raise AssertionError("".join(lines))
+    assert not run_processes(hosts, run_id)
 
 
 def test_a_killed_rank_or_torchrun_fails_the_run_naming_node_rank_and_cause(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:3]
-    hosts_file = _hosts_file(testbed, tmp_path)
+    hosts_file = write_hosts(testbed, tmp_path)
 
     # The OOM killer's way: one worker (global rank 3, node1's local rank 1) dies of SIGKILL.
-    launcher, run_id, lines = _launch_and_wait(cli, hosts_file, testbed)
-    os.kill(_run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer"), signal.SIGKILL)
+    launcher, run_id, lines = launch_and_wait(cli, hosts_file, testbed)
+    os.kill(run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer"), signal.SIGKILL)
     rest, _ = launcher.communicate(timeout=120)
     output = "".join(lines) + rest
     assert launcher.returncode == 1, output
     assert f"run {run_id} failed: torchrun on node1 (node 1) exited 1" in output
     assert "first failure: rank 3 on node1 (killed_by_signal)" in output
-    assert not _run_processes(hosts, run_id)
+    assert not run_processes(hosts, run_id)
 
     # torchrun itself killed: its node is named with the signal.
-    launcher, run_id, lines = _launch_and_wait(cli, hosts_file, testbed)
-    os.kill(_run_pid(hosts[2], run_id, b"torch.distributed.run", b"-m"), signal.SIGKILL)
+    launcher, run_id, lines = launch_and_wait(cli, hosts_file, testbed)
+    os.kill(run_pid(hosts[2], run_id, b"torch.distributed.run", b"-m"), signal.SIGKILL)
     rest, _ = launcher.communicate(timeout=120)
     output = "".join(lines) + rest
     assert launcher.returncode == 1, output
     assert "torchrun on node2 (node 2) was killed by SIGKILL (exit 137)" in output
-    assert not _run_processes(hosts, run_id)
+    assert not run_processes(hosts, run_id)
 
 
 def test_auto_master_port_avoids_a_taken_port_and_a_fixed_taken_port_is_refused(
@@ -428,13 +243,13 @@ def test_auto_master_port_avoids_a_taken_port_and_a_fixed_taken_port_is_refused(
 ) -> None:
     hosts = testbed.hosts[:2]
     with occupy_port(hosts[0], 29500):
-        auto = _hosts_file(testbed, tmp_path, hosts, cluster={"master_port": "auto"})
+        auto = write_hosts(testbed, tmp_path, hosts, cluster={"master_port": "auto"})
         done = cli.run("launch", str(auto), "--headless", "--", "--max-steps", "5")
         assert done.returncode == 0, done.stderr
         port = re.search(r"master port (\d+)", done.stderr)
         assert port and int(port.group(1)) != 29500
 
-        fixed = _hosts_file(testbed, tmp_path, hosts, cluster={"master_port": 29500})
+        fixed = write_hosts(testbed, tmp_path, hosts, cluster={"master_port": 29500})
         refused = cli.run("launch", str(fixed), "--headless", "--force", "--", "--max-steps", "5")
         assert refused.returncode == 1
         assert "port 29500 is not free" in refused.stderr
@@ -469,7 +284,7 @@ def test_hostile_values_never_run_as_shell_on_any_host(
     assert dry.returncode == 0, dry.stderr
     done = cli.run("launch", str(hosts_file), "--headless")
     assert done.returncode == 0, done.stderr
-    run_id = _run_id(done.stderr)
+    run_id = run_id_in(done.stderr)
     assert (workdir / "runs" / run_id / "events" / "rank1.jsonl").is_file()
     # Trainer arguments reach argparse untouched: a payload there is refused, not run.
     for payload in payloads:
@@ -491,15 +306,15 @@ def test_one_host_cluster_launches_completes_and_samples_its_gpu(
 ) -> None:
     # The recorded H200 stands in for the GPU hardware, at nvidia-smi's boundary only.
     install_double(testbed.hosts[0], "nvidia-smi", nvidia_smi_double("h200_idle"))
-    hosts_file = _hosts_file(
+    hosts_file = write_hosts(
         testbed, tmp_path, testbed.hosts[:1], cluster={"backend": "gloo", "gpus": 0}
     )
     dry = cli.run("launch", str(hosts_file), "--dry-run")
     assert "--master-addr=127.0.0.1" in dry.stdout and "GLOO_SOCKET_IFNAME" not in dry.stdout
     done = cli.run("launch", str(hosts_file), "--headless", "--", "--max-steps", "20")
     assert done.returncode == 0, done.stderr
-    run_id = _run_id(done.stderr)
-    assert len(_steps(testbed, testbed.hosts[:1], run_id)) == 2
+    run_id = run_id_in(done.stderr)
+    assert len(steps_of(testbed, testbed.hosts[:1], run_id)) == 2
     (node,) = cli.json("status", run_id)["nodes"]
     # nvidia-smi's printed values, typed; the console draws its bars and sparklines from them.
     assert node["sample"]["gpus"] == [
@@ -541,7 +356,7 @@ def test_a_user_script_launches_shows_its_logs_and_stops(
     hosts = testbed.hosts[:2]
     script = tmp_path / "train.py"
     script.write_text(USER_SCRIPT)
-    hosts_file = _hosts_file(testbed, tmp_path, hosts, job={"script": str(script), "args": []})
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job={"script": str(script), "args": []})
     started = cli.run("launch", str(hosts_file), "--detach")
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
@@ -556,7 +371,7 @@ def test_a_user_script_launches_shows_its_logs_and_stops(
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
     assert "SIGTERM to" in stopped.stderr
-    assert not _run_processes(hosts, run_id)
+    assert not run_processes(hosts, run_id)
     after = cli.run("logs", run_id, "--rank", "3")
     assert "rank 3 got SIGTERM" in after.stdout
     assert "rank 0" not in after.stdout

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.state import RunWatch
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
-from ddptui.run.watch import RunWatch
 
 
 def _record(attempt: int = 1) -> RunRecord:
@@ -57,7 +59,7 @@ def test_every_node_exiting_0_completes() -> None:
 
 def test_a_non_zero_exit_fails_naming_the_node_and_the_signal() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock)
+    watch = _started(RunWatch(_record(), clock=clock))
     watch.apply(_exit("b", 137))
     # Nothing says why yet: a root cause may be a moment behind the exit.
     assert watch.verdict() is None
@@ -78,6 +80,14 @@ def _step(host: str, rank: int, step: int, step_time_s: float = 0.1) -> FileLine
     return FileLine(host, f"events/rank{rank}.jsonl", step, line)
 
 
+def _started(watch: RunWatch) -> RunWatch:
+    """Every rank's start event, as each attempt of the trainer writes first."""
+    for rank in range(4):
+        line = _event("start", rank, start_step=0)
+        watch.apply(FileLine("ab"[rank // 2], f"events/rank{rank}.jsonl", 1, line))
+    return watch
+
+
 def test_without_step_events_a_silent_host_fails_the_run_while_another_answers() -> None:
     clock = _Clock()
     watch = RunWatch(_record(), clock=clock)
@@ -96,7 +106,7 @@ def test_without_step_events_a_silent_host_fails_the_run_while_another_answers()
 
 def test_a_silent_host_that_alone_stepped_is_not_said_to_have_peers_that_stopped() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock)
+    watch = _started(RunWatch(_record(), clock=clock))
     watch.apply(_step("a", 0, 1))
     watch.apply(HostSilent("a", 12.0, "no answer"))
     watch.apply(Heartbeat("b", clock.now, {1: True}))
@@ -107,7 +117,7 @@ def test_a_silent_host_that_alone_stepped_is_not_said_to_have_peers_that_stopped
 
 def test_a_silent_host_whose_peers_keep_stepping_trains_on_until_they_stop() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock)
+    watch = _started(RunWatch(_record(), clock=clock))
     watch.apply(_step("b", 2, 1))
     watch.apply(HostSilent("a", 12.0, "no answer"))
     # The collectives of b's ranks need a's: while b steps, a trains; only its link is down.
@@ -134,7 +144,7 @@ def test_a_silent_host_whose_peers_keep_stepping_trains_on_until_they_stop() -> 
 
 def test_a_host_silent_after_its_torchrun_exited_0_does_not_fail_the_run() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock)
+    watch = _started(RunWatch(_record(), clock=clock))
     watch.apply(_step("b", 2, 1))
     watch.apply(_exit("a", 0))
     watch.apply(HostSilent("a", 12.0, "no answer"))
@@ -149,7 +159,7 @@ def test_a_host_silent_after_its_torchrun_exited_0_does_not_fail_the_run() -> No
 
 def test_the_peers_window_scales_with_the_slowest_rank_s_step_events() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock)
+    watch = _started(RunWatch(_record(), clock=clock))
     # One event every 10 steps of 2 s: 20 s between events, so 60 s without one is a stall.
     for step in (10, 20):
         watch.apply(_step("b", 3, step, step_time_s=2.0))
@@ -164,7 +174,7 @@ def test_the_peers_window_scales_with_the_slowest_rank_s_step_events() -> None:
 
 def test_with_no_host_answering_or_the_others_finished_the_run_is_not_judged() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock)
+    watch = _started(RunWatch(_record(), clock=clock))
     watch.apply(_step("b", 2, 1))
     watch.apply(HostSilent("a", 12.0, "no answer"))
     watch.apply(HostSilent("b", 12.0, "timed out"))
@@ -280,16 +290,100 @@ def test_torchrun_told_to_stop_is_a_consequence_never_the_first_failure() -> Non
 
 
 def test_status_says_what_a_silent_host_means_for_the_run() -> None:
-    from ddptui.commands.status import status_json, status_lines
+    from ddptui.present.status import status_lines
+    from ddptui.run.view import RunView
 
-    watch = RunWatch(_record())
+    watch = _started(RunWatch(_record()))
     watch.apply(_step("b", 2, 1))
     watch.apply(HostSilent("a", 12.0, "connect timed out"))
-    lines = status_lines(watch.record, watch)
-    assert (
-        "  node 0 a: 2 rank(s), not answering (no answer for 12 s (connect timed out); "
-        "its peers keep stepping, so it still trains)"
-    ) in lines
-    assert status_json(watch.record, watch)["nodes"][0]["not_answering"] == (
-        "no answer for 12 s (connect timed out)"
-    )
+    view = RunView.of(watch.record, watch, watch.judgement(watch.record))
+    note = "no answer for 12 s (connect timed out); its peers keep stepping, so it still trains"
+    lines = [line.plain for line in status_lines(view)]
+    assert f"  node 0 a: 2 rank(s), not answering ({note})" in lines
+    assert view.document()["nodes"][0]["not_answering"] == note
+
+
+def _beat(host: str, clock: _Clock, ranks: dict[int, tuple[str, float]]) -> Heartbeat:
+    sample = {"ranks": {rank: {"state": s, "cpu_pct": cpu} for rank, (s, cpu) in ranks.items()}}
+    return Heartbeat(host, clock.now, {1: True}, sample)
+
+
+def test_a_run_whose_answering_hosts_all_stop_stepping_hangs_naming_the_stopped_rank() -> None:
+    clock = _Clock()
+    watch = _started(RunWatch(_record(), clock=clock, wall=clock))
+    for step in range(1, 4):
+        clock.now += 0.1
+        for rank in range(4):
+            watch.apply(_step("ab"[rank // 2], rank, step))
+    # Rank 3's process is stopped; the others wait for it in a collective.
+    for second in range(29):
+        clock.now += 1.0
+        watch.apply(_beat("a", clock, {0: ("S", 1.0), 1: ("S", 1.0)}))
+        watch.apply(_beat("b", clock, {2: ("S", 1.0), 3: ("T", 0.0)}))
+        assert watch.hang() is None, f"hung after {second + 1} s of a 30 s window"
+    clock.now += 2.0
+    hang = watch.hang()
+    assert hang is not None and hang.window_s == 30.0 and hang.step == 3
+    assert hang.since == pytest.approx(1000.3)
+    assert [(rank.rank, rank.process) for rank in hang.odd] == [(3, "T")]
+    assert hang.odd[0].why is not None and "stopped (SIGSTOP" in hang.odd[0].why
+    summary = hang.summary(clock.now)
+    assert summary.startswith("no step for 31 s at step 3; rank 3 on b: its process is stopped")
+    # A step again: no longer hung.
+    watch.apply(_step("a", 0, 4))
+    assert watch.hang() is None
+
+
+def test_the_hang_window_follows_the_slowest_rank_or_the_hosts_file() -> None:
+    clock = _Clock()
+    watch = _started(RunWatch(_record(), clock=clock, wall=clock))
+    for step in (10, 20):
+        watch.apply(_step("b", 2, step, step_time_s=0.5))
+    # One event every 10 steps of 0.5 s: 5 s between events, so 20 of them are 100 s.
+    assert watch.hang_window() == 100.0
+    assert watch.hang_window(12.5) == 12.5
+    clock.now += 99.0
+    assert watch.hang() is None and watch.hang(12.5) is not None
+
+
+def test_only_what_tells_a_rank_apart_is_said_and_nothing_is_judged_without_events() -> None:
+    clock = _Clock()
+    assert RunWatch(_record(), clock=clock).hang() is None
+    clock.now += 10_000.0
+    quiet = RunWatch(_record(), clock=clock)
+    clock.now += 10_000.0
+    assert quiet.hang() is None, "a script without events is never hung"
+    watch = _started(RunWatch(_record(), clock=clock, wall=clock))
+    for rank in range(4):
+        watch.apply(_step("ab"[rank // 2], rank, 7 if rank != 1 else 6))
+    clock.now += 31.0
+    watch.apply(_beat("a", clock, {0: ("R", 99.0), 1: ("S", 0.5)}))
+    watch.apply(_beat("b", clock, {2: ("R", 98.0)}))
+    hang = watch.hang()
+    assert hang is not None
+    why = {rank.rank: rank.why for rank in hang.ranks}
+    assert why[0] is None and why[2] is None
+    assert why[1] == "idle (0% CPU) while its peers spin"
+    assert why[3] == "no process of this rank is left on its host"
+
+
+def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() -> None:
+    clock = _Clock()
+    watch = _started(RunWatch(_record(), clock=clock, wall=clock))
+    clock.now += 599.0
+    assert watch.hang() is None
+    clock.now += 2.0
+    hang = watch.hang()
+    assert hang is not None and hang.window_s == 600.0 and hang.step is None
+    assert hang.summary(clock.now).startswith("no step for 601 s before the first step")
+    # Attempt 1 stepped; attempt 2 has only just started: its ranks get the start's window.
+    record = _record(attempt=2)
+    resumed = RunWatch(record, clock=clock, wall=clock)
+    for rank in range(4):
+        host = "ab"[rank // 2]
+        resumed.apply(FileLine(host, f"events/rank{rank}.jsonl", 1, _event("start", rank)))
+        resumed.apply(_step(host, rank, 5))
+        resumed.apply(FileLine(host, f"events/rank{rank}.jsonl", 9, _event("start", rank)))
+    assert [rank.state.value for rank in resumed.progress.ranks] == ["starting"] * 4
+    clock.now += 100.0
+    assert resumed.hang() is None

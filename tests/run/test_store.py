@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import re
 from pathlib import Path
 
 import pytest
 
 from ddptui.run.store import (
+    TRANSITIONS,
     Attempt,
+    IllegalTransition,
     NodeRecord,
     RunNotFound,
     RunRecord,
+    RunRecordUnreadable,
     RunState,
     RunStore,
+    StateChange,
     new_run_id,
     state_home,
 )
@@ -35,6 +41,7 @@ def _record(run_id: str) -> RunRecord:
     )
     record.attempts.append(Attempt(1, 2.0, 29500))
     record.transition(RunState.STAGING, now=1.0)
+    record.transition(RunState.STARTING, "attempt 1", now=1.5)
     record.transition(RunState.RUNNING, "attempt 1", now=2.0)
     return record
 
@@ -70,13 +77,108 @@ def test_update_changes_what_is_on_disk(tmp_path: Path) -> None:
     assert store.load("20261130-120000-abcd").state is RunState.STOPPED
 
 
-def test_a_damaged_record_is_not_found_not_a_crash(tmp_path: Path) -> None:
+def _append_details(root: Path, run_id: str, mark: str, times: int) -> None:
+    store = RunStore(root)
+    for _ in range(times):
+
+        def change(record: RunRecord) -> None:
+            record.attempt.detail += mark
+
+        store.update(run_id, change)
+
+
+def test_updates_from_several_processes_at_once_lose_nothing(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
-    (tmp_path / "20261130-120000-abcd").mkdir(parents=True)
-    (tmp_path / "20261130-120000-abcd" / "run.toml").write_text("version = 1\nid = 3\n")
-    with pytest.raises(RunNotFound, match="not a run record"):
+    store.create(_record("20261130-120000-abcd"), "")
+    context = multiprocessing.get_context("spawn")
+    writers = [
+        context.Process(target=_append_details, args=(tmp_path, "20261130-120000-abcd", mark, 40))
+        for mark in "abc"
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    detail = store.load("20261130-120000-abcd").attempt.detail
+    assert sorted(detail) == sorted("a" * 40 + "b" * 40 + "c" * 40)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"version = 1\nid = 3\n", b'version = 1\nid = "x', b"\xff\xfe", b"", b"version = 7\n"],
+    ids=["wrong types", "half-written", "not text", "empty", "another version"],
+)
+def test_an_unreadable_record_is_named_and_never_overwritten(
+    tmp_path: Path, content: bytes
+) -> None:
+    store = RunStore(tmp_path)
+    store.create(_record("20261130-110000-good"), "")
+    path = tmp_path / "20261130-120000-abcd" / "run.toml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    with pytest.raises(RunRecordUnreadable, match=re.escape(str(path))):
         store.load("20261130-120000-abcd")
-    assert store.records() == []
+    with pytest.raises(RunRecordUnreadable):
+        store.update("20261130-120000-abcd", lambda r: r.transition(RunState.STOPPED))
+    assert path.read_bytes() == content
+    catalogue = store.catalogue()
+    assert [record.id for record in catalogue.records] == ["20261130-110000-good"]
+    assert list(catalogue.unreadable) == ["20261130-120000-abcd"]
+    assert str(path) in catalogue.unreadable["20261130-120000-abcd"]
+
+
+def _walk(*states: RunState) -> RunRecord:
+    record = _record("20261130-120000-abcd")
+    record.states.clear()
+    for state in states:
+        record.transition(state)
+    return record
+
+
+def test_every_state_is_reachable_and_every_final_state_can_be_resumed() -> None:
+    reachable = {None}
+    frontier: list[RunState | None] = [None]
+    while frontier:
+        for following in TRANSITIONS[frontier.pop()]:
+            if following not in reachable:
+                reachable.add(following)
+                frontier.append(following)
+    assert reachable == {None, *RunState}
+    for state in RunState:
+        if state.final:
+            assert TRANSITIONS[state] == {RunState.STARTING}, state
+
+
+def test_a_run_goes_the_ways_the_supervisor_takes_it() -> None:
+    S = RunState
+    _walk(S.STAGING, S.FAILED, S.STARTING, S.RUNNING, S.HUNG, S.RUNNING, S.COMPLETED)
+    _walk(S.STAGING, S.STARTING, S.RUNNING, S.STOPPING, S.STOPPED, S.STARTING, S.FAILED)
+    _walk(S.STAGING, S.STARTING, S.RUNNING, S.HUNG, S.STOPPING, S.FAILED)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (None, RunState.RUNNING),
+        (RunState.STAGING, RunState.RUNNING),
+        (RunState.RUNNING, RunState.STARTING),
+        (RunState.STOPPING, RunState.RUNNING),
+        (RunState.COMPLETED, RunState.FAILED),
+        (RunState.FAILED, RunState.STOPPED),
+        (RunState.STOPPED, RunState.RUNNING),
+    ],
+)
+def test_any_other_change_is_a_bug_and_changes_nothing(
+    before: RunState | None, after: RunState
+) -> None:
+    record = _record("20261130-120000-abcd")
+    record.states.clear()
+    if before is not None:
+        record.states.append(StateChange(before, 1.0))
+    kept = list(record.states)
+    with pytest.raises(IllegalTransition):
+        record.transition(after)
+    assert record.states == kept
 
 
 def test_state_home_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

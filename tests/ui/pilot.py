@@ -1,4 +1,4 @@
-"""Waiting in pilot tests for what real hosts take their time over."""
+"""Waiting in pilot tests for what real hosts take their time over, and cleaning up after."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 from textual.pilot import Pilot
 
+from ddptui.run.control import RunControl
+from ddptui.run.store import RunStore
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
@@ -41,3 +43,11 @@ async def launch_from_health(pilot: Pilot[int], steps: int, timeout: float) -> R
         timeout,
     )
     return run
+
+
+async def kill_live_runs(store: RunStore) -> None:
+    """Kill every run of ``store`` that still goes on, whatever a test left behind."""
+    control = RunControl(store)
+    for record in control.catalogue().records:
+        if not record.state.final:
+            await control.stop(record.id, kill=True)

@@ -14,8 +14,8 @@ from ddptui.health import HostCheck, evaluate
 from ddptui.probe.facts import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.follow import FileLine, Heartbeat
+from ddptui.run.state import RunWatch
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
-from ddptui.run.watch import RunWatch
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CREATED = 1796077338.0
@@ -60,8 +60,15 @@ def run_record(state: RunState = RunState.RUNNING) -> RunRecord:
             NodeRecord("gpu-b", "192.0.2.3", 1, 2, "/srv/ddptui-runs/r", [], {}),
         ],
     )
+    record.transition(RunState.STAGING, now=CREATED)
+    if state is RunState.STAGING:
+        return record
     record.attempts.append(Attempt(1, CREATED, 29500))
-    record.transition(state, now=CREATED)
+    record.transition(RunState.STARTING, now=CREATED)
+    if state is not RunState.STARTING:
+        record.transition(RunState.RUNNING, now=CREATED)
+    if state not in (RunState.STARTING, RunState.RUNNING):
+        record.transition(state, now=CREATED)
     return record
 
 
@@ -73,11 +80,11 @@ def _as_rank(line: str, rank: int, scale: float) -> str:
     return json.dumps(event)
 
 
-def run_watch(*, failed: bool = True, steps: int = 300) -> RunWatch:
+def run_watch(*, failed: bool = True, steps: int = 300, state: RunState | None = None) -> RunWatch:
     """Four ranks replaying the recorded bf16 run (each a little off the others); with
     ``failed``, rank 0 stops at step 120 with the recorded NCCL error and its logs (whose
-    lines name rank 0)."""
-    record = run_record(RunState.FAILED if failed else RunState.RUNNING)
+    lines name rank 0). The record says ``state`` (default: failed or running, as the run)."""
+    record = run_record(state or (RunState.FAILED if failed else RunState.RUNNING))
     watch = RunWatch(record)
     events = (FIXTURES / "events" / "bf16-300-steps.rank0.jsonl").read_text().splitlines()
     for rank in range(4):

@@ -13,15 +13,13 @@ from pathlib import Path
 
 from textual.screen import Screen
 
-from ddptui.config import load_config
 from ddptui.demo.cluster import demo_cluster
-from ddptui.run.stopper import stop_run
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from tests.ui import scenes
-from tests.ui.pilot import launch_from_health
+from tests.ui.pilot import kill_live_runs, launch_from_health
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SIZE = (120, 36)
@@ -46,17 +44,14 @@ async def _save_demo(name: str) -> None:
                 await pilot.pause(0.6)
                 app.save_screenshot(name, path=str(DOCS))
         finally:
-            config = load_config(cluster.hosts_file)
-            for record in store.records():
-                if not record.state.final:
-                    await stop_run(config, record, store, kill=True, say=lambda line: None)
+            await kill_live_runs(store)
 
 
 async def main() -> None:
     report = scenes.health_report()
     await _save(HealthScreen(report.config, report), "console-health.svg", ("down",))
     watch = scenes.run_watch()
-    await _save(RunScreen(watch.record, watch=watch, follow=False), "console-run.svg")
+    await _save(RunScreen(watch.record, watch=watch), "console-run.svg")
     await _save_demo("demo-run.svg")
 
 

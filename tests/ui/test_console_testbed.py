@@ -8,14 +8,15 @@ the screens hold, and the run is killed at the end whatever happened.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from ddptui.config import load_config
-from ddptui.run.stopper import stop_run
 from ddptui.run.store import RunState, RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
@@ -23,7 +24,7 @@ from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.screens.runs import RunsScreen
 from tests.testbed import TestBed
-from tests.ui.pilot import until
+from tests.ui.pilot import kill_live_runs, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -57,14 +58,12 @@ def test_launch_watch_stop_resume_quit_attach_kill(testbed: TestBed, tmp_path: P
     hosts_file = testbed.write_hosts_file(
         tmp_path / "hosts.toml", testbed.hosts[:2], job={"nproc_per_node": 2, "args": SMALL}
     )
-    store = RunStore(tmp_path / "runs")
+    # Where the command line keeps runs too: the CLI takes part below.
+    store = RunStore(tmp_path / "state" / "ddptui" / "runs")
     try:
         asyncio.run(_drive(hosts_file, store))
     finally:
-        for record in store.records():
-            if not record.state.final:
-                config = load_config(hosts_file)
-                asyncio.run(stop_run(config, record, store, kill=True, say=lambda line: None))
+        asyncio.run(kill_live_runs(store))
 
 
 async def _drive(hosts_file: Path, store: RunStore) -> None:
@@ -75,7 +74,7 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         await until(pilot, "the check", lambda: health.report is not None, 120)
         assert health.report is not None and health.report.healthy
         hosts = health.query_one("#hosts", DataTable)
-        assert [str(hosts.get_row_at(row)[2]) for row in range(2)] == ["✓ ok", "✓ ok"]
+        assert [str(hosts.get_row_at(row)[2]) for row in range(2)] == ["ok", "ok"]
 
         # l: the confirmation shows the plan; y launches; the run screen follows.
         await _confirm(pilot, "l", "2 host(s), 4 ranks, backend gloo")
@@ -97,10 +96,14 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         await until(pilot, "the follower to end", lambda: not run.following, 60)
         stopped_at = max(_steps(run))
 
-        # r: a second attempt that carries on from the checkpoint.
+        # r: a second attempt that carries on from the checkpoint; it shows as attempt 2
+        # starting, not as the stopped attempt 1.
         await pilot.press("r")
         await until(pilot, "attempt 2", lambda: run.run_watch.attempt == 2, 120)
-        await until(pilot, "steps of attempt 2", lambda: min(_steps(run)) > 0, 180)
+        assert run.judgement.attempt == 2
+        states = {rank.state.value for rank in run.run_watch.progress.ranks}
+        assert states <= {"starting", "running"}, states
+        await until(pilot, "steps of attempt 2", lambda: min(_steps(run)) > stopped_at, 180)
         assert store.load(run.record.id).state is RunState.RUNNING
         run_id = run.record.id
 
@@ -109,19 +112,30 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
     assert app.goodbye is not None and f"ddptui status {run_id}" in app.goodbye
     assert store.load(run_id).state is RunState.RUNNING
 
-    # Attach again: R lists the run, enter follows it, K kills it after asking.
+    # Attach again: R lists the run, enter follows it. The command line kills it meanwhile:
+    # the console sees it; its own K then only makes sure nothing is left, and says so.
     again = DdptuiApp(hosts_file, store=store)
     async with again.run_test(size=(160, 48)) as pilot:
         await pilot.press("R")
         assert isinstance(again.screen, RunsScreen)
         await pilot.press("enter")
+        await until(pilot, "the run screen", lambda: isinstance(again.screen, RunScreen), 60)
         attached = again.screen
         assert isinstance(attached, RunScreen) and attached.record.id == run_id
         await until(pilot, "attempt 2's steps", lambda: max(_steps(attached)) > 0, 120)
         assert attached.following
-        await _confirm(pilot, "K", "no checkpoint")
-        await until(pilot, "the kill", lambda: attached.record.state is RunState.STOPPED, 120)
+        environment = {**os.environ, "XDG_STATE_HOME": str(store.root.parents[1])}
+        command = [sys.executable, "-m", "ddptui", "stop", run_id, "--kill"]
+        killed = await asyncio.to_thread(
+            subprocess.run, command, env=environment, capture_output=True, text=True
+        )
+        assert killed.returncode == 0, killed.stderr
+        await until(pilot, "the kill", lambda: attached.record.state is RunState.STOPPED, 60)
+        assert attached.judgement.state is RunState.STOPPED
         killed_at = max(_steps(attached))
+        await _confirm(pilot, "K", "no checkpoint")
+        await until(pilot, "the answer", lambda: "stays stopped" in attached.note, 60)
+        assert "nothing of it is left running" in attached.note
 
         # A finished run opens from the runs screen too: its files read back from the hosts.
         await pilot.press("escape")

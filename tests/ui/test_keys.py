@@ -24,9 +24,8 @@ from tests.ui import scenes
 
 
 def _run_app(state: RunState = RunState.RUNNING) -> tuple[DdptuiApp, RunScreen]:
-    watch = scenes.run_watch()
-    watch.record.transition(state)
-    screen = RunScreen(watch.record, watch=watch, follow=False)
+    watch = scenes.run_watch(state=state)
+    screen = RunScreen(watch.record, watch=watch)
     return DdptuiApp(first_screen=screen), screen
 
 
@@ -219,7 +218,7 @@ def test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
 
 async def _test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
     watch = scenes.run_watch(failed=False, steps=0)
-    screen = RunScreen(watch.record, watch=watch, follow=False)
+    screen = RunScreen(watch.record, watch=watch)
     app = DdptuiApp(first_screen=screen)
 
     def step(number: int, loss: float) -> None:
@@ -248,7 +247,7 @@ def test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means
 
 async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means() -> None:
     watch = scenes.run_watch(failed=False)
-    screen = RunScreen(watch.record, watch=watch, follow=False)
+    screen = RunScreen(watch.record, watch=watch)
     app = DdptuiApp(first_screen=screen)
 
     def status() -> str:

@@ -5,7 +5,8 @@ Update after an intended change with ``pytest tests/ui --snapshot-update`` and r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,18 @@ from ddptui.ui.screens.runs import RunsScreen
 from tests.ui import scenes
 
 SIZES = [(80, 24), (160, 48)]
+
+
+@pytest.fixture(autouse=True)
+def _utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Times are shown in the head node's local time: the snapshots are taken in UTC."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
 SnapCompare = Callable[..., bool]
 
 
@@ -31,7 +44,7 @@ def _health() -> Screen[None]:
 
 def _run() -> Screen[None]:
     watch = scenes.run_watch()
-    return RunScreen(watch.record, watch=watch, follow=False)
+    return RunScreen(watch.record, watch=watch)
 
 
 def _runs(root: Path) -> Screen[None]:
@@ -40,6 +53,8 @@ def _runs(root: Path) -> Screen[None]:
         record = scenes.run_record(state)
         record.id = f"20261130-22{index}218-h20{index}"
         record.created += index * 3600
+        for change in record.states[3:]:
+            change.time = record.created + 1234.0
         store.create(record, "")
     return RunsScreen(store, now=scenes.CREATED + 3 * 3600)
 

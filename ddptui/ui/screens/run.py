@@ -1,41 +1,42 @@
 """The run screen: every rank's progress, the loss chart, the classified errors, each rank's
 log (following, filterable with ``/``) and each node's GPUs; stop, kill and resume keys.
 
-Updates arrive as :class:`RunChanged` messages (the newest replaces those pending) and the
-screen redraws at most every :data:`REDRAW_S`, only the pane on show.
+A live run's screen is attached to its supervisor (an
+:class:`~ddptui.run.control.Attachment`): updates arrive as :class:`RunChanged` messages (the
+newest replaces those pending), the screen redraws at most every :data:`REDRAW_S`, only the pane
+on show, and its keys are requests to the supervisor. A finished run's is read from its hosts.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, RichLog, Static
+from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 from textual.widgets.data_table import ColumnKey
 
-from ddptui.config import Config
-from ddptui.run.diagnose import marks_error
+from ddptui.present.status import progress_line, state_line
+from ddptui.run.control import Attachment, ControlError, RunControl
 from ddptui.run.progress import RankProgress
-from ddptui.run.store import RunRecord, RunState, RunStore
-from ddptui.run.watch import RankLog, RunWatch, Verdict
+from ddptui.run.protocol import Ended
+from ddptui.run.protocol import Said as Told
+from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.store import RunRecord
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
-from ddptui.ui.widgets.cells import bar, cell, number
+from ddptui.ui.widgets.cells import cell, number
+from ddptui.ui.widgets.errors_pane import ErrorsPane
+from ddptui.ui.widgets.gpu_pane import GpuPane
+from ddptui.ui.widgets.log_pane import LogPane
 from ddptui.ui.widgets.loss_chart import LossChart
 from ddptui.ui.widgets.rank_table import RankTable
 from ddptui.untrusted import plain
 
-LOG_VIEW_LINES = 2000
-GPU_HISTORY = 60
-"""Utilisation samples kept per GPU (one per heartbeat) for the sparkline."""
-SPARK = "▁▂▃▄▅▆▇█"
 CHART_EVERY_S = 0.5
 TABLE_EVERY_S = 0.5
 RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", "memory")
@@ -65,39 +66,27 @@ class RunScreen(Screen[None]):
         self,
         record: RunRecord,
         *,
-        config: Config | None = None,
-        store: RunStore | None = None,
+        control: RunControl | None = None,
+        attachment: Attachment | None = None,
         watch: RunWatch | None = None,
-        follow: bool = True,
     ) -> None:
+        """``attachment``: follow a live run; ``control`` alone: read a finished run back from
+        its hosts; neither: show ``watch`` as it is (tests, screenshots)."""
         super().__init__()
         self.record = record
-        self.config = config
-        self.store = store
-        self.run_watch = watch or RunWatch(record)
-        self.follow = follow
+        self.control = control
+        self.attachment = attachment
+        self.run_watch = attachment.watch if attachment is not None else watch or RunWatch(record)
         self.following = False
-        self.verdict: Verdict | None = None
         self.dirty = True
         self.note = ""
         self.log_rank = 0
         self.chart_rank: int | None = None
         self.log_filter = ""
-        self._last_log: RankLog | None = None
-        self._log_written = 0
-        """Lines written to the log view since it was last cleared; it keeps the last
-        :data:`LOG_VIEW_LINES` of them."""
-        self._log_errors: deque[int] = deque(maxlen=LOG_VIEW_LINES)
-        """The numbers (counted as ``_log_written``) of the lines that mark an error."""
-        self._gpu_history: dict[tuple[str, int], deque[float]] = {}
-        """Utilisation (%) per GPU, one sample per heartbeat."""
-        self._gpu_memory: dict[tuple[str, int], deque[float]] = {}
-        """Memory in use (% of the GPU's) per GPU, one sample per heartbeat."""
-        self._last_samples: dict[str, Mapping[str, Any]] = {}
         self._columns: list[ColumnKey] = []
         self._rows: dict[str, tuple[Text, ...]] = {}
         self._chart_due = self._table_due = 0.0
-        self._shown_texts: dict[str, Text] = {}
+        self._shown_status: Text | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -106,67 +95,62 @@ class RunScreen(Screen[None]):
             yield RankTable(id="ranks", cursor_type="row", zebra_stripes=True)
             yield LossChart(id="loss")
         with ContentSwitcher(id="run-panes", initial="errors"):
-            with VerticalScroll(id="errors"):
-                yield Static(id="errors-text")
-            yield RichLog(id="log", max_lines=LOG_VIEW_LINES, markup=False, wrap=False)
-            with VerticalScroll(id="gpus"):
-                yield Static(id="gpus-text")
+            yield ErrorsPane(id="errors")
+            yield LogPane(id="log")
+            yield GpuPane(id="gpus")
         yield Input(placeholder="filter the log (enter keeps it, esc clears)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
         self.title = "ddptui"
-        self.sub_title = f"run {self.record.id}"
+        record = self.record
+        self.sub_title = f"run {record.id} · {record.backend}, world size {record.world_size}"
         self._columns = self.query_one("#ranks", DataTable).add_columns(*RANK_COLUMNS)
         self.query_one("#filter", Input).display = False
         self.set_interval(REDRAW_S, self._redraw)
         self._redraw()
-        if self.follow and self.config and self.store:
-            if self.record.state.final:
-                self._read_back()
-            else:
-                self._follow()
+        if self.attachment is not None:
+            self._follow(self.attachment)
+        elif self.control is not None:
+            self._read_back(self.control)
+
+    def on_unmount(self) -> None:
+        if self.attachment is not None:
+            self.app.run_worker(self.attachment.close(), group="detach")
 
     # --- following -------------------------------------------------------------------------
 
     @work(exclusive=True, group="follow")
-    async def _follow(self) -> None:
-        from ddptui.run.watch import supervise
-
-        assert self.config is not None and self.store is not None
+    async def _follow(self, attachment: Attachment) -> None:
         self.following = True
         try:
-            verdict = await supervise(
-                self.record,
-                self.config,
-                self.store,
-                on_change=self._changed,
-                watch=self.run_watch,
-            )
+            async for item in attachment.updates():
+                self.record = attachment.record
+                if isinstance(item, Told):
+                    self.say(item.line)
+                self.post_message(RunChanged(attachment.watch))
+                if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
+                    break
         finally:
             self.following = False
-        self.post_message(RunEnded(self.record, verdict))
+        self.record = attachment.record
+        self.post_message(RunEnded())
 
     @work(exclusive=True, group="follow")
-    async def _read_back(self) -> None:
+    async def _read_back(self, control: RunControl) -> None:
         """A finished run: its files as they stand on the hosts (logs, losses, errors)."""
-        from ddptui.run.watch import snapshot
+        from ddptui.config import load_config
 
-        assert self.config is not None
         self.say(f"reading run {self.record.id}'s files on its hosts…")
-        self.run_watch = await snapshot(self.record, self.config)
-        self._rows, self._last_log, self._chart_due, self._table_due = {}, None, 0.0, 0.0
+        config = load_config(control.store.hosts_file(self.record.id))
+        self.run_watch = await control.read_back(self.record, config)
+        self._rows, self._chart_due, self._table_due = {}, 0.0, 0.0
         self.say(f"run {self.record.id} {self.record.state.value}: as its files stand")
-
-    def _changed(self, watch: RunWatch) -> None:
-        self.post_message(RunChanged(watch))
 
     def on_run_changed(self, message: RunChanged) -> None:
         self.dirty = True
 
     def on_run_ended(self, message: RunEnded) -> None:
-        self.verdict = message.verdict
-        self._reload()
         self._table_due = 0.0
         self.dirty = True
 
@@ -178,14 +162,18 @@ class RunScreen(Screen[None]):
     def say(self, line: str) -> None:
         self.post_message(Said(line))
 
-    def _reload(self) -> None:
-        if self.store is not None:
-            self.record = self.store.load(self.record.id)
+    @property
+    def judgement(self) -> Judgement:
+        """What the run's supervisor says of it; without one (a finished run read back, a
+        recorded one), what the lines at hand say."""
+        if self.attachment is not None:
+            return self.attachment.judgement
+        return self.run_watch.judgement(self.record)
 
     @property
     def running(self) -> bool:
-        """The run goes on (as far as this console knows)."""
-        return self.verdict is None and not self.record.state.final
+        """The run goes on (as far as its supervisor says)."""
+        return not self.judgement.state.final
 
     # --- keys ------------------------------------------------------------------------------
 
@@ -197,10 +185,9 @@ class RunScreen(Screen[None]):
 
     @work(exclusive=True, group="act")
     async def _stop(self, kill: bool) -> None:
-        from ddptui.run.stopper import stop_run
         from ddptui.ui.screens.confirm import ConfirmScreen
 
-        if self.config is None or self.store is None:
+        if self.control is None:
             return
         how = (
             "SIGTERM to every node's processes at once, then SIGKILL: no checkpoint."
@@ -215,33 +202,37 @@ class RunScreen(Screen[None]):
         ):
             return
         self.say(f"{verb}ping run {self.record.id}…")
-        report = await stop_run(self.config, self.record, self.store, kill=kill, say=self.say)
-        self._reload()
-        done = "stopped cleanly" if report.clean else "stopped; not everything confirmed gone"
-        self.say(f"run {self.record.id} {done} in {report.seconds:.1f} s")
+        try:
+            if self.attachment is not None and self.following:
+                reply = await self.attachment.request(verb)
+            else:
+                reply = await self.control.stop(self.record.id, kill=kill, say=self.say)
+        except ControlError as error:
+            self.say(str(error))
+            return
+        self.say(reply.message)
 
     @work(exclusive=True, group="act")
     async def action_resume(self) -> None:
-        from ddptui.remote.connection import RemoteCluster
-        from ddptui.run.launcher import resume
-
-        if self.config is None or self.store is None:
+        if self.control is None:
             return
-        self._reload()
-        if not self.record.state.final or self.following:
+        if self.running:
             self.say("the run is still going: stop it (s) before resuming")
             return
-        hosts = [self.config.host(node.host) for node in self.record.nodes]
-        async with RemoteCluster(
-            hosts, connect_timeout=self.config.cluster.connect_timeout
-        ) as remote:
-            self.record = await resume(self.config, self.record, self.store, remote, say=self.say)
-        self.run_watch = RunWatch(self.record)
-        self.verdict = None
-        self._last_log = None
-        self.query_one("#log", RichLog).clear()
-        self.say(f"run {self.record.id} resumed (attempt {self.record.attempt.number})")
-        self._follow()
+        try:
+            attachment = await self.control.resume(self.record.id, say=self.say)
+        except ControlError as error:
+            self.say(str(error))
+            return
+        if self.attachment is not None:
+            await self.attachment.close()
+        self.attachment = attachment
+        self.record = attachment.record
+        self.run_watch = attachment.watch
+        self._rows = {}
+        self._restart_log()
+        self.say(f"run {self.record.id} resumed (attempt {attachment.judgement.attempt})")
+        self._follow(attachment)
 
     def action_filter(self) -> None:
         self.query_one("#run-panes", ContentSwitcher).current = "log"
@@ -252,7 +243,7 @@ class RunScreen(Screen[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.log_filter = event.value
-        self._rebuild_log()
+        self._restart_log()
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
@@ -272,7 +263,15 @@ class RunScreen(Screen[None]):
         self._table_due = 0.0
         self.dirty = True
         if pane == "log":
-            self._rebuild_log()
+            self._restart_log()
+
+    def action_next_error(self, direction: int) -> None:
+        if self.query_one("#run-panes", ContentSwitcher).current != "log":
+            self.action_pane("log")
+        self.say(self.query_one(LogPane).next_error(direction))
+
+    def action_follow_log(self) -> None:
+        self.query_one(LogPane).follow_again()
 
     def action_log_scale(self) -> None:
         chart = self.query_one(LossChart)
@@ -298,7 +297,8 @@ class RunScreen(Screen[None]):
         if not self.dirty or not self.is_current:
             return
         watch = self.run_watch
-        self._sample_gpus()
+        gpus = self.query_one(GpuPane)
+        gpus.sample(watch.nodes)
         now = time.monotonic()
         pane = self.query_one("#run-panes", ContentSwitcher).current
         # What is not due yet stays owed: the change may be the last for a while.
@@ -309,42 +309,38 @@ class RunScreen(Screen[None]):
             # and the errors change with them, and each change of a text relayouts the screen.
             self._table_due = now + TABLE_EVERY_S
             self._rank_table(watch.progress.ranks)
-            self._update("#run-status", self._status())
+            self._show_status()
             if pane == "errors":
-                self._update("#errors-text", self._errors())
+                self.query_one(ErrorsPane).show(watch.diagnoser.diagnoses())
         chart = self.query_one(LossChart)
         if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
             # A line plot is the costliest thing on the screen; a few times a second is plenty.
             self._chart_due = now + CHART_EVERY_S
             chart.show(watch.progress.ranks, self.chart_rank)
         if pane == "log":
-            self._follow_log()
+            self.query_one(LogPane).follow(watch.logs.get(self.log_rank, ()))
         elif pane == "gpus":
-            self._update("#gpus-text", self._gpus())
+            gpus.show(watch.nodes, self.judgement.notes)
 
-    def _update(self, selector: str, text: Text) -> None:
-        """Show ``text`` unless it is already on show: an update lays the whole screen out."""
-        if self._shown_texts.get(selector) != text:
-            self._shown_texts[selector] = text
-            self.query_one(selector, Static).update(text)
+    def _show_status(self) -> None:
+        text = self._status()
+        # An update lays the whole screen out again: only a change is worth one.
+        if text != self._shown_status:
+            self._shown_status = text
+            self.query_one("#run-status", Static).update(text)
 
     def _status(self) -> Text:
-        record = self.record
-        state = self.verdict.state if self.verdict is not None else record.state
-        style = {RunState.FAILED: "bold red", RunState.COMPLETED: "bold green"}.get(state, "bold")
-        text = Text.assemble((f"{state.value}", style), f"  attempt {self.run_watch.attempt}  ")
-        text.append(f"{record.backend}, world size {record.world_size}  ")
-        if self.verdict is not None:
-            text.append(plain(self.verdict.detail, limit=200, one_line=True))
-        else:
-            text.append(plain(self.run_watch.progress.format_line(), limit=200, one_line=True))
-            silent = [node for node in self.run_watch.nodes.values() if node.silent]
-            if silent:
-                names = ", ".join(plain(node.host, one_line=True) for node in silent)
-                note = self.run_watch.silence_note(silent[0]) or ""
-                text.append(
-                    f"\n{names} not answering: {plain(note, limit=200, one_line=True)}", "red"
-                )
+        judgement, record, watch = self.judgement, self.record, self.run_watch
+        text = state_line(record, judgement)
+        progress = progress_line(
+            judgement.state, watch.progress.format_line(), stepped=watch.progress.stepped
+        )
+        if progress is not None:
+            text.append("\n")
+            text.append_text(progress)
+        for host, note in judgement.notes.items():
+            said = plain(note, limit=200, one_line=True)
+            text.append(f"\n{plain(host, one_line=True)} not answering: {said}", "red")
         if self.note:
             text.append(f"\n{plain(self.note, limit=200, one_line=True)}", "italic")
         return text
@@ -353,7 +349,7 @@ class RunScreen(Screen[None]):
         """Rows are updated cell by cell: rebuilding the table would throw away its render
         cache on every redraw, which costs more than everything else at 64 ranks."""
         table = self.query_one("#ranks", DataTable)
-        silent = {node.host for node in self.run_watch.nodes.values() if node.silent}
+        silent = set(self.judgement.notes)
         rows = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
         widths = [column.content_width for column in table.columns.values()]
         # An update in place keeps the column's width and would cut a wider value (a loss of
@@ -377,141 +373,9 @@ class RunScreen(Screen[None]):
                         table.update_cell(key, self._columns[column], new)
         self._rows = rows
 
-    def _errors(self) -> Text:
-        diagnoses = self.run_watch.diagnoser.diagnoses()
-        if not diagnoses:
-            return Text("no errors", "green")
-        text = Text()
-        for index, diagnosis in enumerate(diagnoses):
-            ranks = ", ".join(str(rank) for rank in diagnosis.ranks) or "torchrun"
-            first = "first failure: " if index == 0 else ""
-            text.append(f"✗ {first}{diagnosis.category.value}", "bold red" if index == 0 else "red")
-            hosts = plain(", ".join(diagnosis.hosts), one_line=True)
-            text.append(f"  rank {ranks} on {hosts}  ×{diagnosis.count}\n")
-            text.append(f"  {plain(diagnosis.message, limit=300, one_line=True)}\n")
-            if diagnosis.detail:
-                text.append(f"  {plain(diagnosis.detail, limit=300, one_line=True)}\n")
-            text.append(f"  cause: {diagnosis.cause}\n", "dim")
-            text.append(f"  fix: {diagnosis.fix}\n", "bold")
-        return text
-
-    def _matches(self, line: RankLog) -> bool:
-        return not self.log_filter or self.log_filter.lower() in line.text.lower()
-
-    def _line(self, line: RankLog) -> Text:
-        style = "red" if line.stream != "stdout" else ""
-        return Text(f"[{line.rank}] {plain(line.text, limit=1000, one_line=True)}", style)
-
-    def _rebuild_log(self) -> None:
-        log = self.query_one("#log", RichLog)
-        log.clear()
-        self._last_log = None
-        self._log_written = 0
-        self._log_errors.clear()
-        self._follow_log()
-
-    def _follow_log(self) -> None:
-        """Append the selected rank's lines since the last one shown (the tail is bounded)."""
-        lines = self.run_watch.logs.get(self.log_rank)
-        if not lines:
-            return
-        start = 0
-        if self._last_log is not None:
-            for index in range(len(lines) - 1, -1, -1):
-                if lines[index] is self._last_log:
-                    start = index + 1
-                    break
-        log = self.query_one("#log", RichLog)
-        for line in list(lines)[start:]:
-            if self._matches(line):
-                log.write(self._line(line))
-                if marks_error(line.text):
-                    self._log_errors.append(self._log_written)
-                self._log_written += 1
-        self._last_log = lines[-1]
-
-    def action_next_error(self, direction: int) -> None:
-        """Scroll the log to the next (1) or previous (-1) line that marks an error, and stop
-        following so that the next line to arrive does not scroll it away."""
-        if self.query_one("#run-panes", ContentSwitcher).current != "log":
-            self.action_pane("log")
-        log = self.query_one("#log", RichLog)
-        dropped = max(0, self._log_written - LOG_VIEW_LINES)
-        rows = [number - dropped for number in self._log_errors if number >= dropped]
-        if log.auto_scroll:
-            # Following sits at the end: n starts from the first error, N from the last.
-            target = (rows[0] if direction > 0 else rows[-1]) if rows else None
-        elif direction > 0:
-            target = next((row for row in rows if row > round(log.scroll_y)), None)
-        else:
-            target = next((row for row in reversed(rows) if row < round(log.scroll_y)), None)
-        if target is None:
-            where = "" if log.auto_scroll else " below" if direction > 0 else " above"
-            self.say(f"no error{where} in rank {self.log_rank}'s log")
-            return
-        log.auto_scroll = False
-        # After the next refresh: lines written just now have no place in the view before it.
-        self.call_after_refresh(log.scroll_to, y=target, animate=False)
-        self.say(f"rank {self.log_rank}'s log, line {target + 1}: following paused (f follows)")
-
-    def action_follow_log(self) -> None:
-        log = self.query_one("#log", RichLog)
-        log.auto_scroll = True
-        log.scroll_end(animate=False)
-
-    def _sample_gpus(self) -> None:
-        for host, node in self.run_watch.nodes.items():
-            if node.sample is self._last_samples.get(host):
-                continue
-            self._last_samples[host] = node.sample
-            for gpu in node.sample.get("gpus", ()):
-                key = (host, int(gpu.get("index", 0)))
-                util = gpu.get("utilization.gpu")
-                if isinstance(util, (int, float)):
-                    history = self._gpu_history.setdefault(key, deque(maxlen=GPU_HISTORY))
-                    history.append(float(util))
-                used, total = gpu.get("memory.used"), gpu.get("memory.total")
-                if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total:
-                    memory = self._gpu_memory.setdefault(key, deque(maxlen=GPU_HISTORY))
-                    memory.append(100.0 * used / total)
-
-    def _gpus(self) -> Text:
-        text = Text()
-        for host, node in self.run_watch.nodes.items():
-            sample = node.sample
-            text.append(f"{plain(host, one_line=True)}", "bold")
-            silence = self.run_watch.silence_note(node)
-            if silence:
-                text.append(f"  not answering: {plain(silence, one_line=True)}", "red")
-            cpu, rss = sample.get("cpu_pct"), sample.get("rss_mib")
-            if isinstance(cpu, (int, float)) and isinstance(rss, (int, float)):
-                text.append(f"  cpu {cpu:.0f}%  rss {rss:.0f} MiB")
-            text.append("\n")
-            gpus = sample.get("gpus") or ()
-            if not gpus:
-                text.append("  no GPU samples\n", "dim")
-            for gpu in gpus:
-                index = int(gpu.get("index", 0))
-                text.append(f"  GPU {index} ")
-                used, total = gpu.get("memory.used"), gpu.get("memory.total")
-                if isinstance(used, (int, float)) and isinstance(total, (int, float)):
-                    text.append_text(bar(used, total, width=10))
-                    text.append(f" {used:.0f}/{total:.0f} MiB")
-                for key, unit in (("utilization.gpu", "%"), ("temperature.gpu", "°C")):
-                    value = gpu.get(key)
-                    if isinstance(value, (int, float)):
-                        text.append(f"  {value:.0f}{unit}")
-                power = gpu.get("power.draw")
-                if isinstance(power, (int, float)):
-                    text.append(f"  {power:.0f} W")
-                history = self._gpu_history.get((host, index))
-                if history:
-                    text.append("  util " + _spark(history), "cyan")
-                memory = self._gpu_memory.get((host, index))
-                if memory:
-                    text.append("  mem " + _spark(memory), "magenta")
-                text.append("\n")
-        return text
+    def _restart_log(self) -> None:
+        lines = self.run_watch.logs.get(self.log_rank, ())
+        self.query_one(LogPane).show(lines, rank=self.log_rank, pattern=self.log_filter)
 
 
 def _rank_cells(rank: RankProgress, silent: bool) -> tuple[Text, ...]:
@@ -539,9 +403,3 @@ def _state(rank: RankProgress, silent: bool) -> Text:
     if rank.straggler:
         text.append(" ▼ straggler", "yellow")
     return text
-
-
-def _spark(values: deque[float]) -> str:
-    """Percentages as bars; a host's value outside 0–100 shows as the nearest end."""
-    top = len(SPARK) - 1
-    return "".join(SPARK[max(0, min(int(value / 100 * len(SPARK)), top))] for value in values)

@@ -13,14 +13,9 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.run.store import RunRecord, RunState, RunStore
-from ddptui.ui.widgets.cells import cell
-
-STATE_STYLE = {
-    RunState.FAILED: "red",
-    RunState.COMPLETED: "green",
-    RunState.STOPPED: "yellow",
-}
+from ddptui.present.runs import COLUMNS, run_row
+from ddptui.run.store import RunRecord, RunStore
+from ddptui.untrusted import plain
 
 
 class RunsScreen(Screen[None]):
@@ -46,30 +41,22 @@ class RunsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.title = "ddptui"
         self.sub_title = "runs"
-        columns = ("run", "state", "hosts", "ranks", "tries", "started", "took")
-        self.query_one("#runs", DataTable).add_columns(*columns)
+        self.query_one("#runs", DataTable).add_columns(*COLUMNS)
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        self.records = list(reversed(self.store.records()))
+        catalogue = self.store.catalogue()
+        self.records = list(reversed(catalogue.records))
         table = self.query_one("#runs", DataTable)
         table.clear()
         now = self.now if self.now is not None else time.time()
         for record in self.records:
-            ended = record.attempts[-1].ended if record.attempts else None
-            took = (ended or now) - record.created
-            table.add_row(
-                cell(record.id + (" (demo)" if record.demo else "")),
-                Text(record.state.value, STATE_STYLE.get(record.state, "bold")),
-                cell(", ".join(node.host for node in record.nodes), limit=24),
-                cell(record.world_size),
-                cell(len(record.attempts)),
-                cell(time.strftime("%m-%d %H:%M", time.gmtime(record.created))),
-                cell(_duration(took)),
-            )
+            table.add_row(*run_row(record, now).cells())
         count = len(self.records)
-        counted = f"{count} run{'s' * (count != 1)}, newest first; enter opens one"
-        self.query_one("#runs-status", Static).update(Text(counted))
+        counted = Text(f"{count} run{'s' * (count != 1)}, newest first; enter opens one")
+        for run_id, why in catalogue.unreadable.items():
+            counted.append(f"\n{run_id}: {plain(why, limit=300, one_line=True)}", "red")
+        self.query_one("#runs-status", Static).update(counted)
 
     @on(DataTable.RowSelected, "#runs")
     def _chosen(self) -> None:
@@ -82,9 +69,3 @@ class RunsScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

@@ -1,8 +1,8 @@
-"""Operations on one node of a run, through the node agent (:mod:`ddptui.run.agent`).
+"""The node agent's client: operations on one node of a run (:mod:`ddptui.run.agent`).
 
 Each call sends the agent to the host's Python and reads its one JSON answer, with a byte cap
 and a deadline: the answer comes from a host, so it is parsed defensively and a bad one is a
-:class:`NodeError` naming the host, never a crash.
+:class:`NodeError` naming the host, never a crash (nor any other exception).
 """
 
 from __future__ import annotations
@@ -181,7 +181,8 @@ async def status(
     found = []
     if isinstance(attempts, dict):
         for number, value in attempts.items():
-            if not (isinstance(number, str) and number.isdigit() and isinstance(value, dict)):
+            whole = isinstance(number, str) and number.isascii() and number.isdigit()
+            if not (whole and len(number) <= 9 and isinstance(value, dict)):
                 continue
             processes = value.get("processes")
             found.append(
@@ -191,9 +192,12 @@ async def status(
                     alive=value.get("alive") is True,
                     exit=_int(value.get("exit")),
                     processes=tuple(
-                        (pid, plain(name, limit=64, one_line=True))
-                        for pid, name in (processes if isinstance(processes, list) else [])[:256]
-                        if isinstance(pid, int) and isinstance(name, str)
+                        (item[0], plain(item[1], limit=64, one_line=True))
+                        for item in (processes if isinstance(processes, list) else [])[:256]
+                        if isinstance(item, list)
+                        and len(item) == 2
+                        and isinstance(item[0], int)
+                        and isinstance(item[1], str)
                     ),
                 )
             )

@@ -1,41 +1,33 @@
-"""Watching a run: every host's followed lines turned into progress, diagnoses and a verdict.
+"""A run's state as the followed lines tell it: progress, diagnoses, a verdict, a hang.
 
-:class:`RunWatch` is pure: it takes the follower's updates (:mod:`ddptui.run.follow`) and keeps
-per-node and per-rank state, the diagnosis of error lines, bounded log tails, and decides when
-the run has ended and how (:meth:`RunWatch.verdict`). :func:`supervise` drives it over SSH and
-acts on a failure: it stops every other node and records the outcome.
+:class:`RunWatch` is pure (no I/O; both clocks injected): it takes the follower's updates
+(:mod:`ddptui.run.follow`) and keeps per-node and per-rank state, the diagnosis of error lines
+and bounded log tails; it decides when the attempt has ended and how (:meth:`RunWatch.verdict`),
+what a silent host means (:meth:`RunWatch.silence`) and whether the run hangs
+(:meth:`RunWatch.hang`). The supervisor (:mod:`ddptui.run.supervisor`) drives one and acts on
+what it says; viewers keep one to render what they are sent, and show the supervisor's
+:class:`Judgement` rather than judging themselves.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import math
-import re
 import signal
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.aio import QueueReader, wait_for
-from ddptui.config.model import Config
-from ddptui.remote.connection import RemoteCluster
 from ddptui.run.diagnose import Diagnoser, LogLine
 from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
-from ddptui.run.follow import (
-    SILENCE_S,
-    FileLine,
-    Heartbeat,
-    HostBack,
-    HostFollower,
-    HostSilent,
-    Update,
-)
-from ddptui.run.progress import RunProgress
-from ddptui.run.store import RunNotFound, RunRecord, RunState, RunStore
+from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
+from ddptui.run.layout import ERROR_FILE, EVENTS, NODE_EXIT, NODE_OUT, RANK_LOG
+from ddptui.run.progress import RankProgress, RankState, RunProgress
+from ddptui.run.store import RunRecord, RunState
 
 LOG_TAIL_LINES = 2000
 """Per rank (and per node for torchrun's own output): enough to read back, bounded."""
@@ -48,6 +40,28 @@ EXIT_SETTLE_S = 3.0
 its own node's exit: torchrun ends a failed rank's peers too, and their node can report first."""
 HEARD_LATELY_S = 5.0
 """More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
+HANG_MIN_S = 30.0
+HANG_STEP_TIMES = 20.0
+"""The hang window: no step from any answering host for the larger of ``HANG_MIN_S`` and this
+many of the slowest rank's step-event intervals (``[job] hang_timeout_s`` overrides it)."""
+FIRST_STEP_HANG_S = 600.0
+"""Before an attempt's first step (imports, data, rendezvous, NCCL set-up) the window is at
+least this: NCCL's own default collective timeout, so only what it would time out counts."""
+IDLE_CPU_PCT = 5.0
+SPINNING_CPU_PCT = 50.0
+"""A rank below ``IDLE_CPU_PCT`` of a core while its peers' median is above this is idle while
+they spin (NCCL busy-waits in a collective; a rank that never reached it does not)."""
+PROCESS_STATES = {
+    "T": "its process is stopped (SIGSTOP, Ctrl-Z or a debugger): it runs nothing until SIGCONT",
+    "t": "its process is stopped by a debugger (traced)",
+    "D": "its process waits in uninterruptible I/O (a hung filesystem, NFS or device?)",
+    "Z": "its process has exited and waits to be reaped",
+}
+"""The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
+
+
+_STEP = '"type":"step"'
+"""How the trainer writes a step event's type: a line without it is read whatever it is."""
 
 
 class Silence(enum.Enum):
@@ -63,13 +77,6 @@ class Silence(enum.Enum):
     """Nothing tells yet: no host answers (the head node's own network?), every one that does
     has finished, or none has been heard from since a whole window without a step (their links
     may be going too)."""
-
-
-_EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
-_RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
-_ERROR_FILE = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/error\.json$")
-_NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$")
-_NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$")
 
 
 @dataclass
@@ -101,6 +108,70 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class RankAtHang:
+    """Where one rank is while the run hangs."""
+
+    rank: int
+    host: str
+    step: int | None
+    process: str | None
+    """Its process state as the host last saw it (``R``, ``S``, ``T``…), if known."""
+    cpu_pct: float | None
+    why: str | None
+    """Why it differs from the other ranks, or None when it looks like them."""
+
+
+@dataclass(frozen=True)
+class Hang:
+    """No answering host's ranks have stepped for ``window_s``: what each rank is doing."""
+
+    since: float
+    """Wall-clock time of the last step seen (or of the attempt's start, before any)."""
+    window_s: float
+    step: int | None
+    """The lowest step over the ranks: where the run as a whole stands."""
+    ranks: tuple[RankAtHang, ...]
+
+    @property
+    def odd(self) -> tuple[RankAtHang, ...]:
+        return tuple(rank for rank in self.ranks if rank.why is not None)
+
+    def summary(self, now: float) -> str:
+        """One line: how long, at which step, and which ranks differ (the first few)."""
+        where = f" at step {self.step}" if self.step is not None else " before the first step"
+        line = f"no step for {max(now - self.since, 0.0):.0f} s{where}"
+        odd = self.odd
+        if not odd:
+            return line + "; every rank waits alike (a collective that never completes?)"
+        told = "; ".join(f"rank {rank.rank} on {rank.host}: {rank.why}" for rank in odd[:3])
+        more = f"; {len(odd) - 3} more" if len(odd) > 3 else ""
+        return f"{line}; {told}{more}"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the supervisor says of the run now: viewers show this and judge nothing."""
+
+    state: RunState
+    attempt: int
+    detail: str
+    """Why the run is in its state (the record's latest detail)."""
+    notes: Mapping[str, str] = field(default_factory=dict)
+    """Host → what its silence means for the run, for each host that does not answer."""
+    hang: Hang | None = None
+    progress: str = ""
+    """The ranks' progress in one line, as the supervisor's own state has it."""
+    stepped: bool = False
+    """Some rank has stepped: the progress says something even once the run ended."""
+
+    @classmethod
+    def of_record(cls, record: RunRecord) -> Judgement:
+        """What the record alone says (no supervisor to ask: a finished run)."""
+        attempt = record.attempt.number if record.attempts else 0
+        return cls(record.state, attempt, record.detail)
+
+
+@dataclass(frozen=True)
 class RankLog:
     """A line from one rank's stdout or stderr (text raw: sanitise to show)."""
 
@@ -112,18 +183,44 @@ class RankLog:
 class RunWatch:
     """The state of one attempt of a run, built from followed lines."""
 
-    def __init__(self, record: RunRecord, clock: Callable[[], float] = time.monotonic) -> None:
-        self.record = record
+    def __init__(
+        self,
+        record: RunRecord,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        *,
+        steps: bool = True,
+    ) -> None:
+        """``clock`` times what arrives (monotonic); ``wall`` dates it (the ranks' clock).
+
+        Without ``steps``, step events are passed over unread (nearly every line a run writes,
+        and most of what reading them costs): for a viewer that shows no ranks' progress of its
+        own, only lines and the supervisor's judgement of them.
+        """
+        self.steps = steps
         self._clock = clock
-        self._stepped_at: dict[str, float] = {}
-        """Host → when its latest step event arrived."""
+        self._wall = wall
         self._heard_at: dict[str, float] = {}
         """Host → when its latest line or heartbeat arrived."""
-        self.attempt = record.attempt.number if record.attempts else 1
         self.progress = RunProgress()
         self.progress.world_size = record.world_size
-        self.diagnoser = Diagnoser(attempt=self.attempt)
         self.events = EventReader()
+        self._starts: dict[int, int] = {}
+        """Rank → start events seen: the attempt its latest events belong to."""
+        self.lines = 0
+        self.next_attempt(record)
+
+    def next_attempt(self, record: RunRecord) -> None:
+        """Watch ``record``'s latest attempt from now on: what belongs to one attempt starts
+        afresh; the ranks' progress (their events span attempts) carries on."""
+        self.record = record
+        self.attempt = record.attempt.number if record.attempts else 1
+        self._began = self._clock()
+        for rank in self.progress.ranks:
+            self._not_started(rank)
+        self._stepped_at: dict[str, float] = {}
+        """Host → when its latest step event of this attempt arrived."""
+        self.diagnoser = Diagnoser(attempt=self.attempt)
         self.nodes: dict[str, NodeState] = {}
         base = 0
         for node in record.nodes:
@@ -132,10 +229,10 @@ class RunWatch:
                 self.progress.expect(node.host, node.node_rank, local, base + local)
             base += node.nproc
         self.logs: dict[int, deque[RankLog]] = {}
-        self._starts: dict[int, int] = {}
+        self.attempt_steps = 0
+        """Step events of this attempt (from ranks whose start events say they are in it)."""
         self.stopped_ranks: set[int] = set()
         """Ranks that said, in this attempt, that they stopped on request."""
-        self.lines = 0
 
     def apply(self, update: Update) -> None:
         if isinstance(update, (FileLine, Heartbeat)):
@@ -166,40 +263,55 @@ class RunWatch:
         node = self.nodes.get(line.host)
         if node is None:
             return
-        if _EVENTS.match(line.path):
+        if EVENTS.match(line.path):
+            if not self.steps and _STEP in line.text:
+                return
             event = self.events.feed(line.text)
             if event is not None:
-                if isinstance(event, StepEvent):
-                    self._stepped_at[line.host] = self._clock()
                 self.progress.apply(line.host, event)
                 self.diagnoser.feed_event(line.host, event)
                 self._note_attempt(event)
+                progress = self.progress.rank(event.rank)
+                if progress is not None and self._starts.get(event.rank, 0) < self.attempt:
+                    # An earlier attempt's event: its step and loss stand, its state does not.
+                    self._not_started(progress)
+                if isinstance(event, StepEvent) and self._starts.get(event.rank) == self.attempt:
+                    # Only this attempt's steps: a resumed run's earlier steps say nothing of
+                    # whether it trains now.
+                    self.attempt_steps += 1
+                    self._stepped_at[line.host] = self._clock()
             return
-        match = _RANK_LOG.match(line.path) or _ERROR_FILE.match(line.path)
+        match = RANK_LOG.match(line.path) or ERROR_FILE.match(line.path)
         if match is not None:
             if int(match.group(1)) != self.attempt:
                 return
             rank = node.base_rank + int(match.group(2))
-            stream = match.group(3) if match.re is _RANK_LOG else "error.json"
+            stream = match.group(3) if match.re is RANK_LOG else "error.json"
             self.logs.setdefault(rank, deque(maxlen=LOG_TAIL_LINES)).append(
                 RankLog(rank, stream, line.text)
             )
             self.diagnoser.feed(
-                LogLine(line.host, node.node_rank, rank, stream, time.time(), line.text)
+                LogLine(line.host, node.node_rank, rank, stream, self._wall(), line.text)
             )
             return
-        match = _NODE_OUT.match(line.path)
+        match = NODE_OUT.match(line.path)
         if match is not None and int(match.group(1)) == self.attempt:
             node.torchrun_tail.append(line.text)
             self.diagnoser.feed(
-                LogLine(line.host, node.node_rank, None, "torchrun", time.time(), line.text)
+                LogLine(line.host, node.node_rank, None, "torchrun", self._wall(), line.text)
             )
             return
-        match = _NODE_EXIT.match(line.path)
+        match = NODE_EXIT.match(line.path)
         if match is not None and int(match.group(1)) == self.attempt:
             with contextlib.suppress(ValueError):
                 node.exit = int(line.text.strip())
                 node.exited_at = self._clock()
+
+    @staticmethod
+    def _not_started(rank: RankProgress) -> None:
+        rank.state = RankState.STARTING
+        rank.started_at = rank.last_step_at = None
+        rank.stalled = rank.straggler = False
 
     def _note_attempt(self, event: RankEvent) -> None:
         # Each attempt of a rank begins with its start event, and the file keeps every
@@ -253,6 +365,118 @@ class RunWatch:
     def _stepped_witnesses(self) -> list[str]:
         """The witnesses whose ranks have stepped: whether they still do tells of a silent one."""
         return [host for host in self._witnesses() if host in self._stepped_at]
+
+    def tick(self) -> None:
+        """Recompute what depends on time passing (stalled ranks)."""
+        self.progress.update_health(self._wall())
+
+    def hang_window(self, override: float | None = None) -> float:
+        """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
+        else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
+        slowest rank."""
+        if override is not None:
+            return override
+        paces = [rank.pace_s for rank in self.progress.ranks if rank.pace_s is not None]
+        return max(HANG_MIN_S, HANG_STEP_TIMES * max(paces, default=0.0))
+
+    def hang(self, override: float | None = None) -> Hang | None:
+        """The hang, when no host that answers (and has not finished) has sent a step for the
+        hang window; None while any steps, or while nothing can tell (no host answers).
+
+        Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``. Scripts
+        that write no events are never judged hung: nothing would tell a hang apart.
+        """
+        witnesses = self._witnesses()
+        if not witnesses or not self._starts or self.stopped_ranks:
+            return None
+        now = self._clock()
+        stepped = [self._stepped_at[host] for host in witnesses if host in self._stepped_at]
+        if stepped:
+            last, window = max(stepped), self.hang_window(override)
+        elif self.attempt_steps:
+            return None  # the steps came from hosts that do not answer now: theirs to judge
+        else:
+            last, window = self._began, max(self.hang_window(override), FIRST_STEP_HANG_S)
+        if now - last <= window:
+            return None
+        return Hang(
+            since=self._wall() - (now - last),
+            window_s=window,
+            step=min(
+                (rank.step for rank in self.progress.ranks if rank.step is not None),
+                default=None,
+            )
+            if self.attempt_steps
+            else None,
+            ranks=self._ranks_at_hang(),
+        )
+
+    def _ranks_at_hang(self) -> tuple[RankAtHang, ...]:
+        processes: dict[int, tuple[str | None, float | None]] = {}
+        for node in self.nodes.values():
+            for rank, seen in (node.sample.get("ranks") or {}).items():
+                processes[rank] = (seen.get("state"), seen.get("cpu_pct"))
+        ranks = self.progress.ranks
+        top = max((rank.step for rank in ranks if rank.step is not None), default=None)
+        cpus = [cpu for _, cpu in processes.values() if cpu is not None]
+        spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
+        found = []
+        for rank in ranks:
+            state, cpu = processes.get(rank.rank, (None, None))
+            found.append(
+                RankAtHang(
+                    rank.rank,
+                    rank.host,
+                    rank.step,
+                    state,
+                    cpu,
+                    self._odd(rank, state, cpu, top, spinning, bool(processes)),
+                )
+            )
+        return tuple(found)
+
+    def _odd(
+        self,
+        rank: RankProgress,
+        state: str | None,
+        cpu: float | None,
+        top: int | None,
+        spinning: bool,
+        sampled: bool,
+    ) -> str | None:
+        """Why ``rank`` differs from its peers in a hang, or None."""
+        node = self.nodes.get(rank.host)
+        if node is not None and node.silent is not None:
+            return "its host does not answer"
+        if state in PROCESS_STATES:
+            return PROCESS_STATES[state]
+        if sampled and state is None and node is not None and node.sample.get("ranks"):
+            return "no process of this rank is left on its host"
+        if spinning and cpu is not None and cpu < IDLE_CPU_PCT:
+            return f"idle ({cpu:.0f}% CPU) while its peers spin"
+        if top is not None and rank.step is not None and rank.step < top:
+            return f"at step {rank.step}, behind the others (step {top})"
+        return None
+
+    def judgement(self, record: RunRecord, hang: Hang | None = None) -> Judgement:
+        """What the supervisor tells viewers of the run: its state and why, what each silent
+        host means, and the hang when there is one."""
+        notes = {}
+        for node in self.nodes.values():
+            note = self.silence_note(node)
+            if note is not None:
+                notes[node.host] = note
+        attempt = record.attempt.number if record.attempts else 0
+        progress = self.progress
+        return Judgement(
+            record.state,
+            attempt,
+            record.detail,
+            notes,
+            hang,
+            progress.format_line(),
+            progress.stepped,
+        )
 
     def _failed_exit(self, stopping: bool) -> Verdict | None:
         """The failure that non-zero exits say, naming the node of the first failure's root
@@ -335,146 +559,3 @@ def _exit_text(status: int) -> str:
             name = f"signal {status - 128}"
         return f"was killed by {name} (exit {status})"
     return f"exited {status}"
-
-
-async def supervise(
-    record: RunRecord,
-    config: Config,
-    store: RunStore,
-    *,
-    on_change: Callable[[RunWatch], None] = lambda watch: None,
-    act: bool = True,
-    watch: RunWatch | None = None,
-) -> Verdict:
-    """Follow ``record``'s current attempt on every host until it ends; record how.
-
-    With ``act``, a failure stops every other node (SIGTERM, then SIGKILL) and the outcome is
-    written to the run store. Cancel the task to detach: the run goes on.
-    """
-    watch = watch or RunWatch(record)
-    queue: asyncio.Queue[Update] = asyncio.Queue(maxsize=10000)
-    followers = [
-        HostFollower(
-            config.host(node.host),
-            node.run_dir,
-            connect_timeout=config.cluster.connect_timeout,
-        )
-        for node in record.nodes
-    ]
-
-    async def pump(follower: HostFollower) -> None:
-        async for update in follower.updates():
-            await queue.put(update)
-
-    tasks = [asyncio.create_task(pump(follower)) for follower in followers]
-    stopping, next_look = False, 0.0
-    updates = QueueReader(queue)
-    try:
-        while True:
-            try:
-                update = await updates.get(1.0)
-            except asyncio.TimeoutError:
-                update = None
-            if update is not None:
-                watch.apply(update)
-            now = time.monotonic()
-            if now >= next_look:
-                # Another process (ddptui stop) may be stopping the run: its exits are no failure.
-                stopping = _stopping(store, record.id)
-                watch.progress.update_health(time.time())
-                next_look = now + 1.0
-            on_change(watch)
-            verdict = watch.verdict(stopping=stopping)
-            if verdict is not None:
-                break
-    finally:
-        await stop_following(followers, tasks)
-    if act:
-        # Recorded first: `ddptui status` says failed at once, while the others are stopped.
-        finish(store, record.id, verdict)
-        if verdict.state is RunState.FAILED:
-            from ddptui.run.stopper import terminate
-
-            silent = {name for name, node in watch.nodes.items() if node.silent}
-            async with RemoteCluster(
-                [config.host(node.host) for node in record.nodes if node.host not in silent],
-                connect_timeout=config.cluster.connect_timeout,
-            ) as remote:
-                # Short: the ranks of a failed run wait in collectives and cannot checkpoint.
-                report = await terminate(remote, config, record, grace=5.0, skip=silent)
-            _note_cleanup(store, record.id, report.lines())
-    return verdict
-
-
-async def snapshot(
-    record: RunRecord, config: Config, *, heartbeats: int = 2, timeout: float = 30.0
-) -> RunWatch:
-    """The run as its files stand now: follow every host until it has sent ``heartbeats``
-    heartbeats (the agent reads what is there before each) or stopped answering."""
-    watch = RunWatch(record)
-    followers = [
-        HostFollower(
-            config.host(node.host),
-            node.run_dir,
-            connect_timeout=config.cluster.connect_timeout,
-            silence_s=min(SILENCE_S, timeout),
-        )
-        for node in record.nodes
-    ]
-    beats: dict[str, int] = {node.host: 0 for node in record.nodes}
-
-    async def one(follower: HostFollower) -> None:
-        async for update in follower.updates():
-            watch.apply(update)
-            if isinstance(update, Heartbeat):
-                beats[update.host] += 1
-            if beats[follower.host.name] >= heartbeats or isinstance(update, HostSilent):
-                return
-
-    try:
-        await wait_for(asyncio.gather(*(one(follower) for follower in followers)), timeout)
-    except asyncio.TimeoutError:
-        pass
-    finally:
-        await asyncio.gather(*(follower.close() for follower in followers))
-    watch.progress.update_health(time.time())
-    return watch
-
-
-async def stop_following(followers: list[HostFollower], tasks: list[asyncio.Task[None]]) -> None:
-    await asyncio.gather(*(follower.close() for follower in followers))
-    for task in tasks:
-        task.cancel()
-    await asyncio.wait(tasks, timeout=5.0)
-
-
-def _stopping(store: RunStore, run_id: str) -> bool:
-    try:
-        return store.load(run_id).state is RunState.STOPPING
-    except RunNotFound:
-        return False
-
-
-def _note_cleanup(store: RunStore, run_id: str, lines: list[str]) -> None:
-    if not lines:
-        return
-
-    def change(record: RunRecord) -> None:
-        record.attempt.detail = "; ".join([record.attempt.detail, *lines]).strip("; ")
-
-    store.update(run_id, change)
-
-
-def finish(store: RunStore, run_id: str, verdict: Verdict) -> None:
-    """Write the attempt's outcome, unless another process already did."""
-
-    def change(record: RunRecord) -> None:
-        if record.state.final:
-            return
-        attempt = record.attempt
-        attempt.ended = time.time()
-        attempt.outcome = verdict.state.value
-        attempt.detail = verdict.detail
-        record.transition(verdict.state, verdict.detail)
-
-    store.update(run_id, change)

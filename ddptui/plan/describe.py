@@ -1,0 +1,31 @@
+"""A launch plan in words: what ``--dry-run`` prints and the console's launch dialog shows."""
+
+from __future__ import annotations
+
+import shlex
+
+from ddptui.config.model import AUTO
+from ddptui.plan.launch import AUTO_PORT_PLACEHOLDER, LaunchPlan
+from ddptui.remote.commands import posix_script
+
+
+def describe_plan(plan: LaunchPlan) -> str:
+    """Per host, the exact directory, environment and command that run there, as shell lines a
+    person can paste into a terminal on that host or a bug report."""
+    lines = [
+        f"run {plan.run_id}: {len(plan.nodes)} node(s), world size {plan.world_size}, "
+        f"backend {plan.backend}, master {plan.master_addr}:{plan.master_port}",
+    ]
+    if plan.master_port == AUTO:
+        lines.append(f"  ({AUTO_PORT_PLACEHOLDER} is a port found free on node 0 at launch)")
+    for node in plan.nodes:
+        exports, _, command = posix_script(node.argv, node.env).partition("; ")
+        lines += [
+            "",
+            f"# node {node.node_rank}: {node.host.name} ({node.host.address}), "
+            f"{node.nproc} process(es)",
+            f"cd {shlex.quote(node.code_dir)}",
+            exports,
+            command,
+        ]
+    return "\n".join(lines)

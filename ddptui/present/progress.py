@@ -1,0 +1,60 @@
+"""What following a run from the command line prints: a progress line at most every 2 s, and
+each change once — a node's (not answering, answering again, torchrun's exit), the run's state
+(hung, stepping again) and each newly classified error with its cause and fix."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ddptui.present.status import diagnosis_lines, progress_line
+from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.store import RunState
+from ddptui.untrusted import plain
+
+PROGRESS_EVERY_S = 2.0
+
+
+class ProgressReport:
+    """Turns a followed run's state into the lines not said yet."""
+
+    def __init__(
+        self, every_s: float = PROGRESS_EVERY_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._next = 0.0
+        self._diagnoses: set[tuple[str, str]] = set()
+        self._nodes: dict[str, str] = {}
+        self._state: RunState | None = None
+
+    def lines(self, watch: RunWatch, judgement: Judgement, *, final: bool = False) -> list[str]:
+        said: list[str] = []
+        if self._state is not None and judgement.state is not self._state:
+            if judgement.state is RunState.HUNG:
+                said.append(f"hung: {plain(judgement.detail, limit=400, one_line=True)}")
+            elif self._state is RunState.HUNG and judgement.state is RunState.RUNNING:
+                said.append("stepping again")
+        self._state = judgement.state
+        for node in watch.nodes.values():
+            note = judgement.notes.get(node.host)
+            what = f"not answering: {plain(note, limit=300, one_line=True)}" if note else ""
+            if node.exit is not None:
+                what = f"torchrun exited {node.exit}"
+            elif not what and self._nodes.get(node.host, "").startswith("not answering"):
+                what = "answering again"
+            if what and self._nodes.get(node.host) != what:
+                self._nodes[node.host] = what
+                said.append(f"{plain(node.host, one_line=True)}: {what}")
+        for diagnosis in watch.diagnoser.diagnoses():
+            key = (diagnosis.category.value, diagnosis.message)
+            if key not in self._diagnoses:
+                self._diagnoses.add(key)
+                said += [line.plain for line in diagnosis_lines(diagnosis, first=False)]
+        now = self._clock()
+        if final or now >= self._next:
+            self._next = now + self.every_s
+            progress = progress_line(judgement.state, judgement.progress, stepped=judgement.stepped)
+            if progress is not None:
+                said.append(progress.plain)
+        return said

@@ -1,0 +1,61 @@
+"""The runs list's words: one row per run, as ``ddptui runs`` prints it and the console's runs
+screen shows it: one clock (the head node's local time) and one rule for how long a run took.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from ddptui.present.status import STATE_STYLE
+from ddptui.run.store import RunRecord
+from ddptui.untrusted import plain
+
+COLUMNS = ("run", "state", "started", "took", "tries", "ranks", "hosts")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run: Text
+    state: Text
+    started: Text
+    took: Text
+    tries: Text
+    ranks: Text
+    hosts: Text
+
+    def cells(self) -> tuple[Text, ...]:
+        return (self.run, self.state, self.started, self.took, self.tries, self.ranks, self.hosts)
+
+
+def duration_s(record: RunRecord, now: float) -> float:
+    """From its creation to its last change of state once it ended; until ``now`` while it
+    goes on. A run that failed while staging took as long as that, not "until now"."""
+    ended = record.states[-1].time if record.state.final and record.states else now
+    return max(ended - record.created, 0.0)
+
+
+def duration(seconds: float) -> str:
+    """``4m07s``, ``2h05m``."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def started(record: RunRecord) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+
+
+def run_row(record: RunRecord, now: float) -> RunRow:
+    demo = " (demo)" if record.demo else ""
+    return RunRow(
+        run=Text(record.id + demo),
+        state=Text(record.state.value, STATE_STYLE.get(record.state, "bold")),
+        started=Text(started(record)),
+        took=Text(duration(duration_s(record, now))),
+        tries=Text(str(len(record.attempts))),
+        ranks=Text(str(record.world_size)),
+        hosts=Text(plain(", ".join(node.host for node in record.nodes), one_line=True)),
+    )

@@ -1,0 +1,138 @@
+"""A run's words: its state and why, its attempts, each node, each classified error, a hang.
+
+``ddptui status`` prints these (their ``.plain``), the console's run screen shows them; both
+from the same values (:class:`~ddptui.run.view.RunView`, a
+:class:`~ddptui.run.state.Judgement`), so they say the same thing.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+from ddptui.run.diagnose import Diagnosis
+from ddptui.run.state import Hang, Judgement
+from ddptui.run.store import Attempt, RunRecord, RunState
+from ddptui.run.view import NodeView, RunView
+from ddptui.untrusted import plain
+
+STATE_STYLE = {
+    RunState.FAILED: "bold red",
+    RunState.HUNG: "bold red",
+    RunState.COMPLETED: "bold green",
+    RunState.STOPPED: "bold yellow",
+}
+PROGRESS_STATES = frozenset({RunState.STARTING, RunState.RUNNING, RunState.HUNG})
+"""States in which the ranks' progress always says something. In the others it is shown only
+once a rank has stepped: ``starting (0 of 6 ranks started)`` under a run that failed while
+staging would only mislead."""
+
+
+def state_line(record: RunRecord, judgement: Judgement) -> Text:
+    """``run ID (demo): STATE, attempt N: why`` — every state with its reason."""
+    demo = " (demo)" if record.demo else ""
+    line = Text(f"run {record.id}{demo}: ")
+    line.append(judgement.state.value, STATE_STYLE.get(judgement.state, "bold"))
+    if judgement.attempt:
+        line.append(f", attempt {judgement.attempt}")
+    if judgement.detail:
+        line.append(f": {plain(judgement.detail, limit=400, one_line=True)}")
+    return line
+
+
+def progress_line(state: RunState, progress: str, *, stepped: bool) -> Text | None:
+    """The ranks' progress, where it says something (``stepped``: some rank has stepped)."""
+    if not progress or (state not in PROGRESS_STATES and not stepped):
+        return None
+    return Text(plain(progress, limit=400, one_line=True))
+
+
+def attempt_line(attempt: Attempt) -> Text:
+    ended = f", {attempt.outcome}" if attempt.outcome else ", running"
+    detail = f": {plain(attempt.detail, limit=400, one_line=True)}" if attempt.detail else ""
+    return Text(f"attempt {attempt.number} (port {attempt.master_port}){ended}{detail}")
+
+
+def node_line(node: NodeView) -> Text:
+    """``node 0 gpu-a: 2 rank(s), running`` — or not answering and why, torchrun's exit, no
+    process."""
+    line = Text(f"node {node.node_rank} {plain(node.host, one_line=True)}: {node.nproc} rank(s), ")
+    if node.note:
+        line.append(f"not answering ({plain(node.note, limit=300, one_line=True)})", "red")
+    elif node.exit is not None:
+        line.append(f"torchrun exited {node.exit}", "red" if node.exit else "green")
+    elif node.alive:
+        line.append("running")
+    else:
+        line.append("no process", "dim")
+    return line
+
+
+def diagnosis_lines(diagnosis: Diagnosis, *, first: bool) -> list[Text]:
+    """A classified error: what, where and how often, the message, its cause and fix; the
+    first failure says so."""
+    ranks = ", ".join(str(rank) for rank in diagnosis.ranks) or "torchrun"
+    hosts = plain(", ".join(diagnosis.hosts), one_line=True)
+    head = Text.assemble(
+        ("✗ ", "bold red" if first else "red"),
+        ("first failure: " if first else "", "bold red"),
+        (diagnosis.category.value, "bold red" if first else "red"),
+        f"  rank {ranks} on {hosts}  ×{diagnosis.count}",
+    )
+    lines = [head, Text(f"  {plain(diagnosis.message, limit=300, one_line=True)}")]
+    if diagnosis.detail:
+        lines.append(Text(f"  {plain(diagnosis.detail, limit=300, one_line=True)}"))
+    lines.append(Text(f"  cause: {diagnosis.cause}", "dim"))
+    lines.append(Text(f"  fix: {diagnosis.fix}", "bold"))
+    return lines
+
+
+def hang_lines(hang: Hang, now: float) -> list[Text]:
+    """Since when, at which step, and each rank that differs (or that none does)."""
+    since = time.strftime("%H:%M:%S", time.localtime(hang.since))
+    where = f"at step {hang.step}" if hang.step is not None else "before the first step"
+    lines = [
+        Text(
+            f"hung since {since} ({now - hang.since:.0f} s without a step, window "
+            f"{hang.window_s:.0f} s), {where}",
+            "bold red",
+        )
+    ]
+    odd = hang.odd
+    for rank in odd:
+        step = f" at step {rank.step}" if rank.step is not None else ""
+        lines.append(
+            Text(
+                f"  rank {rank.rank} on {plain(rank.host, one_line=True)}{step}: {rank.why}", "red"
+            )
+        )
+    if not odd:
+        lines.append(Text("  every rank waits alike: a collective that never completes?"))
+    return lines
+
+
+def status_lines(view: RunView, now: float | None = None) -> list[Text]:
+    """Everything ``ddptui status`` prints: state and why, when and what, attempts, nodes,
+    progress, a hang, and the first classified errors with their fixes."""
+    now = time.time() if now is None else now
+    record, judgement = view.record, view.judgement
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+    lines = [
+        state_line(record, judgement),
+        Text(
+            f"  started {started}; {record.entry}, {record.backend}, world size "
+            f"{record.world_size}, master {record.master_addr}"
+        ),
+    ]
+    lines += [Text("  ") + attempt_line(attempt) for attempt in record.attempts]
+    lines += [Text("  ") + node_line(node) for node in view.nodes]
+    stepped = any(rank.step is not None for rank in view.ranks)
+    progress = progress_line(judgement.state, view.progress, stepped=stepped)
+    if progress is not None:
+        lines.append(Text("  ") + progress)
+    if judgement.hang is not None:
+        lines += [Text("  ") + line for line in hang_lines(judgement.hang, now)]
+    for index, diagnosis in enumerate(view.diagnoses[:5]):
+        lines += [Text("  ") + line for line in diagnosis_lines(diagnosis, first=index == 0)]
+    return lines

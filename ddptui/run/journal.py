@@ -1,0 +1,190 @@
+"""The run's journal on the head node: every followed line, in the order the supervisor took it.
+
+Viewers replay it (from any position) before they follow live, so N viewers cost the hosts
+nothing; a restarted supervisor resumes following from the byte offsets it records, so no line
+is lost or repeated. It lives in segments named by the global position of their first byte
+(``journal-<start>.jsonl``); once a segment is full a new one begins, and only the newest
+:data:`SEGMENTS_KEPT` are kept, so a run of days takes bounded room on the head. A viewer that
+asks for a position no longer kept starts at the oldest one kept and is told what it missed
+(the lines are still on the hosts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ddptui.run.follow import FileLine
+from ddptui.run.protocol import line_record
+
+SEGMENT_BYTES = 128 * 1024 * 1024
+SEGMENTS_KEPT = 4
+"""At most about 512 MiB of a run's lines on the head node."""
+READ_BYTES = 1 << 20
+_SEGMENT = re.compile(r"^journal-(\d{20})\.jsonl$")
+_OFFSETS = "offsets.json"
+MAX_FILES_PER_HOST = 65536
+"""Offsets kept per host: a host that invents files past this many is not followed for more."""
+
+
+class Journal:
+    """One run's journal in ``directory`` (created if missing); the supervisor's alone."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_bytes: int = SEGMENT_BYTES,
+        kept: int = SEGMENTS_KEPT,
+    ) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.kept = kept
+        directory.mkdir(mode=0o700, exist_ok=True)
+        self._segments: list[int] = sorted(
+            int(match.group(1))
+            for entry in directory.iterdir()
+            if (match := _SEGMENT.match(entry.name))
+        )
+        if not self._segments:
+            self._segments = [0]
+            self._path(0).touch(mode=0o600)
+        self._fd = os.open(self._path(self._segments[-1]), os.O_RDWR | os.O_APPEND)
+        size = _whole_lines(self._fd)
+        self.end = self._segments[-1] + size
+        """Where the next line goes: every byte before it is a whole line, readable."""
+        self._pending = bytearray()
+        self.offsets: dict[str, dict[str, int]] = {}
+        """Host → path → the byte offset after the last line taken from it."""
+        self._recover_offsets()
+
+    @property
+    def start(self) -> int:
+        """The oldest position still kept."""
+        return self._segments[0]
+
+    def append(self, line: FileLine) -> bool:
+        """Take ``line`` (written out at the next :meth:`flush`); False, and nothing kept, when
+        it repeats one already taken or its host has too many files to follow more."""
+        taken = self.offsets.setdefault(line.host, {})
+        if line.offset <= taken.get(line.path, 0):
+            return False
+        if line.path not in taken and len(taken) >= MAX_FILES_PER_HOST:
+            return False
+        taken[line.path] = line.offset
+        self._pending += line_record(line)
+        return True
+
+    def flush(self) -> bool:
+        """Write out what was appended; whether anything was."""
+        if not self._pending:
+            return False
+        data = bytes(self._pending)
+        self._pending.clear()
+        os.write(self._fd, data)
+        self.end += len(data)
+        if self.end - self._segments[-1] >= self.segment_bytes:
+            self._rotate()
+        return True
+
+    def read(self, position: int, limit: int = READ_BYTES) -> tuple[int, bytes]:
+        """Whole lines from ``position`` (or from :attr:`start`, if that is later) up to about
+        ``limit`` bytes: ``(where they start, the bytes)``; no bytes once at :attr:`end`."""
+        position = min(max(position, self.start), self.end)
+        base = max(start for start in self._segments if start <= position)
+        following = [start for start in self._segments if start > base]
+        segment_end = following[0] if following else self.end
+        wanted = min(limit, segment_end - position)
+        if wanted <= 0:
+            return position, b""
+        with self._path(base).open("rb") as handle:
+            handle.seek(position - base)
+            data = handle.read(wanted)
+            while b"\n" not in data and position + len(data) < segment_end:
+                data += handle.read(limit)
+        return position, data[: data.rfind(b"\n") + 1]
+
+    def lines(self, position: int = 0) -> Iterator[bytes]:
+        """Every whole line from ``position`` to :attr:`end`, each with its newline."""
+        position = max(position, self.start)
+        while position < self.end:
+            position, data = self.read(position)
+            if not data:
+                return
+            yield from data.splitlines(keepends=True)
+            position += len(data)
+
+    def checkpoint(self) -> None:
+        """Record where every host's files were taken up to, at the journal's end, so that a
+        restarted supervisor resumes following exactly there."""
+        self.flush()
+        document = {"position": self.end, "offsets": self.offsets}
+        temporary = self.directory / f".{_OFFSETS}.tmp"
+        temporary.write_text(json.dumps(document), encoding="utf-8")
+        temporary.replace(self.directory / _OFFSETS)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.checkpoint()
+        os.close(self._fd)
+
+    def _path(self, start: int) -> Path:
+        return self.directory / f"journal-{start:020d}.jsonl"
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        self._segments.append(self.end)
+        self._fd = os.open(self._path(self.end), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        # The offsets must not depend on a segment about to go.
+        self.checkpoint()
+        while len(self._segments) > self.kept:
+            dropped = self._segments.pop(0)
+            self._path(dropped).unlink(missing_ok=True)
+
+    def _recover_offsets(self) -> None:
+        """The offsets as of the last checkpoint, carried forward over the lines after it."""
+        position = self.start
+        try:
+            saved = json.loads((self.directory / _OFFSETS).read_text(encoding="utf-8"))
+            if self.start <= saved["position"] <= self.end:
+                self.offsets = _offsets(saved["offsets"])
+                position = saved["position"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        for raw in self.lines(position):
+            try:
+                document = json.loads(raw)
+                host, path, offset = document["h"], document["f"], document["o"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(host, str) and isinstance(path, str) and isinstance(offset, int):
+                taken = self.offsets.setdefault(host, {})
+                taken[path] = max(offset, taken.get(path, 0))
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    if not isinstance(value, dict):
+        raise TypeError("offsets")
+    return {
+        host: {path: offset for path, offset in files.items() if isinstance(offset, int)}
+        for host, files in value.items()
+        if isinstance(host, str) and isinstance(files, Mapping)
+    }
+
+
+def _whole_lines(fd: int) -> int:
+    """The size of the segment up to its last newline, cutting off a line left half-written
+    (a head node that lost power mid-write)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    tail = os.pread(fd, min(size, READ_BYTES), max(size - READ_BYTES, 0))
+    keep = size - len(tail) + tail.rfind(b"\n") + 1
+    if keep != size:
+        os.truncate(fd, keep)
+    return keep

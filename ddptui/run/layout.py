@@ -1,0 +1,109 @@
+"""Where a run's files are: its directory on each host, and its directory in the head's store.
+
+One definition of every path and file-name pattern of a run, used by the plan, the launcher,
+the follower, the judge and the commands. The node agent (:mod:`ddptui.run.agent`) is sent to
+hosts alone and cannot import this module: it keeps its own copy of the patterns it needs, and
+``tests/run/test_layout.py`` keeps the two in step.
+
+On a host, ``<workdir>/runs/<run id>/``::
+
+    code/                     staged code, verified, renamed into place
+    run.toml                  the run record as the head wrote it at launch
+    events/rank{R}.jsonl      every rank's events, all attempts appended
+    checkpoints/              node 0: the trainer's checkpoints and manifests
+    control/stop, control/save
+    logs/attempt-<N>/<torchrun id>/attempt_0/<local rank>/{stdout,stderr}.log, error.json
+    node/attempt-<N>.{pgid,out,exit}   the wrapper's session, torchrun's console, its exit status
+
+On the head, ``$XDG_STATE_HOME/ddptui/runs/<run id>/`` (:class:`RunFiles`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
+"""A rank's events: group 1 is its global rank."""
+RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
+"""A local rank's output: attempt, local rank, stream."""
+ERROR_FILE = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/error\.json$")
+"""torchrun's error file of a local rank that failed: attempt, local rank."""
+NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$")
+"""torchrun's own console of one attempt."""
+NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$")
+"""torchrun's exit status of one attempt, written by the agent's wrapper as it ends."""
+FOLLOWED = re.compile(
+    r"^(events/[^/]+\.jsonl"
+    r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"
+    r"|logs/attempt-\d+/.+/error\.json"
+    r"|node/attempt-\d+\.(out|exit))$"
+)
+"""Every file the follower streams (paths relative to the run directory)."""
+ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
+"""The agent's per-attempt files in ``node/``."""
+
+
+def code_dir(run_dir: str) -> str:
+    return posixpath.join(run_dir, "code")
+
+
+def log_dir(run_dir: str, attempt: int) -> str:
+    """torchrun's ``--log-dir`` for one attempt."""
+    return posixpath.join(run_dir, "logs", f"attempt-{attempt}")
+
+
+def host_run_dir(workdir: str, run_id: str) -> str:
+    return posixpath.join(workdir, "runs", run_id)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """One run's directory in the head node's store, and what lives in it."""
+
+    directory: Path
+
+    @property
+    def record(self) -> Path:
+        """``run.toml``: the run record (replaced atomically, under :attr:`lock`)."""
+        return self.directory / "run.toml"
+
+    @property
+    def hosts(self) -> Path:
+        """``hosts.toml``: the resolved hosts file the run was launched with."""
+        return self.directory / "hosts.toml"
+
+    @property
+    def lock(self) -> Path:
+        """Held (flock) for every change of the record."""
+        return self.directory / ".lock"
+
+    @property
+    def supervisor_lock(self) -> Path:
+        """Held (flock) by the run's supervisor for its whole life: at most one per run."""
+        return self.directory / "supervisor.lock"
+
+    @property
+    def supervisor_pid(self) -> Path:
+        return self.directory / "supervisor.pid"
+
+    @property
+    def socket(self) -> Path:
+        """The supervisor's Unix socket (mode 0600): viewers attach, requests arrive."""
+        return self.directory / "supervisor.sock"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.directory / "supervisor.log"
+
+    @property
+    def journal(self) -> Path:
+        """The followed lines in the supervisor's order (segments: ``journal-<start>.jsonl``)."""
+        return self.directory / "journal"
+
+    @property
+    def evidence(self) -> Path:
+        """What the supervisor gathered about a hang or failure (``hang-<time>.json``…)."""
+        return self.directory / "evidence"

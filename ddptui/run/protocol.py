@@ -1,0 +1,383 @@
+"""The supervisor's protocol: typed, versioned messages over its Unix socket, one JSON per line.
+
+A viewer connects, sends :class:`Attach` (or only requests), and reads messages until the
+supervisor closes. The supervisor sends :class:`Hello` first, then the journal's lines from the
+position asked for (exactly the bytes the journal holds, so the viewer can count its position),
+the latest heartbeat and silence of every host, its :class:`~ddptui.run.state.Judgement`
+whenever it changes, what requests say as they go, their replies, and :class:`Ended` when an
+attempt has ended and been recorded. Every message names its ``type``; :data:`VERSION` is in
+``hello`` and ``attach``, and a viewer of another version is told so and hung up on.
+
+The peer is the same user's ddptui (the socket is 0600 in a 0700 directory), yet every message
+is parsed as if it were not: unknown or malformed messages come back as ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, sample_of
+from ddptui.run.state import Hang, Judgement, RankAtHang
+from ddptui.run.store import RunState
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The longest line either side reads: a snapshot of thousands of ranks fits, a runaway does
+not fill memory."""
+
+OPS = ("stop", "kill", "resume", "snapshot")
+"""What a viewer may ask: stop (checkpoint first), kill, resume (a new attempt), snapshot (the
+run as the supervisor sees it now: the ``status --json`` document)."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    run: str
+    pid: int
+    version: int
+    journal_start: int
+    journal_end: int
+    """The journal's end when the viewer attached: a replay up to here has seen everything."""
+    judgement: Judgement
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Lines from ``lost_from`` to ``lost_to`` were dropped from the head's journal (it keeps
+    a bounded amount); they are still on the hosts."""
+
+    lost_from: int
+    lost_to: int
+
+
+@dataclass(frozen=True)
+class Judged:
+    judgement: Judgement
+
+
+@dataclass(frozen=True)
+class Said:
+    """A step of a request, for people (``asked the trainer to checkpoint…``)."""
+
+    line: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The end of a request: whether it was done, and what it found (``data``)."""
+
+    id: str
+    ok: bool
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The attempt ended and its outcome is recorded (and, after a failure, the other nodes
+    were stopped)."""
+
+    state: RunState
+    detail: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Attach:
+    """Send the journal from ``position`` (None: no lines, only what happens from now)."""
+
+    position: int | None
+    version: int = VERSION
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    op: str
+    debug: bool = False
+
+
+Message = Hello | Gap | Judged | Said | Reply | Ended | FileLine | Heartbeat | HostSilent | HostBack
+
+
+@contextlib.contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """``path`` as a Unix socket address for the block. ``sun_path`` holds 108 bytes: a longer
+    path (a deep state directory) is reached through a descriptor of its directory,
+    ``/proc/self/fd/N/NAME``, closed after the block (a bind or connect needs it only then)."""
+    text = str(path)
+    if len(text.encode()) < 100:
+        yield text
+        return
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{directory}/{path.name}"
+    finally:
+        os.close(directory)
+
+
+def encode(document: Mapping[str, Any]) -> bytes:
+    # ensure_ascii: whatever a host put in a line travels as escapes, never raw bytes.
+    return json.dumps(document, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def line_record(line: FileLine) -> bytes:
+    """A followed line as the journal keeps it and viewers receive it."""
+    document: dict[str, Any] = {
+        "type": "line",
+        "h": line.host,
+        "f": line.path,
+        "o": line.offset,
+        "t": line.text,
+    }
+    if line.cut:
+        document["cut"] = True
+    return encode(document)
+
+
+def message(item: Message | Attach | Request) -> bytes:
+    """The wire form of any message but a line (see :func:`line_record`)."""
+    return encode(_document(item))
+
+
+def _document(item: Message | Attach | Request) -> dict[str, Any]:
+    if isinstance(item, Hello):
+        return {
+            "type": "hello",
+            "v": item.version,
+            "run": item.run,
+            "pid": item.pid,
+            "journal": [item.journal_start, item.journal_end],
+            "judgement": judgement_document(item.judgement),
+        }
+    if isinstance(item, Gap):
+        return {"type": "gap", "from": item.lost_from, "to": item.lost_to}
+    if isinstance(item, Judged):
+        return {"type": "judged", "judgement": judgement_document(item.judgement)}
+    if isinstance(item, Said):
+        return {"type": "said", "line": item.line}
+    if isinstance(item, Reply):
+        return {
+            "type": "reply",
+            "id": item.id,
+            "ok": item.ok,
+            "message": item.message,
+            "data": dict(item.data),
+        }
+    if isinstance(item, Ended):
+        return {
+            "type": "ended",
+            "state": item.state.value,
+            "detail": item.detail,
+            "attempt": item.attempt,
+        }
+    if isinstance(item, Heartbeat):
+        return {
+            "type": "beat",
+            "h": item.host,
+            "time": item.time,
+            "groups": {str(attempt): alive for attempt, alive in item.groups.items()},
+            "sample": sample_document(item.sample),
+        }
+    if isinstance(item, HostSilent):
+        return {"type": "silent", "h": item.host, "seconds": item.seconds, "reason": item.reason}
+    if isinstance(item, HostBack):
+        return {"type": "back", "h": item.host}
+    if isinstance(item, Attach):
+        return {"type": "attach", "v": item.version, "from": item.position}
+    if isinstance(item, Request):
+        return {"type": "request", "id": item.id, "op": item.op, "debug": item.debug}
+    raise TypeError(f"not a message: {item!r}")
+
+
+def sample_document(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """A heartbeat's sample as JSON has it (rank numbers as keys become strings)."""
+    document = dict(sample)
+    if "ranks" in document:
+        document["ranks"] = {str(rank): dict(seen) for rank, seen in document["ranks"].items()}
+    return document
+
+
+def judgement_document(judgement: Judgement) -> dict[str, Any]:
+    hang = judgement.hang
+    return {
+        "state": judgement.state.value,
+        "attempt": judgement.attempt,
+        "detail": judgement.detail,
+        "notes": dict(judgement.notes),
+        "progress": judgement.progress,
+        "stepped": judgement.stepped,
+        "hang": None
+        if hang is None
+        else {
+            "since": hang.since,
+            "window_s": hang.window_s,
+            "step": hang.step,
+            "ranks": [
+                {
+                    "rank": rank.rank,
+                    "host": rank.host,
+                    "step": rank.step,
+                    "process": rank.process,
+                    "cpu_pct": rank.cpu_pct,
+                    "why": rank.why,
+                }
+                for rank in hang.ranks
+            ],
+        },
+    }
+
+
+def decode(raw: bytes) -> Message | Attach | Request | None:
+    """One received line as its message; None for anything malformed or unknown."""
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    try:
+        return _decode(document)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
+    kind = doc.get("type")
+    if kind == "line":
+        return FileLine(
+            _text(doc["h"]),
+            _text(doc["f"]),
+            _int(doc["o"]),
+            _text(doc["t"]),
+            doc.get("cut") is True,
+        )
+    if kind == "beat":
+        groups = doc.get("groups")
+        return Heartbeat(
+            _text(doc["h"]),
+            _number(doc["time"]),
+            {
+                int(attempt): alive is True
+                for attempt, alive in (groups.items() if isinstance(groups, dict) else ())
+                if isinstance(attempt, str) and attempt.isascii() and attempt.isdigit()
+            },
+            sample_of(doc.get("sample")),
+        )
+    if kind == "silent":
+        return HostSilent(_text(doc["h"]), _number(doc["seconds"]), _text(doc["reason"]))
+    if kind == "back":
+        return HostBack(_text(doc["h"]))
+    if kind == "hello":
+        start, end = doc["journal"]
+        return Hello(
+            _text(doc["run"]),
+            _int(doc["pid"]),
+            _int(doc["v"]),
+            _int(start),
+            _int(end),
+            judgement_of(doc["judgement"]),
+        )
+    if kind == "gap":
+        return Gap(_int(doc["from"]), _int(doc["to"]))
+    if kind == "judged":
+        return Judged(judgement_of(doc["judgement"]))
+    if kind == "said":
+        return Said(_text(doc["line"]))
+    if kind == "reply":
+        data = doc.get("data")
+        return Reply(
+            _text(doc["id"]),
+            doc["ok"] is True,
+            _text(doc["message"]),
+            data if isinstance(data, dict) else {},
+        )
+    if kind == "ended":
+        return Ended(RunState(doc["state"]), _text(doc["detail"]), _int(doc["attempt"]))
+    if kind == "attach":
+        position = doc.get("from")
+        return Attach(None if position is None else _int(position), _int(doc["v"]))
+    if kind == "request":
+        op = _text(doc["op"])
+        if op not in OPS:
+            return None
+        return Request(_text(doc["id"]), op, doc.get("debug") is True)
+    return None
+
+
+def judgement_of(doc: Any) -> Judgement:
+    """A judgement's document back as the value; ``ValueError`` for anything else."""
+    if not isinstance(doc, dict):
+        raise ValueError("not a judgement")
+    notes = doc.get("notes")
+    hang = doc.get("hang")
+    return Judgement(
+        RunState(doc["state"]),
+        _int(doc["attempt"]),
+        _text(doc["detail"]),
+        {
+            _text(host): _text(note)
+            for host, note in (notes.items() if isinstance(notes, dict) else ())
+        },
+        None if hang is None else _hang(hang),
+        _text(doc.get("progress", "")),
+        doc.get("stepped") is True,
+    )
+
+
+def _hang(doc: Any) -> Hang:
+    if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
+        raise ValueError("not a hang")
+    return Hang(
+        since=_number(doc["since"]),
+        window_s=_number(doc["window_s"]),
+        step=_optional_int(doc.get("step")),
+        ranks=tuple(
+            RankAtHang(
+                rank=_int(rank["rank"]),
+                host=_text(rank["host"]),
+                step=_optional_int(rank.get("step")),
+                process=_optional_text(rank.get("process")),
+                cpu_pct=_optional_number(rank.get("cpu_pct")),
+                why=_optional_text(rank.get("why")),
+            )
+            for rank in doc["ranks"]
+        ),
+    )
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not text")
+    return value
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("not a whole number")
+    return value
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError("not a finite number")
+    return float(value)
+
+
+def _optional_number(value: Any) -> float | None:
+    return None if value is None else _number(value)

@@ -1,0 +1,861 @@
+"""The run's supervisor: one process per run on the head node, the only writer of its record.
+
+:class:`~ddptui.run.control.RunControl` starts it (a launch, a resume, or any command that
+finds a live run without one) as ``python -m ddptui.run.supervisor ROOT RUN_ID [--launch |
+--resume [--debug]]``. It leaves the terminal's session, so it outlives the console, the shell
+and an SSH logout of the head node, and holds the run's supervisor lock for its whole life:
+a second one finds the lock taken and leaves (exit 75) for its starter to attach to the first.
+
+While the run lives it follows every host through one channel each (:mod:`ddptui.run.follow`),
+keeps what it takes in the run's journal (:mod:`ddptui.run.journal`), judges the run
+(:class:`~ddptui.run.state.RunWatch`) and acts: a node that fails or is lost fails the run and
+the other nodes are stopped; a hang is recorded (and, with ``[job] on_hang = "stop"``, ended).
+Viewers attach over its Unix socket (:mod:`ddptui.run.protocol`) and ask for things (stop,
+kill, resume, a snapshot); what changes the run is done one request at a time. Once the run has
+ended and nothing more is asked of it for a few seconds, it exits. Its log is the run's
+``supervisor.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ddptui.aio import QueueReader, wait_for
+from ddptui.config import Config, load_config
+from ddptui.errors import DdptuiError
+from ddptui.plan.launch import DEBUG_ENV
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run import launcher, protocol
+from ddptui.run.follow import FileLine, Heartbeat, HostFollower, HostSilent, Update
+from ddptui.run.journal import Journal
+from ddptui.run.launcher import LaunchError
+from ddptui.run.layout import RunFiles
+from ddptui.run.protocol import Attach, Ended, Hello, Judged, Reply, Request, Said
+from ddptui.run.state import Hang, Judgement, RunWatch, Verdict
+from ddptui.run.stopper import StopReport, stop_nodes, terminate
+from ddptui.run.store import Attempt, RunRecord, RunState, RunStore
+from ddptui.run.view import RunView
+
+BUSY = 75
+"""Exit status of a supervisor that found the run supervised already (EX_TEMPFAIL)."""
+IDLE_EXIT_S = 10.0
+"""An ended run's supervisor waits this long for another request (a resume) before it exits."""
+JUDGE_EVERY_S = 1.0
+CHECKPOINT_EVERY_S = 5.0
+FOLLOW_STOP_S = 10.0
+SETTLE_S = 6.0
+"""How long following goes on after an attempt ended, for the lines its ranks wrote last."""
+FAILED_GRACE_S = 5.0
+"""After a failure the other nodes' ranks wait in collectives: they cannot checkpoint."""
+VIEWER_BACKLOG = 1024
+"""Messages (other than lines and heartbeats) a viewer may fall behind by before it is hung
+up on; it can attach again from where it was, since the lines come from the journal."""
+INBOX = 10000
+
+log = logging.getLogger("ddptui.supervisor")
+
+
+@dataclass(eq=False)
+class Job:
+    """Something that changes the run, done one at a time in arrival order."""
+
+    op: str
+    """launch, resume, stop, kill, conclude, hang-stop"""
+    request: str | None = None
+    viewer: Viewer | None = None
+    debug: bool = False
+    verdict: Verdict | None = None
+
+
+class Viewer:
+    """One attached connection: the journal from its position, then what happens live."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.position: int | None = None
+        self.attached = False
+        self.wake = asyncio.Event()
+        self.backlog: deque[tuple[int, bytes]] = deque()
+        """Messages with the journal position they follow: sent in the supervisor's order."""
+        self.beats: dict[str, bytes] = {}
+        """The newest heartbeat per host not sent yet: a slow viewer gets fewer, never old."""
+        self.closed = False
+
+    def push(self, position: int, data: bytes) -> None:
+        if len(self.backlog) >= VIEWER_BACKLOG:
+            self.close()
+            return
+        self.backlog.append((position, data))
+        self.wake.set()
+
+    def beat(self, host: str, data: bytes) -> None:
+        self.beats[host] = data
+        self.wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+        self.writer.close()
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: RunStore,
+        record: RunRecord,
+        config: Config,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.record = record
+        self.config = config
+        self.files = store.files(record.id)
+        self._clock = clock
+        self._wall = wall
+        self.journal = Journal(self.files.journal)
+        self.remote: RemoteCluster
+        """The current job's connections (see :meth:`_work`)."""
+        self.jobs: asyncio.Queue[Job] = asyncio.Queue()
+        self.queued: list[Job] = []
+        """The jobs waiting in :attr:`jobs`, in order."""
+        self.current: Job | None = None
+        self.viewers: set[Viewer] = set()
+        self.watch: RunWatch | None = None
+        self.judgement = Judgement.of_record(record)
+        self.stopping = False
+        self.hang: Hang | None = None
+        self.hang_stop_asked = False
+        self.concluded = False
+        self.latest: dict[str, bytes] = {}
+        """Host → its latest heartbeat, silence or return, for viewers that attach later."""
+        self._inbox: asyncio.Queue[Update] = asyncio.Queue(maxsize=INBOX)
+        self._followers: list[HostFollower] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._beats_after: dict[str, int] = {}
+        self._crashed: BaseException | None = None
+        self._settled = asyncio.Event()
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    # --- life ------------------------------------------------------------------------------
+
+    async def serve(self, first: Job | None) -> None:
+        """Serve until the run has ended and nothing is asked of it for ``IDLE_EXIT_S``."""
+        with protocol.socket_address(self.files.socket) as address:
+            server = await asyncio.start_unix_server(
+                self._connected, path=address, limit=protocol.MAX_MESSAGE_BYTES
+            )
+        self.files.socket.chmod(0o600)
+        log.info(
+            "supervising run %s (%s), pid %d", self.record.id, self.record.state.value, os.getpid()
+        )
+        terminated = False
+        try:
+            if first is not None:
+                self._enqueue(first)
+            elif self.record.state in (RunState.STAGING, RunState.STARTING):
+                self._enqueue(Job("interrupted"))
+            elif not self.record.state.final:
+                self._begin_following()
+            work = asyncio.create_task(self._work())
+            # SIGTERM (a shutdown, `ddptui demo` ending) stops supervising cleanly; the run goes
+            # on, and the next command that finds it live starts another supervisor.
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, work.cancel)
+            try:
+                await work
+            except asyncio.CancelledError:
+                log.info("SIGTERM: no longer supervising run %s", self.record.id)
+                terminated = True
+        finally:
+            server.close()
+            await self._end_following(settle=not terminated)
+            for viewer in list(self.viewers):
+                viewer.close()
+            # Each connection's handler sees its end and returns: none is left to be cancelled.
+            if self._handlers:
+                await asyncio.wait(self._handlers, timeout=FOLLOW_STOP_S)
+            self.journal.close()
+            with contextlib.suppress(OSError):
+                self.files.socket.unlink()
+            log.info("run %s %s; supervisor exits", self.record.id, self.record.state.value)
+
+    async def _work(self) -> None:
+        while True:
+            live = not self.record.state.final
+            try:
+                job = await (self.jobs.get() if live else wait_for(self.jobs.get(), IDLE_EXIT_S))
+            except asyncio.TimeoutError:
+                if self.jobs.empty():
+                    return
+                continue
+            self.queued.remove(job)
+            self.current = job
+            # Connections of their own for each job: one left from before a host's link was
+            # cut would be tried (and time out) before a new one is opened.
+            self.remote = self._connections()
+            try:
+                await self._do(job)
+            except Exception as error:  # a bug must not leave the run unsupervised silently
+                if job.op == "crashed":
+                    raise
+                log.error("%s failed: %s", job.op, traceback.format_exc())
+                self._reply(job, False, f"{job.op} failed in the supervisor: {error}")
+            finally:
+                self.current = None
+                await self.remote.close()
+
+    async def _do(self, job: Job) -> None:
+        if job.op == "launch":
+            await self._launch(job)
+        elif job.op == "resume":
+            await self._resume(job)
+        elif job.op in ("stop", "kill"):
+            await self._stop(job)
+        elif job.op == "conclude":
+            assert job.verdict is not None
+            await self._conclude(job.verdict)
+        elif job.op == "hang-stop":
+            await self._stop_hung()
+        elif job.op == "interrupted":
+            await self._interrupted()
+        elif job.op == "crashed":
+            assert self._crashed is not None
+            raise self._crashed
+
+    def _enqueue(self, job: Job) -> None:
+        self.queued.append(job)
+        self.jobs.put_nowait(job)
+
+    def _connections(self) -> RemoteCluster:
+        hosts = [self.config.host(node.host) for node in self.record.nodes]
+        return RemoteCluster.for_config(self.config, hosts)
+
+    # --- requests --------------------------------------------------------------------------
+
+    def _request(self, viewer: Viewer, request: Request) -> None:
+        if request.op == "snapshot":
+            self._reply_to(viewer, request.id, True, "", self._snapshot())
+            return
+        busy = self._starting()
+        if request.op == "resume" and busy is not None:
+            self._reply_to(viewer, request.id, False, busy)
+            return
+        self._enqueue(Job(request.op, request.id, viewer, debug=request.debug))
+        if self.current is not None:
+            self._say(f"{request.op}: queued behind the {self.current.op} under way")
+
+    def _starting(self) -> str | None:
+        """Why a resume asked now would be one too many, or None."""
+        pending = [job for job in (self.current, *self.queued) if job is not None]
+        if any(job.op in ("launch", "resume") for job in pending):
+            attempt = len(self.record.attempts) + (
+                0 if self.record.state is RunState.STARTING else 1
+            )
+            return f"run {self.record.id}: attempt {attempt} is starting already (asked before you)"
+        return None
+
+    def _snapshot(self) -> dict[str, object]:
+        watch = self.watch or RunWatch(self.record, self._clock, self._wall)
+        return RunView.of(self.record, watch, self.judgement).live_document()
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    async def _launch(self, job: Job) -> None:
+        try:
+            # The port first: a fixed one that is taken stops the launch before anything
+            # reaches the hosts.
+            port = await launcher.master_port(self.remote, self.config, self.record)
+            await launcher.stage(self.remote, self.config, self.record, say=self._say)
+        except LaunchError as error:
+            self._end_attempt(RunState.FAILED, str(error))
+            self._ended()
+            self._reply(job, False, str(error))
+            return
+        if await self._start(job, 1, port, extra_args=(), extra_env=None):
+            self._reply(job, True, f"run {self.record.id} is running")
+
+    async def _resume(self, job: Job) -> None:
+        record = self.record
+        if not record.state.final:
+            self._reply(
+                job,
+                False,
+                f"run {record.id} is {record.state.value}; stop it first (ddptui stop {record.id})",
+            )
+            return
+        number = record.attempt.number + 1 if record.attempts else 1
+        try:
+            await launcher.end_leftovers(self.remote, self.config, record, say=self._say)
+            port = await launcher.master_port(self.remote, self.config, record)
+        except LaunchError as error:
+            self._reply(job, False, f"cannot resume: {error}")
+            return
+        started = await self._start(
+            job,
+            number,
+            port,
+            extra_args=self.config.job.resume_args,
+            extra_env=DEBUG_ENV if job.debug else None,
+        )
+        if started:
+            self._reply(job, True, f"run {record.id} resumed (attempt {number})")
+
+    async def _start(
+        self,
+        job: Job,
+        number: int,
+        port: int,
+        *,
+        extra_args: tuple[str, ...],
+        extra_env: Mapping[str, str] | None,
+    ) -> bool:
+        def starting(record: RunRecord) -> None:
+            record.attempts.append(Attempt(number=number, started=self._wall(), master_port=port))
+            record.transition(
+                RunState.STARTING,
+                f"starting attempt {number} on {len(record.nodes)} host(s)",
+                now=self._wall(),
+            )
+
+        self._change(starting)
+        try:
+            await launcher.start_attempt(
+                self.remote,
+                self.config,
+                self.record,
+                number,
+                port,
+                say=self._say,
+                extra_args=extra_args,
+                extra_env=extra_env,
+            )
+        except LaunchError as error:
+            self._end_attempt(RunState.FAILED, str(error))
+            self._ended()
+            self._reply(job, False, str(error))
+            return False
+        self._change(
+            lambda record: record.transition(
+                RunState.RUNNING, "every node started", now=self._wall()
+            )
+        )
+        self._begin_following()
+        return True
+
+    async def _stop(self, job: Job) -> None:
+        kill = job.op == "kill"
+        was = self.record.state
+        if was.final:
+            self._say(f"run {self.record.id} is already {was.value}; making sure nothing is left")
+            report = await stop_nodes(
+                self.remote, self.config, self.record, kill=kill, graceful=False, say=self._say
+            )
+        else:
+            self._change(
+                lambda record: record.transition(
+                    RunState.STOPPING,
+                    "kill requested" if kill else "stop requested",
+                    now=self._wall(),
+                )
+            )
+            self.stopping = True
+            report = await stop_nodes(
+                self.remote,
+                self.config,
+                self.record,
+                kill=kill,
+                graceful=self.record.entry == "trainer",
+                say=self._say,
+            )
+            self._end_attempt(RunState.STOPPED, "killed" if kill else "stopped on request")
+        self._reply(
+            job, report.clean, _stop_words(self.record, report, was), _stop_data(report, was)
+        )
+        if not was.final:
+            await self._end_following()
+            self._ended()
+
+    async def _conclude(self, verdict: Verdict) -> None:
+        if self.record.state.final:
+            return
+        # Recorded first: `ddptui status` says failed at once, while the others are stopped.
+        self._end_attempt(verdict.state, verdict.detail)
+        if verdict.state is RunState.FAILED:
+            silent = {name for name, node in self._watch().nodes.items() if node.silent}
+            report = await terminate(
+                self.remote, self.config, self.record, grace=FAILED_GRACE_S, skip=silent
+            )
+            self._note_cleanup(report)
+        await self._end_following()
+        self._ended()
+
+    async def _stop_hung(self) -> None:
+        hang = self.hang
+        if self.record.state is not RunState.HUNG or hang is None:
+            return
+        summary = hang.summary(self._wall())
+        self._keep_evidence(hang)
+        self._change(
+            lambda record: record.transition(
+                RunState.STOPPING, f"hung ({summary}): stopping, as on_hang says", now=self._wall()
+            )
+        )
+        self.stopping = True
+        report = await terminate(self.remote, self.config, self.record, grace=FAILED_GRACE_S)
+        where = f"at step {hang.step}" if hang.step is not None else "before the first step"
+        self._end_attempt(RunState.FAILED, f"hung {where}: {summary}")
+        self._note_cleanup(report)
+        await self._end_following()
+        self._ended()
+
+    async def _interrupted(self) -> None:
+        """A launch or resume whose supervisor died before every node started."""
+        was = self.record.state
+        report = await terminate(self.remote, self.config, self.record, grace=FAILED_GRACE_S)
+        self._end_attempt(
+            RunState.FAILED,
+            f"the {'staging' if was is RunState.STAGING else 'start'} was interrupted: its "
+            "supervisor ended before every node had started; resume to start it again",
+        )
+        self._note_cleanup(report)
+        self._ended()
+
+    # --- the record ------------------------------------------------------------------------
+
+    def _change(self, change: Callable[[RunRecord], None]) -> None:
+        self.record = self.store.update(self.record.id, change)
+        if self.watch is not None:
+            self.watch.record = self.record
+        self._publish_judgement()
+
+    def _end_attempt(self, state: RunState, detail: str) -> None:
+        def end(record: RunRecord) -> None:
+            if record.attempts and record.attempt.ended is None:
+                record.attempt.ended = self._wall()
+                record.attempt.outcome = state.value
+                record.attempt.detail = detail
+            record.transition(state, detail, now=self._wall())
+
+        self._change(end)
+        log.info("attempt %d %s: %s", self.judgement.attempt, state.value, detail)
+
+    def _ended(self) -> None:
+        """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
+        a failure): following it is over."""
+        self._broadcast(
+            protocol.message(Ended(self.record.state, self.record.detail, self.judgement.attempt))
+        )
+
+    def _note_cleanup(self, report: StopReport) -> None:
+        lines = report.lines()
+        if not lines:
+            return
+
+        def note(record: RunRecord) -> None:
+            record.attempt.detail = "; ".join([record.attempt.detail, *lines]).strip("; ")
+
+        self._change(note)
+
+    def _keep_evidence(self, hang: Hang) -> None:
+        """Keep what the hang looked like before anything ends it: the place where stack dumps
+        of every rank will go too."""
+        self.files.evidence.mkdir(mode=0o700, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self._wall()))
+        path = self.files.evidence / f"hang-{stamp}.json"
+        path.write_text(
+            json.dumps(protocol.judgement_document(self.judgement), indent=2), encoding="utf-8"
+        )
+
+    # --- following -------------------------------------------------------------------------
+
+    def _watch(self) -> RunWatch:
+        assert self.watch is not None
+        return self.watch
+
+    def _begin_following(self) -> None:
+        if self.watch is None:
+            watch = RunWatch(self.record, self._clock, self._wall)
+            # What an earlier supervisor took (earlier attempts' too) shapes the state.
+            for raw in self.journal.lines():
+                line = protocol.decode(raw)
+                if isinstance(line, FileLine):
+                    watch.apply(line)
+            self.watch = watch
+        elif self.watch.attempt != self.record.attempt.number:
+            self.watch.next_attempt(self.record)
+        self.stopping = self.hang_stop_asked = self.concluded = False
+        self._followers = [
+            HostFollower(
+                self.config,
+                self.config.host(node.host),
+                node.run_dir,
+                offsets=self.journal.offsets.get(node.host),
+            )
+            for node in self.record.nodes
+        ]
+        self._tasks = [self._task(self._pump(f)) for f in self._followers]
+        self._tasks.append(self._task(self._judge_loop()))
+        self._publish_judgement()
+
+    async def _end_following(self, *, settle: bool = True) -> None:
+        """Stop following; with ``settle``, once every host that answers has sent what its run's
+        files hold now (the last lines of ranks that just ended), or after ``SETTLE_S``."""
+        followers, tasks = self._followers, self._tasks
+        if not tasks:
+            return
+        self._beats_after = dict.fromkeys(
+            (node.host for node in self._watch().nodes.values() if node.silent is None), 0
+        )
+        self._settled.clear()
+        if settle:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await wait_for(self._settled.wait(), SETTLE_S)
+        self._beats_after = {}
+        self._followers, self._tasks = [], []
+        with contextlib.suppress(asyncio.TimeoutError):
+            await wait_for(asyncio.gather(*(f.close() for f in followers)), FOLLOW_STOP_S)
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=FOLLOW_STOP_S)
+        self._drain()
+        self.journal.checkpoint()
+
+    def _task(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
+        """``work`` as a task whose failure ends the supervisor, logged: a bug in following or
+        judging must not leave the run looking supervised while nothing watches it."""
+        task = asyncio.create_task(work)
+        task.add_done_callback(self._failed)
+        return task
+
+    def _failed(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        log.critical(
+            "following run %s failed; ending this supervisor (the next ddptui command starts "
+            "another):\n%s",
+            self.record.id,
+            "".join(traceback.format_exception(error)),
+        )
+        self._crashed = error
+        self._enqueue(Job("crashed"))
+
+    async def _pump(self, follower: HostFollower) -> None:
+        async for update in follower.updates():
+            await self._inbox.put(update)
+
+    async def _judge_loop(self) -> None:
+        updates = QueueReader(self._inbox)
+        next_tick = next_checkpoint = 0.0
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                self._take(await updates.get(JUDGE_EVERY_S))
+            if self._inbox.empty() and self.journal.flush():
+                self._wake()
+            now = self._clock()
+            if now >= next_checkpoint:
+                next_checkpoint = now + CHECKPOINT_EVERY_S
+                self.journal.checkpoint()
+            if now >= next_tick or self._inbox.empty():
+                next_tick = now + JUDGE_EVERY_S
+                self._judge()
+
+    def _drain(self) -> None:
+        while not self._inbox.empty():
+            self._take(self._inbox.get_nowait())
+        if self.journal.flush():
+            self._wake()
+
+    def _take(self, update: Update) -> None:
+        watch = self._watch()
+        if isinstance(update, FileLine):
+            if self.journal.append(update):
+                watch.apply(update)
+            return
+        watch.apply(update)
+        if isinstance(update, HostSilent):
+            log.warning("%s does not answer: %s", update.host, update.reason)
+        elif not isinstance(update, Heartbeat):
+            log.info("%s answers again", update.host)
+        if update.host in self._beats_after and isinstance(update, (Heartbeat, HostSilent)):
+            # The agent reads every file before each heartbeat: two heartbeats from now on,
+            # and whatever the files held now has been sent.
+            self._beats_after[update.host] += 2 if isinstance(update, HostSilent) else 1
+            if all(count >= 2 for count in self._beats_after.values()):
+                self._settled.set()
+        data = protocol.message(update)
+        self.latest[update.host] = data
+        for viewer in self.viewers:
+            if viewer.attached:
+                if isinstance(update, Heartbeat):
+                    viewer.beat(update.host, data)
+                else:
+                    viewer.push(self.journal.end, data)
+
+    def _judge(self) -> None:
+        watch = self._watch()
+        watch.tick()
+        state = self.record.state
+        if state.final or state is RunState.STOPPING or self.stopping:
+            return
+        if not self.concluded:
+            verdict = watch.verdict(stopping=self.stopping)
+            if verdict is not None:
+                self.concluded = True
+                self._enqueue(Job("conclude", verdict=verdict))
+                return
+        hang = self.hang = watch.hang(self.config.job.hang_timeout_s)
+        if hang is not None and state is RunState.RUNNING:
+            summary = hang.summary(self._wall())
+            log.warning("hung: %s", summary)
+            self._change(lambda record: record.transition(RunState.HUNG, summary, now=self._wall()))
+        elif hang is None and state is RunState.HUNG:
+            self._change(
+                lambda record: record.transition(
+                    RunState.RUNNING, "stepping again", now=self._wall()
+                )
+            )
+        self._publish_judgement()
+        if hang is not None and self.config.job.on_hang == "stop" and not self.hang_stop_asked:
+            self.hang_stop_asked = True
+            self._enqueue(Job("hang-stop"))
+
+    def _publish_judgement(self) -> None:
+        if self.watch is None:
+            judgement = Judgement.of_record(self.record)
+        else:
+            hang = self.hang if self.record.state is RunState.HUNG else None
+            judgement = self.watch.judgement(self.record, hang)
+        if judgement != self.judgement:
+            self.judgement = judgement
+            self._broadcast(protocol.message(Judged(judgement)))
+
+    # --- viewers ---------------------------------------------------------------------------
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        handler.add_done_callback(self._handlers.discard)
+        viewer = Viewer(writer)
+        self.viewers.add(viewer)
+        sender: asyncio.Task[None] | None = None
+        try:
+            while not viewer.closed:
+                try:
+                    raw = await reader.readline()
+                except (ValueError, OSError):
+                    break  # over the line limit, or the connection broke
+                if not raw:
+                    break
+                item = protocol.decode(raw)
+                if isinstance(item, Attach) and not viewer.attached:
+                    if item.version != protocol.VERSION:
+                        refusal = (
+                            f"this run's supervisor speaks protocol v{protocol.VERSION}, not "
+                            f"v{item.version}: use the ddptui that started it"
+                        )
+                        writer.write(protocol.message(Reply("attach", False, refusal)))
+                        break
+                    viewer.position = item.position
+                    viewer.attached = True
+                    sender = asyncio.create_task(self._send(viewer))
+                elif isinstance(item, Request) and viewer.attached:
+                    self._request(viewer, item)
+        finally:
+            self.viewers.discard(viewer)
+            viewer.close()
+            if sender is not None:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
+                    await sender
+
+    async def _send(self, viewer: Viewer) -> None:
+        writer = viewer.writer
+        try:
+            hello = Hello(
+                self.record.id,
+                os.getpid(),
+                protocol.VERSION,
+                self.journal.start,
+                self.journal.end,
+                self.judgement,
+            )
+            writer.write(protocol.message(hello))
+            for data in self.latest.values():
+                writer.write(data)
+            while not viewer.closed:
+                # Lines up to where the next message was said, then the message: the viewer
+                # learns of a new attempt before any of its lines, as the supervisor did.
+                upto = viewer.backlog[0][0] if viewer.backlog else self.journal.end
+                if viewer.position is not None and viewer.position < min(upto, self.journal.end):
+                    start, data = self.journal.read(
+                        viewer.position, min(upto, self.journal.end) - viewer.position
+                    )
+                    if start > viewer.position:
+                        writer.write(protocol.message(protocol.Gap(viewer.position, start)))
+                    writer.write(data)
+                    viewer.position = start + len(data)
+                elif viewer.backlog or viewer.beats:
+                    while viewer.backlog and (
+                        viewer.position is None or viewer.backlog[0][0] <= viewer.position
+                    ):
+                        writer.write(viewer.backlog.popleft()[1])
+                    beats, viewer.beats = viewer.beats, {}
+                    for data in beats.values():
+                        writer.write(data)
+                else:
+                    viewer.wake.clear()
+                    await writer.drain()
+                    await viewer.wake.wait()
+                    continue
+                await writer.drain()
+        except (ConnectionError, OSError):
+            viewer.close()
+
+    def _broadcast(self, data: bytes) -> None:
+        if self.journal.flush():
+            self._wake()
+        for viewer in list(self.viewers):
+            if viewer.attached:
+                viewer.push(self.journal.end, data)
+
+    def _wake(self) -> None:
+        for viewer in self.viewers:
+            viewer.wake.set()
+
+    def _say(self, line: str) -> None:
+        log.info("%s", line)
+        self._broadcast(protocol.message(Said(line)))
+
+    def _reply(
+        self, job: Job, ok: bool, message: str, data: dict[str, object] | None = None
+    ) -> None:
+        if job.viewer is not None and job.request is not None:
+            self._reply_to(job.viewer, job.request, ok, message, data)
+
+    def _reply_to(
+        self,
+        viewer: Viewer,
+        request: str,
+        ok: bool,
+        message: str,
+        data: dict[str, object] | None = None,
+    ) -> None:
+        if not viewer.closed:
+            viewer.push(self.journal.end, protocol.message(Reply(request, ok, message, data or {})))
+
+
+def _stop_words(record: RunRecord, report: StopReport, was: RunState) -> str:
+    if was.final:
+        stays = f"run {record.id} stays {was.value}"
+        if report.clean:
+            return f"{stays}; nothing of it is left running"
+        return f"{stays}; not everything could be confirmed gone"
+    if not report.clean:
+        return f"run {record.id} recorded as stopped, but not everything could be confirmed gone"
+    return f"run {record.id} stopped in {report.seconds:.1f} s; nothing of it is left running"
+
+
+def _stop_data(report: StopReport, was: RunState) -> dict[str, object]:
+    return {
+        "lines": report.lines(),
+        "clean": report.clean,
+        "graceful": report.graceful,
+        "seconds": report.seconds,
+        "was": was.value,
+    }
+
+
+# --- the process ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddptui.run.supervisor")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("run")
+    parser.add_argument("--launch", action="store_true")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--foreground", action="store_true", help="do not fork (tests)")
+    args = parser.parse_args(argv)
+    store = RunStore(args.root)
+    files = store.files(args.run)
+    if not args.foreground and os.fork():
+        # The starter waits for this first process only; the supervisor goes on as an orphan,
+        # so it leaves no zombie behind in a long-lived console.
+        return 0
+    lock = _take_lock(files)
+    if lock is None:
+        return BUSY
+    _log_to(files)
+    files.supervisor_pid.write_text(f"{os.getpid()}\n", encoding="utf-8")
+    # A closed terminal or a Ctrl-C in the shell that started it must not end it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        record = store.load(args.run)
+        config = load_config(files.hosts)
+        first = (
+            Job("launch")
+            if args.launch
+            else Job("resume", debug=args.debug)
+            if args.resume
+            else None
+        )
+        asyncio.run(Supervisor(store, record, config).serve(first))
+    except DdptuiError as error:
+        log.error("cannot supervise run %s: %s", args.run, error)
+        return 2
+    except Exception:
+        log.critical("supervisor crashed:\n%s", traceback.format_exc())
+        return 1
+    finally:
+        with contextlib.suppress(OSError):
+            files.supervisor_pid.unlink()
+    return 0
+
+
+def _take_lock(files: RunFiles) -> IO[bytes] | None:
+    """The run's supervisor lock, held until this process ends (the kernel lets go of it when
+    the process dies, so a killed supervisor never leaves a stale lock); None if it is held."""
+    handle = files.supervisor_lock.open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _log_to(files: RunFiles) -> None:
+    handler = logging.handlers.RotatingFileHandler(
+        files.supervisor_log, maxBytes=4 * 1024 * 1024, backupCount=1, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    # asyncssh logs every channel at INFO: the log would be mostly that.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

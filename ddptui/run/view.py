@@ -1,0 +1,236 @@
+"""A run as a front end shows it: the record, the supervisor's judgement, nodes, ranks, errors.
+
+:class:`RunView` is what ``ddptui status`` prints (as words through :mod:`ddptui.present`, or
+as its ``--json`` document) and what the supervisor answers a ``snapshot`` request with. Built
+from a :class:`~ddptui.run.state.RunWatch` where one runs (the supervisor's, or one fed from
+the hosts directly for a finished run), and read back from its document on the other side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptui.run.diagnose import Category, Diagnosis
+from ddptui.run.follow import sample_of
+from ddptui.run.protocol import judgement_document, judgement_of, sample_document
+from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.store import RunRecord
+
+
+@dataclass(frozen=True)
+class NodeView:
+    host: str
+    node_rank: int
+    nproc: int
+    run_dir: str
+    alive: bool | None
+    exit: int | None
+    note: str | None
+    """Why the host does not answer and what that means for the run, while it does not."""
+    sample: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: int
+    host: str
+    node_rank: int
+    local_rank: int
+    state: str
+    step: int | None
+    loss: float | None
+    samples_per_s: float | None
+    step_time_s: float | None
+    cuda_peak_mib: float | None
+    rss_mib: float | None
+    stalled: bool
+    straggler: bool
+
+
+@dataclass(frozen=True)
+class RunView:
+    record: RunRecord
+    judgement: Judgement
+    nodes: tuple[NodeView, ...]
+    ranks: tuple[RankView, ...]
+    progress: str
+    diagnoses: tuple[Diagnosis, ...]
+
+    @classmethod
+    def of(cls, record: RunRecord, watch: RunWatch, judgement: Judgement) -> RunView:
+        return cls(
+            record=record,
+            judgement=judgement,
+            nodes=tuple(
+                NodeView(
+                    host=node.host,
+                    node_rank=node.node_rank,
+                    nproc=node.nproc,
+                    run_dir=node.run_dir,
+                    alive=watch.nodes[node.host].alive,
+                    exit=watch.nodes[node.host].exit,
+                    note=judgement.notes.get(node.host),
+                    sample=dict(watch.nodes[node.host].sample),
+                )
+                for node in record.nodes
+            ),
+            ranks=tuple(
+                RankView(
+                    rank=rank.rank,
+                    host=rank.host,
+                    node_rank=rank.node_rank,
+                    local_rank=rank.local_rank,
+                    state=rank.state.value,
+                    step=rank.step,
+                    loss=_finite(rank.loss),
+                    samples_per_s=_finite(rank.samples_per_s),
+                    step_time_s=_finite(rank.step_time_s),
+                    cuda_peak_mib=_finite(rank.cuda_peak_mib),
+                    rss_mib=_finite(rank.rss_mib),
+                    stalled=rank.stalled,
+                    straggler=rank.straggler,
+                )
+                for rank in watch.progress.ranks
+            ),
+            progress=watch.progress.format_line(),
+            diagnoses=tuple(watch.diagnoser.diagnoses()),
+        )
+
+    def live_document(self) -> dict[str, Any]:
+        """What the supervisor knows beyond the record (its ``snapshot`` answer)."""
+        return {
+            "judgement": judgement_document(self.judgement),
+            "nodes": [
+                {
+                    "host": node.host,
+                    "alive": node.alive,
+                    "exit": node.exit,
+                    "not_answering": node.note,
+                    "sample": sample_document(node.sample),
+                }
+                for node in self.nodes
+            ],
+            "ranks": [vars(rank) for rank in self.ranks],
+            "progress": self.progress,
+            "errors": [
+                {
+                    "category": diagnosis.category.value,
+                    "message": diagnosis.message,
+                    "cause": diagnosis.cause,
+                    "fix": diagnosis.fix,
+                    "ranks": list(diagnosis.ranks),
+                    "hosts": list(diagnosis.hosts),
+                    "count": diagnosis.count,
+                    "example": diagnosis.example,
+                    "first_time": diagnosis.first_time,
+                    "detail": diagnosis.detail,
+                }
+                for diagnosis in self.diagnoses
+            ],
+        }
+
+    @classmethod
+    def from_live_document(cls, record: RunRecord, document: Mapping[str, Any]) -> RunView:
+        """:meth:`live_document` back as a view of ``record``; ``ValueError`` when malformed."""
+        try:
+            nodes = {item["host"]: item for item in document["nodes"]}
+            return cls(
+                record=record,
+                judgement=judgement_of(document["judgement"]),
+                nodes=tuple(
+                    NodeView(
+                        host=node.host,
+                        node_rank=node.node_rank,
+                        nproc=node.nproc,
+                        run_dir=node.run_dir,
+                        alive=_optional(nodes.get(node.host, {}).get("alive"), bool),
+                        exit=_optional(nodes.get(node.host, {}).get("exit"), int),
+                        note=_optional(nodes.get(node.host, {}).get("not_answering"), str),
+                        sample=sample_of(nodes.get(node.host, {}).get("sample")),
+                    )
+                    for node in record.nodes
+                ),
+                ranks=tuple(RankView(**rank) for rank in document["ranks"]),
+                progress=str(document["progress"]),
+                diagnoses=tuple(
+                    Diagnosis(
+                        category=Category(error["category"]),
+                        cause=str(error["cause"]),
+                        fix=str(error["fix"]),
+                        message=str(error["message"]),
+                        example=str(error["example"]),
+                        ranks=tuple(int(rank) for rank in error["ranks"]),
+                        hosts=tuple(str(host) for host in error["hosts"]),
+                        count=int(error["count"]),
+                        first_time=float(error["first_time"]),
+                        detail=_optional(error.get("detail"), str),
+                    )
+                    for error in document["errors"]
+                ),
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"not a run snapshot: {error!r}") from None
+
+    def document(self) -> dict[str, Any]:
+        """The ``ddptui status --json`` document (docs/architecture.md)."""
+        record, live = self.record, self.live_document()
+        by_host = {node["host"]: node for node in live["nodes"]}
+        return {
+            "id": record.id,
+            "state": self.judgement.state.value,
+            "detail": self.judgement.detail,
+            "demo": record.demo,
+            "created": record.created,
+            "entry": record.entry,
+            "backend": record.backend,
+            "world_size": record.world_size,
+            "master_addr": record.master_addr,
+            "attempts": [
+                {
+                    "number": attempt.number,
+                    "started": attempt.started,
+                    "ended": attempt.ended,
+                    "master_port": attempt.master_port,
+                    "outcome": attempt.outcome or None,
+                    "detail": attempt.detail or None,
+                }
+                for attempt in record.attempts
+            ],
+            "states": [
+                {"state": change.state.value, "time": change.time, "detail": change.detail}
+                for change in record.states
+            ],
+            "nodes": [
+                {
+                    "host": node.host,
+                    "node_rank": node.node_rank,
+                    "nproc": node.nproc,
+                    "run_dir": node.run_dir,
+                    **{key: value for key, value in by_host[node.host].items() if key != "host"},
+                }
+                for node in self.nodes
+            ],
+            "ranks": live["ranks"],
+            "progress": self.progress,
+            "hang": live["judgement"]["hang"],
+            "errors": [{key: error[key] for key in _ERROR_KEYS} for error in live["errors"]],
+        }
+
+
+_ERROR_KEYS = ("category", "message", "cause", "fix", "ranks", "hosts", "count")
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _optional(value: Any, kind: type) -> Any:
+    """``value`` when it is None or a ``kind`` (a bool is no int); ``TypeError`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+        raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
+    return value

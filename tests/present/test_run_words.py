@@ -1,0 +1,117 @@
+"""The CLI and the console say the same words of the same run: ``ddptui status`` and the run
+screen rendered from one recorded run (the H200 recordings' NCCL failure, a silent host), and
+every state with its reason, a failure while staging included."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from ddptui.present.runs import run_row
+from ddptui.present.status import status_lines
+from ddptui.run.follow import HostSilent
+from ddptui.run.state import RunWatch
+from ddptui.run.store import RunRecord, RunState
+from ddptui.run.view import RunView
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.run import RunScreen
+from ddptui.ui.screens.runs import RunsScreen
+from tests.ui import scenes
+
+
+async def _console(watch: RunWatch) -> tuple[str, str]:
+    """The run screen's status line and errors pane, as shown."""
+    screen = RunScreen(watch.record, watch=watch)
+    async with DdptuiApp(first_screen=screen).run_test(size=(200, 60)) as pilot:
+        await pilot.pause(0.3)
+        status = str(screen.query_one("#run-status", Static).render())
+        errors = str(screen.query_one("#errors-text", Static).render())
+    return status, errors
+
+
+def _cli(watch: RunWatch) -> list[str]:
+    view = RunView.of(watch.record, watch, watch.judgement(watch.record))
+    return [line.plain.strip() for line in status_lines(view)]
+
+
+def test_status_and_the_run_screen_say_the_same_of_a_recorded_failure() -> None:
+    watch = scenes.run_watch()
+    watch.apply(HostSilent("gpu-b", 12.0, "connect timed out"))
+    cli = _cli(watch)
+    status, errors = asyncio.run(_console(watch))
+    state, *_ = cli
+    assert state == "run 20261130-222218-h200: failed, attempt 1"
+    assert status.startswith(state)
+    # Each classified error: the same lines, first failure first, in both.
+    shown = [line.strip() for line in errors.splitlines()]
+    told = [line for line in cli if line.startswith(("✗", "cause:", "fix:"))]
+    assert told and [line for line in shown if line in told] == told
+    assert told[0].startswith("✗ first failure: nccl_")
+    # The silent host and what it means.
+    node = next(line for line in cli if line.startswith("node 1 gpu-b"))
+    note = node.split("not answering (", 1)[1].rstrip(")")
+    assert f"gpu-b not answering: {note}" in status
+
+
+def _in(state: RunState, detail: str) -> RunRecord:
+    record = scenes.run_record(state)
+    record.states[-1].detail = detail
+    return record
+
+
+@pytest.mark.parametrize(
+    ("state", "detail"),
+    [
+        (RunState.STAGING, "uploading the code to 2 host(s)"),
+        (RunState.RUNNING, "every node started"),
+        (RunState.HUNG, "no step for 31 s at step 120; rank 3 on gpu-b: its process is stopped"),
+        (RunState.STOPPING, "stop requested"),
+        (RunState.COMPLETED, "every node exited 0"),
+        (RunState.STOPPED, "stopped on request"),
+        (RunState.FAILED, "torchrun on gpu-b (node 1) exited 1"),
+    ],
+)
+def test_every_state_says_why_in_both(state: RunState, detail: str) -> None:
+    watch = RunWatch(_in(state, detail))
+    state_line = _cli(watch)[0]
+    assert state_line.startswith(f"run 20261130-222218-h200: {state.value}")
+    assert state_line.endswith(f": {detail}")
+    status, _ = asyncio.run(_console(watch))
+    assert status.startswith(state_line)
+
+
+def test_a_run_that_failed_while_staging_says_why_and_no_rank_is_said_to_start() -> None:
+    record = scenes.run_record(RunState.STAGING)
+    record.transition(RunState.FAILED, "staging failed: gpu-b: Session request failed")
+    watch = RunWatch(record)
+    cli = _cli(watch)
+    status, _ = asyncio.run(_console(watch))
+    assert cli[0] == (
+        "run 20261130-222218-h200: failed: staging failed: gpu-b: Session request failed"
+    )
+    assert status.startswith(cli[0])
+    assert not any("starting (" in line for line in [*cli, status])
+
+
+def test_the_runs_list_has_one_clock_and_one_rule_for_how_long_a_run_took(tmp_path: Path) -> None:
+    record = scenes.run_record(RunState.STAGING)
+    record.transition(RunState.FAILED, "staging failed", now=scenes.CREATED + 65)
+    # Long after: a run that failed while staging took 65 s, not "until now".
+    row = run_row(record, scenes.CREATED + 86400)
+    assert row.took.plain == "1m05s"
+    from ddptui.run.store import RunStore
+
+    store = RunStore(tmp_path / "runs")
+    store.create(record, "")
+
+    async def shown() -> list[str]:
+        screen = RunsScreen(store, now=scenes.CREATED + 86400)
+        async with DdptuiApp(first_screen=screen).run_test(size=(160, 20)) as pilot:
+            await pilot.pause(0.2)
+            table = screen.query_one("#runs")
+            return [str(cell) for cell in table.get_row_at(0)]  # type: ignore[attr-defined]
+
+    assert asyncio.run(shown()) == [cell.plain for cell in row.cells()]

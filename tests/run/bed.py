@@ -1,0 +1,181 @@
+"""What the runs tests on the test bed share: the command line with a private run store, a
+hosts file for the bed, and what the trainer left on the hosts (steps, processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.testbed import TestBed, TestHost
+
+SMALL = [
+    *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
+    *("--lr", "1e-2", "--epochs", "100000"),
+]
+RUN_ID = re.compile(r"run (\d{8}-\d{6}-[a-z0-9]{4})")
+
+
+class Cli:
+    """``python -m ddptui`` with a private run store."""
+
+    def __init__(self, state: Path) -> None:
+        # faulthandler: a command that hangs is sent SIGABRT and shows where it hung.
+        self.env = {
+            **os.environ,
+            "XDG_STATE_HOME": str(state),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",
+        }
+        self.store = state / "ddptui" / "runs"
+
+    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "ddptui", *args]
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env
+        ) as process:
+            try:
+                out, err = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                out, err = process.communicate(timeout=30)
+                raise AssertionError(f"{args} hung; where:\n{err[-6000:]}") from None
+        return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ddptui", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+        )
+
+    def json(self, *args: str) -> Any:
+        done = self.run(*args, "--json")
+        assert done.stdout, done.stderr
+        return json.loads(done.stdout)
+
+
+def write_hosts(
+    bed: TestBed,
+    tmp_path: Path,
+    hosts: Sequence[TestHost] | None = None,
+    *,
+    cluster: Mapping[str, object] = {},
+    job: Mapping[str, object] = {},
+) -> Path:
+    return bed.write_hosts_file(
+        tmp_path / "hosts.toml",
+        bed.hosts[:3] if hosts is None else hosts,
+        cluster=cluster,
+        job={"nproc_per_node": 2, "args": SMALL, **job},
+    )
+
+
+def run_id_in(output: str) -> str:
+    match = RUN_ID.search(output)
+    assert match, output
+    return match.group(1)
+
+
+def host_run_dir(host: TestHost, run_id: str) -> Path:
+    return host.workdir / "runs" / run_id
+
+
+def steps_of(
+    bed: TestBed, hosts: Sequence[TestHost], run_id: str
+) -> dict[int, list[dict[str, Any]]]:
+    """Every rank's step events, in file order."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for host in hosts:
+        for path in sorted((host_run_dir(host, run_id) / "events").glob("rank*.jsonl")):
+            for line in path.read_text().splitlines():
+                event = json.loads(line)
+                if event["type"] == "step":
+                    found.setdefault(event["rank"], []).append(event)
+    return found
+
+
+def wait_for_step(bed: TestBed, hosts: Sequence[TestHost], run_id: str, step: int) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        steps = steps_of(bed, hosts, run_id)
+        if len(steps) == 6 and all(events[-1]["step"] >= step for events in steps.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the run did not reach step {step}")
+
+
+def run_processes(hosts: Sequence[TestHost], run_id: str) -> list[str]:
+    """Processes of the run still alive on the hosts (the bed shares one PID namespace), found
+    by the run directory every one of them inherits in its environment."""
+    marks = {f"DDPTUI_RUN_DIR={host_run_dir(host, run_id)}".encode(): host.name for host in hosts}
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        alive += [f"{name} pid {entry.name}" for mark, name in marks.items() if mark in environ]
+    return alive
+
+
+def run_pid(host: TestHost, run_id: str, *marks: bytes) -> int:
+    """The one Python process of the run on ``host`` with all of ``marks`` in its argv or
+    environment (not the shell wrapper, whose argv holds torchrun's)."""
+    mark = f"DDPTUI_RUN_DIR={host_run_dir(host, run_id)}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            words = set((entry / "environ").read_bytes().split(b"\0")) | set(argv)
+        except OSError:
+            continue
+        python = b"python" in Path(argv[0].decode(errors="replace")).name.encode()
+        if python and mark in words and all(wanted in words for wanted in marks):
+            found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def launch_and_wait(
+    cli: Cli, hosts_file: Path, testbed: TestBed
+) -> tuple[subprocess.Popen[str], str, list[str]]:
+    launcher = cli.start("launch", str(hosts_file), "--headless", "--", "--max-steps", "100000")
+    assert launcher.stdout is not None
+    lines = []
+    for line in launcher.stdout:
+        lines.append(line)
+        match = RUN_ID.search(line)
+        if match and "is running" in line:
+            wait_for_step(testbed, testbed.hosts[:3], match.group(1), 5)
+            return launcher, match.group(1), lines
+    raise AssertionError("".join(lines))
+
+
+def kill_run(cli: Cli, hosts: Sequence[TestHost], run_id: str) -> None:
+    """``ddptui stop --kill``, and nothing of the run left on ``hosts``."""
+    stopped = cli.run("stop", run_id, "--kill")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not run_processes(hosts, run_id)
+
+
+def supervisors(store: Path) -> list[int]:
+    """The pids of the live supervisors of runs in ``store``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ddptui.run.supervisor" in argv and str(store).encode() in argv:
+            found.append(int(entry.name))
+    return found

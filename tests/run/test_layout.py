@@ -1,0 +1,30 @@
+"""One layout of a run's files: the node agent, which travels alone, keeps its own copy of the
+patterns it needs; they must stay what ddptui.run.layout says."""
+
+from __future__ import annotations
+
+from ddptui.run import agent, layout
+
+
+def test_the_agent_follows_and_counts_the_files_the_layout_names() -> None:
+    assert agent.FOLLOWED.pattern == layout.FOLLOWED.pattern
+    assert agent.ATTEMPT_FILE.pattern == layout.ATTEMPT_FILE.pattern
+
+
+def test_every_file_the_watch_reads_is_one_the_agent_streams() -> None:
+    run_dir = "/w/runs/20261201-120000-abcd"
+    log_dir = layout.log_dir(run_dir, 3).removeprefix(run_dir + "/")
+    paths = {
+        layout.EVENTS: "events/rank12.jsonl",
+        layout.RANK_LOG: f"{log_dir}/none_x1/attempt_0/1/stderr.log",
+        layout.ERROR_FILE: f"{log_dir}/none_x1/attempt_0/1/error.json",
+        layout.NODE_OUT: "node/attempt-3.out",
+        layout.NODE_EXIT: "node/attempt-3.exit",
+    }
+    for pattern, path in paths.items():
+        assert pattern.match(path), (pattern.pattern, path)
+        assert agent.FOLLOWED.match(path), path
+    assert not agent.FOLLOWED.match("node/attempt-3.pgid")
+    assert agent.ATTEMPT_FILE.match("attempt-3.pgid") and agent.ATTEMPT_FILE.match("attempt-3.exit")
+    assert layout.code_dir(run_dir) == f"{run_dir}/code"
+    assert layout.host_run_dir("/w", "20261201-120000-abcd") == run_dir

@@ -1,0 +1,97 @@
+"""The supervisor's messages: every kind round-trips through its wire form, and whatever else
+comes off the socket is dropped, never a crash."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.protocol import (
+    Attach,
+    Ended,
+    Gap,
+    Hello,
+    Judged,
+    Reply,
+    Request,
+    Said,
+    decode,
+    line_record,
+    message,
+)
+from ddptui.run.state import Hang, Judgement, RankAtHang
+from ddptui.run.store import RunState
+
+HANG = Hang(
+    since=1000.5,
+    window_s=30.0,
+    step=120,
+    ranks=(
+        RankAtHang(0, "gpu-a", 120, "S", 0.0, None),
+        RankAtHang(3, "gpu-b", 119, "T", 0.0, "its process is stopped"),
+    ),
+)
+JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer for 12 s"}, HANG)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        Hello("20261201-120000-abcd", 4242, 1, 0, 1234, JUDGEMENT),
+        Gap(0, 4096),
+        Judged(JUDGEMENT),
+        Judged(Judgement(RunState.RUNNING, 1, "every node started")),
+        Said("asked the trainer to checkpoint and stop"),
+        Reply("r1", True, "stopped", {"lines": ["a"], "clean": True}),
+        Ended(RunState.FAILED, "torchrun on gpu-b exited 1", 1),
+        Heartbeat(
+            "gpu-a",
+            5.0,
+            {1: True, 2: False},
+            {"procs": 3, "ranks": {3: {"state": "T", "cpu_pct": 0.0}}},
+        ),
+        HostSilent("gpu-b", 12.0, "connect timed out"),
+        HostBack("gpu-b"),
+        Attach(0),
+        Attach(None),
+        Request("r2", "resume", debug=True),
+    ],
+)
+def test_every_message_round_trips(item: object) -> None:
+    raw = message(item)  # type: ignore[arg-type]
+    assert raw.endswith(b"\n") and raw.count(b"\n") == 1
+    assert decode(raw) == item
+
+
+def test_a_line_travels_as_the_journal_keeps_it_and_its_text_only_as_escapes() -> None:
+    line = FileLine("gpu-a", "logs/attempt-1/x/0/stdout.log", 77, "\x1b]52;c;cG93bg==\x07 ☃", True)
+    raw = line_record(line)
+    assert raw.isascii() and b"\x1b" not in raw
+    assert decode(raw) == line
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))  # fmt: skip
+def test_anything_else_is_dropped_not_raised(document: object) -> None:
+    decode(json.dumps(document).encode())
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\xff\xfe",
+        b"[" * 100000,
+        b'{"type": "request", "id": "r", "op": "rm -rf"}',
+        b'{"type": "judged", "judgement": {"state": "exploded", "attempt": 1, "detail": ""}}',
+        b'{"type": "line", "h": "a", "f": "x", "o": true, "t": "y"}',
+        b'{"type": "hello", "v": 1, "run": "x", "pid": 1, "journal": [0], "judgement": {}}',
+        b'{"type": "beat", "h": "a", "time": 1e999, "groups": {}, "sample": {}}',
+    ],
+)
+def test_malformed_messages_are_dropped(raw: bytes) -> None:
+    assert decode(raw) is None

@@ -1,0 +1,391 @@
+"""One owner per run, on the test bed: the supervisor judges and acts with no front end open,
+settles races between requests, survives being killed, and serves every viewer through one
+channel per host. 3 hosts × 2 processes, gloo on CPU, real sshd and torchrun."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+from tests.run.bed import (
+    Cli,
+    host_run_dir,
+    kill_run,
+    run_pid,
+    run_processes,
+    supervisors,
+    wait_for_step,
+    write_hosts,
+)
+from tests.testbed import TestBed, TestHost, cut_link, restore_link
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+ENDLESS = ("--", "--max-steps", "100000")
+
+
+def _record(cli: Cli, run_id: str) -> dict[str, Any]:
+    return tomllib.loads((cli.store / run_id / "run.toml").read_text())
+
+
+def _until(what: str, ready: Callable[[], Any], timeout: float, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = ready()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(every)
+
+
+def _launch(cli: Cli, hosts_file: Path, *args: str) -> str:
+    started = cli.run("launch", str(hosts_file), "--detach", *args)
+    assert started.returncode == 0, started.stderr
+    return started.stdout.strip()
+
+
+def _wait_for_attempt_steps(
+    bed: TestBed, hosts: Sequence[TestHost], run_id: str, *, attempt: int, steps: int
+) -> None:
+    """Until every rank has made ``steps`` steps in ``attempt`` (counted by its start events)."""
+
+    def stepped() -> bool:
+        for host in hosts:
+            for path in (host_run_dir(host, run_id) / "events").glob("rank*.jsonl"):
+                starts = made = 0
+                for line in path.read_text().splitlines():
+                    kind = json.loads(line)["type"]
+                    starts += kind == "start"
+                    made += kind == "step" and starts == attempt
+                if made < steps:
+                    return False
+        return True
+
+    _until(f"{steps} steps of attempt {attempt} on every rank", stepped, 180, every=0.5)
+
+
+def _attempt_of(pid: int) -> bytes | None:
+    with contextlib.suppress(OSError):
+        for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if item.startswith(b"DDPTUI_ATTEMPT="):
+                return item.partition(b"=")[2]
+    return None
+
+
+@contextlib.contextmanager
+def _frozen(pid: int) -> Iterator[float]:
+    """``pid`` stopped (SIGSTOP) for the block: when it was."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.time()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_a_detached_run_that_loses_a_host_fails_with_no_front_end_open_and_resumes(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    hosts_file = write_hosts(testbed, tmp_path, job={"checkpoint_every": 20})
+    run_id = _launch(cli, hosts_file, *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 45)
+    cut = time.time()
+    cut_link(hosts[2])
+    try:
+        # Nothing of ddptui runs now but the run's supervisor: the record is read as a file.
+        record = _until(
+            "the record to say failed",
+            lambda: (found := _record(cli, run_id))["state"] == "failed" and found,
+            90,
+        )
+        failed = next(change for change in record["states"] if change["state"] == "failed")
+        assert failed["time"] - cut <= 30, failed
+        assert failed["detail"].startswith("node2 (node 2) stopped answering"), failed
+        _until("the healthy hosts to be cleared", lambda: not run_processes(hosts[:2], run_id), 30)
+    finally:
+        restore_link(hosts[2])
+    # Once the host answers again, a resume ends what is left there and goes on from the
+    # last checkpoint.
+    resumed = cli.run("resume", run_id, "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    starts = _until(
+        "attempt 2's start on rank 0",
+        lambda: len(found := _starts(hosts[0], run_id)) == 2 and found,
+        90,
+        every=0.5,
+    )
+    assert starts[1]["resumed_from"] is not None and starts[1]["start_step"] >= 40
+    kill_run(cli, hosts, run_id)
+
+
+def _starts(host: TestHost, run_id: str) -> list[dict[str, Any]]:
+    events = host_run_dir(host, run_id) / "events" / "rank0.jsonl"
+    lines = events.read_text().splitlines()
+    return [json.loads(line) for line in lines if '"type":"start"' in line]
+
+
+def test_a_frozen_rank_in_an_unfollowed_run_is_named_hung_within_the_window(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    run_id = _launch(cli, write_hosts(testbed, tmp_path), *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 20)
+    rank3 = run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer")
+    with _frozen(rank3) as frozen:
+        status = _until(
+            "status to say hung",
+            lambda: (found := cli.json("status", run_id))["state"] == "hung" and found,
+            120,
+            every=1.0,
+        )
+        seen = time.time()
+        hung = next(c for c in _record(cli, run_id)["states"] if c["state"] == "hung")
+        human = cli.run("status", run_id)
+    # Said once the default window (30 s for steps this short) passed since the last step.
+    assert hung["time"] - frozen <= 30 + 5, (hung, frozen)
+    assert seen - frozen <= 30 + 15
+    hang = status["hang"]
+    assert hang["window_s"] == 30 and abs(hang["since"] - frozen) < 5, hang
+    odd = [rank for rank in hang["ranks"] if rank["why"]]
+    assert [(rank["rank"], rank["host"], rank["process"]) for rank in odd] == [(3, "node1", "T")]
+    assert "stopped (SIGSTOP" in odd[0]["why"]
+    assert {rank["step"] for rank in hang["ranks"]} <= {hang["step"], hang["step"] + 1}
+    assert "rank 3 on node1" in status["detail"]
+    assert human.returncode == 0
+    assert f"run {run_id}: hung, attempt 1: no step for" in human.stdout, human.stdout
+    assert re.search(r"hung since \d\d:\d\d:\d\d \(\d+ s without a step", human.stdout)
+    # SIGCONT: it steps again, and so does the record.
+    _until(
+        "the run to step again",
+        lambda: _record(cli, run_id)["states"][-1]["state"] == "running",
+        60,
+    )
+    assert _record(cli, run_id)["states"][-1]["detail"] == "stepping again"
+    kill_run(cli, hosts, run_id)
+
+
+def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    job = {"hang_timeout_s": 5, "on_hang": "stop"}
+    run_id = _launch(cli, write_hosts(testbed, tmp_path, job=job), *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 10)
+    rank3 = run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer")
+    with _frozen(rank3):
+        record = _until(
+            "the hung run to be stopped",
+            lambda: (found := _record(cli, run_id))["state"] == "failed" and found,
+            90,
+        )
+    states = [change["state"] for change in record["states"]]
+    assert states[-3:] == ["hung", "stopping", "failed"], states
+    detail = record["states"][-1]["detail"]
+    assert detail.startswith("hung at step ") and "rank 3 on node1" in detail, detail
+    (evidence,) = (cli.store / run_id / "evidence").glob("hang-*.json")
+    kept = json.loads(evidence.read_text())
+    assert kept["state"] == "hung" and kept["hang"]["window_s"] == 5
+    _until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
+
+
+def test_requests_race_and_one_consistent_outcome_is_recorded(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    hosts_file = write_hosts(testbed, tmp_path, job={"checkpoint_every": 20})
+
+    # Two resumes at once: exactly one new attempt; the other is told why.
+    run_id = _launch(cli, hosts_file, *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 5)
+    kill_run(cli, hosts, run_id)
+    resumes = [cli.start("resume", run_id, "--detach") for _ in range(2)]
+    outputs = [resume.communicate(timeout=240)[0] for resume in resumes]
+    codes = sorted(resume.returncode for resume in resumes)
+    assert codes == [0, 1], outputs
+    refused = outputs[[resume.returncode for resume in resumes].index(1)]
+    assert "attempt 2 is starting already" in refused or "is running" in refused, refused
+    record = _record(cli, run_id)
+    assert record["state"] == "running" and len(record["attempts"]) == 2
+    for host in hosts:
+        assert not (host_run_dir(host, run_id) / "node" / "attempt-3.pgid").exists()
+    attempts = {_attempt_of(int(line.split()[-1])) for line in run_processes(hosts, run_id)}
+    assert attempts == {b"2"}, attempts
+
+    # A stop that meets the run's own failure: one outcome, nothing left.
+    _wait_for_attempt_steps(testbed, hosts, run_id, attempt=2, steps=5)
+    os.kill(run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer"), signal.SIGKILL)
+    stop = cli.run("stop", run_id)
+    assert stop.returncode == 0, stop.stderr
+    record = _record(cli, run_id)
+    finals = [c["state"] for c in record["states"][-2:]]
+    assert finals in (["stopping", "stopped"], ["running", "failed"]), record["states"]
+    assert not run_processes(hosts, run_id)
+
+    # A launch that a stop meets halfway: the stop waits its turn, then stops it.
+    launcher = cli.start("launch", str(hosts_file), "--detach", *ENDLESS)
+    new_id = _until(
+        "the new run's record",
+        lambda: next((p.name for p in cli.store.iterdir() if p.name != run_id), None),
+        120,
+        every=0.05,
+    )
+    stop = cli.run("stop", new_id)
+    launched = launcher.communicate(timeout=240)[0]
+    assert launcher.returncode == 0, launched
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    states = [change["state"] for change in _record(cli, new_id)["states"]]
+    assert states == ["staging", "starting", "running", "stopping", "stopped"], states
+    assert not run_processes(hosts, new_id)
+
+
+def _follower_steps(output: str) -> dict[int, list[int]]:
+    seen: dict[int, list[int]] = {}
+    for line in output.splitlines():
+        match = re.match(r"node\d rank (\d) event \| (.*)$", line)
+        if match:
+            event = json.loads(match.group(2))
+            if event["type"] == "step":
+                seen.setdefault(int(match.group(1)), []).append(event["step"])
+    return seen
+
+
+def _supervised(cli: Cli, run_id: str) -> int | None:
+    """The pid of the run's supervisor once it is up (it writes its pid file then)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int((cli.store / run_id / "supervisor.pid").read_text())
+        if pid in supervisors(cli.store):
+            return pid
+    return None
+
+
+def _printed(output: Path, step: int) -> bool:
+    return all(max(steps) >= step for steps in _follower_steps(output.read_text()).values())
+
+
+def _kill_supervisor(cli: Cli, run_id: str) -> int:
+    pid = _until("the run's supervisor", lambda: _supervised(cli, run_id), 30)
+    os.kill(pid, signal.SIGKILL)
+    _until("the supervisor to die", lambda: not supervisors(cli.store), 10, every=0.05)
+    return int(pid)
+
+
+def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_nothing(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    run_id = _launch(cli, write_hosts(testbed, tmp_path), "--", "--max-steps", "900")
+    # Into a file: a pipe nobody reads would stop the follower once full.
+    followed = tmp_path / "first.out"
+    with followed.open("w") as out:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "ddptui", "logs", run_id, "--follow", "--events"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=cli.env,
+        )
+    wait_for_step(testbed, hosts, run_id, 60)
+    killed = _kill_supervisor(cli, run_id)
+    # The follower finds its supervisor gone, starts another and goes on where it was.
+    _until("the follower to start another supervisor", lambda: _supervised(cli, run_id), 30)
+    assert _supervised(cli, run_id) != killed
+    wait_for_step(testbed, hosts, run_id, 200)
+    _until("the follower to print step 200", lambda: _printed(followed, 200), 30)
+    first.kill()
+    first.wait(30)
+    output = followed.read_text()
+    assert f"run {run_id} had no supervisor" in output
+    early = _follower_steps(output)
+    assert sorted(early) == list(range(6))
+    for steps in early.values():
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 60
+
+    # With nobody attached, the next command finds no supervisor, starts one and says so.
+    _kill_supervisor(cli, run_id)
+    status = cli.run("status", run_id)
+    assert f"run {run_id} had no supervisor" in status.stderr, status.stderr
+    assert f"run {run_id}: running" in status.stdout, status.stdout
+    # One that holds the run but does not answer (stopped) is ended and replaced, not waited on.
+    stuck = _until("the new supervisor", lambda: _supervised(cli, run_id), 30)
+    os.kill(stuck, signal.SIGSTOP)
+    status = cli.run("status", run_id)
+    assert f"(pid {stuck}) does not answer: ending it" in status.stderr, status.stderr
+    assert f"run {run_id}: running" in status.stdout, status.stdout
+    assert _supervised(cli, run_id) not in (None, stuck)
+    whole = cli.run("logs", run_id, "--follow", "--events", timeout=300)
+    assert whole.returncode == 0, whole.stderr
+    assert f"run {run_id} completed" in whole.stderr
+    steps = _follower_steps(whole.stdout)
+    assert sorted(steps) == list(range(6))
+    for ranks in steps.values():
+        assert ranks == list(range(1, 901))
+    assert _record(cli, run_id)["state"] == "completed"
+
+
+def _followers_per_host(hosts: Sequence[TestHost], run_id: str) -> dict[str, int]:
+    """How many node agents follow the run on each host (the bed shares one PID namespace)."""
+    dirs = {str(host_run_dir(host, run_id)).encode(): host.name for host in hosts}
+    counts = dict.fromkeys((host.name for host in hosts), 0)
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if len(argv) > 3 and argv[1:3] == [b"-", b"follow"] and argv[3] in dirs:
+                counts[dirs[argv[3]]] += 1
+    return counts
+
+
+def test_any_number_of_viewers_cost_the_hosts_one_channel_each(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    from tests.ui.terminal import Terminal
+
+    hosts = testbed.hosts[:3]
+    hosts_file = write_hosts(testbed, tmp_path)
+    run_id = _launch(cli, hosts_file, *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 5)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "ddptui", "logs", run_id, "--follow"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli.env,
+    )
+    consoles = [Terminal(f"ddptui-viewers-{os.getpid()}-{n}") for n in range(2)]
+    try:
+        for console in consoles:
+            state = {"XDG_STATE_HOME": cli.env["XDG_STATE_HOME"]}
+            console.start([sys.executable, "-m", "ddptui", str(hosts_file)], state)
+        for console in consoles:
+            console.wait_for("the hosts checked", lambda t: "healthy" in t, 120)
+            console.keys("R")
+            console.wait_for("the runs screen", lambda t: run_id in t, 30)
+            console.keys("Enter")
+        for console in consoles:
+            console.wait_for(
+                "the run attached", lambda t: f"run {run_id}: running" in t and "step " in t, 120
+            )
+        time.sleep(3)
+        assert _followers_per_host(hosts, run_id) == dict.fromkeys((host.name for host in hosts), 1)
+        assert follower.poll() is None
+    finally:
+        for console in consoles:
+            console.close()
+        follower.kill()
+        follower.wait(10)
+    kill_run(cli, hosts, run_id)
