@@ -39,6 +39,9 @@ def plain(text: str, *, limit: int | None = None, one_line: bool = False) -> str
     """
     if limit is not None and len(text) > limit:
         text = text[: max(limit - 1, 0)] + ELLIPSIS
+    if text.isascii() and text.isprintable():
+        # Nothing to escape (most of what hosts send): no need to search it.
+        return text
     pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
     return pattern.sub(_visible, text)
 

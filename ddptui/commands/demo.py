@@ -20,6 +20,7 @@ from ddptui.commands.launch import checked, refuse
 from ddptui.config import Config, load_config
 from ddptui.demo.cluster import demo_cluster
 from ddptui.run.control import RunControl
+from ddptui.run.state import Steps
 
 _ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -47,7 +48,7 @@ async def _headless(control: RunControl, config: Config) -> int:
     if not report.healthy:
         return refuse(report)
     plan = control.plan(config, report)
-    attachment = await control.launch(config, report, plan, demo=True, say=say, steps=False)
+    attachment = await control.launch(config, report, plan, demo=True, say=say, steps=Steps.NONE)
     say(f"run {attachment.record.id} is running; Ctrl-C ends the demo (and the run)")
     return await follow_headless(attachment)
 

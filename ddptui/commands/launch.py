@@ -15,6 +15,7 @@ from ddptui.config import Config, load_config
 from ddptui.health import Severity
 from ddptui.plan.describe import describe_plan
 from ddptui.run.control import RunControl
+from ddptui.run.state import Steps
 from ddptui.run.store import RunRecord
 from ddptui.untrusted import plain
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(plain(describe_plan(plan)))
             return 0
-        attachment = await control.launch(config, report, plan, say=say, steps=False)
+        attachment = await control.launch(config, report, plan, say=say, steps=Steps.NONE)
         started["run"] = attachment.record
         if args.detach:
             await attachment.close()

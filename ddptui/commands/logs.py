@@ -20,8 +20,10 @@ from ddptui.run.control import Attachment, RunControl
 from ddptui.run.follow import FileLine, Heartbeat, HostSilent
 from ddptui.run.layout import EVENTS, NODE_OUT, RANK_LOG
 from ddptui.run.protocol import Ended, Said
-from ddptui.run.state import RunWatch
+from ddptui.run.state import RunWatch, Steps
 from ddptui.untrusted import plain
+
+BURST_LINES = 512
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +42,7 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
         async for update in control.lines(record, config):
             watch.apply(update)
             if isinstance(update, FileLine):
-                _print(watch, update, args)
+                _write([_shown(watch, update, args)])
             elif isinstance(update, Heartbeat):
                 beats[update.host] += 1
             elif isinstance(update, HostSilent):
@@ -50,13 +52,16 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
                 break
         _finish(watch, args)
         return 0
-    async with await control.attach(record.id, say=say, steps=False) as attachment:
+    async with await control.attach(record.id, say=say, steps=Steps.NONE) as attachment:
+        burst: list[str | None] = []
         async for item in _lines(attachment, follow=args.follow):
-            _print(attachment.watch, item, args)
-            if not attachment.pending:
+            burst.append(_shown(attachment.watch, item, args))
+            if not attachment.pending or len(burst) >= BURST_LINES:
                 # Once per burst, not once per line: a write for each of a thousand lines a
                 # second was a good part of following's cost.
-                sys.stdout.flush()
+                _write(burst)
+                burst.clear()
+        _write(burst)
         _finish(attachment.watch, args)
         if args.follow and attachment.judgement.state.final:
             judgement = attachment.judgement
@@ -86,27 +91,37 @@ async def _lines(attachment: Attachment, *, follow: bool) -> AsyncIterator[FileL
             return
 
 
-def _print(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> None:
+def _write(lines: list[str | None]) -> None:
+    shown = [line for line in lines if line is not None]
+    if shown:
+        sys.stdout.write("\n".join(shown) + "\n")
+        sys.stdout.flush()
+
+
+def _shown(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> str | None:
+    """``line`` as printed (labelled with its host, rank and stream), or None if not asked for."""
     if args.errors:
-        return
+        return None
     node = watch.nodes.get(line.host)
     if node is None:
-        return
-    match = RANK_LOG.match(line.path)
-    if match is not None:
-        rank: int | None = node.base_rank + int(match.group(2))
-        label = f"{line.host} rank {rank} {match.group(3)} (attempt {match.group(1)})"
-    elif args.events and (match := EVENTS.match(line.path)) is not None:
-        rank = int(match.group(1))
+        return None
+    # Events first: nearly every line is one.
+    if (match := EVENTS.match(line.path)) is not None:
+        if not args.events:
+            return None
+        rank: int | None = int(match.group(1))
         label = f"{line.host} rank {rank} event"
+    elif (match := RANK_LOG.match(line.path)) is not None:
+        rank = node.base_rank + int(match.group(2))
+        label = f"{line.host} rank {rank} {match.group(3)} (attempt {match.group(1)})"
     elif (match := NODE_OUT.match(line.path)) is not None and args.rank is None:
         rank = None
         label = f"{line.host} torchrun (attempt {match.group(1)})"
     else:
-        return
+        return None
     if args.rank is not None and rank != args.rank:
-        return
-    print(f"{plain(label, one_line=True)} | {plain(line.text, one_line=True)}")
+        return None
+    return f"{plain(label, one_line=True)} | {plain(line.text, one_line=True)}"
 
 
 def _finish(watch: RunWatch, args: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ import argparse
 
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.run.control import RunControl
+from ddptui.run.state import Steps
 from ddptui.run.store import RunRecord
 
 
@@ -13,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     control = RunControl()
 
     async def main(started: dict[str, RunRecord]) -> int:
-        attachment = await control.resume(args.run, debug=args.debug, say=say, steps=False)
+        attachment = await control.resume(args.run, debug=args.debug, say=say, steps=Steps.NONE)
         record = attachment.record
         started["run"] = record
         if args.detach:

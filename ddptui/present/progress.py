@@ -13,6 +13,7 @@ from ddptui.run.store import RunState
 from ddptui.untrusted import plain
 
 PROGRESS_EVERY_S = 2.0
+LOOK_EVERY_S = 0.25
 
 
 class ProgressReport:
@@ -27,8 +28,16 @@ class ProgressReport:
         self._diagnoses: set[tuple[str, str]] = set()
         self._nodes: dict[str, str] = {}
         self._state: RunState | None = None
+        self._looked = -LOOK_EVERY_S
+        self._judged: Judgement | None = None
 
     def lines(self, watch: RunWatch, judgement: Judgement, *, final: bool = False) -> list[str]:
+        """What is new since the last call; nothing when called again within ``LOOK_EVERY_S``
+        and the judgement has not changed (it is called for every line a run writes)."""
+        now = self._clock()
+        if not final and judgement is self._judged and now < self._looked + LOOK_EVERY_S:
+            return []
+        self._looked, self._judged = now, judgement
         said: list[str] = []
         if self._state is not None and judgement.state is not self._state:
             if judgement.state is RunState.HUNG:
@@ -51,7 +60,6 @@ class ProgressReport:
             if key not in self._diagnoses:
                 self._diagnoses.add(key)
                 said += [line.plain for line in diagnosis_lines(diagnosis, first=False)]
-        now = self._clock()
         if final or now >= self._next:
             self._next = now + self.every_s
             progress = progress_line(judgement.state, judgement.progress, stepped=judgement.stepped)

@@ -50,7 +50,7 @@ from ddptui.run.protocol import (
     Request,
     Said,
 )
-from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.state import Judgement, RunWatch, Steps
 from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore, new_run_id
 from ddptui.run.supervisor import BUSY
 from ddptui.run.view import RunView
@@ -67,6 +67,7 @@ REATTACH_WAIT_S = 3.0
 """After losing its supervisor, how long a viewer waits for another command to start one
 before it starts one itself."""
 READ_BACK_S = 30.0
+READ_BYTES = 256 * 1024
 
 
 class ControlError(DdptuiError):
@@ -94,10 +95,10 @@ class Attachment:
         *,
         position: int | None,
         say: Say,
-        steps: bool = True,
+        steps: Steps = Steps.EVERY,
     ) -> None:
-        """``steps``: keep every rank's progress from its step events (what a console charts);
-        a viewer that prints lines and the supervisor's judgement needs none of it."""
+        """``steps``: how much of the step events the viewer's watch reads (:class:`Steps`): a
+        console charts every one, one that prints lines and the judgement needs none."""
         self.control = control
         self.record = record
         self.position = position
@@ -110,8 +111,12 @@ class Attachment:
         """The last attempt's end, once the supervisor has recorded it."""
         self.gaps = 0
         self._reader: asyncio.StreamReader | None = None
+        self._partial = bytearray()
         self._writer: asyncio.StreamWriter | None = None
-        self._queue: asyncio.Queue[tuple[Message, int | None] | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[list[tuple[Message, int | None]] | None] = asyncio.Queue()
+        """Bursts of messages as they came, each with the journal position after it."""
+        self._left = 0
+        """Messages of the burst :meth:`updates` is handing out, not handed out yet."""
         self.taken: int | None = position
         """The journal position after the last line :meth:`updates` handed out."""
         self._replies: dict[str, asyncio.Future[Reply]] = {}
@@ -121,8 +126,9 @@ class Attachment:
 
     @property
     def pending(self) -> int:
-        """Messages received and not yet taken from :meth:`updates`."""
-        return self._queue.qsize()
+        """Whether messages were received and not yet taken from :meth:`updates` (a count of
+        them, or of their bursts)."""
+        return self._left + self._queue.qsize()
 
     @property
     def caught_up(self) -> bool:
@@ -158,14 +164,16 @@ class Attachment:
         reader = QueueReader(self._queue)
         while True:
             try:
-                taken = await reader.get(3600.0)
+                burst = await reader.get(3600.0)
             except asyncio.TimeoutError:
                 continue
-            if taken is None:
+            if burst is None:
                 return
-            item, self.taken = taken
-            self._apply(item)
-            yield item
+            self._left = len(burst)
+            for item, self.taken in burst:
+                self._left -= 1
+                self._apply(item)
+                yield item
 
     async def request(self, op: str, *, debug: bool = False, timeout: float | None = None) -> Reply:
         """Ask the supervisor for ``op`` and wait for its answer (:class:`ControlError` when
@@ -223,18 +231,13 @@ class Attachment:
             self.record, self.position, say=self.say
         )
         self._reader, self._writer, self.hello = reader, writer, hello
-        self._queue.put_nowait((hello, self.position))
+        self._queue.put_nowait([(hello, self.position)])
 
     async def _read(self) -> None:
         try:
             while not self._closed:
                 assert self._reader is not None
-                try:
-                    raw = await self._reader.readline()
-                except (ValueError, OSError):
-                    raw = b""
-                if raw:
-                    self._take(raw)
+                if await self._receive(self._reader):
                     continue
                 # The supervisor went away: for good once the run ended and was recorded.
                 for future in self._replies.values():
@@ -251,13 +254,40 @@ class Attachment:
         finally:
             self._queue.put_nowait(None)
 
-    def _take(self, raw: bytes) -> None:
-        """A received message, queued for :meth:`updates` (which applies it, so what the watch
-        and the judgement say is what the consumer has seen, in order); replies answer their
-        requests at once."""
+    async def _receive(self, reader: asyncio.StreamReader) -> bool:
+        """Take what the supervisor sent next, a burst at a time (a line at a time cost more
+        than the lines); False once the connection has ended."""
+        try:
+            chunk = await reader.read(READ_BYTES)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._partial.clear()
+            return False
+        self._partial += chunk
+        end = self._partial.rfind(b"\n") + 1
+        if not end:
+            if len(self._partial) > protocol.MAX_MESSAGE_BYTES:
+                self._partial.clear()
+                return False
+            return True
+        lines, self._partial = bytes(self._partial[:end]), self._partial[end:]
+        burst = [
+            taken
+            for raw in lines.splitlines(keepends=True)
+            if (taken := self._take(raw)) is not None
+        ]
+        if burst:
+            self._queue.put_nowait(burst)
+        return True
+
+    def _take(self, raw: bytes) -> tuple[Message, int | None] | None:
+        """A received message, for :meth:`updates` (which applies it, so what the watch and
+        the judgement say is what the consumer has seen, in order), with the journal position
+        after it; replies answer their requests at once."""
         item = protocol.decode(raw)
         if item is None or isinstance(item, (Attach, Request)):
-            return
+            return None
         if isinstance(item, FileLine):
             if self.position is not None:
                 self.position += len(raw)
@@ -267,7 +297,7 @@ class Attachment:
             future = self._replies.get(item.id)
             if future is not None and not future.done():
                 future.set_result(item)
-        self._queue.put_nowait((item, self.position))
+        return item, self.position
 
     def _apply(self, item: Message) -> None:
         if isinstance(item, (FileLine, Heartbeat, HostSilent, HostBack)):
@@ -333,7 +363,7 @@ class RunControl:
         *,
         demo: bool = False,
         say: Say = _quiet,
-        steps: bool = True,
+        steps: Steps = Steps.EVERY,
     ) -> Attachment:
         """Record ``plan`` as a new run, start its supervisor (which stages and starts it) and
         attach from the first line; returns once every node runs (:class:`ControlError` with
@@ -352,7 +382,12 @@ class RunControl:
         return attachment
 
     async def resume(
-        self, run_id: str | None, *, debug: bool = False, say: Say = _quiet, steps: bool = True
+        self,
+        run_id: str | None,
+        *,
+        debug: bool = False,
+        say: Say = _quiet,
+        steps: Steps = Steps.EVERY,
     ) -> Attachment:
         """A new attempt of a stopped or failed run, from its newest checkpoint; returns once it
         runs, attached from the first line. :class:`ControlError` with the reason when the
@@ -376,7 +411,7 @@ class RunControl:
             return await attachment.ask("kill" if kill else "stop")
 
     async def attach(
-        self, run_id: str | None, *, say: Say = _quiet, steps: bool = True
+        self, run_id: str | None, *, say: Say = _quiet, steps: Steps = Steps.EVERY
     ) -> Attachment:
         """Follow a run from its first line (starting its supervisor if it has none)."""
         record = self.store.resolve(run_id)

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncssh
 
@@ -36,9 +36,11 @@ INBOX_LINES = 4096
 READER_STOP_S = 2.0
 
 
-@dataclass(frozen=True)
-class FileLine:
-    """A complete line of one of the run's files on ``host`` (path relative to the run dir)."""
+class FileLine(NamedTuple):
+    """A complete line of one of the run's files on ``host`` (path relative to the run dir).
+
+    A tuple: there is one for every line a run writes, and a frozen dataclass costs several
+    times as much to make."""
 
     host: str
     path: str

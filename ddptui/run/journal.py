@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.run.follow import FileLine
-from ddptui.run.protocol import line_record
+from ddptui.run.protocol import decode, line_record
 
 SEGMENT_BYTES = 128 * 1024 * 1024
 SEGMENTS_KEPT = 4
@@ -59,6 +59,7 @@ class Journal:
         self.end = self._segments[-1] + size
         """Where the next line goes: every byte before it is a whole line, readable."""
         self._pending = bytearray()
+        self._readers: dict[int, int] = {}
         self.offsets: dict[str, dict[str, int]] = {}
         """Host → path → the byte offset after the last line taken from it."""
         self._recover_offsets()
@@ -79,6 +80,11 @@ class Journal:
         taken[line.path] = line.offset
         self._pending += line_record(line)
         return True
+
+    @property
+    def unwritten(self) -> int:
+        """Bytes appended and not written out yet."""
+        return len(self._pending)
 
     def flush(self) -> bool:
         """Write out what was appended; whether anything was."""
@@ -102,12 +108,18 @@ class Journal:
         wanted = min(limit, segment_end - position)
         if wanted <= 0:
             return position, b""
-        with self._path(base).open("rb") as handle:
-            handle.seek(position - base)
-            data = handle.read(wanted)
-            while b"\n" not in data and position + len(data) < segment_end:
-                data += handle.read(limit)
+        fd = self._reader(base)
+        data = os.pread(fd, wanted, position - base)
+        while b"\n" not in data and position + len(data) < segment_end:
+            data += os.pread(fd, limit, position - base + len(data))
         return position, data[: data.rfind(b"\n") + 1]
+
+    def _reader(self, base: int) -> int:
+        """A descriptor to read the segment starting at ``base`` (kept: viewers read often)."""
+        fd = self._readers.get(base)
+        if fd is None:
+            fd = self._readers[base] = os.open(self._path(base), os.O_RDONLY)
+        return fd
 
     def lines(self, position: int = 0) -> Iterator[bytes]:
         """Every whole line from ``position`` to :attr:`end`, each with its newline."""
@@ -132,6 +144,9 @@ class Journal:
         with contextlib.suppress(OSError):
             self.checkpoint()
         os.close(self._fd)
+        for fd in self._readers.values():
+            os.close(fd)
+        self._readers.clear()
 
     def _path(self, start: int) -> Path:
         return self.directory / f"journal-{start:020d}.jsonl"
@@ -144,6 +159,9 @@ class Journal:
         self.checkpoint()
         while len(self._segments) > self.kept:
             dropped = self._segments.pop(0)
+            reader = self._readers.pop(dropped, None)
+            if reader is not None:
+                os.close(reader)
             self._path(dropped).unlink(missing_ok=True)
 
     def _recover_offsets(self) -> None:
@@ -157,14 +175,10 @@ class Journal:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         for raw in self.lines(position):
-            try:
-                document = json.loads(raw)
-                host, path, offset = document["h"], document["f"], document["o"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(host, str) and isinstance(path, str) and isinstance(offset, int):
-                taken = self.offsets.setdefault(host, {})
-                taken[path] = max(offset, taken.get(path, 0))
+            line = decode(raw)
+            if isinstance(line, FileLine):
+                taken = self.offsets.setdefault(line.host, {})
+                taken[line.path] = max(line.offset, taken.get(line.path, 0))
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """The longest line either side reads: a snapshot of thousands of ranks fits, a runaway does
 not fill memory."""
 
+_DECODER = json.JSONDecoder()
 OPS = ("stop", "kill", "resume", "snapshot")
 """What a viewer may ask: stop (checkpoint first), kill, resume (a new attempt), snapshot (the
 run as the supervisor sees it now: the ``status --json`` document)."""
@@ -128,18 +130,43 @@ def encode(document: Mapping[str, Any]) -> bytes:
     return json.dumps(document, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPE = str.maketrans(_ESCAPES)
+_UNESCAPE = re.compile(r"\\(.)")
+_UNESCAPED = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _field(text: str) -> str:
+    # Four scans in C are cheaper than a translation by mapping, and nearly every text needs none.
+    if "\\" in text or "\n" in text or "\r" in text or "\t" in text:
+        return text.translate(_ESCAPE)
+    return text
+
+
+def _unfield(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return _UNESCAPE.sub(lambda match: _UNESCAPED.get(match.group(1), match.group(1)), text)
+
+
 def line_record(line: FileLine) -> bytes:
-    """A followed line as the journal keeps it and viewers receive it."""
-    document: dict[str, Any] = {
-        "type": "line",
-        "h": line.host,
-        "f": line.path,
-        "o": line.offset,
-        "t": line.text,
-    }
-    if line.cut:
-        document["cut"] = True
-    return encode(document)
+    """A followed line as the journal keeps it and viewers receive it: ``L``, the host, the
+    path, the offset after the line, ``1`` if it was cut, and its text, tab-separated, with
+    backslash, newline, carriage return and tab escaped in every field. Not JSON: there is one
+    for every line a run writes, and JSON around a JSON event (escaped quotes all through)
+    cost a viewer three times as much to read."""
+    return (
+        f"L\t{_field(line.host)}\t{_field(line.path)}\t{line.offset:d}\t{line.cut:d}\t"
+        f"{_field(line.text)}\n"
+    ).encode("utf-8", "surrogatepass")
+
+
+def _line(raw: bytes) -> FileLine | None:
+    fields = raw.rstrip(b"\n").decode("utf-8", "surrogatepass").split("\t", 5)
+    if len(fields) != 6 or not fields[3].isascii() or not fields[3].isdigit():
+        return None
+    _, host, path, offset, cut, text = fields
+    return FileLine(_unfield(host), _unfield(path), int(offset), _unfield(text), cut == "1")
 
 
 def message(item: Message | Attach | Request) -> bytes:
@@ -237,8 +264,14 @@ def judgement_document(judgement: Judgement) -> dict[str, Any]:
 
 def decode(raw: bytes) -> Message | Attach | Request | None:
     """One received line as its message; None for anything malformed or unknown."""
+    if raw.startswith(b"L\t"):
+        try:
+            return _line(raw)
+        except (UnicodeDecodeError, ValueError):
+            return None
     try:
-        document = json.loads(raw)
+        # What json.loads does with bytes, without guessing their encoding each time.
+        document = _DECODER.decode(raw.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
     if not isinstance(document, dict):
@@ -251,14 +284,6 @@ def decode(raw: bytes) -> Message | Attach | Request | None:
 
 def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
     kind = doc.get("type")
-    if kind == "line":
-        return FileLine(
-            _text(doc["h"]),
-            _text(doc["f"]),
-            _int(doc["o"]),
-            _text(doc["t"]),
-            doc.get("cut") is True,
-        )
     if kind == "beat":
         groups = doc.get("groups")
         return Heartbeat(

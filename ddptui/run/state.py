@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
+import re
 import signal
 import statistics
 import time
@@ -60,8 +61,21 @@ PROCESS_STATES = {
 """The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
 
 
-_STEP = '"type":"step"'
-"""How the trainer writes a step event's type: a line without it is read whatever it is."""
+_STEP = re.compile(r'"type"\s*:\s*"step"')
+"""A step event's type, as JSON writers put it: a line without it is read, whatever it is."""
+
+
+class Steps(enum.Enum):
+    """How much of the ranks' step events a watch reads: nearly every line a run writes is one,
+    and reading them is most of what following costs."""
+
+    EVERY = "every"
+    """Every one: each rank's whole loss curve (a console charts it)."""
+    LATEST = "latest"
+    """Each rank's latest, when the state is looked at (:meth:`RunWatch.tick`): its numbers
+    and health, not every point of its curve (the supervisor, twice a second)."""
+    NONE = "none"
+    """None: a viewer that prints lines and takes the supervisor's judgement for the rest."""
 
 
 class Silence(enum.Enum):
@@ -189,15 +203,13 @@ class RunWatch:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         *,
-        steps: bool = True,
+        steps: Steps = Steps.EVERY,
     ) -> None:
-        """``clock`` times what arrives (monotonic); ``wall`` dates it (the ranks' clock).
-
-        Without ``steps``, step events are passed over unread (nearly every line a run writes,
-        and most of what reading them costs): for a viewer that shows no ranks' progress of its
-        own, only lines and the supervisor's judgement of them.
-        """
+        """``clock`` times what arrives (monotonic); ``wall`` dates it (the ranks' clock);
+        ``steps``: how much of the step events to read (see :class:`Steps`)."""
         self.steps = steps
+        self._latest: dict[str, tuple[str, str]] = {}
+        """Events file → (host, text) of its latest step event not read yet (``LATEST``)."""
         self._clock = clock
         self._wall = wall
         self._heard_at: dict[str, float] = {}
@@ -263,23 +275,17 @@ class RunWatch:
         node = self.nodes.get(line.host)
         if node is None:
             return
-        if EVENTS.match(line.path):
-            if not self.steps and _STEP in line.text:
+        match = EVENTS.match(line.path)
+        if match is not None:
+            if self.steps is not Steps.EVERY and _STEP.search(line.text):
+                if self.steps is Steps.LATEST:
+                    self._latest[line.path] = (line.host, line.text)
+                    self._stepped(line.host, int(match.group(1)))
                 return
-            event = self.events.feed(line.text)
-            if event is not None:
-                self.progress.apply(line.host, event)
-                self.diagnoser.feed_event(line.host, event)
-                self._note_attempt(event)
-                progress = self.progress.rank(event.rank)
-                if progress is not None and self._starts.get(event.rank, 0) < self.attempt:
-                    # An earlier attempt's event: its step and loss stand, its state does not.
-                    self._not_started(progress)
-                if isinstance(event, StepEvent) and self._starts.get(event.rank) == self.attempt:
-                    # Only this attempt's steps: a resumed run's earlier steps say nothing of
-                    # whether it trains now.
-                    self.attempt_steps += 1
-                    self._stepped_at[line.host] = self._clock()
+            pending = self._latest.pop(line.path, None)
+            if pending is not None:
+                self._event(*pending)
+            self._event(line.host, line.text)
             return
         match = RANK_LOG.match(line.path) or ERROR_FILE.match(line.path)
         if match is not None:
@@ -306,6 +312,34 @@ class RunWatch:
             with contextlib.suppress(ValueError):
                 node.exit = int(line.text.strip())
                 node.exited_at = self._clock()
+
+    def _event(self, host: str, text: str) -> None:
+        event = self.events.feed(text)
+        if event is None:
+            return
+        self.progress.apply(host, event)
+        self.diagnoser.feed_event(host, event)
+        self._note_attempt(event)
+        progress = self.progress.rank(event.rank)
+        if progress is not None and self._starts.get(event.rank, 0) < self.attempt:
+            # An earlier attempt's event: its step and loss stand, its state does not.
+            self._not_started(progress)
+        if isinstance(event, StepEvent) and self.steps is Steps.EVERY:
+            self._stepped(host, event.rank)
+
+    def _stepped(self, host: str, rank: int) -> None:
+        # Only this attempt's steps: a resumed run's earlier steps say nothing of whether it
+        # trains now.
+        if self._starts.get(rank) == self.attempt:
+            self.attempt_steps += 1
+            self._stepped_at[host] = self._clock()
+
+    def read_steps(self) -> None:
+        """Read the step events kept unread (``LATEST``): the ranks' progress is then up to
+        date."""
+        latest, self._latest = self._latest, {}
+        for host, text in latest.values():
+            self._event(host, text)
 
     @staticmethod
     def _not_started(rank: RankProgress) -> None:
@@ -367,7 +401,9 @@ class RunWatch:
         return [host for host in self._witnesses() if host in self._stepped_at]
 
     def tick(self) -> None:
-        """Recompute what depends on time passing (stalled ranks)."""
+        """Bring the ranks' progress up to date and recompute what depends on time passing
+        (stalled ranks)."""
+        self.read_steps()
         self.progress.update_health(self._wall())
 
     def hang_window(self, override: float | None = None) -> float:

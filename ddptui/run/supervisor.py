@@ -47,7 +47,7 @@ from ddptui.run.journal import Journal
 from ddptui.run.launcher import LaunchError
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import Attach, Ended, Hello, Judged, Reply, Request, Said
-from ddptui.run.state import Hang, Judgement, RunWatch, Verdict
+from ddptui.run.state import Hang, Judgement, RunWatch, Steps, Verdict
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 from ddptui.run.store import Attempt, RunRecord, RunState, RunStore
 from ddptui.run.view import RunView
@@ -56,7 +56,10 @@ BUSY = 75
 """Exit status of a supervisor that found the run supervised already (EX_TEMPFAIL)."""
 IDLE_EXIT_S = 10.0
 """An ended run's supervisor waits this long for another request (a resume) before it exits."""
-JUDGE_EVERY_S = 1.0
+FLUSH_EVERY_S = 0.1
+FLUSH_BYTES = 256 * 1024
+JUDGE_EVERY_S = 0.5
+"""Judging looks at every rank: twice a second, not after every burst of lines."""
 CHECKPOINT_EVERY_S = 5.0
 FOLLOW_STOP_S = 10.0
 SETTLE_S = 6.0
@@ -273,6 +276,7 @@ class Supervisor:
 
     def _snapshot(self) -> dict[str, object]:
         watch = self.watch or RunWatch(self.record, self._clock, self._wall)
+        watch.read_steps()
         return RunView.of(self.record, watch, self.judgement).live_document()
 
     # --- jobs ------------------------------------------------------------------------------
@@ -491,7 +495,7 @@ class Supervisor:
 
     def _begin_following(self) -> None:
         if self.watch is None:
-            watch = RunWatch(self.record, self._clock, self._wall)
+            watch = RunWatch(self.record, self._clock, self._wall, steps=Steps.LATEST)
             # What an earlier supervisor took (earlier attempts' too) shapes the state.
             for raw in self.journal.lines():
                 line = protocol.decode(raw)
@@ -524,7 +528,7 @@ class Supervisor:
             (node.host for node in self._watch().nodes.values() if node.silent is None), 0
         )
         self._settled.clear()
-        if settle:
+        if settle and not self._all_sent():
             with contextlib.suppress(asyncio.TimeoutError):
                 await wait_for(self._settled.wait(), SETTLE_S)
         self._beats_after = {}
@@ -557,23 +561,40 @@ class Supervisor:
         self._crashed = error
         self._enqueue(Job("crashed"))
 
+    def _all_sent(self) -> bool:
+        """Whether every host that answered when following was to end has sent all its run's
+        files held then. The agent reads every file in each round, the run's events and logs
+        before torchrun's exit status: once a node's status has come, so has what its ranks
+        wrote before they ended; else two heartbeats from then on (each follows a round)."""
+        nodes = self._watch().nodes
+        return all(
+            nodes[host].exit is not None or beats >= 2 for host, beats in self._beats_after.items()
+        )
+
     async def _pump(self, follower: HostFollower) -> None:
         async for update in follower.updates():
             await self._inbox.put(update)
 
     async def _judge_loop(self) -> None:
         updates = QueueReader(self._inbox)
-        next_tick = next_checkpoint = 0.0
+        next_tick = next_checkpoint = next_flush = 0.0
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                self._take(await updates.get(JUDGE_EVERY_S))
-            if self._inbox.empty() and self.journal.flush():
-                self._wake()
+                wait = FLUSH_EVERY_S if self.journal.unwritten else JUDGE_EVERY_S
+                self._take(await updates.get(wait))
             now = self._clock()
+            if (now >= next_flush and self._inbox.empty()) or (
+                self.journal.unwritten >= FLUSH_BYTES
+            ):
+                # Written out and sent in bursts: a write and a wake-up of every viewer for
+                # each few lines would cost more than the lines.
+                next_flush = now + FLUSH_EVERY_S
+                if self.journal.flush():
+                    self._wake()
             if now >= next_checkpoint:
                 next_checkpoint = now + CHECKPOINT_EVERY_S
                 self.journal.checkpoint()
-            if now >= next_tick or self._inbox.empty():
+            if now >= next_tick:
                 next_tick = now + JUDGE_EVERY_S
                 self._judge()
 
@@ -588,17 +609,17 @@ class Supervisor:
         if isinstance(update, FileLine):
             if self.journal.append(update):
                 watch.apply(update)
+                if self._beats_after and self._all_sent():
+                    self._settled.set()
             return
         watch.apply(update)
         if isinstance(update, HostSilent):
             log.warning("%s does not answer: %s", update.host, update.reason)
         elif not isinstance(update, Heartbeat):
             log.info("%s answers again", update.host)
-        if update.host in self._beats_after and isinstance(update, (Heartbeat, HostSilent)):
-            # The agent reads every file before each heartbeat: two heartbeats from now on,
-            # and whatever the files held now has been sent.
+        if update.host in self._beats_after:
             self._beats_after[update.host] += 2 if isinstance(update, HostSilent) else 1
-            if all(count >= 2 for count in self._beats_after.values()):
+            if self._all_sent():
                 self._settled.set()
         data = protocol.message(update)
         self.latest[update.host] = data

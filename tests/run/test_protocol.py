@@ -67,10 +67,29 @@ def test_every_message_round_trips(item: object) -> None:
     assert decode(raw) == item
 
 
-def test_a_line_travels_as_the_journal_keeps_it_and_its_text_only_as_escapes() -> None:
-    line = FileLine("gpu-a", "logs/attempt-1/x/0/stdout.log", 77, "\x1b]52;c;cG93bg==\x07 ☃", True)
+@given(
+    st.text(min_size=1),
+    st.text(min_size=1),
+    st.integers(min_value=0, max_value=2**63),
+    st.text(),
+    st.booleans(),
+)
+def test_any_line_travels_whole_on_one_line(
+    host: str, path: str, offset: int, text: str, cut: bool
+) -> None:
+    line = FileLine(host, path, offset, text, cut)
     raw = line_record(line)
-    assert raw.isascii() and b"\x1b" not in raw
+    assert raw.endswith(b"\n") and len(raw.splitlines()) == 1
+    assert decode(raw) == line
+
+
+def test_a_hostile_line_cannot_pass_for_several_or_for_another_host_s() -> None:
+    text = (
+        "x\tnode0\tevents/rank0.jsonl\t9\t0\tforged\nL\tnode0\t\\n\r\x1b]52;c;cG93bg==\x07 ☃\ud800"
+    )
+    line = FileLine("node2", "logs/attempt-1/x/0/stdout.log", 77, text, True)
+    raw = line_record(line)
+    assert len(raw.splitlines()) == 1
     assert decode(raw) == line
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
-from ddptui.run.state import RunWatch
+from ddptui.run.state import RunWatch, Steps
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 
 
@@ -387,3 +387,37 @@ def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() ->
     assert [rank.state.value for rank in resumed.progress.ranks] == ["starting"] * 4
     clock.now += 100.0
     assert resumed.hang() is None
+
+
+def test_a_watch_that_reads_only_the_latest_steps_says_the_same_once_it_looks() -> None:
+    clock = _Clock()
+    every = _started(RunWatch(_record(), clock=clock, wall=clock))
+    latest = _started(RunWatch(_record(), clock=clock, wall=clock, steps=Steps.LATEST))
+    none = _started(RunWatch(_record(), clock=clock, wall=clock, steps=Steps.NONE))
+    lines = [_step("ab"[rank // 2], rank, step) for step in range(1, 11) for rank in range(4)]
+    lines.append(
+        FileLine("a", "events/rank0.jsonl", 99, _event("done", 0, step=10, reason="completed"))
+    )
+    lines.append(FileLine("b", "events/rank3.jsonl", 99, _event("error", 3, message="boom")))
+    for line in lines:
+        for watch in (every, latest, none):
+            watch.apply(line)
+    # Arriving steps count at once (for hangs and silences); their numbers once it looks.
+    assert latest.attempt_steps > 0 and latest.hang() is None
+    assert latest.progress.rank(2).step == 0  # type: ignore[union-attr]
+    latest.tick()
+    every.tick()
+    assert latest.progress.format_line() == every.progress.format_line()
+    assert [(r.step, r.state) for r in latest.progress.ranks] == [
+        (r.step, r.state) for r in every.progress.ranks
+    ]
+    # Reading no steps still reads what is not one: the error and the end.
+    assert [r.state.value for r in none.progress.ranks] == [
+        "done",
+        "starting",
+        "starting",
+        "failed",
+    ]
+    assert [d.category.value for d in none.diagnoser.diagnoses()] == [
+        d.category.value for d in every.diagnoser.diagnoses()
+    ]

@@ -167,7 +167,8 @@ def test_a_frozen_rank_in_an_unfollowed_run_is_named_hung_within_the_window(
     odd = [rank for rank in hang["ranks"] if rank["why"]]
     assert [(rank["rank"], rank["host"], rank["process"]) for rank in odd] == [(3, "node1", "T")]
     assert "stopped (SIGSTOP" in odd[0]["why"]
-    assert {rank["step"] for rank in hang["ranks"]} <= {hang["step"], hang["step"] + 1}
+    # Each rank's step as its events last said (a rank writes them a little behind its steps).
+    assert all(rank["step"] >= hang["step"] >= 20 for rank in hang["ranks"]), hang
     assert "rank 3 on node1" in status["detail"]
     assert human.returncode == 0
     assert f"run {run_id}: hung, attempt 1: no step for" in human.stdout, human.stdout
@@ -291,7 +292,7 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:3]
-    run_id = _launch(cli, write_hosts(testbed, tmp_path), "--", "--max-steps", "900")
+    run_id = _launch(cli, write_hosts(testbed, tmp_path), "--", "--max-steps", "700")
     # Into a file: a pipe nobody reads would stop the follower once full.
     followed = tmp_path / "first.out"
     with followed.open("w") as out:
@@ -335,7 +336,7 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     steps = _follower_steps(whole.stdout)
     assert sorted(steps) == list(range(6))
     for ranks in steps.values():
-        assert ranks == list(range(1, 901))
+        assert ranks == list(range(1, 701))
     assert _record(cli, run_id)["state"] == "completed"
 
 

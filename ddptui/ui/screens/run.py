@@ -330,11 +330,9 @@ class RunScreen(Screen[None]):
             self.query_one("#run-status", Static).update(text)
 
     def _status(self) -> Text:
-        judgement, record, watch = self.judgement, self.record, self.run_watch
-        text = state_line(record, judgement)
-        progress = progress_line(
-            judgement.state, watch.progress.format_line(), stepped=watch.progress.stepped
-        )
+        judgement = self.judgement
+        text = state_line(self.record, judgement)
+        progress = progress_line(judgement.state, judgement.progress, stepped=judgement.stepped)
         if progress is not None:
             text.append("\n")
             text.append_text(progress)
