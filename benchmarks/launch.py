@@ -1,18 +1,22 @@
-"""The runs layer on the test bed: launch, stop, watch and failure detection, side by side.
+"""The runs layer on the test bed: launch, resume, stop, watch and failure detection.
 
-Issue #9 targets, each printed as measured in this one run:
+Targets, each printed as measured in this one run:
 
 - launch latency: ``ddptui launch`` until every rank's first step event, against the same
   torchrun commands (what ``--dry-run`` printed) started by hand over OpenSSH on code already
   staged: target <= 1.3x. ddptui's figure includes its health check (a probe on every host).
+- resume latency: ``ddptui resume`` of a stopped run until every rank's first step of the new
+  attempt, against the fresh launch's time (check excluded there, staging included): target
+  <= 1.3x.
 - stop latency: ``ddptui stop`` until no process of the run is left, against the trainer's own
   stop (``touch control/stop`` and wait for the processes to go): target <= that + 2 s.
-- watch cost: the CPU of ``ddptui logs --follow`` following 64 ranks x 20 step events/s
-  (writers on the hosts append real-shaped events): target < 10% of one core.
+- watch cost: 64 ranks x 20 step events/s (writers on the hosts append real-shaped events),
+  followed by the run's supervisor with two ``ddptui logs --follow --events`` attached: the
+  supervisor < 10% of one core, each viewer < 3%.
 - failure detection: a link cut until the run is recorded failed: target <= 30 s.
 
-Run as root from the repository root: ``.venv/bin/python benchmarks/launch.py`` (about 3
-minutes on 2 cores; ``--only launch|stop|watch|cut``).
+Run as root from the repository root: ``.venv/bin/python benchmarks/launch.py`` (about 4
+minutes on 2 cores; ``--only launch|resume|stop|watch|cut``).
 """
 
 from __future__ import annotations
@@ -88,14 +92,19 @@ class Bench:
     def run_dir(self, host: TestHost, run_id: str) -> Path:
         return host.workdir / "runs" / run_id
 
-    def first_steps(self, dirs: Sequence[Path], ranks: int, began: float) -> float:
-        """Seconds from ``began`` until every rank has written a step event."""
+    def first_steps(
+        self, dirs: Sequence[Path], ranks: int, began: float, attempt: int = 1
+    ) -> float:
+        """Seconds from ``began`` until every rank has written a step event in ``attempt``
+        (its ``attempt``-th start event comes first)."""
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             seen = 0
             for directory in dirs:
                 for path in (directory / "events").glob("rank*.jsonl"):
-                    if '"type":"step"' in path.read_text():
+                    text = path.read_text()
+                    tail = text.split('"type":"start"')[attempt:]
+                    if tail and '"type":"step"' in tail[-1]:
                         seen += 1
             if seen >= ranks:
                 return time.monotonic() - began
@@ -184,6 +193,34 @@ def bench_launch(bench: Bench) -> None:
     print(f"ratio {ddptui / by_hand:.2f} (target <= 1.3)")
 
 
+def bench_resume(bench: Bench, rounds: int) -> None:
+    section(f"resume latency: until every rank's first step of the new attempt ({rounds} rounds)")
+    launches, resumes = [], []
+    for _ in range(rounds):
+        began = time.monotonic()
+        started = bench.ddptui("launch", str(bench.hosts_file), "--detach", "--force")
+        if started.returncode != 0:
+            raise SystemExit(started.stderr)
+        run_id = started.stdout.strip()
+        dirs = [bench.run_dir(host, run_id) for host in bench.hosts]
+        launches.append(bench.first_steps(dirs, 2 * HOSTS, began))
+        bench.ddptui("stop", run_id)
+        began = time.monotonic()
+        resumed = bench.ddptui("resume", run_id, "--detach")
+        if resumed.returncode != 0:
+            raise SystemExit(resumed.stderr)
+        resumes.append(bench.first_steps(dirs, 2 * HOSTS, began, attempt=2))
+        bench.ddptui("stop", run_id, "--kill")
+    launch, resume = statistics.median(launches), statistics.median(resumes)
+    print(f"launch --detach --force (stage + start): median {launch:6.1f} s  {_each(launches)}")
+    print(f"resume --detach:                         median {resume:6.1f} s  {_each(resumes)}")
+    print(f"ratio {resume / launch:.2f} (target <= 1.3)")
+
+
+def _each(values: Sequence[float]) -> str:
+    return "(each: " + ", ".join(f"{value:.1f}" for value in values) + ")"
+
+
 def bench_stop(bench: Bench, rounds: int) -> None:
     section(f"stop latency: until no process of the run is left (median of {rounds}, alternating)")
     ours, own, asked, graceful = [], [], [], True
@@ -220,17 +257,21 @@ def bench_stop(bench: Bench, rounds: int) -> None:
 
 
 def bench_watch(bench: Bench, seconds: float) -> None:
-    section("watch cost: 64 ranks x 20 step events/s")
+    section("watch cost: 64 ranks x 20 step events/s, the supervisor and two viewers")
     run_id = "20991231-000000-wtch"
     per_host = [22, 21, 21]
     writers = []
     first = 0
     for host, count in zip(bench.hosts, per_host, strict=True):
         directory = bench.run_dir(host, run_id)
+        # Marked as the run's processes, as the trainer's would be, so they count as alive.
+        marks = [f"DDPTUI_RUN_DIR={directory}", "DDPTUI_ATTEMPT=1"]
         writers.append(
             subprocess.Popen(
                 [
                     *host.exec_prefix(),
+                    "env",
+                    *marks,
                     sys.executable,
                     "-c",
                     WRITER,
@@ -238,7 +279,7 @@ def bench_watch(bench: Bench, seconds: float) -> None:
                     str(first),
                     str(count),
                     "20",
-                    str(seconds + 15),
+                    str(seconds + 30),
                 ]
             )
         )
@@ -258,12 +299,13 @@ def bench_watch(bench: Bench, seconds: float) -> None:
         }
         for rank, (host, count) in enumerate(zip(bench.hosts, per_host, strict=True))
     ]
+    now = time.time()
     (record_dir / "run.toml").write_text(
         tomli_w.dumps(
             {
                 "version": 1,
                 "id": run_id,
-                "created": time.time(),
+                "created": now,
                 "hosts_file": str(bench.hosts_file),
                 "entry": "trainer",
                 "backend": "gloo",
@@ -272,38 +314,69 @@ def bench_watch(bench: Bench, seconds: float) -> None:
                 "args": [],
                 "state": "running",
                 "nodes": nodes,
-                "attempts": [{"number": 1, "started": time.time(), "master_port": 1}],
-                "states": [{"state": "running", "time": time.time(), "detail": ""}],
+                "attempts": [{"number": 1, "started": now, "master_port": 1}],
+                "states": [
+                    {"state": "staging", "time": now, "detail": ""},
+                    {"state": "starting", "time": now, "detail": ""},
+                    {"state": "running", "time": now, "detail": ""},
+                ],
             }
         )
     )
     time.sleep(2)
-    follower = subprocess.Popen(
+    # The first viewer finds no supervisor and starts one; the second attaches to it.
+    viewers = [_viewer(bench, run_id)]
+    time.sleep(3)
+    viewers.append(_viewer(bench, run_id))
+    # Read as fast as they print: a full pipe would hold them back.
+    readers = [_Printed(viewer) for viewer in viewers]
+    time.sleep(5)
+    for reader in readers:
+        reader.printed = 0
+    supervisor = int((record_dir / "supervisor.pid").read_text())
+    pids = [supervisor, *(viewer.pid for viewer in viewers)]
+    start_cpu, start = [_cpu(pid) for pid in pids], time.monotonic()
+    lines = [0, 0]
+    time.sleep(seconds)
+    wall = time.monotonic() - start
+    used = [(_cpu(pid) - before) / wall * 100 for pid, before in zip(pids, start_cpu, strict=True)]
+    lines = [viewer.printed for viewer in readers]
+    for viewer in viewers:
+        viewer.kill()
+        viewer.wait()
+    for writer in writers:
+        writer.kill()
+        writer.wait()
+    bench.ddptui("stop", run_id, "--kill")
+    printed = ", ".join(f"{count / wall:,.0f}" for count in lines)
+    print(f"written: {64 * 20:,} event lines/s; the viewers printed {printed} lines/s")
+    print(f"supervisor CPU: {used[0]:.1f}% of one core (target < 10%)")
+    for index, share in enumerate(used[1:], 1):
+        print(f"viewer {index} CPU: {share:.1f}% of one core (target < 3%)")
+
+
+class _Printed(threading.Thread):
+    """Counts the lines a viewer prints, reading them as they come."""
+
+    def __init__(self, viewer: subprocess.Popen[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.viewer = viewer
+        self.printed = 0
+        self.start()
+
+    def run(self) -> None:
+        assert self.viewer.stdout is not None
+        while chunk := self.viewer.stdout.read1(1 << 16):
+            self.printed += chunk.count(b"\n")
+
+
+def _viewer(bench: Bench, run_id: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [sys.executable, "-m", "ddptui", "logs", run_id, "--follow", "--events"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=bench.env,
     )
-    assert follower.stdout is not None
-    # Counting what it printed proves it kept up; its own CPU is read from /proc.
-    lines = 0
-    time.sleep(5)
-    start_cpu, start = _cpu(follower.pid), time.monotonic()
-    os.set_blocking(follower.stdout.fileno(), False)
-    deadline = start + seconds
-    while time.monotonic() < deadline:
-        chunk = follower.stdout.read()
-        if chunk:
-            lines += chunk.count(b"\n")
-        time.sleep(0.2)
-    used, wall = _cpu(follower.pid) - start_cpu, time.monotonic() - start
-    follower.kill()
-    follower.wait()
-    for writer in writers:
-        writer.kill()
-        writer.wait()
-    print(f"followed {lines / wall:,.0f} event lines/s (written: {64 * 20:,}/s)")
-    print(f"ddptui CPU: {used / wall * 100:.1f}% of one core (target < 10%)")
 
 
 def _appears(path: Path, seen: list[float]) -> None:
@@ -351,12 +424,14 @@ def bench_cut(bench: Bench) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("launch", "stop", "watch", "cut"))
+    parser.add_argument("--only", choices=("launch", "resume", "stop", "watch", "cut"))
+    parser.add_argument("--resume-rounds", type=int, default=3)
     parser.add_argument("--watch-seconds", type=float, default=30.0)
     parser.add_argument("--stop-rounds", type=int, default=3)
     args = parser.parse_args()
     runs: dict[str, Callable[[Bench], None]] = {
         "launch": bench_launch,
+        "resume": lambda bench: bench_resume(bench, args.resume_rounds),
         "stop": lambda bench: bench_stop(bench, args.stop_rounds),
         "watch": lambda bench: bench_watch(bench, args.watch_seconds),
         "cut": bench_cut,
