@@ -26,7 +26,7 @@ from ddptui.remote import failures
 from ddptui.remote.commands import CommandResult, Overflow, command_line
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
 from ddptui.remote.status import Reach, Reachability
-from ddptui.remote.stream import RemoteStream
+from ddptui.remote.stream import RemoteStream, close_within
 from ddptui.remote.target import SshTarget, check_host_key, resolve_target
 
 _T = TypeVar("_T")
@@ -98,10 +98,9 @@ class RemoteProcess:
     async def close(self) -> None:
         """Hang up: the remote command gets SIGHUP unless it ignores it or already exited.
 
-        Waits at most ``close_timeout`` for the host to confirm."""
-        self._process.close()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await wait_for(self._process.wait_closed(), self._close_timeout)
+        Waits at most ``close_timeout`` for the host to confirm, then aborts the connection
+        (:func:`~ddptui.remote.stream.close_within`)."""
+        await close_within(self._process, self._close_timeout)
 
 
 class RemoteCluster:
@@ -214,18 +213,15 @@ class RemoteCluster:
         try:
             await wait_for(_drain_both(process, stdout, stderr), timeout)
         except asyncio.TimeoutError:
-            await self._hang_up(process)
+            await self._hang_up(host, connection, process)
             return CommandResult(None, stdout.text(), stderr.text(), timed_out=True)
         except (asyncssh.Error, OSError) as error:
             return self._lost(host, stdout.text(), failures.remote_reason(str(error)))
         overflow = stdout.overflow or stderr.overflow
         if overflow is not None:
-            await self._hang_up(process)
+            await self._hang_up(host, connection, process)
             return CommandResult(None, stdout.text(), stderr.text(), overflow=overflow)
-        try:
-            await self._within(process.wait_closed(), self.connect_timeout, "close the session")
-        except _Stalled:
-            process.close()
+        await self._close(host, connection, process)
         if process.returncode is None:
             return self._lost(host, stdout.text(), stderr.text())
         return CommandResult(process.returncode, stdout.text(), stderr.text())
@@ -299,7 +295,8 @@ class RemoteCluster:
         return RemoteStream(host, process, max_line, close_timeout=self.connect_timeout)
 
     async def close(self) -> None:
-        """Close every connection and wait (at most the connect timeout) for them to go."""
+        """Close every connection and wait (at most the connect timeout) for them to go; any
+        still there then is aborted."""
         connections = list(self._connections.values())
         self._connections.clear()
         for connection in connections:
@@ -327,14 +324,29 @@ class RemoteCluster:
         reach = Reachability(Reach.ERROR, f"{failures.where(host)}: {stalled}")
         return CommandResult(None, "", reach.detail, reach=reach)
 
-    async def _hang_up(self, process: asyncssh.SSHClientProcess[bytes]) -> None:
+    async def _hang_up(
+        self,
+        host: HostConfig,
+        connection: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[bytes],
+    ) -> None:
         # SIGKILL is delivered by OpenSSH only to non-root logins; for root the command is
         # left to die of SIGPIPE on its next write to the closed channel.
         with contextlib.suppress(asyncssh.Error, OSError):
             process.send_signal("KILL")
-        process.close()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await wait_for(process.wait_closed(), self.connect_timeout)
+        await self._close(host, connection, process)
+
+    async def _close(
+        self,
+        host: HostConfig,
+        connection: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[bytes],
+    ) -> None:
+        """Close a command's channel within the connect timeout; a connection aborted for not
+        confirming it is forgotten at once, so the next command opens another."""
+        confirmed = await close_within(process, self.connect_timeout)
+        if not confirmed and self._connections.get(host.name) is connection:
+            del self._connections[host.name]
 
     async def _require(self, host: HostConfig) -> asyncssh.SSHClientConnection:
         reach, connection = await self._connection(host)

@@ -1,10 +1,12 @@
-"""A long-lived remote command read as bounded lines of bytes (the run follower's channel)."""
+"""A long-lived remote command read as bounded lines of bytes (the run follower's channel), and
+closing a command's channel within a deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncssh
 
@@ -12,6 +14,25 @@ from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 
 READ_CHUNK = 65536
+
+
+async def close_within(process: asyncssh.SSHClientProcess[Any], seconds: float) -> bool:
+    """Close ``process``'s channel and wait at most ``seconds`` for the host to confirm; False
+    when it did not, and its whole connection was aborted.
+
+    A channel the host never closes must not hang whoever closes it, nor stay half-open on the
+    head node (nor would the next command on that connection fare better).
+    """
+    process.close()
+    try:
+        await wait_for(process.wait_closed(), seconds)
+    except asyncio.TimeoutError:
+        process.channel.get_connection().abort()
+        # Local, not the host's to delay: the abort's clean-up (a turn of the loop away) closes
+        # the channel, and once it has, the connection reads as closed and is not reused.
+        await process.wait_closed()
+        return False
+    return True
 
 
 class LineTooLong(Exception):
@@ -63,8 +84,7 @@ class RemoteStream:
         return self._process.returncode
 
     async def close(self) -> None:
-        """Close the channel; wait at most ``close_timeout`` for the host to confirm (a host
-        that never does must not hang whoever stops following)."""
-        self._process.close()
-        with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
-            await wait_for(self._process.wait_closed(), self._close_timeout)
+        """Close the channel; wait at most ``close_timeout`` for the host to confirm, then abort
+        the connection (:func:`close_within`)."""
+        with contextlib.suppress(asyncssh.Error, OSError):
+            await close_within(self._process, self._close_timeout)

@@ -1,15 +1,17 @@
 """The node agent's client: operations on one node of a run (:mod:`ddptui.run.agent`).
 
 Each call sends the agent to the host's Python and reads its one JSON answer, with a byte cap
-and a deadline: the answer comes from a host, so it is parsed defensively and a bad one is a
-:class:`NodeError` naming the host, never a crash (nor any other exception).
+and a deadline. The answer comes from a host, so every part of it is checked against what the
+agent sends (types, ranges, the record's attempts): whatever the host printed, a call returns a
+typed value or raises :class:`NodeError` naming the host (:class:`GarbledAnswer`, quoting the
+answer, when the host answered something else), never any other exception.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import secrets
@@ -26,16 +28,37 @@ from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster, RemoteError
-from ddptui.untrusted import plain
+from ddptui.untrusted import count, plain, whole
 
 AGENT_SOURCE: str = files("ddptui.run").joinpath("agent.py").read_text(encoding="utf-8")
 AGENT_TIMEOUT_S = 30.0
-MAX_ANSWER_CHARS = 1 << 20
+MAX_ANSWER_BYTES = 1 << 20
+"""What an agent command may print: its answer is one line far shorter, and a host that floods
+is hung up on at this much."""
 _SKIPPED_IN_CODE = {"__pycache__"}
+
+log = logging.getLogger(__name__)
 
 
 class NodeError(DdptuiError):
     """An operation on a node failed; the message names the host."""
+
+
+class GarbledAnswer(NodeError):
+    """The host answered, but not as the node agent does: its processes are not known."""
+
+
+PID_LIMIT = 1 << 22
+"""Linux's PID_MAX_LIMIT: ``kernel.pid_max`` cannot be set above it, so no process nor process
+group has an id this large. 0 and 1 are not ours either: 1 is init, and ``kill`` reads 0 and
+-1 as "my group" and "every process"."""
+MAX_ATTEMPT = 10**9 - 1
+"""The highest attempt number read when the caller does not know the record's."""
+EXCERPT_CHARS = 120
+"""What a :class:`GarbledAnswer` quotes of the answer."""
+MAX_PROCESSES = 256
+"""Processes kept of an attempt's status or of a signal's answer: enough to name a node's ranks
+and their helpers."""
 
 
 @dataclass(frozen=True)
@@ -49,38 +72,78 @@ class AttemptStatus:
     processes: tuple[tuple[int, str], ...]
 
 
+@dataclass(frozen=True)
+class Answer:
+    """The node agent's JSON object, and the line it came in (to quote when it is garbage)."""
+
+    host: str
+    command: str
+    line: str
+    document: dict[str, Any]
+
+    def garbage(self) -> GarbledAnswer:
+        return _garbage(self.host, self.command, self.line)
+
+
+def _garbage(host: str, command: str, said: str) -> GarbledAnswer:
+    excerpt = plain(said, limit=EXCERPT_CHARS, one_line=True)
+    return GarbledAnswer(f"{host} answered garbage to {command}: {excerpt}")
+
+
 async def agent(
     remote: RemoteCluster,
     host: HostConfig,
     *args: str,
     timeout: float = AGENT_TIMEOUT_S,
-) -> dict[str, Any]:
+) -> Answer:
     """Run one agent command on ``host``; its JSON answer. Raises :class:`NodeError`."""
+    command = args[0]
     result = await remote.run(
-        host, python_argv(host, "-", *args), input=AGENT_SOURCE, timeout=timeout
+        host,
+        python_argv(host, "-", *args),
+        input=AGENT_SOURCE,
+        timeout=timeout,
+        max_stdout=MAX_ANSWER_BYTES,
     )
     if result.reach is not None:
         raise NodeError(f"{host.name}: {plain(result.reach.detail)}")
     if result.timed_out:
-        raise NodeError(f"{host.name}: the node agent ({args[0]}) did not answer in {timeout:g} s")
-    answer = _answer(result.stdout)
-    if answer is None:
-        why = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
-        raise NodeError(f"{host.name}: the node agent ({args[0]}) failed: {plain(why[0])}")
-    if "error" in answer:
-        raise NodeError(f"{host.name}: {plain(str(answer['error']), limit=2000)}")
-    return answer
-
-
-def _answer(stdout: str) -> dict[str, Any] | None:
-    lines = stdout[-MAX_ANSWER_CHARS:].strip().splitlines()
+        raise NodeError(f"{host.name}: the node agent ({command}) did not answer in {timeout:g} s")
+    if result.overflow is not None:
+        raise _garbage(host.name, command, f"it {result.overflow}")
+    lines = result.stdout.strip().splitlines()
     if not lines:
-        return None
+        why = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
+        excerpt = plain(why[0], limit=EXCERPT_CHARS, one_line=True)
+        raise NodeError(f"{host.name}: the node agent ({command}) failed: {excerpt}")
+    # The last line: a login script may print before the agent does.
+    line = lines[-1]
     try:
-        answer = json.loads(lines[-1])
+        document = json.loads(line)
     except (ValueError, RecursionError):
-        return None
-    return answer if isinstance(answer, dict) else None
+        # ValueError also covers integers of more than 4300 digits.
+        raise _garbage(host.name, command, line) from None
+    if not isinstance(document, dict):
+        raise _garbage(host.name, command, line)
+    if "error" in document:
+        error = document["error"]
+        if not isinstance(error, str):
+            raise _garbage(host.name, command, line)
+        raise NodeError(f"{host.name}: {plain(error, limit=2000)}")
+    return Answer(host.name, command, line, document)
+
+
+def described(host: str, error: Exception) -> str:
+    """What ``error``, from an operation on ``host``, says, naming the host.
+
+    Anything but a :class:`NodeError` is a bug; it is still that host's alone (the operation
+    goes on for the others), and its traceback goes to the log.
+    """
+    if isinstance(error, NodeError):
+        return str(error)
+    log.error("%s: unexpected error", host, exc_info=error)
+    why = plain(str(error), limit=EXCERPT_CHARS, one_line=True)
+    return f"{host}: unexpected {type(error).__name__}: {why}"
 
 
 def trainer_source() -> Path:
@@ -127,7 +190,7 @@ async def stage(
         await remote.put_files(host, tree, staging)
     except RemoteError as error:
         raise NodeError(str(error)) from None
-    await agent(
+    answer = await agent(
         remote,
         host,
         "stage",
@@ -136,6 +199,8 @@ async def stage(
         json.dumps(dict(manifest)),
         timeout=120.0,
     )
+    if count(answer.document.get("staged"), len(manifest)) != len(manifest):
+        raise answer.garbage()
 
 
 async def put_record(remote: RemoteCluster, host: HostConfig, run_dir: str, text: str) -> None:
@@ -158,87 +223,137 @@ async def start(
 ) -> int:
     """Start ``argv`` detached on ``host``; its process group id."""
     answer = await agent(remote, host, "start", run_dir, str(attempt), json.dumps(dict(env)), *argv)
-    pgid = answer.get("pgid")
-    if not isinstance(pgid, int) or isinstance(pgid, bool) or pgid <= 1:
-        raise NodeError(f"{host.name}: the node agent gave no process group")
+    pgid = _pid(answer.document.get("pgid"))
+    if pgid is None:
+        raise answer.garbage()
     return pgid
 
 
 async def status(
-    remote: RemoteCluster, host: HostConfig, run_dir: str, *, wait: float = 0.0
+    remote: RemoteCluster,
+    host: HostConfig,
+    run_dir: str,
+    *,
+    wait: float = 0.0,
+    attempts: int | None = None,
 ) -> list[AttemptStatus]:
     """Every attempt of the run on ``host``: process group, liveness, processes, exit status.
 
     With ``wait``, the answer comes once no process of the run is left on the host, or after
-    ``wait`` seconds.
+    ``wait`` seconds. ``attempts``: how many the run record knows; a host that reports a later
+    one answered garbage.
     """
     if wait > 0:
         command = ["wait", run_dir, f"{wait:g}"]
         answer = await agent(remote, host, *command, timeout=wait + AGENT_TIMEOUT_S)
     else:
         answer = await agent(remote, host, "status", run_dir)
-    attempts = answer.get("attempts")
-    found = []
-    if isinstance(attempts, dict):
-        for number, value in attempts.items():
-            whole = isinstance(number, str) and number.isascii() and number.isdigit()
-            if not (whole and len(number) <= 9 and isinstance(value, dict)):
-                continue
-            processes = value.get("processes")
-            found.append(
-                AttemptStatus(
-                    attempt=int(number),
-                    pgid=_int(value.get("pgid")),
-                    alive=value.get("alive") is True,
-                    exit=_int(value.get("exit")),
-                    processes=tuple(
-                        (item[0], plain(item[1], limit=64, one_line=True))
-                        for item in (processes if isinstance(processes, list) else [])[:256]
-                        if isinstance(item, list)
-                        and len(item) == 2
-                        and isinstance(item[0], int)
-                        and isinstance(item[1], str)
-                    ),
-                )
-            )
-    return sorted(found, key=lambda item: item.attempt)
+    found = _attempts(
+        answer.document.get("attempts"), MAX_ATTEMPT if attempts is None else attempts
+    )
+    if found is None:
+        raise answer.garbage()
+    return found
 
 
 async def send_signal(
-    remote: RemoteCluster, host: HostConfig, run_dir: str, name: str
+    remote: RemoteCluster,
+    host: HostConfig,
+    run_dir: str,
+    name: str,
+    *,
+    attempts: int | None = None,
 ) -> list[str]:
-    """Send SIGname to every live process group of the run on ``host``; what it reached."""
+    """Send SIGname to every live process of the run on ``host``; the names of those it reached.
+
+    ``attempts`` as for :func:`status`.
+    """
     answer = await agent(remote, host, "signal", run_dir, name)
-    reached = []
-    signalled = answer.get("signalled")
-    for item in signalled if isinstance(signalled, list) else []:
-        if isinstance(item, dict) and isinstance(item.get("processes"), list):
-            reached += [plain(str(name), limit=64, one_line=True) for name in item["processes"]]
+    reached = _signalled(
+        answer.document.get("signalled"), MAX_ATTEMPT if attempts is None else attempts
+    )
+    if reached is None:
+        raise answer.garbage()
     return reached
 
 
 async def request(remote: RemoteCluster, host: HostConfig, run_dir: str, what: str) -> None:
     """Create ``control/<what>`` for the trainer (``stop`` or ``save``)."""
-    await agent(remote, host, "control", run_dir, what)
+    answer = await agent(remote, host, "control", run_dir, what)
+    if answer.document.get("created") != what:
+        raise answer.garbage()
 
 
 async def free_port(remote: RemoteCluster, host: HostConfig, wanted: int = 0) -> int:
     """``wanted`` if it is free on ``host`` now (else :class:`NodeError`), or any free port."""
     answer = await agent(remote, host, "free-port", str(wanted))
-    port = _int(answer.get("port"))
-    if port is None or not 1 <= port <= 65535:
-        raise NodeError(f"{host.name}: the node agent found no free port")
+    port = count(answer.document.get("port"), 65535)
+    # Any other port than the one asked for would move the run's rendezvous where the host says.
+    if not port or (wanted and port != wanted):
+        raise answer.garbage()
     return port
 
 
-async def all_of(coroutines: Sequence[Any]) -> list[Any]:
-    """Await every coroutine, all at once; the results, or the first error once all ended."""
-    results = await asyncio.gather(*coroutines, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results
+# --- the parts of an answer: each one its value, or None when it is not what the agent sends ---
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _attempts(value: Any, latest: int) -> list[AttemptStatus] | None:
+    if not isinstance(value, dict):
+        return None
+    found = []
+    for key, fields in value.items():
+        number = whole(key)
+        if number is None or not 1 <= number <= latest or not isinstance(fields, dict):
+            return None
+        pgid, exit_status = fields.get("pgid"), fields.get("exit")
+        alive = fields.get("alive")
+        processes = _processes(fields.get("processes"))
+        if (
+            (pgid is not None and _pid(pgid) is None)
+            or (exit_status is not None and count(exit_status, 255) is None)
+            or not isinstance(alive, bool)
+            or processes is None
+        ):
+            return None
+        found.append(AttemptStatus(number, pgid, alive, exit_status, processes))
+    return sorted(found, key=lambda item: item.attempt)
+
+
+def _processes(value: Any) -> tuple[tuple[int, str], ...] | None:
+    if not isinstance(value, list):
+        return None
+    processes = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2):
+            return None
+        pid, name = _pid(item[0]), item[1]
+        if pid is None or not isinstance(name, str):
+            return None
+        processes.append((pid, name))
+    return tuple((pid, _name(name)) for pid, name in processes[:MAX_PROCESSES])
+
+
+def _signalled(value: Any, latest: int) -> list[str] | None:
+    if not isinstance(value, list):
+        return None
+    reached = []
+    for item in value:
+        if not isinstance(item, dict):
+            return None
+        # Attempt 0: the agent's word for a process of the run that lost its attempt mark.
+        attempt, names = count(item.get("attempt"), latest), item.get("processes")
+        if attempt is None or not isinstance(names, list):
+            return None
+        if not all(isinstance(name, str) for name in names):
+            return None
+        reached += names
+    return [_name(name) for name in reached[:MAX_PROCESSES]]
+
+
+def _pid(value: Any) -> int | None:
+    pid = count(value, PID_LIMIT - 1)
+    return pid if pid is not None and pid > 1 else None
+
+
+def _name(name: str) -> str:
+    return plain(name, limit=64, one_line=True)

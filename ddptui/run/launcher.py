@@ -101,12 +101,21 @@ async def stage(remote: RemoteCluster, config: Config, record: RunRecord, *, say
         results = await asyncio.gather(
             *(one(node) for node in record.nodes), return_exceptions=True
         )
-    errors = [str(result) for result in results if isinstance(result, NodeError)]
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, NodeError):
+    failed = _failures(record.nodes, results)
+    if failed:
+        raise LaunchError(f"staging failed: {'; '.join(failed.values())}")
+
+
+def _failures(asked: Sequence[NodeRecord], results: Sequence[object]) -> dict[str, str]:
+    """Host → what went wrong there, from a gather over ``asked`` (``return_exceptions``):
+    each host's failure is its own, whatever it raised."""
+    failed = {}
+    for node, result in zip(asked, results, strict=True):
+        if isinstance(result, Exception):
+            failed[node.host] = nodes.described(node.host, result)
+        elif isinstance(result, BaseException):
             raise result
-    if errors:
-        raise LaunchError(f"staging failed: {'; '.join(errors)}")
+    return failed
 
 
 async def master_port(remote: RemoteCluster, config: Config, record: RunRecord) -> int:
@@ -127,18 +136,18 @@ async def end_leftovers(
     remote: RemoteCluster, config: Config, record: RunRecord, *, say: Say
 ) -> None:
     """End what earlier attempts left running (a host cut off while the others stopped), so a
-    new attempt starts alone; :class:`LaunchError` when a host cannot be asked or cleared."""
+    new attempt starts alone; :class:`LaunchError` when a host cannot be asked (or answers
+    garbage) or cleared."""
     report = StopReport()
     leftovers = await live(remote, config, record, report)
-    if report.unreachable:
-        hosts_down = ", ".join(sorted(report.unreachable))
-        raise LaunchError(f"cannot start a new attempt while {hosts_down} cannot be reached")
+    if report.unreachable or report.garbled:
+        raise LaunchError(f"cannot start a new attempt: {'; '.join(report.lines())}")
     if leftovers:
         say(f"ending what earlier attempts left on {', '.join(sorted(leftovers))}")
         await terminate(remote, config, record, grace=5.0, report=report)
-        if report.left:
+        if not report.clean:
             raise LaunchError(
-                "processes of an earlier attempt would not die: " + "; ".join(report.lines())
+                "what earlier attempts left could not be ended: " + "; ".join(report.lines())
             )
 
 
@@ -153,8 +162,8 @@ async def start_attempt(
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
 ) -> None:
-    """Start attempt ``attempt`` on every node at once; on any failure kill those that started
-    and raise :class:`LaunchError`.
+    """Start attempt ``attempt`` on every node at once; on any failure kill the run's processes
+    on every node and raise :class:`LaunchError` naming the hosts that failed.
 
     ``extra_args`` follow the recorded command (a resume's ``--resume latest``); ``extra_env``
     goes over the recorded environment (``--debug``).
@@ -174,17 +183,25 @@ async def start_attempt(
         ),
         return_exceptions=True,
     )
-    errors = [result for result in results if isinstance(result, BaseException)]
-    if errors:
-        await asyncio.gather(
+    failed = _failures(record.nodes, results)
+    if failed:
+        # Every node, not only those that said they started: one whose answer was lost or
+        # garbage may have started too, and a signal that reaches nothing costs nothing.
+        kills = await asyncio.gather(
             *(
-                nodes.send_signal(remote, config.host(node.host), node.run_dir, "KILL")
-                for node, result in zip(record.nodes, results, strict=True)
-                if not isinstance(result, BaseException)
+                nodes.send_signal(
+                    remote, config.host(node.host), node.run_dir, "KILL", attempts=attempt
+                )
+                for node in record.nodes
             ),
             return_exceptions=True,
         )
-        raise LaunchError(f"start failed: {'; '.join(str(error) for error in errors)}")
+        left = [
+            f"{why}; what started there may still run"
+            for host, why in _failures(record.nodes, kills).items()
+            if host not in failed
+        ]
+        raise LaunchError(f"start failed: {'; '.join([*failed.values(), *left])}")
 
 
 def attempt_argv(argv: Sequence[str], run_dir: str, attempt: int, port: int) -> list[str]:

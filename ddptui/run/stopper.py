@@ -5,20 +5,26 @@ same step, checkpoints and exits 0. Whatever still runs after the grace period g
 its process group, and after another grace SIGKILL. Finally every host is asked whether any
 process of the run remains, and the report says what had to be killed. The supervisor
 (:mod:`ddptui.run.supervisor`) runs these and records the outcome; nothing here writes it.
+
+Every host is asked on its own: one that cannot be reached, or whose answer is garbage, is
+named in the report (its processes may still run) and the others are stopped all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ddptui.config.model import Config, HostConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
-from ddptui.run.agent_client import AttemptStatus, NodeError
+from ddptui.run.agent_client import AttemptStatus, GarbledAnswer, NodeError
 from ddptui.run.store import RunRecord
+
+_T = TypeVar("_T")
 
 KILL_WAIT_S = 10.0
 
@@ -37,11 +43,14 @@ class StopReport:
     """Host → processes still there at the end (should be empty)."""
     unreachable: dict[str, str] = field(default_factory=dict)
     """Host → why it could not be asked: its processes may still run."""
+    garbled: dict[str, str] = field(default_factory=dict)
+    """Host → what was wrong with its answer (the message names the host): its processes may
+    still run."""
     seconds: float = 0.0
 
     @property
     def clean(self) -> bool:
-        return not self.left and not self.unreachable
+        return not self.left and not self.unreachable and not self.garbled
 
     def lines(self) -> list[str]:
         said = []
@@ -55,11 +64,33 @@ class StopReport:
             said.append(f"{host}: still running: {', '.join(processes)}")
         for host, why in self.unreachable.items():
             said.append(f"{host}: could not be reached ({why}); its processes may still run")
+        for why in self.garbled.values():
+            said.append(f"{why}; its processes may still run")
         return said
+
+    async def ask(self, host: str, question: Awaitable[_T]) -> _T | None:
+        """``host``'s answer to ``question``, or None with why kept here: an unreachable host,
+        garbage or an answer that could not be read is that host's finding alone."""
+        self.unreachable.pop(host, None)
+        self.garbled.pop(host, None)
+        try:
+            return await question
+        except GarbledAnswer as error:
+            self.garbled[host] = str(error)
+        except NodeError as error:
+            self.unreachable[host] = str(error)
+        except Exception as error:
+            self.garbled[host] = nodes.described(host, error)
+        return None
 
 
 def _hosts(config: Config, record: RunRecord) -> dict[str, HostConfig]:
     return {node.host: config.host(node.host) for node in record.nodes}
+
+
+def _attempts(record: RunRecord) -> int:
+    """How many attempts the record knows: a host that reports more answered garbage."""
+    return record.attempt.number if record.attempts else 0
 
 
 async def live(
@@ -73,17 +104,18 @@ async def live(
     """Host → the run's attempts that still have processes there (``skip``: hosts not asked).
 
     With ``wait``, each host answers once nothing of the run is left there, or after ``wait``.
+    Hosts that could not say are in ``report`` (``unreachable``, ``garbled``) instead.
     """
     hosts = _hosts(config, record)
+    known = _attempts(record)
     found: dict[str, list[AttemptStatus]] = {}
 
     async def one(name: str, run_dir: str) -> None:
-        try:
-            attempts = await nodes.status(remote, hosts[name], run_dir, wait=wait)
-        except NodeError as error:
-            report.unreachable[name] = str(error)
+        attempts = await report.ask(
+            name, nodes.status(remote, hosts[name], run_dir, wait=wait, attempts=known)
+        )
+        if attempts is None:
             return
-        report.unreachable.pop(name, None)
         running = [item for item in attempts if item.alive and item.processes]
         if running:
             found[name] = running
@@ -111,18 +143,22 @@ async def _signal(
     remote: RemoteCluster,
     config: Config,
     record: RunRecord,
+    report: StopReport,
     hosts: Collection[str],
     name: str,
     into: dict[str, list[str]],
 ) -> None:
     by_name = _hosts(config, record)
     run_dirs = {node.host: node.run_dir for node in record.nodes}
+    known = _attempts(record)
 
     async def one(host: str) -> None:
-        try:
-            into[host] = await nodes.send_signal(remote, by_name[host], run_dirs[host], name)
-        except NodeError:
-            return
+        reached = await report.ask(
+            host,
+            nodes.send_signal(remote, by_name[host], run_dirs[host], name, attempts=known),
+        )
+        if reached is not None:
+            into[host] = reached
 
     await asyncio.gather(*(one(host) for host in hosts))
 
@@ -139,14 +175,18 @@ async def terminate(
     """SIGTERM every live process group of the run, SIGKILL what is left after ``grace``.
 
     Hosts in ``skip`` (not answering) are left alone: the report says nothing about them.
+    Hosts whose answer was garbage get the signals too: what runs there is not known, and a
+    signal that reaches nothing costs nothing.
     """
     report = report or StopReport()
     running = await live(remote, config, record, report, skip)
-    if running:
-        await _signal(remote, config, record, list(running), "TERM", report.terminated)
+    if running or report.garbled:
+        targets = [*running, *report.garbled]
+        await _signal(remote, config, record, report, targets, "TERM", report.terminated)
         running = await _wait_gone(remote, config, record, report, grace, skip)
-    if running:
-        await _signal(remote, config, record, list(running), "KILL", report.killed)
+    if running or report.garbled:
+        targets = [*running, *report.garbled]
+        await _signal(remote, config, record, report, targets, "KILL", report.killed)
         running = await _wait_gone(remote, config, record, report, KILL_WAIT_S, skip)
     report.left = {
         host: [name for item in attempts for _, name in item.processes]
@@ -174,14 +214,16 @@ async def stop_nodes(
     report = StopReport()
     if graceful and not kill:
         head = record.head
-        try:
-            await nodes.request(remote, config.host(head.host), head.run_dir, "stop")
-        except NodeError as error:
-            say(f"could not ask the trainer to stop: {error}")
+        await report.ask(
+            head.host, nodes.request(remote, config.host(head.host), head.run_dir, "stop")
+        )
+        why = report.unreachable.get(head.host) or report.garbled.get(head.host)
+        if why:
+            say(f"could not ask the trainer to stop: {why}")
         else:
             say(f"asked the trainer to checkpoint and stop (waiting up to {grace:g} s)")
             running = await _wait_gone(remote, config, record, report, grace)
-            report.graceful = not running and not report.unreachable
+            report.graceful = not running and not report.unreachable and not report.garbled
     if not report.graceful:
         if not kill:
             say("sending SIGTERM to the run's processes")

@@ -2,18 +2,24 @@
 
 Each one misbehaves in one way a broken or malicious host could: it hangs up before key
 exchange with a reason full of escape sequences, answers every command with a document of
-its choosing, floods stdout without end, or never answers channel-open requests while it
-keeps answering keepalives. They authenticate the generated client key like a real host, so
-``ddptui check`` and ``ddptui trust`` reach the misbehaviour.
+its choosing (or each node-agent command with its own), floods stdout without end, never
+answers channel-open requests while it keeps answering keepalives, or answers and then never
+confirms the close of the channel. They authenticate the generated client key like a real
+host, so ``ddptui check`` and ``ddptui trust`` reach the misbehaviour.
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import re
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncssh
-from asyncssh.constants import MSG_KEXINIT
+from asyncssh.constants import MSG_CHANNEL_CLOSE, MSG_KEXINIT
+from asyncssh.packet import UInt32
 
 from tests.testbed import LocalSshServer, keys
 
@@ -29,6 +35,28 @@ class Behaviour(enum.Enum):
     """Write to stdout until the client hangs up."""
     SWALLOW = "swallow"
     """Never answer a channel-open request; everything else (keepalives) works."""
+    AGENT = "agent"
+    """Answer each node-agent command with what :attr:`HostileSshServer.agent` returns for its
+    arguments, exit 0."""
+    UNCLOSING = "unclosing"
+    """Answer every command with :attr:`HostileSshServer.answer`, its exit status 0 and EOF,
+    then ignore the client's channel close: the channel is never confirmed closed."""
+
+
+AgentAnswers = Callable[[list[str]], bytes]
+"""The node agent's arguments (``status RUN_DIR``…) → what the host prints."""
+
+_ENCODED_COMMAND = re.compile(r"echo ([A-Za-z0-9+/=]+) \| base64 -d")
+
+
+def agent_args(command: str) -> list[str]:
+    """The node-agent arguments of a command ddptui sent (``python - ARGS``), decoded from
+    :func:`ddptui.remote.commands.command_line`."""
+    found = _ENCODED_COMMAND.search(command)
+    assert found is not None, command
+    argv = shlex.split(base64.b64decode(found.group(1)).decode("utf-8"))
+    argv = argv[argv.index("exec") + 1 :]
+    return argv[argv.index("-") + 1 :]
 
 
 class _Mute:
@@ -56,6 +84,14 @@ class HostileSshServer(LocalSshServer):
     """Bytes the flood wrote before the client hung up."""
     channel_opens = 0
     """Channel-open requests swallowed."""
+    agent: AgentAnswers = staticmethod(lambda args: b"")
+    """What :attr:`Behaviour.AGENT` answers to each node-agent command."""
+    asked: list[list[str]]
+    """The node-agent arguments of every command :attr:`Behaviour.AGENT` answered, in order."""
+    ignored_closes = 0
+    """Channel closes :attr:`Behaviour.UNCLOSING` left unconfirmed."""
+    connections_made = 0
+    """Connections accepted, over the server's life."""
 
     @classmethod
     def start(  # type: ignore[override]
@@ -66,13 +102,20 @@ class HostileSshServer(LocalSshServer):
         answer: bytes = b"",
         reason: str = "",
         authority: asyncssh.SSHKey | None = None,
+        agent: AgentAnswers | None = None,
     ) -> HostileSshServer:
         server = cls(root)
         server.behaviour, server.answer, server.reason = behaviour, answer, reason
         server.authority = authority
+        server.asked = []
+        if agent is not None:
+            server.agent = agent
         server._thread.start()
         server._call(server._listen())
         return server
+
+    def __enter__(self) -> HostileSshServer:
+        return self
 
     async def _listen(self) -> None:
         server = self
@@ -81,6 +124,7 @@ class HostileSshServer(LocalSshServer):
             def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
                 self._conn = conn
                 server._connections.add(conn)
+                server.connections_made += 1
                 if server.behaviour is Behaviour.DISCONNECT:
                     handlers = dict(type(conn)._packet_handlers)
                     handlers[MSG_KEXINIT] = server._hang_up
@@ -123,6 +167,9 @@ class HostileSshServer(LocalSshServer):
         self.channel_opens += 1
         return _Mute(), None
 
+    def _ignore_close(self, *packet: object) -> None:
+        self.ignored_closes += 1
+
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         try:
             if self.behaviour is Behaviour.FLOOD:
@@ -130,8 +177,29 @@ class HostileSshServer(LocalSshServer):
                     process.stdout.write(_FLOOD_CHUNK)
                     await process.stdout.drain()
                     self.flooded += len(_FLOOD_CHUNK)
-            process.stdout.write(self.answer)
+            if self.behaviour is Behaviour.UNCLOSING:
+                await self._answer_and_stay_open(process)
+                return
+            if self.behaviour is Behaviour.AGENT:
+                args = agent_args(process.command or "")
+                self.asked.append(args)
+                process.stdout.write(self.agent(args))
+            else:
+                process.stdout.write(self.answer)
             await process.stdout.drain()
             process.exit(0)
         except (asyncssh.Error, OSError):
             process.close()
+
+    async def _answer_and_stay_open(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        # asyncssh wraps a session's channel in a line editor that passes attribute reads on
+        # to the channel, not writes.
+        channel = getattr(process.channel, "_orig_chan", process.channel)
+        handlers = dict(type(channel)._packet_handlers)
+        handlers[MSG_CHANNEL_CLOSE] = self._ignore_close
+        channel._packet_handlers = handlers
+        process.stdout.write(self.answer)
+        await process.stdout.drain()
+        process.stdout.write_eof()
+        # What SSHServerChannel.exit sends, without the close that follows it there.
+        channel._send_request(b"exit-status", UInt32(0))
