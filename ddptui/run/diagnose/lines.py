@@ -96,9 +96,11 @@ _PATTERNS: Final[tuple[tuple[Category, re.Pattern[str]], ...]] = (
     (Category.TRAINER_ERROR, re.compile(r"^(?:[A-Za-z_]\w*\.)*TrainerError: ")),
 )
 
-_NCCL_ERROR = re.compile(
-    r"NCCL error in: [^,]*, (.*?)(?:\s*\(run with NCCL_DEBUG=\w+.*?\))?, NCCL version"
-)
+# torch's "NCCL error in: <file>:<line>, <phrase>, NCCL version <x>", found with str.find: a
+# regex with a lazy phrase, tried from every "NCCL error in: " a host repeats in a line, costs
+# time quadratic in the line.
+_NCCL_ERROR = "NCCL error in: "
+_NCCL_VERSION = ", NCCL version"
 NCCL_CODE = re.compile(r"^(nccl[A-Z]\w*): ")
 _NCCL_KINDS: Final = {
     "invalid usage": Category.NCCL_INVALID_USAGE,
@@ -124,11 +126,14 @@ _LOOPBACK = re.compile(r"\b127\.\d+\.\d+\.\d+\b")
 # Normalisation: what differs between ranks and runs of the same failure.
 _NORMALISE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     # Where in gloo's or torch's C++ sources: "[/__w/pytorch/…/pair.cc:553] ".
-    (re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp):\d+\]\s*"), ""),
+    # Without "[" in the path: with it, the path from each "[" of "[[[…" ran to the line's end.
+    (re.compile(r"\[[^\[\]\s]*\.(?:cc|cpp|cxx|c|h|hpp):\d+\]\s*"), ""),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<id>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
     (re.compile(r"torchelastic_\w+"), "torchelastic_<id>"),
-    (re.compile(r"\[[0-9a-fA-F:]*:[0-9a-fA-F:]+\](?::\d+)?"), "<addr>"),  # [IPv6]:port
+    # [IPv6]:port. The lookahead asks for a colon before the last character once, where
+    # "[0-9a-fA-F:]*:[0-9a-fA-F:]+" tried every colon of "[::::…" against the rest.
+    (re.compile(r"\[(?=[0-9a-fA-F]*:[0-9a-fA-F:])[0-9a-fA-F:]+\](?::\d+)?"), "<addr>"),
     (re.compile(r"\[?\b\d{1,3}(?:\.\d{1,3}){3}\b\]?(?:[:<]\d+>?)?"), "<addr>"),
     (re.compile(r"\d{4}-\d\d-\d\d[ _T]\d\d:\d\d:\d\d(?:[.,]\d+)?"), "<time>"),
     (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
@@ -183,9 +188,9 @@ def _classify_body(body: str) -> Finding | None:
     warn = _NCCL_WARN.search(body)
     if warn:
         return Finding(Category.NCCL_WARN, normalise(warn.group(1)))
-    nccl = _NCCL_ERROR.search(body)
-    if nccl:
-        phrase = nccl.group(1).strip().lower()
+    nccl = _nccl_error_phrase(body)
+    if nccl is not None:
+        phrase = nccl.strip().lower()
         kind = next(
             (c for p, c in _NCCL_KINDS.items() if phrase.startswith(p)), Category.NCCL_ERROR
         )
@@ -199,6 +204,25 @@ def _classify_body(body: str) -> Finding | None:
     for category, pattern in _PATTERNS:
         if pattern.search(body):
             return _finding(category, body)
+    return None
+
+
+def _nccl_error_phrase(body: str) -> str | None:
+    """The phrase of torch's NCCL error, if ``body`` is one (its "(run with NCCL_DEBUG=INFO for
+    details)" too: only the phrase's start is read).
+
+    Each search starts where the one before stopped: linear in the line.
+    """
+    start = body.find(_NCCL_ERROR)
+    while start != -1:
+        comma = body.find(",", start + len(_NCCL_ERROR))
+        if comma == -1:
+            return None
+        if body.startswith(", ", comma):
+            end = body.find(_NCCL_VERSION, comma + 2)
+            return None if end == -1 else body[comma + 2 : end]
+        # The file name ends at its first comma: every start before it ends there as well.
+        start = body.find(_NCCL_ERROR, comma + 1)
     return None
 
 
