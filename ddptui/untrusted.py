@@ -1,4 +1,4 @@
-"""The one sanitiser for text that came from a host.
+"""The one sanitiser for text that came from a host, and the checks for its numbers.
 
 Everything a host sends (disconnect reasons, probe output, stderr, log lines, NCCL messages,
 event fields, process names) may carry terminal escapes or markup. :func:`plain` turns it into
@@ -9,7 +9,9 @@ give rich and Textual ``Text`` objects, never markup strings built from this tex
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 # C0 controls except tab and newline, DEL, C1 controls (CSI and OSC among them), the Unicode
 # line/paragraph separators, the bidi marks and overrides that can reorder what a terminal
@@ -32,20 +34,88 @@ def _visible(match: re.Match[str]) -> str:
 
 
 def plain(text: str, *, limit: int | None = None, one_line: bool = False) -> str:
-    """``text`` with every control character shown as an escape, cut to ``limit`` characters.
+    """``text`` with every control character shown as an escape, in at most ``limit``
+    characters.
 
     ``one_line`` also escapes tabs and newlines (table cells, titles); otherwise they are kept.
-    A cut text ends with ``…``.
+    A cut text ends with ``…``, and an escape is shown whole or not at all: a cut never leaves
+    half of ``\\x1b`` that reads as something else.
     """
-    if limit is not None and len(text) > limit:
-        text = text[: max(limit - 1, 0)] + ELLIPSIS
+    pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
+    if limit is None:
+        return _escaped(text, pattern)
+    if limit < 1:
+        return ""
+    # Every character shows as one or more: only the first `limit` can be seen, and a host's
+    # megabyte is not escaped to keep 80 characters of it.
+    head = text[:limit]
+    shown = _escaped(head, pattern)
+    if len(head) == len(text) and len(shown) <= limit:
+        return shown
+    return _escaped_within(head, pattern, limit - 1) + ELLIPSIS
+
+
+def _escaped(text: str, pattern: re.Pattern[str]) -> str:
     if text.isascii() and text.isprintable():
         # Nothing to escape (most of what hosts send): no need to search it.
         return text
-    pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
     return pattern.sub(_visible, text)
+
+
+def _escaped_within(text: str, pattern: re.Pattern[str], room: int) -> str:
+    """The longest start of ``text`` escaped that fits in ``room`` characters and ends on a
+    whole escape or character."""
+    shown = []
+    start = 0
+    for match in pattern.finditer(text):
+        safe = text[start : match.start()]
+        escape = _visible(match)
+        if len(safe) + len(escape) > room:
+            shown.append(safe[:room])
+            return "".join(shown)
+        shown += (safe, escape)
+        room -= len(safe) + len(escape)
+        start = match.end()
+    shown.append(text[start : start + room])
+    return "".join(shown)
 
 
 def plain_bytes(data: bytes, *, limit: int | None = None, one_line: bool = False) -> str:
     """:func:`plain` for raw bytes: invalid UTF-8 is replaced, never raised."""
+    if limit is not None:
+        # A character takes at most 4 bytes: cut longer, these still decode to more than
+        # `limit` characters, so plain sees the cut; a character split at the end decodes to
+        # a replacement character past the first `limit`, never shown.
+        data = data[: 4 * (limit + 1)]
     return plain(data.decode("utf-8", errors="replace"), limit=limit, one_line=one_line)
+
+
+# --- numbers a host sends -------------------------------------------------------------------
+# Total: any value in (whatever JSON or a line gave), a number or None out, never an exception.
+
+
+def whole(text: Any, *, digits: int = 9) -> int | None:
+    """``text`` as a whole number when it is one in ASCII digits, at most ``digits`` of them.
+
+    ``"²".isdigit()`` and ``"٣".isdigit()`` are true as well, and ``int()`` refuses the first.
+    """
+    if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= digits:
+        return int(text)
+    return None
+
+
+def count(value: Any, high: int) -> int | None:
+    """``value`` when it is an integer (JSON's, not a bool) from 0 to ``high``."""
+    return value if type(value) is int and 0 <= value <= high else None
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool)."""
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return None

@@ -31,11 +31,18 @@ def exit_code(state: RunState) -> int:
 
 
 def say(line: str, stream: TextIO | None = None) -> None:
-    print(f"ddptui: {line}", file=stream or sys.stderr, flush=True)
+    """``ddptui: line``, one line whatever it quotes: the runs layer's steps and the
+    supervisor's words carry hosts' errors."""
+    print(f"ddptui: {plain(line, one_line=True)}", file=stream or sys.stderr, flush=True)
 
 
 def stamped(line: str, stream: TextIO | None = None) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {line}", file=stream or sys.stderr, flush=True)
+    """``HH:MM:SS line``, one line, as :func:`say`."""
+    print(
+        f"{time.strftime('%H:%M:%S')} {plain(line, one_line=True)}",
+        file=stream or sys.stderr,
+        flush=True,
+    )
 
 
 async def follow_headless(attachment: Attachment) -> int:
@@ -56,7 +63,7 @@ async def follow_headless(attachment: Attachment) -> int:
     if not judgement.state.final:
         say(f"run {record.id} goes on ({judgement.state.value}); lost touch with its supervisor")
         return 1
-    say(f"run {record.id} {judgement.state.value}: {plain(judgement.detail, one_line=True)}")
+    say(f"run {record.id} {judgement.state.value}: {judgement.detail}")
     return exit_code(judgement.state)
 
 

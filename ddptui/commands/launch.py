@@ -17,7 +17,6 @@ from ddptui.plan.describe import describe_plan
 from ddptui.run.control import RunControl
 from ddptui.run.state import Steps
 from ddptui.run.store import RunRecord
-from ddptui.untrusted import plain
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
             return refuse(report)
         plan = control.plan(config, report, extra_args=extra, debug=args.debug)
         if args.dry_run:
-            print(plain(describe_plan(plan)))
+            print(describe_plan(plan))
             return 0
         attachment = await control.launch(config, report, plan, say=say, steps=Steps.NONE)
         started["run"] = attachment.record

@@ -65,9 +65,7 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
         _finish(attachment.watch, args)
         if args.follow and attachment.judgement.state.final:
             judgement = attachment.judgement
-            say(
-                f"run {record.id} {judgement.state.value}: {plain(judgement.detail, one_line=True)}"
-            )
+            say(f"run {record.id} {judgement.state.value}: {judgement.detail}")
     return 0
 
 

@@ -15,7 +15,8 @@ from ddptui.run.control import RunControl
 def run(args: argparse.Namespace) -> int:
     view = asyncio.run(RunControl().view(args.run, say=say))
     if args.json:
-        json.dump(view.document(), sys.stdout, indent=2, allow_nan=False)
+        # ASCII: a host's control or bidi characters travel as \u escapes, never raw.
+        json.dump(view.document(), sys.stdout, indent=2, allow_nan=False, ensure_ascii=True)
         sys.stdout.write("\n")
     else:
         print("\n".join(line.plain for line in status_lines(view)))

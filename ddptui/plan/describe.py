@@ -7,11 +7,18 @@ import shlex
 from ddptui.config.model import AUTO
 from ddptui.plan.launch import AUTO_PORT_PLACEHOLDER, LaunchPlan
 from ddptui.remote.commands import posix_script
+from ddptui.untrusted import plain
 
 
 def describe_plan(plan: LaunchPlan) -> str:
     """Per host, the exact directory, environment and command that run there, as shell lines a
-    person can paste into a terminal on that host or a bug report."""
+    person can paste into a terminal on that host or a bug report; safe to print as it is.
+
+    The workdir and the interface names come from the hosts' probes: every line goes through
+    the sanitiser on its own, so a control character shows as its escape (that line is then no
+    longer the exact command) and a newline cannot start a line of its own, such as another
+    node's.
+    """
     lines = [
         f"run {plan.run_id}: {len(plan.nodes)} node(s), world size {plan.world_size}, "
         f"backend {plan.backend}, master {plan.master_addr}:{plan.master_port}",
@@ -28,4 +35,4 @@ def describe_plan(plan: LaunchPlan) -> str:
             exports,
             command,
         ]
-    return "\n".join(lines)
+    return "\n".join(plain(line, one_line=True) for line in lines)

@@ -25,6 +25,8 @@ from ddptui.run.store import RunRecord, RunStore
 from ddptui.untrusted import plain
 
 DEFAULT_HOSTS = Path("hosts.toml")
+NOTE_LIMIT = 300
+"""Characters of a notification that quotes a host or the supervisor: a toast, not a log."""
 
 
 class DdptuiApp(App[int]):
@@ -128,16 +130,25 @@ class DdptuiApp(App[int]):
         try:
             attachment = await self.control.attach(record.id, say=self._say)
         except ControlError as error:
-            self.notify(plain(str(error)), markup=False, severity="error", timeout=30)
+            self._fail(error)
             return
         self.push_screen(RunScreen(attachment.record, control=self.control, attachment=attachment))
 
     def _say(self, line: str) -> None:
-        self.notify(plain(line, limit=300), markup=False)
+        self.notify(plain(line, limit=NOTE_LIMIT, one_line=True), markup=False)
+
+    def _fail(self, error: Exception) -> None:
+        self.notify(
+            plain(str(error), limit=NOTE_LIMIT, one_line=True),
+            markup=False,
+            severity="error",
+            timeout=30,
+        )
 
     @work(exclusive=True, group="launch")
     async def action_launch(self) -> None:
         from ddptui.plan.describe import describe_plan
+        from ddptui.plan.launch import PlanError
         from ddptui.run.control import ControlError
         from ddptui.ui.screens.confirm import ConfirmScreen
         from ddptui.ui.screens.run import RunScreen
@@ -149,7 +160,13 @@ class DdptuiApp(App[int]):
             self.notify("checking the hosts before launching…")
             self.report = await self.control.check(config)
         report = self.report
-        plan = self.control.plan(config, report)
+        try:
+            plan = self.control.plan(config, report)
+        except PlanError as error:
+            # A host's facts can make a plan impossible (a workdir it reports as relative):
+            # that is said, it does not end the console.
+            self._fail(error)
+            return
         body = Text()
         errors = [f for f in report.findings if f.severity.value == "error"]
         if errors:
@@ -161,7 +178,7 @@ class DdptuiApp(App[int]):
             f"interface {plain(', '.join(sorted(interfaces)), one_line=True)}\n\n",
             "bold",
         )
-        body.append(plain(describe_plan(plan)))
+        body.append(describe_plan(plan))
         if not await self.push_screen_wait(ConfirmScreen("launch", body, "launch this run?")):
             return
         try:
@@ -170,7 +187,7 @@ class DdptuiApp(App[int]):
                 config, report, plan, demo=self.demo_note is not None, say=self._say
             )
         except ControlError as error:
-            self.notify(plain(str(error)), markup=False, severity="error", timeout=30)
+            self._fail(error)
             return
         self.push_screen(RunScreen(attachment.record, control=self.control, attachment=attachment))
 

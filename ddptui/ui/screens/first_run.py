@@ -58,7 +58,9 @@ class FirstRunScreen(Screen[None]):
         from ddptui.config import starter_text
 
         if self.path.exists():
-            self.notify(f"{self.path} exists already; not overwriting it", severity="warning")
+            self.notify(
+                f"{self.path} exists already; not overwriting it", markup=False, severity="warning"
+            )
             return
         self.path.write_text(starter_text(), encoding="utf-8")
         self.app.goodbye = (  # type: ignore[attr-defined]

@@ -227,7 +227,7 @@ def _gpus_text(check: HostCheck) -> Text:
         return text
     devices = facts.gpus.devices
     if not devices:
-        text.append(plain(facts.gpus.problem or "no NVIDIA GPU", limit=200), "dim")
+        text.append(plain(facts.gpus.problem or "no NVIDIA GPU", limit=200, one_line=True), "dim")
         return text
     for gpu in devices:
         mark = "✓ free" if is_free(gpu) else "● busy"
