@@ -47,6 +47,7 @@ class Code(str, enum.Enum):
     NPROC_GPUS_WITHOUT_GPUS = "nproc_gpus_without_gpus"
     NOT_ENOUGH_FREE_GPUS = "not_enough_free_gpus"
     GPU_BUSY = "gpu_busy"
+    GPU_COUNT_IMPLAUSIBLE = "gpu_count_implausible"
     HOSTNAME_LOOPBACK = "hostname_loopback"
     HOSTNAME_UNRESOLVABLE = "hostname_unresolvable"
     SOCKET_IFNAME_CHOSEN = "socket_ifname_chosen"

@@ -9,6 +9,7 @@ from ddptui.config.model import Config, HostConfig
 from ddptui.health.findings import Code, Finding, Severity
 from ddptui.health.wording import and_list, plural
 from ddptui.plan.resources import (
+    implausible_gpu_count,
     is_free,
     present_gpus,
     procs_per_node,
@@ -16,7 +17,10 @@ from ddptui.plan.resources import (
     selected_gpus,
     usable_gpus,
 )
-from ddptui.probe.facts import NA, GpuFacts, HostFacts
+from ddptui.probe.facts import MAX_GPUS, NA, GpuFacts, HostFacts
+
+SHOWN_DIGITS = 15
+"""A claimed count of more digits is shown as "more than" this many: a host can send thousands."""
 
 
 def gpu_findings(
@@ -51,6 +55,9 @@ def _backend_choice(
 def _host_gpu_findings(
     config: Config, backend: str, host: HostConfig, facts: HostFacts
 ) -> Iterator[Finding]:
+    claimed = implausible_gpu_count(facts)
+    if claimed is not None:
+        yield _implausible_count(host, facts, claimed)
     present = present_gpus(facts)
     selected = selected_gpus(host, facts)
     if _missing_selection(host, present):
@@ -124,6 +131,20 @@ def _why_busy(gpu: GpuFacts) -> str:
         return f"GPU {gpu.index} is held by {holders}"
     unlisted = "no process is listed" if gpu.processes is not NA else "processes are not listed"
     return f"GPU {gpu.index} has {gpu.memory_used_mib} MiB in use ({unlisted}: another container?)"
+
+
+def _implausible_count(host: HostConfig, facts: HostFacts, claimed: int) -> Finding:
+    said = "torch's device count" if facts.gpus.source == "none" else facts.gpus.source
+    shown = f"{claimed:,}" if claimed < 10**SHOWN_DIGITS else f"more than {10**SHOWN_DIGITS:,}"
+    return Finding(
+        Code.GPU_COUNT_IMPLAUSIBLE,
+        Severity.ERROR,
+        host.name,
+        f"{host.name} claims {shown} GPUs ({said}), more than any host can have "
+        f"({MAX_GPUS}), so none of its GPUs are used",
+        f"see what {host.name} itself reports (nvidia-smi -L; torch.cuda.device_count() in "
+        "its python): its driver or torch is broken, or the answer was not the host's",
+    )
 
 
 def _torch_cannot_use_cuda(host: HostConfig, facts: HostFacts, count: int) -> Finding:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from ddptui.config.model import Config, HostConfig
-from ddptui.probe.facts import NA, GpuFacts, HostFacts, IPAddress
+from ddptui.probe.facts import MAX_GPUS, NA, GpuFacts, HostFacts, IPAddress
 
 BUSY_MEMORY_MIB = 1024
 """A GPU with this much memory in use is busy even when no process is listed (another container)."""
@@ -25,13 +25,28 @@ def is_free(gpu: GpuFacts) -> bool:
 
 
 def present_gpus(facts: HostFacts) -> tuple[GpuFacts, ...]:
-    """The host's NVIDIA GPUs; torch's device count stands in when the driver tools are absent."""
+    """The host's NVIDIA GPUs; torch's device count stands in when the driver tools are absent.
+
+    No GPUs at all when it claims more than a host can have (:func:`implausible_gpu_count`).
+    """
     if facts.gpus.source != "none":
         return facts.gpus.devices
     torch = facts.torch
-    if torch.cuda_available is True and torch.device_count is not NA:
-        return tuple(GpuFacts(index=index) for index in range(torch.device_count))
+    claimed = torch.device_count
+    if torch.cuda_available is True and claimed is not NA and claimed <= MAX_GPUS:
+        return tuple(GpuFacts(index=index) for index in range(claimed))
     return ()
+
+
+def implausible_gpu_count(facts: HostFacts) -> int | None:
+    """How many GPUs the host claims, when that is more than :data:`MAX_GPUS`: the devices NVML
+    or nvidia-smi listed, or else torch's device count (the one :func:`present_gpus` goes by)."""
+    if facts.gpus.source != "none":
+        return facts.gpus.listed
+    claimed = facts.torch.device_count
+    if facts.torch.cuda_available is True and claimed is not NA and claimed > MAX_GPUS:
+        return claimed
+    return None
 
 
 def selected_gpus(host: HostConfig, facts: HostFacts) -> tuple[GpuFacts, ...]:

@@ -16,13 +16,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
-from ddptui.untrusted import plain
+from ddptui.untrusted import count, plain
 
 PROBE_VERSION: Final = 1
 """The ``probe_version`` this parser reads; the probe script prints the same number."""
 
 MAX_DOCUMENT_CHARS: Final = 16 * 1024 * 1024
 """Longer output is not a probe document (a real one is tens of KiB, package lists included)."""
+
+MAX_GPUS: Final = 64
+"""The most GPUs a host can have (NVML's limit): an answer that lists or counts more is not a
+host's, and no list of that many is ever built."""
+MAX_GPU_MIB: Final = 2**30
+"""More memory (MiB) than any GPU has, by far: a larger figure is not a GPU's."""
+MAX_PID: Final = 2**22
+"""Linux's ``PID_MAX_LIMIT``."""
 
 _T = TypeVar("_T")
 
@@ -118,6 +126,9 @@ class GpuInventory:
     devices: tuple[GpuFacts, ...] = ()
     problem: str = ""
     """Why NVML or nvidia-smi could not be used, e.g. nvidia-smi's driver error."""
+    listed: int | None = None
+    """How many devices the answer listed when that was more than :data:`MAX_GPUS`
+    (:attr:`devices` is then empty); ``None`` otherwise."""
 
 
 @dataclass(frozen=True)
@@ -355,11 +366,22 @@ def _gpus(data: Mapping[str, Any]) -> GpuInventory:
     source = data.get("source")
     if source not in ("nvml", "nvidia-smi"):
         return GpuInventory(problem=_str(data.get("problem")))
+    rows = data.get("devices")
+    listed = len(rows) if isinstance(rows, list) else 0
+    if listed > MAX_GPUS:
+        # Only counted: a million rows would take the check seconds and megabytes to read.
+        return GpuInventory(
+            source=source,
+            driver_version=_get(data, "driver_version", str),
+            cuda_driver_version=_get(data, "cuda_driver_version", str),
+            problem=f"{source} listed {listed:,} GPUs; a host has at most {MAX_GPUS}",
+            listed=listed,
+        )
     return GpuInventory(
         source=source,
         driver_version=_get(data, "driver_version", str),
         cuda_driver_version=_get(data, "cuda_driver_version", str),
-        devices=tuple(_items(data.get("devices"), _gpu)),
+        devices=tuple(_items(rows, _gpu)),
         problem=_str(data.get("problem")),
     )
 
@@ -367,17 +389,17 @@ def _gpus(data: Mapping[str, Any]) -> GpuInventory:
 def _gpu(value: Any) -> GpuFacts | None:
     if not isinstance(value, dict):
         return None
-    index = _get(value, "index", int)
-    if index is NA:
+    index = count(value.get("index"), MAX_GPUS - 1)
+    if index is None:
         return None
     processes = value.get("processes")
     return GpuFacts(
         index=index,
         uuid=_get(value, "uuid", str),
         name=_get(value, "name", str),
-        memory_total_mib=_get(value, "memory_total_mib", int),
-        memory_used_mib=_get(value, "memory_used_mib", int),
-        utilization_pct=_get(value, "utilization_pct", int),
+        memory_total_mib=_count(value.get("memory_total_mib"), MAX_GPU_MIB),
+        memory_used_mib=_count(value.get("memory_used_mib"), MAX_GPU_MIB),
+        utilization_pct=_count(value.get("utilization_pct"), 100),
         processes=tuple(_items(processes, _gpu_process)) if isinstance(processes, list) else NA,
     )
 
@@ -385,14 +407,19 @@ def _gpu(value: Any) -> GpuFacts | None:
 def _gpu_process(value: Any) -> GpuProcess | None:
     if not isinstance(value, dict):
         return None
-    pid = _get(value, "pid", int)
-    if pid is NA:
+    pid = count(value.get("pid"), MAX_PID)
+    if pid is None:
         return None
     return GpuProcess(
         pid=pid,
         name=_get(value, "name", str),
-        used_memory_mib=_get(value, "used_memory_mib", int),
+        used_memory_mib=_count(value.get("used_memory_mib"), MAX_GPU_MIB),
     )
+
+
+def _count(value: Any, high: int) -> Maybe[int]:
+    number = count(value, high)
+    return NA if number is None else number
 
 
 def _disk(data: Mapping[str, Any]) -> DiskFacts:

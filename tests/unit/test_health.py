@@ -384,6 +384,13 @@ CASES = [
         _busy_but_enough,
     ),
     Case(
+        Code.GPU_COUNT_IMPLAUSIBLE,
+        B,
+        Severity.ERROR,
+        lambda s: s.part(B, "gpus", devices=(), listed=65),
+        "gpu-b claims 65 GPUs (nvidia-smi), more than any host can have (64)",
+    ),
+    Case(
         Code.HOSTNAME_LOOPBACK,
         B,
         Severity.ERROR,

@@ -1,4 +1,9 @@
-"""The run screen's GPUs: each node's newest sample and each GPU's recent use as sparklines."""
+"""The run screen's GPUs: each node's newest sample and each GPU's recent use as sparklines.
+
+Every number here is a host's: a percentage is kept from 0 to 100, a value that is no finite
+number is left out (or shown as ``?``), and a GPU whose index no host can have (see
+:data:`~ddptui.probe.facts.MAX_GPUS`) is shown without a history.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ddptui.probe.facts import MAX_GPUS
 from ddptui.run.state import NodeState
-from ddptui.ui.widgets.cells import bar
-from ddptui.untrusted import plain
+from ddptui.ui.widgets.cells import bar, figure, percent, share
+from ddptui.untrusted import count, finite, plain
 
 GPU_HISTORY = 60
 """Samples kept per GPU (one per heartbeat) for its sparklines."""
@@ -43,15 +49,18 @@ class GpuPane(VerticalScroll):
                 continue
             self._last_samples[host] = node.sample
             for gpu in node.sample.get("gpus", ()):
-                key = (host, int(gpu.get("index", 0)))
-                util = gpu.get("utilization.gpu")
-                if isinstance(util, (int, float)):
+                index = _index(gpu)
+                if index is None:
+                    continue
+                key = (host, index)
+                util = percent(gpu.get("utilization.gpu"))
+                if util is not None:
                     history = self._utilisation.setdefault(key, deque(maxlen=GPU_HISTORY))
-                    history.append(float(util))
-                used, total = gpu.get("memory.used"), gpu.get("memory.total")
-                if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total:
+                    history.append(util)
+                memory_share = share(gpu.get("memory.used"), gpu.get("memory.total"))
+                if memory_share is not None:
                     memory = self._memory.setdefault(key, deque(maxlen=GPU_HISTORY))
-                    memory.append(100.0 * used / total)
+                    memory.append(100.0 * memory_share)
 
     def show(self, nodes: Mapping[str, NodeState], notes: Mapping[str, str]) -> None:
         """Show each node's newest sample (``notes``: why a host does not answer, by host)."""
@@ -62,9 +71,9 @@ class GpuPane(VerticalScroll):
             silence = notes.get(host)
             if silence:
                 text.append(f"  not answering: {plain(silence, one_line=True)}", "red")
-            cpu, rss = sample.get("cpu_pct"), sample.get("rss_mib")
-            if isinstance(cpu, (int, float)) and isinstance(rss, (int, float)):
-                text.append(f"  cpu {cpu:.0f}%  rss {rss:.0f} MiB")
+            cpu, rss = finite(sample.get("cpu_pct")), finite(sample.get("rss_mib"))
+            if cpu is not None and rss is not None:
+                text.append(f"  cpu {figure(cpu, '.0f')}%  rss {figure(rss, '.0f')} MiB")
             text.append("\n")
             gpus = sample.get("gpus") or ()
             if not gpus:
@@ -77,29 +86,35 @@ class GpuPane(VerticalScroll):
             self.query_one(Static).update(text)
 
     def _gpu(self, text: Text, host: str, gpu: Mapping[str, Any]) -> None:
-        index = int(gpu.get("index", 0))
-        text.append(f"  GPU {index} ")
-        used, total = gpu.get("memory.used"), gpu.get("memory.total")
-        if isinstance(used, (int, float)) and isinstance(total, (int, float)):
+        index = _index(gpu)
+        text.append(f"  GPU {'?' if index is None else index} ")
+        used, total = finite(gpu.get("memory.used")), finite(gpu.get("memory.total"))
+        if used is not None and total is not None:
             text.append_text(bar(used, total, width=10))
-            text.append(f" {used:.0f}/{total:.0f} MiB")
-        for key, unit in (("utilization.gpu", "%"), ("temperature.gpu", "°C")):
-            value = gpu.get(key)
-            if isinstance(value, (int, float)):
-                text.append(f"  {value:.0f}{unit}")
-        power = gpu.get("power.draw")
-        if isinstance(power, (int, float)):
-            text.append(f"  {power:.0f} W")
-        utilisation = self._utilisation.get((host, index))
-        if utilisation:
-            text.append("  util " + _spark(utilisation), "cyan")
-        memory = self._memory.get((host, index))
-        if memory:
-            text.append("  mem " + _spark(memory), "magenta")
+            text.append(f" {figure(used, '.0f')}/{figure(total, '.0f')} MiB")
+        utilisation = percent(gpu.get("utilization.gpu"))
+        if utilisation is not None:
+            text.append(f"  {utilisation:.0f}%")
+        for key, unit in (("temperature.gpu", "°C"), ("power.draw", " W")):
+            value = finite(gpu.get(key))
+            if value is not None:
+                text.append(f"  {figure(value, '.0f')}{unit}")
+        if index is not None:
+            history = self._utilisation.get((host, index))
+            if history:
+                text.append("  util " + _spark(history), "cyan")
+            memory = self._memory.get((host, index))
+            if memory:
+                text.append("  mem " + _spark(memory), "magenta")
         text.append("\n")
 
 
-def _spark(values: Iterable[float]) -> str:
-    """Percentages as bars; a host's value outside 0–100 shows as the nearest end."""
+def _index(gpu: Mapping[str, Any]) -> int | None:
+    """The GPU's index when it is one a host can have."""
+    return count(gpu.get("index"), MAX_GPUS - 1)
+
+
+def _spark(percentages: Iterable[float]) -> str:
+    """Percentages (0 to 100) as bars."""
     top = len(SPARK) - 1
-    return "".join(SPARK[max(0, min(int(value / 100 * len(SPARK)), top))] for value in values)
+    return "".join(SPARK[min(int(value / 100 * len(SPARK)), top)] for value in percentages)

@@ -1,12 +1,19 @@
-"""The loss over steps (textual-plot's braille line plot), all ranks or one, linear or log."""
+"""The loss over steps (textual-plot's braille line plot), all ranks or one, linear or log.
+
+Losses and steps are a host's numbers, and the plot divides by its axes' spans and takes
+logarithms of them: the chart sets both axes itself (:func:`axis_limits`), draws a linear loss
+beyond :data:`PLOT_LIMIT` at it, and leaves out what is no finite number (and, on the log
+scale, what is not positive). Whatever a host sends, the picture is drawn.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 
+from textual import on
 from textual.theme import Theme
-from textual_plot import HiResMode, PlotWidget
+from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 
 from ddptui.run.progress import RankProgress
 
@@ -18,6 +25,41 @@ MAX_LINES = len(COLOURS)
 BUCKETS_PER_CELL = 4
 """Braille draws two dots across each terminal cell; two buckets per dot column keep the picture
 when the buckets' edges and the plot's dot columns do not line up."""
+PLOT_LIMIT = 1e300
+"""A linear loss beyond ± this is drawn at it: the plot's arithmetic on the differences of
+values near 1e308 overflows to infinity."""
+RESOLUTION = 2e-6
+"""An axis spans at least this share of its largest value, as the plot's own ±1e-6 around a
+flat line does near 1: a fixed ±1e-6 is lost to rounding from 1e12 on (the span is then 0, and
+the plot divides by it), and ticks closer than the values' precision would fall together."""
+SMALLEST_SPAN = 1e-100
+"""And at least this much: the plot takes the logarithm of a fifth of its span, and 5e-324
+(a loss a host may send) less 0, divided by 5, is 0."""
+LABEL_CHARS = 9
+"""The plot's left margin (10 cells) less one: it cuts longer labels (``-1000000000`` would read
+``-10000000``)."""
+
+
+def axis_limits(low: float, high: float) -> tuple[float, float]:
+    """Limits for an axis over the values ``low`` to ``high`` (finite, and within ±1e307 so that
+    their difference is): theirs, or around their middle as wide as :data:`RESOLUTION` and
+    :data:`SMALLEST_SPAN` ask."""
+    least = max(max(abs(low), abs(high)) * RESOLUTION, SMALLEST_SPAN)
+    if high - low >= least:
+        return low, high
+    middle = low / 2 + high / 2
+    return middle - least / 2, middle + least / 2
+
+
+class TickLabels(NumericAxisFormatter):
+    """The plot's labels, in two significant digits when one of them would not fit the margin
+    (:data:`LABEL_CHARS`)."""
+
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        labels = super().get_labels_for_ticks(ticks)
+        if all(len(label) <= LABEL_CHARS for label in labels):
+            return labels
+        return [f"{tick:.2g}" for tick in ticks]
 
 
 def envelope(
@@ -63,6 +105,9 @@ class LossChart(PlotWidget):
         self.log_scale = True
         self._drawn: tuple[object, ...] = ()
         self._shown: tuple[list[RankProgress], int | None] = ([], None)
+        self._zoomed = False
+        """Zoomed or panned by hand: the axes are left as the user set them until reset."""
+        self.set_y_formatter(TickLabels())
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -72,6 +117,15 @@ class LossChart(PlotWidget):
 
     def on_resize(self) -> None:
         # The lines were thinned for the old width (before the first layout, for none).
+        self.show(*self._shown)
+
+    @on(PlotWidget.ScaleChanged)
+    def _scaled_by_hand(self) -> None:
+        self._zoomed = True
+
+    def action_reset_scales(self) -> None:
+        self._zoomed = False
+        self._drawn = ()
         self.show(*self._shown)
 
     @property
@@ -98,7 +152,8 @@ class LossChart(PlotWidget):
         self.clear()
         steps_shown = [rank.losses[index][0] for rank in shown if rank.losses for index in (0, -1)]
         first, last = min(steps_shown, default=0), max(steps_shown, default=0)
-        for index, rank in enumerate(shown):
+        lines = []
+        for rank in shown:
             drawable = (
                 point
                 for point in rank.losses
@@ -106,8 +161,13 @@ class LossChart(PlotWidget):
             )
             # Thinned before the logarithm: it keeps each column's lowest and highest alike.
             points = envelope(drawable, first, last, columns)
-            if self.log_scale:
-                points = [(step, math.log10(loss)) for step, loss in points]
+            lines.append([(step, self._plotted(loss)) for step, loss in points])
+        drawn = [point for points in lines for point in points]
+        if drawn and not self._zoomed:
+            all_steps, all_losses = zip(*drawn, strict=True)
+            self.set_xlimits(*axis_limits(min(all_steps), max(all_steps)))
+            self.set_ylimits(*axis_limits(min(all_losses), max(all_losses)))
+        for index, (rank, points) in enumerate(zip(shown, lines, strict=True)):
             if points:
                 steps, losses = zip(*points, strict=True)
                 self.plot(
@@ -119,3 +179,9 @@ class LossChart(PlotWidget):
                 )
         self.set_xlabel("step")
         self.set_ylabel("log10(loss)" if self.log_scale else "loss")
+
+    def _plotted(self, loss: float) -> float:
+        """A finite loss (positive on the log scale) as the chart draws it."""
+        if self.log_scale:
+            return math.log10(loss)
+        return min(max(loss, -PLOT_LIMIT), PLOT_LIMIT)
