@@ -14,11 +14,12 @@ Strings are kept as the host sent them, only cut to a length; sanitise them for 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeVar
+
+from ddptui.untrusted import finite
 
 EVENT_VERSION: Final = 1
 """The ``v`` this reader understands; the trainer writes the same number."""
@@ -224,7 +225,7 @@ def _parse(line: str | bytes) -> RankEvent | None:
 def _common(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     rank, local_rank = _count(doc.get("rank")), _count(doc.get("local_rank"))
     node_rank, world_size = _count(doc.get("node_rank")), _count(doc.get("world_size"))
-    time = _float(doc.get("time"))
+    time = finite(doc.get("time"))
     if rank is None or local_rank is None or node_rank is None or time is None:
         return None
     if world_size is None or not rank < world_size:
@@ -246,19 +247,6 @@ def _is_int(value: Any) -> bool:
 def _count(value: Any) -> int | None:
     """A non-negative integer that fits in int64, else ``None``."""
     return value if type(value) is int and 0 <= value <= _MAX_COUNT else None
-
-
-def _float(value: Any) -> float | None:
-    """A finite number as float, else ``None``."""
-    # Exact types, tested first: every step event has about ten of these.
-    if type(value) is float:
-        return value if math.isfinite(value) else None
-    if type(value) is int:
-        try:
-            return float(value)
-        except OverflowError:
-            return None
-    return None
 
 
 def _bool(value: Any) -> bool | None:
@@ -353,14 +341,14 @@ def _step(doc: Mapping[str, Any], common: dict[str, Any]) -> StepEvent:
         **common,
         step=step,
         epoch=_count(doc.get("epoch")),
-        loss=_float(doc.get("loss")),
-        lr=_float(doc.get("lr")),
-        samples_per_s=_float(doc.get("samples_per_s")),
-        step_time_s=_float(doc.get("step_time_s")),
-        cuda_allocated_mib=_float(doc.get("cuda_allocated_mib")),
-        cuda_reserved_mib=_float(doc.get("cuda_reserved_mib")),
-        cuda_peak_mib=_float(doc.get("cuda_peak_mib")),
-        rss_mib=_float(doc.get("rss_mib")),
+        loss=finite(doc.get("loss")),
+        lr=finite(doc.get("lr")),
+        samples_per_s=finite(doc.get("samples_per_s")),
+        step_time_s=finite(doc.get("step_time_s")),
+        cuda_allocated_mib=finite(doc.get("cuda_allocated_mib")),
+        cuda_reserved_mib=finite(doc.get("cuda_reserved_mib")),
+        cuda_peak_mib=finite(doc.get("cuda_peak_mib")),
+        rss_mib=finite(doc.get("rss_mib")),
     )
 
 
@@ -370,7 +358,7 @@ def _checkpoint(doc: Mapping[str, Any], common: dict[str, Any]) -> CheckpointEve
         path=_text(doc.get("path"), MAX_PATH_CHARS),
         step=_count(doc.get("step")),
         epoch=_count(doc.get("epoch")),
-        seconds=_float(doc.get("seconds")),
+        seconds=finite(doc.get("seconds")),
         bytes=_count(doc.get("bytes")),
     )
 

@@ -4,12 +4,29 @@ The node agent's ``follow`` streams every new line of the run's event, log and s
 JSON documents, with a heartbeat every 2 s. :class:`HostFollower` turns that into typed
 updates, remembers the offset after each line, and on a dropped channel or a silent host
 reconnects and asks for the lines after those offsets: none is lost, none repeated.
+
+What a host sends is untrusted, and what it may cost the head node is bounded per host:
+
+- the lines read and not taken yet (:class:`Inbox`): at most :data:`INBOX_LINES` lines and
+  :data:`INBOX_BYTES` bytes, plus the one document that crossed it (:data:`MAX_DOCUMENT_BYTES`)
+  and about 40 bytes of objects a line: 2.4 MiB a host, 155 MiB for 64 hosts. A full inbox
+  makes its reader wait (SSH's flow control then holds the agent): no line is dropped;
+- the offsets (:attr:`HostFollower.offsets`): only the host's own files as its plan names them
+  (:class:`~ddptui.run.layout.HostFiles`: its ranks' events, its attempts' torchrun files, and
+  as many local ranks' logs as its attempts can have: 268 for 8 ranks after 10 attempts), so
+  files a host invents can neither grow the offsets nor crowd out its real ones; without a
+  plan, files the head reads (:data:`~ddptui.run.layout.READ_FILES`, ASCII paths of at most
+  :data:`~ddptui.run.layout.MAX_PATH_CHARS` characters), at most :data:`MAX_FOLLOWED_FILES`. A
+  line of any other file is dropped and counted (:attr:`HostFollower.unknown`), never
+  remembered: 4,096 offsets of 256-character paths take 1.4 MiB (measured), 92 MiB for 64
+  hosts;
+- a heartbeat: its document (256 KiB at most), cut to :data:`MAX_GPUS` GPUs and
+  :data:`MAX_SAMPLED_RANKS` ranks; the watch keeps of it only the host's own ranks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import time
@@ -21,10 +38,14 @@ import asyncssh
 
 from ddptui.aio import QueueReader
 from ddptui.config.model import Config, HostConfig
+from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
 from ddptui.remote.stream import LineTooLong, RemoteStream
 from ddptui.run.agent_client import AGENT_SOURCE
+from ddptui.run.layout import MAX_PATH_CHARS, READ_FILES, HostFiles
+from ddptui.run.store import NodeRecord, RunRecord
+from ddptui.untrusted import count, finite, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 """The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
@@ -33,6 +54,14 @@ SILENCE_S = 12.0
 """No heartbeat for this long (the agent sends one every 2 s): the host is not answering."""
 RETRY_S = 2.0
 INBOX_LINES = 4096
+INBOX_BYTES = 2 * 1024 * 1024
+"""A host's lines read and not taken yet: as many as :data:`INBOX_LINES` typical lines (a
+step event is about 300 bytes), a few documents of the largest kind."""
+MAX_FOLLOWED_FILES = 4096
+"""The files followed on a host when the caller does not say from its plan: 8 ranks for 150
+attempts, 64 ranks for 20."""
+MAX_OFFSET = 2**63 - 1
+"""A file's size can be no more (``off_t``)."""
 READER_STOP_S = 2.0
 
 
@@ -78,16 +107,48 @@ class HostBack:
 Update = FileLine | Heartbeat | HostSilent | HostBack
 
 
-async def _read(stream: RemoteStream, inbox: asyncio.Queue[bytes | None]) -> None:
-    """Move the stream's lines into ``inbox``; None once it ends, however it ends."""
+class Inbox(asyncio.Queue[bytes | None]):
+    """The lines read from a host's channel and not taken yet, then None for its end.
+
+    Full at ``max_lines`` lines or ``max_bytes`` bytes (the line that crosses it is taken
+    whole): a reader then waits for room, so nothing is dropped. The end always goes in, full
+    or not: its reader is done, and whoever takes the lines must learn so at once.
+    """
+
+    def __init__(self, max_lines: int = INBOX_LINES, max_bytes: int = INBOX_BYTES) -> None:
+        super().__init__(maxsize=max_lines)
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """Of the lines held now."""
+        self._ended = False
+
+    def full(self) -> bool:
+        return not self._ended and (super().full() or self.bytes >= self.max_bytes)
+
+    def end(self) -> None:
+        """Put the end of the channel in (None)."""
+        self._ended = True
+        self.put_nowait(None)
+
+    def _put(self, item: bytes | None) -> None:
+        super()._put(item)
+        self.bytes += len(item or b"")
+
+    def _get(self) -> bytes | None:
+        item = super()._get()
+        self.bytes -= len(item or b"")
+        return item
+
+
+async def _read(stream: RemoteStream, inbox: Inbox) -> None:
+    """Move the stream's lines into ``inbox``; its end once the stream ends, however it ends."""
     try:
         async for raw in stream.lines():
             await inbox.put(raw)
     except (LineTooLong, asyncssh.Error, OSError):
         pass
     finally:
-        with contextlib.suppress(asyncio.QueueFull):
-            inbox.put_nowait(None)
+        inbox.end()
 
 
 def _reason(error: BaseException) -> str:
@@ -106,17 +167,41 @@ class HostFollower:
         offsets: Mapping[str, int] | None = None,
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
+        files: HostFiles | None = None,
     ) -> None:
+        """``offsets``: path → where to resume (the lines taken before); ``files``: the files
+        the host's plan gives it (:meth:`of_node`), the only ones followed."""
         self.config = config
         self.host = host
         self.run_dir = run_dir
-        self.offsets: dict[str, int] = dict(offsets or {})
+        self.files = files
+        self.offsets: dict[str, int] = {}
+        self._logs = 0
+        """Local ranks' log files among the offsets (``files.logs`` at most)."""
+        self.unknown = 0
+        """Lines of files that are not the host's, or past the bounds: dropped, not kept."""
+        for path, offset in (offsets or {}).items():
+            if count(offset, MAX_OFFSET) is not None and self._admits(path):
+                self.offsets[path] = offset
         self.silence_s = silence_s
         self._clock = clock
         self._remote: RemoteCluster | None = None
         self._stream: RemoteStream | None = None
         self._closed = False
         self.garbled = 0
+
+    @classmethod
+    def of_node(
+        cls, config: Config, record: RunRecord, node: NodeRecord, **options: Any
+    ) -> HostFollower:
+        """The follower of ``node``'s part of ``record``, bounded by what its plan can write."""
+        return cls(
+            config,
+            config.host(node.host),
+            node.run_dir,
+            files=record.host_files(node),
+            **options,
+        )
 
     async def updates(self) -> AsyncIterator[Update]:
         last_heard = self._clock()
@@ -134,7 +219,7 @@ class HostFollower:
                     yield HostSilent(self.host.name, quiet, _reason(error))
                 await asyncio.sleep(min(RETRY_S, self.silence_s))
                 continue
-            inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=INBOX_LINES)
+            inbox = Inbox()
             reader = asyncio.create_task(_read(stream, inbox))
             lines = QueueReader(inbox)
             # A new channel gets a whole window to say something: the agent starts, then reads
@@ -218,16 +303,15 @@ class HostFollower:
 
     def _line(self, document: dict[str, Any]) -> FileLine | None:
         path, offset, text = document.get("f"), document.get("o"), document.get("t")
-        if not (
-            isinstance(path, str)
-            and isinstance(offset, int)
-            and not isinstance(offset, bool)
-            and isinstance(text, str)
-            and len(path) < 1024
-        ):
+        offset = count(offset, MAX_OFFSET)
+        if not (isinstance(path, str) and offset is not None and isinstance(text, str)):
             self.garbled += 1
             return None
-        if offset <= self.offsets.get(path, 0):
+        known = self.offsets.get(path)
+        if known is None and not self._admits(path):
+            self.unknown += 1
+            return None
+        if offset <= (known or 0):
             # Already delivered (a replay after a reconnect): never repeat a line.
             return None
         self.offsets[path] = offset
@@ -238,15 +322,36 @@ class HostFollower:
         stamp = document.get("time")
         groups = document.get("groups")
         sample = document.get("sample")
-        if not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+        stamp = finite(stamp)
+        if stamp is None:
             self.garbled += 1
             return None
         alive = {
-            int(attempt): value is True
+            number: value is True
             for attempt, value in (groups.items() if isinstance(groups, dict) else ())
-            if isinstance(attempt, str) and _whole(attempt, 9)
+            if (number := whole(attempt)) is not None
         }
-        return Heartbeat(self.host.name, float(stamp), alive, sample_of(sample))
+        return Heartbeat(self.host.name, stamp, alive, sample_of(sample))
+
+    def _admits(self, path: str) -> bool:
+        """Whether to follow ``path``, not followed yet (counted as followed if so)."""
+        if self.files is None:
+            return len(self.offsets) < MAX_FOLLOWED_FILES and _read_file(path)
+        kind = self.files.kind(path)
+        if kind == "log":
+            if self._logs >= self.files.logs:
+                return False
+            self._logs += 1
+        return kind is not None
+
+
+def _read_file(path: str) -> bool:
+    """Whether ``path`` names one of the run's files the head reads."""
+    return (
+        len(path) <= MAX_PATH_CHARS
+        and path.isascii()
+        and any(pattern.match(path) for pattern in READ_FILES)
+    )
 
 
 GPU_FIELDS = (
@@ -267,23 +372,11 @@ GPU_FIELDS = (
 GPU_TEXT_FIELDS = frozenset({"pstate"})
 """Kept as text (``P0``); every other field is a number, or left out when nvidia-smi printed
 none (``[N/A]``, ``[Not Supported]``)."""
-MAX_GPUS = 64
 
 
 MAX_SAMPLED_RANKS = 1024
 PROCESS_STATE_LETTERS = frozenset("RSDZTtWXxKPI")
 """The states ``/proc/PID/stat`` shows (``ps``'s STAT letters)."""
-
-
-def _whole(text: str, digits: int) -> bool:
-    """An ASCII whole number of at most ``digits`` digits (``"²".isdigit()`` is true too)."""
-    return text.isascii() and text.isdigit() and len(text) <= digits
-
-
-def _finite(value: Any) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def sample_of(value: Any) -> dict[str, Any]:
@@ -292,7 +385,7 @@ def sample_of(value: Any) -> dict[str, Any]:
         return {}
     sample: dict[str, Any] = {}
     for key in ("procs", "cpu_pct", "rss_mib"):
-        number = _finite(value.get(key))
+        number = finite(value.get(key))
         if number is not None:
             sample[key] = number
     gpus = value.get("gpus")
@@ -308,25 +401,31 @@ def _ranks(value: dict[Any, Any]) -> dict[int, dict[str, Any]]:
     """Global rank → its process's state letter and CPU, for the hang judgement."""
     found: dict[int, dict[str, Any]] = {}
     for rank, seen in list(value.items())[:MAX_SAMPLED_RANKS]:
-        if not (isinstance(rank, str) and _whole(rank, 6) and isinstance(seen, dict)):
+        number = whole(rank, digits=6)
+        if number is None or not isinstance(seen, dict):
             continue
-        state, cpu = seen.get("state"), _finite(seen.get("cpu_pct"))
-        found[int(rank)] = {
+        state, cpu = seen.get("state"), finite(seen.get("cpu_pct"))
+        found[number] = {
             "state": state if isinstance(state, str) and state in PROCESS_STATE_LETTERS else None,
-            "cpu_pct": max(float(cpu), 0.0) if cpu is not None else None,
+            "cpu_pct": max(cpu, 0.0) if cpu is not None else None,
         }
     return found
 
 
 def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
     """One GPU's row as nvidia-smi printed it, typed: whole numbers as ints, the rest finite
-    floats; an ``index`` that is no whole number is left out."""
+    floats; an ``index`` that is no GPU's (0 to ``MAX_GPUS - 1``) is left out."""
     gpu: dict[str, int | float | str] = {}
     for key in GPU_FIELDS:
         text = printed.get(key)
         if not isinstance(text, str):
             continue
         text = text.strip()[:32]
+        if key == "index":
+            index = whole(text, digits=2)
+            if index is not None and index < MAX_GPUS:
+                gpu[key] = index
+            continue
         if key in GPU_TEXT_FIELDS:
             gpu[key] = text
             continue
@@ -336,8 +435,6 @@ def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
             continue
         if not math.isfinite(number):
             continue
-        if number.is_integer():
-            gpu[key] = int(number)
-        elif key != "index":
-            gpu[key] = number
+        # Whole numbers a float holds exactly as ints ("81559" MiB), not 1e308 as 309 digits.
+        gpu[key] = int(number) if number.is_integer() and abs(number) < 2**53 else number
     return gpu

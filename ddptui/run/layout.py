@@ -25,16 +25,22 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$")
+# ASCII digits only: `\d` alone also matches "٣", which a host may put in a path.
+EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$", re.ASCII)
 """A rank's events: group 1 is its global rank."""
-RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$")
+RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$", re.ASCII)
 """A local rank's output: attempt, local rank, stream."""
-ERROR_FILE = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/error\.json$")
+ERROR_FILE = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/error\.json$", re.ASCII)
 """torchrun's error file of a local rank that failed: attempt, local rank."""
-NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$")
+NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$", re.ASCII)
 """torchrun's own console of one attempt."""
-NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$")
+NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$", re.ASCII)
 """torchrun's exit status of one attempt, written by the agent's wrapper as it ends."""
+READ_FILES = (EVENTS, RANK_LOG, ERROR_FILE, NODE_OUT, NODE_EXIT)
+"""The files of :data:`FOLLOWED` the head reads: a line of any other file is nobody's."""
+MAX_PATH_CHARS = 256
+"""A run file's path is far shorter (``logs/attempt-N/<torchrun id>/attempt_0/R/stderr.log``:
+torchrun's id is its rendezvous id and 8 random characters)."""
 FOLLOWED = re.compile(
     r"^(events/[^/]+\.jsonl"
     r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"
@@ -44,6 +50,41 @@ FOLLOWED = re.compile(
 """Every file the follower streams (paths relative to the run directory)."""
 ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 """The agent's per-attempt files in ``node/``."""
+
+
+@dataclass(frozen=True)
+class HostFiles:
+    """The files of one host's part of a run that the head reads, by name: its ranks' events
+    files (every attempt appends to them), and for each attempt torchrun's console and exit
+    status and each local rank's stdout, stderr and error file (``--max-restarts 0``: one
+    ``attempt_0`` directory). A host's other files, or another host's, are nobody's."""
+
+    ranks: range
+    """The host's global ranks."""
+    attempts: int
+    """The attempts its files may belong to (the run's, and the one starting)."""
+
+    @property
+    def logs(self) -> int:
+        """How many local ranks' log and error files the host can have: their names hold
+        torchrun's id, which only the host knows, so they are counted rather than named."""
+        return 3 * len(self.ranks) * self.attempts
+
+    def kind(self, path: str) -> str | None:
+        """``"events"``, ``"node"`` or ``"log"`` for one of the host's files, else None."""
+        if len(path) > MAX_PATH_CHARS or not path.isascii():
+            return None
+        match = EVENTS.match(path)
+        if match is not None:
+            return "events" if int(match.group(1)) in self.ranks else None
+        match = NODE_OUT.match(path) or NODE_EXIT.match(path)
+        if match is not None:
+            return "node" if 1 <= int(match.group(1)) <= self.attempts else None
+        match = RANK_LOG.match(path) or ERROR_FILE.match(path)
+        if match is not None:
+            mine = 1 <= int(match.group(1)) <= self.attempts
+            return "log" if mine and int(match.group(2)) < len(self.ranks) else None
+        return None
 
 
 def code_dir(run_dir: str) -> str:

@@ -7,11 +7,30 @@ what a silent host means (:meth:`RunWatch.silence`) and whether the run hangs
 (:meth:`RunWatch.hang`). The supervisor (:mod:`ddptui.run.supervisor`) drives one and acts on
 what it says; viewers keep one to render what they are sent, and show the supervisor's
 :class:`Judgement` rather than judging themselves.
+
+Every line comes from a host, and a host speaks only for what the plan gave it: its own ranks
+(``node_rank``, local ranks below its ``nproc``, global ranks from its ``base_rank``) and its
+own node's files. An event of another rank (or one that says it runs elsewhere, or in another
+world), a line of a rank or file the host does not have, and a heartbeat's word on another
+host's ranks are not taken: they are counted (:attr:`RunWatch.refused`). So what a watch keeps
+is bounded by the plan, whatever a host sends:
+
+- log tails: :data:`LOG_TAIL_LINES` lines of at most :data:`LOG_LINE_CHARS` characters for each
+  of the host's ranks and its torchrun: ``(nproc + 1) × 2,000 × 1,024`` characters and about
+  250 bytes of objects a line, 21 MiB for a host of 8 ranks (measured), 1.3 GiB for 64 such
+  hosts; up to four times the characters' part where a host's text is outside the Basic
+  Multilingual Plane (Python then keeps four bytes a character): 75 MiB a host, 4.7 GiB;
+- each rank's progress: a loss curve of :data:`~ddptui.run.progress.LOSS_POINTS` points (about
+  120 KiB; 60 MiB for 512 ranks) and, reading ``Steps.LATEST``, one step event not read yet (at
+  most 16 K characters);
+- the diagnosis (:mod:`ddptui.run.diagnose.limits`): the streams a host's lines can open are its
+  ranks' stdout and stderr and its torchrun's console (per rank it names, its own only), each
+  holding at most one entry of torchrun's report (about 66 KiB): 1.6 MiB for 8 ranks, 105 MiB
+  for 64 such hosts; the groups, whatever the hosts, at most 52 MiB (measured).
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import math
 import re
@@ -24,14 +43,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.run.diagnose import Diagnoser, LogLine
+from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.layout import ERROR_FILE, EVENTS, NODE_EXIT, NODE_OUT, RANK_LOG
 from ddptui.run.progress import RankProgress, RankState, RunProgress
 from ddptui.run.store import RunRecord, RunState
+from ddptui.untrusted import whole
 
 LOG_TAIL_LINES = 2000
 """Per rank (and per node for torchrun's own output): enough to read back, bounded."""
+LOG_LINE_CHARS = 1024
+"""A tail's line is kept to this many characters: the log view shows 1,000 of it (the
+diagnosis reads the whole line)."""
 PEERS_IDLE_MIN_S = 10.0
 PEERS_IDLE_STEP_TIMES = 3.0
 """While a host is silent, the hosts that answer count as stepping until this many of the
@@ -111,7 +135,12 @@ class NodeState:
     """Why the host stopped answering, while it does not answer."""
     alive: bool | None = None
     sample: Mapping[str, Any] = field(default_factory=dict)
+    """The latest heartbeat's sample; its ``ranks`` only this node's."""
     torchrun_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+
+    def holds(self, rank: int) -> bool:
+        """Whether global rank ``rank`` runs on this node, as planned."""
+        return self.base_rank <= rank < self.base_rank + self.nproc
 
 
 @dataclass(frozen=True)
@@ -208,8 +237,8 @@ class RunWatch:
         """``clock`` times what arrives (monotonic); ``wall`` dates it (the ranks' clock);
         ``steps``: how much of the step events to read (see :class:`Steps`)."""
         self.steps = steps
-        self._latest: dict[str, tuple[str, str]] = {}
-        """Events file → (host, text) of its latest step event not read yet (``LATEST``)."""
+        self._latest: dict[int, tuple[str, str]] = {}
+        """Rank → (host, text) of its latest step event not read yet (``LATEST``)."""
         self._clock = clock
         self._wall = wall
         self._heard_at: dict[str, float] = {}
@@ -220,6 +249,8 @@ class RunWatch:
         self._starts: dict[int, int] = {}
         """Rank → start events seen: the attempt its latest events belong to."""
         self.lines = 0
+        self.refused = 0
+        """Lines, events and heartbeat ranks a host sent of ranks or files not its own."""
         self.next_attempt(record)
 
     def next_attempt(self, record: RunRecord) -> None:
@@ -234,12 +265,11 @@ class RunWatch:
         """Host → when its latest step event of this attempt arrived."""
         self.diagnoser = Diagnoser(attempt=self.attempt)
         self.nodes: dict[str, NodeState] = {}
-        base = 0
         for node in record.nodes:
-            self.nodes[node.host] = NodeState(node.host, node.node_rank, node.nproc, base)
-            for local in range(node.nproc):
-                self.progress.expect(node.host, node.node_rank, local, base + local)
-            base += node.nproc
+            ranks = record.ranks_of(node)
+            self.nodes[node.host] = NodeState(node.host, node.node_rank, node.nproc, ranks.start)
+            for local, global_rank in enumerate(ranks):
+                self.progress.expect(node.host, node.node_rank, local, global_rank)
         self.logs: dict[int, deque[RankLog]] = {}
         self.attempt_steps = 0
         """Step events of this attempt (from ranks whose start events say they are in it)."""
@@ -256,7 +286,7 @@ class RunWatch:
             node = self.nodes.get(update.host)
             if node is not None:
                 node.alive = update.groups.get(self.attempt)
-                node.sample = update.sample
+                node.sample = self._own_sample(node, update.sample)
                 # The wrapper records torchrun's exit status as it ends; a group gone for two
                 # heartbeats with none was killed whole (kill -9 -PGID, the OOM killer).
                 node.gone_beats = node.gone_beats + 1 if node.alive is False else 0
@@ -271,52 +301,93 @@ class RunWatch:
             if node is not None:
                 node.silent = None
 
+    def _own_sample(self, node: NodeState, sample: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``sample`` with only ``node``'s ranks: a host's word on others' is not taken."""
+        ranks = sample.get("ranks")
+        if not ranks:
+            return sample
+        own = {rank: seen for rank, seen in ranks.items() if node.holds(rank)}
+        self.refused += len(ranks) - len(own)
+        return {**sample, "ranks": own}
+
     def _line(self, line: FileLine) -> None:
         node = self.nodes.get(line.host)
         if node is None:
             return
         match = EVENTS.match(line.path)
         if match is not None:
+            rank = whole(match.group(1))
+            if rank is None or not node.holds(rank):
+                self.refused += 1
+                return
             if self.steps is not Steps.EVERY and _STEP.search(line.text):
                 if self.steps is Steps.LATEST:
-                    self._latest[line.path] = (line.host, line.text)
-                    self._stepped(line.host, int(match.group(1)))
+                    self._latest[rank] = (line.host, line.text)
+                    self._stepped(line.host, rank)
                 return
-            pending = self._latest.pop(line.path, None)
+            pending = self._latest.pop(rank, None)
             if pending is not None:
-                self._event(*pending)
-            self._event(line.host, line.text)
+                self._event(node, rank, pending[1])
+            self._event(node, rank, line.text)
             return
         match = RANK_LOG.match(line.path) or ERROR_FILE.match(line.path)
         if match is not None:
-            if int(match.group(1)) != self.attempt:
+            if whole(match.group(1)) != self.attempt:
                 return
-            rank = node.base_rank + int(match.group(2))
+            local = whole(match.group(2))
+            if local is None or local >= node.nproc:
+                self.refused += 1
+                return
+            rank = node.base_rank + local
             stream = match.group(3) if match.re is RANK_LOG else "error.json"
             self.logs.setdefault(rank, deque(maxlen=LOG_TAIL_LINES)).append(
-                RankLog(rank, stream, line.text)
+                RankLog(rank, stream, line.text[:LOG_LINE_CHARS])
             )
             self.diagnoser.feed(
                 LogLine(line.host, node.node_rank, rank, stream, self._wall(), line.text)
             )
             return
         match = NODE_OUT.match(line.path)
-        if match is not None and int(match.group(1)) == self.attempt:
-            node.torchrun_tail.append(line.text)
-            self.diagnoser.feed(
-                LogLine(line.host, node.node_rank, None, "torchrun", self._wall(), line.text)
-            )
+        if match is not None:
+            if whole(match.group(1)) == self.attempt:
+                self._torchrun_line(node, line)
             return
         match = NODE_EXIT.match(line.path)
-        if match is not None and int(match.group(1)) == self.attempt:
-            with contextlib.suppress(ValueError):
-                node.exit = int(line.text.strip())
-                node.exited_at = self._clock()
+        if match is not None:
+            # The wrapper's shell writes its command's status, 0 to 255.
+            status = whole(line.text.strip(), digits=3)
+            if whole(match.group(1)) == self.attempt and status is not None:
+                node.exit, node.exited_at = status, self._clock()
+            return
+        self.refused += 1
 
-    def _event(self, host: str, text: str) -> None:
+    def _torchrun_line(self, node: NodeState, line: FileLine) -> None:
+        # torchrun prefixes its workers' lines with their rank: only its own node's.
+        prefixed = RANK_PREFIX.match(line.text)
+        named = whole(prefixed.group(1)) if prefixed is not None else None
+        if prefixed is not None and (named is None or not node.holds(named)):
+            self.refused += 1
+            return
+        node.torchrun_tail.append(line.text[:LOG_LINE_CHARS])
+        self.diagnoser.feed(
+            LogLine(line.host, node.node_rank, None, "torchrun", self._wall(), line.text)
+        )
+
+    def _event(self, node: NodeState, rank: int, text: str) -> None:
+        """Take an event from rank ``rank``'s file on ``node``: only an event of that rank
+        there, in this run's world, counts."""
         event = self.events.feed(text)
         if event is None:
             return
+        if not (
+            event.rank == rank
+            and event.node_rank == node.node_rank
+            and event.local_rank == rank - node.base_rank
+            and event.world_size == self.record.world_size
+        ):
+            self.refused += 1
+            return
+        host = node.host
         self.progress.apply(host, event)
         self.diagnoser.feed_event(host, event)
         self._note_attempt(event)
@@ -338,8 +409,10 @@ class RunWatch:
         """Read the step events kept unread (``LATEST``): the ranks' progress is then up to
         date."""
         latest, self._latest = self._latest, {}
-        for host, text in latest.values():
-            self._event(host, text)
+        for rank, (host, text) in latest.items():
+            node = self.nodes.get(host)
+            if node is not None:
+                self._event(node, rank, text)
 
     @staticmethod
     def _not_started(rank: RankProgress) -> None:

@@ -25,7 +25,7 @@ import tomli_w
 
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import RUN_ID
-from ddptui.run.layout import RunFiles
+from ddptui.run.layout import HostFiles, RunFiles
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -176,6 +176,15 @@ class RunRecord:
     @property
     def head(self) -> NodeRecord:
         return self.nodes[0]
+
+    def ranks_of(self, node: NodeRecord) -> range:
+        """``node``'s global ranks: every node's processes numbered in node-rank order."""
+        base = sum(other.nproc for other in self.nodes if other.node_rank < node.node_rank)
+        return range(base, base + node.nproc)
+
+    def host_files(self, node: NodeRecord) -> HostFiles:
+        """The files of ``node``'s part of the run, through the attempt starting next."""
+        return HostFiles(self.ranks_of(node), len(self.attempts) + 1)
 
     def to_toml(self) -> str:
         document: dict[str, Any] = {

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ddptui.run.store import Attempt, NodeRecord, RunRecord
 from tests.testbed import TestBed, TestHost
 
 SMALL = [
@@ -179,3 +180,24 @@ def supervisors(store: Path) -> list[int]:
         if b"ddptui.run.supervisor" in argv and str(store).encode() in argv:
             found.append(int(entry.name))
     return found
+
+
+def two_host_record(attempts: int = 1) -> RunRecord:
+    """A record of two hosts of two ranks, with no I/O behind it: a runs ranks 0 and 1, b ranks
+    2 and 3."""
+    record = RunRecord(
+        id="20261130-120000-abcd",
+        created=0.0,
+        hosts_file="/h.toml",
+        entry="trainer",
+        backend="gloo",
+        master_addr="10.0.0.1",
+        world_size=4,
+        args=[],
+        nodes=[
+            NodeRecord("a", "10.0.0.1", 0, 2, "/r", [], {}),
+            NodeRecord("b", "10.0.0.2", 1, 2, "/r", [], {}),
+        ],
+    )
+    record.attempts += [Attempt(n, 0.0, 29500) for n in range(1, attempts + 1)]
+    return record

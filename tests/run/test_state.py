@@ -8,26 +8,10 @@ import pytest
 
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.state import RunWatch, Steps
-from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.store import RunState
+from tests.run.bed import two_host_record
 
-
-def _record(attempt: int = 1) -> RunRecord:
-    record = RunRecord(
-        id="20261130-120000-abcd",
-        created=0.0,
-        hosts_file="/h.toml",
-        entry="trainer",
-        backend="gloo",
-        master_addr="10.0.0.1",
-        world_size=4,
-        args=[],
-        nodes=[
-            NodeRecord("a", "10.0.0.1", 0, 2, "/r", [], {}),
-            NodeRecord("b", "10.0.0.2", 1, 2, "/r", [], {}),
-        ],
-    )
-    record.attempts += [Attempt(n, 0.0, 29500) for n in range(1, attempt + 1)]
-    return record
+_record = two_host_record
 
 
 def _event(kind: str, rank: int, **fields: object) -> str:
@@ -207,7 +191,7 @@ def test_processes_gone_without_an_exit_status_fail_after_two_heartbeats() -> No
 
 def test_only_this_attempt_s_files_count() -> None:
     clock = _Clock()
-    watch = RunWatch(_record(attempt=2), clock=clock)
+    watch = RunWatch(_record(attempts=2), clock=clock)
     watch.apply(_exit("a", 1, attempt=1))
     watch.apply(_exit("b", 1, attempt=1))
     assert watch.verdict() is None
@@ -377,7 +361,7 @@ def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() ->
     assert hang is not None and hang.window_s == 600.0 and hang.step is None
     assert hang.summary(clock.now).startswith("no step for 601 s before the first step")
     # Attempt 1 stepped; attempt 2 has only just started: its ranks get the start's window.
-    record = _record(attempt=2)
+    record = _record(attempts=2)
     resumed = RunWatch(record, clock=clock, wall=clock)
     for rank in range(4):
         host = "ab"[rank // 2]

@@ -131,6 +131,7 @@ class Diagnoser:
         self._observations: dict[Role, list[_Observation]] = {}
         self._observed: set[tuple[str, int | None, Category, Role]] = set()
         self._ranks: dict[tuple[int, int], int] = {}
+        """(node rank, local rank) → global rank, as events and torchrun's report say."""
         self._closed_by_torchrun: set[tuple[str, int]] = set()
         """(host, pid) of every worker torchrun said it signalled to end it."""
         self._order = 0
@@ -157,8 +158,7 @@ class Diagnoser:
         """Take any event, in the rank's order: an ``error`` event or a ``step`` event with a
         non-finite loss is a finding; every event tells which rank runs where, and which
         attempt the rank is in."""
-        if len(self._ranks) < MAX_STREAMS:
-            self._ranks[(event.node_rank, event.local_rank)] = event.rank
+        self._name_rank(event.node_rank, event.local_rank, event.rank)
         if self._attempt is not None and self._attempt_of(event) != self._attempt:
             return
         if isinstance(event, StepEvent) and event.loss is None:
@@ -316,11 +316,16 @@ class Diagnoser:
         read = block.read(text)
         if read.named is not None:
             local_rank, rank = read.named
-            self._ranks[(line.node_rank, local_rank)] = rank
+            self._name_rank(line.node_rank, local_rank, rank)
         if read.ended is not None:
             self._end_entry(line, read.ended)
         if read.done:
             state.block = None
+
+    def _name_rank(self, node_rank: int, local_rank: int, rank: int) -> None:
+        key = (node_rank, local_rank)
+        if key in self._ranks or len(self._ranks) < MAX_STREAMS:
+            self._ranks[key] = rank
 
     def _end_entry(self, line: LogLine, entry: Entry) -> None:
         """Record the entry just read if it is torchrun's root cause, or a worker killed by a

@@ -3,6 +3,21 @@
 Everything diagnosed came from hosts: lines are cut to :data:`MAX_LINE_CHARS`, memory is bounded
 (:data:`MAX_GROUPS` groups, :data:`MAX_STREAMS` followed streams, :data:`MAX_OBSERVATIONS`
 failures kept for ordering), and text stays raw (sanitise it to show it).
+
+One :class:`~ddptui.run.diagnose.Diagnoser` serves the whole run, and these bound it whatever
+the number of hosts (measured with tracemalloc, text in ASCII):
+
+- groups: :data:`MAX_GROUPS`, each with its message, cause and example and up to
+  :data:`MAX_RANKS_PER_GROUP` ranks and :data:`MAX_HOSTS_PER_GROUP` hosts: 52 MiB when every
+  one is full (a real run's groups name a few ranks each);
+- streams in the middle of something: :data:`MAX_STREAMS`, each holding at most one entry of
+  torchrun's report, its last :data:`MAX_KEPT_TRACEBACK_LINES` traceback lines of at most
+  :data:`MAX_KEPT_TRACEBACK_CHARS` characters (66 KiB): 270 MiB when every one is in such an
+  entry. The watch lets a host open only its own ranks' streams (three a rank, and its
+  torchrun's), so 8 ranks cost 1.6 MiB, and 64 hosts of 8 ranks 105 MiB;
+- ranks located (node and local rank → rank), ranks' attempts and the workers torchrun ended:
+  :data:`MAX_STREAMS` each, about 2 MiB together; observations: three roles ×
+  :data:`MAX_OBSERVATIONS`.
 """
 
 from __future__ import annotations

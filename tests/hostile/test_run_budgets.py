@@ -1,0 +1,264 @@
+"""What one host's lines may cost the head node, and what a host may say: only of its own ranks.
+
+Everything goes through the real parsing code: the documents a host's agent would send are fed
+as raw bytes to ``HostFollower._parse``, and what it makes of them to a ``RunWatch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tracemalloc
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.run.diagnose import Diagnoser, LogLine
+from ddptui.run.diagnose.limits import MAX_STREAMS
+from ddptui.run.follow import (
+    INBOX_BYTES,
+    MAX_DOCUMENT_BYTES,
+    MAX_FOLLOWED_FILES,
+    FileLine,
+    HostFollower,
+    Inbox,
+    _read,
+)
+from ddptui.run.state import LOG_LINE_CHARS, RunWatch, Steps
+from ddptui.run.store import RunState
+from tests.run.bed import two_host_record
+
+INVENTED = 20_000
+_HOSTS = (HostConfig("a", "10.0.0.1"), HostConfig("b", "10.0.0.2"))
+_CONFIG = Config(Path("hosts.toml"), ClusterConfig(), _HOSTS, JobConfig())
+
+
+_record = two_host_record
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _follower(host: str, **options: Any) -> HostFollower:
+    return HostFollower(_CONFIG, _CONFIG.host(host), "/r", **options)
+
+
+def _sent(path: str, offset: int, text: str) -> bytes:
+    """A line document as the agent writes it on its stdout."""
+    return json.dumps({"k": "line", "f": path, "o": offset, "t": text}).encode()
+
+
+def _event(kind: str, rank: int, **fields: object) -> str:
+    """An event as rank ``rank`` of the plan writes it (or a host says it did)."""
+    ids: dict[str, object] = {"rank": rank, "local_rank": rank % 2, "node_rank": rank // 2}
+    return json.dumps({"v": 1, "type": kind, **ids, "world_size": 4, "time": 100.0, **fields})
+
+
+def _take(watch: RunWatch, follower: HostFollower, raw: bytes) -> None:
+    update = follower._parse(raw)
+    if update is not None:
+        watch.apply(update)
+
+
+def _started(watch: RunWatch, followers: dict[str, HostFollower]) -> None:
+    for rank in range(4):
+        host = "ab"[rank // 2]
+        _take(watch, followers[host], _sent(f"events/rank{rank}.jsonl", 1, _event("start", rank)))
+
+
+def test_a_host_inventing_twenty_thousand_ranks_costs_what_its_two_ranks_do() -> None:
+    watch = RunWatch(_record())
+    follower = _follower("b")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for rank in range(INVENTED):
+            text = "RuntimeError: CUDA error: an illegal memory access " + "x" * 200
+            _take(watch, follower, _sent(f"logs/attempt-1/x/attempt_0/{rank}/stderr.log", 1, text))
+            _take(watch, follower, _sent(f"events/rank{rank}.jsonl", 1, _event("start", rank)))
+            _take(watch, follower, _sent("node/attempt-1.out", rank + 1, f"[rank{rank}]: {text}"))
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # Only b's own ranks, 2 and 3 (its local ranks 0 and 1), are kept.
+    assert sorted(watch.logs) == [2, 3]
+    assert [rank.rank for rank in watch.progress.ranks] == [0, 1, 2, 3]
+    assert watch.progress.ignored == 0
+    assert {d.ranks for d in watch.diagnoser.diagnoses()} <= {(2,), (2, 3), (3,)}
+    assert len(watch.diagnoser._streams) <= 2 * 3 + 1
+    # The follower remembers at most MAX_FOLLOWED_FILES files; the watch refuses the rest.
+    assert len(follower.offsets) == MAX_FOLLOWED_FILES
+    assert follower.unknown == 2 * INVENTED - MAX_FOLLOWED_FILES + 1
+    assert watch.refused > 0
+    assert grown < 4 * 2**20, f"{grown / 2**20:.1f} MiB for {INVENTED} invented ranks"
+
+
+def test_the_watch_alone_keeps_only_the_sending_host_s_ranks() -> None:
+    watch = RunWatch(_record())
+    for rank in range(INVENTED):
+        watch.apply(FileLine("a", f"logs/attempt-1/x/attempt_0/{rank}/stdout.log", 1, "hello"))
+        watch.apply(FileLine("a", f"logs/attempt-1/x/attempt_0/{rank}/error.json", 1, "{}"))
+    for path in ("events/rank٣.jsonl", "logs/attempt-1/x/attempt_0/١/stdout.log", "etc/x"):
+        watch.apply(FileLine("a", path, 1, "not a file of the run"))
+    assert sorted(watch.logs) == [0, 1]
+    assert watch.refused == 2 * (INVENTED - 2) + 3
+    long_line = "y" * 16384
+    watch.apply(FileLine("a", "logs/attempt-1/x/attempt_0/0/stdout.log", 2, long_line))
+    assert len(watch.logs[0][-1].text) == LOG_LINE_CHARS
+
+
+@pytest.mark.parametrize("steps", [Steps.EVERY, Steps.LATEST])
+def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> None:
+    clock = _Clock()
+    watch = RunWatch(_record(), clock=clock, steps=steps)
+    followers = {host: _follower(host) for host in "ab"}
+    _started(watch, followers)
+    # b's torchrun is killed; a claims b's ranks stopped on request and keep stepping.
+    _take(watch, followers["b"], _sent("node/attempt-1.exit", 4, "137"))
+    lies = [
+        _sent("events/rank2.jsonl", 2, _event("done", 2, step=5, reason="stopped")),
+        _sent("events/rank0.jsonl", 2, _event("done", 2, step=5, reason="stopped")),
+        _sent("events/rank0.jsonl", 3, _event("done", 0, node_rank=1, reason="stopped")),
+        _sent("events/rank1.jsonl", 2, _event("done", 1, world_size=2, reason="stopped")),
+    ]
+    lies += [_sent("events/rank3.jsonl", 2 + step, _event("step", 3, step=step)) for step in (1, 2)]
+    lies += [_sent("events/rank0.jsonl", 4 + step, _event("step", 3, step=step)) for step in (1, 2)]
+    for raw in lies:
+        _take(watch, followers["a"], raw)
+    watch.tick()
+    clock.now += 3.0
+    assert watch.stopped_ranks == set()
+    assert [(rank.step, rank.state.value) for rank in watch.progress.ranks[2:]] == [
+        (None, "starting"),
+        (None, "starting"),
+    ]
+    if steps is Steps.EVERY:
+        assert watch.attempt_steps == 0 and watch.refused == len(lies)
+    else:
+        # Steps in a's own file count as a's when they arrive (for its silence and hangs), as
+        # its own ranks' would, and are refused once read: only the latest is.
+        assert watch.attempt_steps == 2 and watch.refused == len(lies) - 1
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
+
+
+def test_a_heartbeat_speaks_only_for_its_own_host_s_ranks() -> None:
+    watch = RunWatch(_record())
+    follower = _follower("a")
+    ranks = {str(rank): {"state": "T", "cpu_pct": 0.0} for rank in range(4)}
+    raw = json.dumps({"k": "hb", "time": 1.0, "groups": {"1": True}, "sample": {"ranks": ranks}})
+    _take(watch, follower, raw.encode())
+    assert set(watch.nodes["a"].sample["ranks"]) == {0, 1}
+    assert watch.refused == 2
+    # A time that is no float is garbled, not an exception out of the follower.
+    huge = b'{"k": "hb", "time": 1' + b"0" * 400 + b', "groups": {}}'
+    assert follower._parse(huge) is None and follower.garbled == 1
+
+
+def test_the_follower_remembers_only_the_host_s_own_files_and_no_more_than_its_plan_has() -> None:
+    record = _record()
+    files = record.host_files(record.nodes[1])
+    assert (files.ranks, files.attempts, files.logs) == (range(2, 4), 2, 12)
+    follower = HostFollower.of_node(
+        _CONFIG,
+        record,
+        record.nodes[1],
+        offsets={"node/attempt-1.exit": 2, "/etc/passwd": 9, "node/attempt-1.out": True},
+    )
+    assert follower.offsets == {"node/attempt-1.exit": 2}
+    strangers = [
+        "events/metrics.jsonl",
+        "events/rank0.jsonl",
+        "events/rank1.jsonl.tmp",
+        "events/rank٣.jsonl",
+        "node/attempt-1.pgid",
+        "node/attempt-3.out",
+        "../../etc/passwd",
+        "logs/attempt-1/" + "x/" * 200 + "0/stdout.log",
+        "logs/attempt-1/é/attempt_0/0/stdout.log",
+        "logs/attempt-1/x/attempt_0/2/stdout.log",
+        "logs/attempt-3/x/attempt_0/0/stdout.log",
+    ]
+    for path in strangers:
+        assert follower._parse(_sent(path, 5, "text")) is None
+    assert follower.unknown == len(strangers)
+    assert follower.offsets == {"node/attempt-1.exit": 2}
+    # Invented torchrun ids fill the log slots and no more, and crowd out none of its files.
+    for invented in range(INVENTED):
+        follower._parse(_sent(f"logs/attempt-1/x{invented}/attempt_0/0/stdout.log", 5, "text"))
+    assert len(follower.offsets) == 1 + files.logs
+    assert follower.unknown == len(strangers) + INVENTED - files.logs
+    for path in ("events/rank2.jsonl", "events/rank3.jsonl", "node/attempt-2.out"):
+        assert follower._parse(_sent(path, 5, "text")) == FileLine("b", path, 5, "text")
+    # What it remembers still resumes exactly: no line twice.
+    assert follower._parse(_sent("node/attempt-1.exit", 2, "0")) is None
+    assert follower._parse(_sent("node/attempt-1.exit", 4, "1")) == FileLine(
+        "b", "node/attempt-1.exit", 4, "1"
+    )
+
+
+class _Flood:
+    """A channel that sends ``count`` documents of the largest size a line may have."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.sent = 0
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        for index in range(self.count):
+            self.sent += 1
+            yield b"%08d" % index + b"x" * (MAX_DOCUMENT_BYTES - 8)
+
+
+def test_the_inbox_holds_a_few_mib_and_its_reader_waits_without_dropping_a_line() -> None:
+    async def flood() -> tuple[int, int, list[bytes | None]]:
+        inbox = Inbox()
+        channel = _Flood(64)
+        reader = asyncio.create_task(_read(channel, inbox))  # type: ignore[arg-type]
+        for _ in range(200):
+            await asyncio.sleep(0)
+        held, sent = inbox.bytes, channel.sent
+        taken: list[bytes | None] = []
+        while not taken or taken[-1] is not None:
+            taken.append(await inbox.get())
+        await reader
+        return held, sent, taken
+
+    held, sent, taken = asyncio.run(flood())
+    assert held <= INBOX_BYTES + MAX_DOCUMENT_BYTES
+    assert sent < 64, "the reader did not wait for room"
+    assert [line[:8] for line in taken[:-1] if line is not None] == [
+        b"%08d" % index for index in range(64)
+    ]
+    assert taken[-1] is None
+
+
+def test_the_end_of_a_channel_goes_into_a_full_inbox() -> None:
+    async def fill() -> list[bytes | None]:
+        inbox = Inbox(max_lines=4, max_bytes=10)
+        await inbox.put(b"x" * 10)
+        assert inbox.full()
+        inbox.end()
+        return [inbox.get_nowait(), inbox.get_nowait()]
+
+    assert asyncio.run(fill()) == [b"x" * 10, None]
+
+
+def test_torchrun_s_report_cannot_grow_the_diagnoser_s_ranks_past_its_cap() -> None:
+    diagnoser = Diagnoser(attempt=1)
+    # torchrun gives up on a block past its longest traceback: several blocks say it all.
+    for block in range(0, MAX_STREAMS + 1000, 500):
+        report = ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+        for local in range(block, block + 500):
+            report += [f"[{local}]:", f"  rank      : {10_000 + local} (local_rank: {local})"]
+        for text in [*report, "=" * 40, "Root Cause:", "=" * 40]:
+            diagnoser.feed(LogLine("a", 0, None, "torchrun", 1.0, text))
+    assert len(diagnoser._ranks) == MAX_STREAMS
