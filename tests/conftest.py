@@ -5,10 +5,15 @@
   it starts and ends with every fault undone (``_healthy_testbed``). Tests that build their
   own ``TestBed`` request ``testbed_capable`` to be skipped the same way.
 - ``local_ssh_server`` (function): an in-process asyncssh server on 127.0.0.1; runs anywhere.
+- ``cli`` (function): ``python -m ddptui`` with a run store of its own, for the test-bed tests of
+  the runs layer, the hostile hosts and the console.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.run.bed import Cli, supervisors
 from tests.testbed import LocalSshServer, TestBed, TestBedBusy
 from tests.testbed.cluster import why_unavailable
 
@@ -134,3 +140,14 @@ def pytest_terminal_summary(
             f"{TESTBED_HOSTS} hosts, prefix {report.prefix}, subnet {report.subnet}: "
             f"up {report.up_s:.2f} s, down {report.down_s:.2f} s; {left}"
         )
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    """``python -m ddptui`` with a run store of its own; no supervisor of it outlives the test
+    (a test that fails halfway can leave a live run, whose supervisor would follow it on)."""
+    command_line = Cli(tmp_path / "state")
+    yield command_line
+    for pid in supervisors(command_line.store):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

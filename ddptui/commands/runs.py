@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+from ddptui.commands.follow import say
 from ddptui.present.runs import COLUMNS, duration_s, run_row
 from ddptui.run.control import RunControl
 from ddptui.untrusted import plain
@@ -15,10 +16,12 @@ _WIDTHS = (29, 10, 19, 8, 5, 5, 0)
 
 
 def run(args: argparse.Namespace) -> int:
-    catalogue = RunControl().catalogue()
+    control = RunControl()
+    catalogue = control.catalogue()
     now = time.time()
     for run_id, why in catalogue.unreadable.items():
         print(f"ddptui runs: {run_id}: {plain(why, one_line=True)}", file=sys.stderr)
+    control.adopt(catalogue.records, say=say)
     if args.json:
         summaries = [
             {
@@ -35,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
             }
             for record in catalogue.records
         ]
-        json.dump(summaries, sys.stdout, indent=2)
+        # ASCII: a host's control or bidi characters (in a detail) travel as \u escapes.
+        json.dump(summaries, sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")
         return 0
     if not catalogue.records:

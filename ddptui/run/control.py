@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
 from ddptui.aio import QueueReader, wait_for
@@ -444,12 +444,7 @@ class RunControl:
         host followed until it has sent ``heartbeats`` heartbeats or stopped answering."""
         watch = RunWatch(record)
         followers = [
-            HostFollower(
-                config,
-                config.host(node.host),
-                node.run_dir,
-                silence_s=min(SILENCE_S, timeout),
-            )
+            HostFollower.of_node(config, record, node, silence_s=min(SILENCE_S, timeout))
             for node in record.nodes
         ]
         beats = {node.host: 0 for node in record.nodes}
@@ -471,9 +466,7 @@ class RunControl:
     async def lines(self, record: RunRecord, config: Config) -> AsyncIterator[Update]:
         """Every line of a finished run's files, read from its hosts directly."""
         queue: asyncio.Queue[Update | None] = asyncio.Queue(maxsize=10000)
-        followers = [
-            HostFollower(config, config.host(node.host), node.run_dir) for node in record.nodes
-        ]
+        followers = [HostFollower.of_node(config, record, node) for node in record.nodes]
 
         async def pump(follower: HostFollower) -> None:
             async for update in follower.updates():
@@ -506,6 +499,18 @@ class RunControl:
                 return False
         except OSError:
             return False
+
+    def adopt(self, records: Iterable[RunRecord], *, say: Say = _quiet) -> list[str]:
+        """Start a supervisor for each run in ``records`` that is not over and has none (the
+        head node restarted, or it was killed), saying so; the ids of those adopted."""
+        adopted = []
+        for record in records:
+            if record.state.final or self.supervised(record.id):
+                continue
+            say(_adopted(record.id))
+            self._spawn(record.id)
+            adopted.append(record.id)
+        return adopted
 
     async def release(self, run_id: str) -> None:
         """End ``run_id``'s supervisor now (SIGTERM) rather than after its idle time, and wait
@@ -551,11 +556,7 @@ class RunControl:
                     )
                 if not started:
                     if not self.store.load(record.id).state.final:
-                        say(
-                            f"run {record.id} had no supervisor (the head node restarted, or "
-                            "it was killed): started one, which follows it from where the last "
-                            "one left off"
-                        )
+                        say(_adopted(record.id))
                     await asyncio.get_running_loop().run_in_executor(None, self._spawn, record.id)
                     started = True
             elif waited > ANSWER_S and not killed:
@@ -611,6 +612,13 @@ class RunControl:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         return True
+
+
+def _adopted(run_id: str) -> str:
+    return (
+        f"run {run_id} had no supervisor (the head node restarted, or it was killed): started "
+        "one, which follows it from where the last one left off"
+    )
 
 
 class _NoHello(Exception):

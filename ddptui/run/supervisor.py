@@ -26,6 +26,7 @@ import json
 import logging
 import logging.handlers
 import os
+import resource
 import signal
 import sys
 import time
@@ -197,7 +198,12 @@ class Supervisor:
             self.journal.close()
             with contextlib.suppress(OSError):
                 self.files.socket.unlink()
-            log.info("run %s %s; supervisor exits", self.record.id, self.record.state.value)
+            log.info(
+                "run %s %s; supervisor exits (peak RSS %d MiB)",
+                self.record.id,
+                self.record.state.value,
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            )
 
     async def _work(self) -> None:
         while True:
@@ -506,11 +512,8 @@ class Supervisor:
             self.watch.next_attempt(self.record)
         self.stopping = self.hang_stop_asked = self.concluded = False
         self._followers = [
-            HostFollower(
-                self.config,
-                self.config.host(node.host),
-                node.run_dir,
-                offsets=self.journal.offsets.get(node.host),
+            HostFollower.of_node(
+                self.config, self.record, node, offsets=self.journal.offsets.get(node.host)
             )
             for node in self.record.nodes
         ]

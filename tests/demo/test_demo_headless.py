@@ -55,6 +55,9 @@ class Watched:
     served_by: dict[int, str] = field(default_factory=dict)
     """Each SSH port's listening process, by command line."""
     error: str | None = None
+    interrupted: list[str] = field(default_factory=list)
+    """The interrupted process group as the interrupt found it: each process's session and
+    signal masks (blocked, ignored, caught), for a Ctrl-C that was not acted on."""
 
     def losses(self, name: str) -> list[float]:
         return [event["loss"] for event in _steps(self.events.get(name, ""))]
@@ -165,6 +168,7 @@ def _demo(user: DemoUser, *, interrupt_after_steps: int | None = None) -> tuple[
                 )
                 time.sleep(0.1)
             # What a terminal's Ctrl-C does: SIGINT to the foreground process group.
+            watched.interrupted = _group(process.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGINT)
         code = process.wait(timeout=300)
@@ -176,6 +180,21 @@ def _demo(user: DemoUser, *, interrupt_after_steps: int | None = None) -> tuple[
         reader.join(timeout=10)
     assert watched.error is None, watched.error
     return code, watched
+
+
+def _group(pgid: int) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if proc.name.isdigit() and int(fields[2]) == pgid:
+                masks = [
+                    line
+                    for line in (proc / "status").read_text().splitlines()
+                    if line.startswith(("SigBlk", "SigIgn", "SigCgt"))
+                ]
+                found.append(f"{proc.name} sid {fields[3]} {_command(int(proc.name))} {masks}")
+    return found
 
 
 def _assert_nothing_left(user: DemoUser, watched: Watched) -> None:
@@ -226,7 +245,7 @@ def test_ctrl_c_mid_run_kills_the_run_and_leaves_nothing(user: DemoUser) -> None
     before = {str(run["id"]) for run in _runs(user)}
     code, watched = _demo(user, interrupt_after_steps=5)
     output = "".join(watched.stderr)
-    assert code == 130, output
+    assert code == 130, (watched.interrupted, output)
     _assert_nothing_left(user, watched)
     assert "demo ending: killing run" in output
     [run] = [run for run in _runs(user) if run["id"] not in before]

@@ -1,21 +1,15 @@
 """Fixtures of the runs tests: real runs of the bundled trainer on this CPU, shared by the
-events, progress and diagnosis tests (each run's ``events/rank0.jsonl`` as raw lines), and the
-command line with a private run store for the test-bed tests."""
+events, progress and diagnosis tests (each run's ``events/rank0.jsonl`` as raw lines)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ddptui.run.events import EventReader, RankEvent
-from tests.run.bed import Cli, supervisors
 from tests.trainer.launch import _env, install, wait_for
 
 # No warm-up and no clipping: the first update at this rate makes every later loss NaN.
@@ -65,14 +59,3 @@ def cpu_events(cpu_runs: dict[str, list[bytes]]) -> dict[str, list[RankEvent]]:
         assert reader.garbled == 0 and len(events) == len(lines) > 0, name
         parsed[name] = events
     return parsed
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
-    """``python -m ddptui`` with a run store of its own; no supervisor of it outlives the test
-    (a test that fails halfway can leave a live run, whose supervisor would follow it on)."""
-    command_line = Cli(tmp_path / "state")
-    yield command_line
-    for pid in supervisors(command_line.store):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)

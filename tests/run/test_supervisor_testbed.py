@@ -330,6 +330,11 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     assert f"(pid {stuck}) does not answer: ending it" in status.stderr, status.stderr
     assert f"run {run_id}: running" in status.stdout, status.stdout
     assert _supervised(cli, run_id) not in (None, stuck)
+    # Listing the runs adopts a live one whose supervisor is gone, too.
+    gone = _kill_supervisor(cli, run_id)
+    listing = cli.run("runs")
+    assert f"run {run_id} had no supervisor" in listing.stderr, listing.stderr
+    _until("the adopted supervisor", lambda: _supervised(cli, run_id) not in (None, gone), 30)
     whole = cli.run("logs", run_id, "--follow", "--events", timeout=300)
     assert whole.returncode == 0, whole.stderr
     assert f"run {run_id} completed" in whole.stderr
