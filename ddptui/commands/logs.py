@@ -51,6 +51,10 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
             if all(count >= 2 for count in beats.values()):
                 break
         _finish(watch, args)
+        if args.follow:
+            # Over before following began (or while a supervisor was being found): it says so
+            # as it would have at the end.
+            say(f"run {record.id} {record.state.value}: {record.detail}")
         return 0
     async with await control.attach(record.id, say=say, steps=Steps.NONE) as attachment:
         burst: list[str | None] = []

@@ -27,12 +27,25 @@ async def close_within(process: asyncssh.SSHClientProcess[Any], seconds: float) 
     try:
         await wait_for(process.wait_closed(), seconds)
     except asyncio.TimeoutError:
-        process.channel.get_connection().abort()
-        # Local, not the host's to delay: the abort's clean-up (a turn of the loop away) closes
-        # the channel, and once it has, the connection reads as closed and is not reused.
-        await process.wait_closed()
+        connection = _connection(process)
+        if connection is not None:
+            connection.abort()
+        # The abort's clean-up (a turn of the loop away) closes the channel, and once it has,
+        # the connection reads as closed and is not reused; bounded all the same.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await wait_for(process.wait_closed(), seconds)
         return False
     return True
+
+
+def _connection(process: asyncssh.SSHClientProcess[Any]) -> asyncssh.SSHClientConnection | None:
+    """The connection under ``process``'s channel; None once asyncssh has let go of it (a link
+    cut while closing: the connection was lost and the channel cleaned up meanwhile)."""
+    try:
+        connection = process.channel.get_connection()
+    except AssertionError:
+        return None
+    return connection if isinstance(connection, asyncssh.SSHClientConnection) else None
 
 
 class LineTooLong(Exception):

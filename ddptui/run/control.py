@@ -191,7 +191,7 @@ class Attachment:
     async def ask(self, op: str, *, debug: bool = False) -> Reply:
         """:meth:`request` ``op``, taking what comes meanwhile (its steps are said) up to the
         answer, so that what follows it is what comes after it."""
-        request = await self._send(op, debug)
+        request = await self._send(op, debug, awaited=False)
         try:
             async for item in self.updates():
                 if isinstance(item, Said):
@@ -202,13 +202,15 @@ class Attachment:
             self._replies.pop(request, None)
         raise ControlError(f"run {self.record.id}: its supervisor went away before answering")
 
-    async def _send(self, op: str, debug: bool) -> str:
-        """Send a request; its id (its answer resolves ``_replies[id]``)."""
+    async def _send(self, op: str, debug: bool, *, awaited: bool = True) -> str:
+        """Send a request; its id (``awaited``: its answer resolves ``_replies[id]``; else it
+        is read from :meth:`updates`, and a future nobody awaits would only be reported)."""
         writer = self._writer
         if writer is None:
             raise ControlError(f"run {self.record.id}: not connected to its supervisor")
         request = Request(f"r{next(self._ids)}", op, debug)
-        self._replies[request.id] = asyncio.get_running_loop().create_future()
+        if awaited:
+            self._replies[request.id] = asyncio.get_running_loop().create_future()
         writer.write(protocol.message(request))
         await writer.drain()
         return request.id
