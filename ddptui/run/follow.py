@@ -43,7 +43,7 @@ from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
 from ddptui.remote.stream import LineTooLong, RemoteStream
 from ddptui.run.agent_client import AGENT_SOURCE
-from ddptui.run.layout import MAX_PATH_CHARS, READ_FILES, HostFiles
+from ddptui.run.layout import HostFiles, read_file
 from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.untrusted import count, finite, whole
 
@@ -336,22 +336,13 @@ class HostFollower:
     def _admits(self, path: str) -> bool:
         """Whether to follow ``path``, not followed yet (counted as followed if so)."""
         if self.files is None:
-            return len(self.offsets) < MAX_FOLLOWED_FILES and _read_file(path)
+            return len(self.offsets) < MAX_FOLLOWED_FILES and read_file(path)
         kind = self.files.kind(path)
         if kind == "log":
             if self._logs >= self.files.logs:
                 return False
             self._logs += 1
         return kind is not None
-
-
-def _read_file(path: str) -> bool:
-    """Whether ``path`` names one of the run's files the head reads."""
-    return (
-        len(path) <= MAX_PATH_CHARS
-        and path.isascii()
-        and any(pattern.match(path) for pattern in READ_FILES)
-    )
 
 
 GPU_FIELDS = (

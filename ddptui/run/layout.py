@@ -52,6 +52,17 @@ ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 """The agent's per-attempt files in ``node/``."""
 
 
+def read_file(path: str) -> bool:
+    """Whether ``path`` (as a host names it) is one of the run files the head reads, whoever
+    it belongs to: an ASCII path of at most :data:`MAX_PATH_CHARS` characters that
+    :data:`READ_FILES` names."""
+    return (
+        len(path) <= MAX_PATH_CHARS
+        and path.isascii()
+        and any(pattern.match(path) for pattern in READ_FILES)
+    )
+
+
 @dataclass(frozen=True)
 class HostFiles:
     """The files of one host's part of a run that the head reads, by name: its ranks' events
@@ -72,7 +83,7 @@ class HostFiles:
 
     def kind(self, path: str) -> str | None:
         """``"events"``, ``"node"`` or ``"log"`` for one of the host's files, else None."""
-        if len(path) > MAX_PATH_CHARS or not path.isascii():
+        if not read_file(path):
             return None
         match = EVENTS.match(path)
         if match is not None:
