@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
@@ -73,3 +73,28 @@ class QueueReader(Generic[_T]):
         if self._queue.empty():
             return await wait_for(self._queue.get(), timeout)
         return self._queue.get_nowait()
+
+
+class SizedQueue(asyncio.Queue[_T]):
+    """A queue full at ``max_items`` items or at ``max_bytes`` of their ``size``, whichever
+    comes first (the item that crosses the bytes goes in whole): a producer then waits for
+    room, so nothing is dropped and a flood of large items cannot grow it past its budget."""
+
+    def __init__(self, max_items: int, max_bytes: int, size: Callable[[_T], int]) -> None:
+        super().__init__(maxsize=max_items)
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """Of the items held now."""
+        self._size = size
+
+    def full(self) -> bool:
+        return super().full() or self.bytes >= self.max_bytes
+
+    def _put(self, item: _T) -> None:
+        super()._put(item)
+        self.bytes += self._size(item)
+
+    def _get(self) -> _T:
+        item: _T = super()._get()
+        self.bytes -= self._size(item)
+        return item

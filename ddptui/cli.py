@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from ddptui import __version__
 
 DEFAULT_HOSTS = "hosts.toml"
+PIPE_CLOSED = 141
+"""Exit status when the output's reader went away: a shell's for a process ended by SIGPIPE."""
 
 
 def _add_hosts_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "hosts",
         metavar="HOSTS",
-        help="the hosts file (TOML; see hosts.example.toml)",
+        nargs="?",
+        default=DEFAULT_HOSTS,
+        help=f"the hosts file (TOML; see hosts.example.toml; default ./{DEFAULT_HOSTS})",
     )
 
 
@@ -112,10 +117,26 @@ def _add_demo_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--procs", type=_positive, default=2, metavar="P", help="processes per host (default 2)"
     )
     demo.add_argument(
+        "--steps",
+        type=_steps,
+        metavar="S",
+        help="steps the demo's run trains for (default: about a minute's on 2 CPU cores)",
+    )
+    demo.add_argument(
         "--headless",
         action="store_true",
         help="check, launch and print progress until the run ends, without the console",
     )
+
+
+def _steps(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 10**7:
+        raise argparse.ArgumentTypeError(f"expected a whole number 1–10,000,000, found {text!r}")
+    return number
 
 
 def _positive(text: str) -> int:
@@ -228,23 +249,63 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     _add_json_flag(runs, "the runs")
 
 
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    return next(
+        list(action.choices)
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+
+
 def _opens_console(words: list[str], parser: argparse.ArgumentParser) -> bool:
     """``ddptui`` alone or ``ddptui HOSTS``: a first word that is neither an option nor a
     subcommand names the hosts file to open the console on."""
     if not words:
         return True
-    commands = next(
-        action.choices
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-    )
-    return len(words) == 1 and not words[0].startswith("-") and words[0] not in commands
+    return len(words) == 1 and not words[0].startswith("-") and words[0] not in _commands(parser)
+
+
+def _console_refusal(words: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """Why the console does not open, or None.
+
+    A word that names no file and looks like no path is a mistyped command far more often
+    than a hosts file yet to be written (``ddptui stauts``). And the console draws on a
+    terminal and reads its keys: without one it would wait forever for keys that never
+    come, writing escape sequences into a log.
+    """
+    from pathlib import Path
+
+    if words and not Path(words[0]).exists() and not _looks_like_a_path(words[0]):
+        import difflib
+
+        close = difflib.get_close_matches(words[0], _commands(parser), n=1, cutoff=0.6)
+        hint = f"; did you mean `ddptui {close[0]}`?" if close else ""
+        return (
+            f"{words[0]!r} is neither a command nor a hosts file{hint} "
+            "(`ddptui --help` lists the commands)"
+        )
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return (
+            "the console needs a terminal, and stdin or stdout is not one; without it, use "
+            "`ddptui check HOSTS`, `ddptui launch HOSTS --headless` or `ddptui status`"
+        )
+    return None
+
+
+def _looks_like_a_path(word: str) -> bool:
+    return "/" in word or word.endswith(".toml") or word.startswith(".")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     if _opens_console(words, parser):
+        refusal = _console_refusal(words, parser)
+        if refusal is not None:
+            from ddptui.untrusted import plain
+
+            print(f"ddptui: {plain(refusal, one_line=True)}", file=sys.stderr)
+            return 2
         from pathlib import Path
 
         from ddptui.ui.app import run_console
@@ -264,6 +325,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = importlib.import_module(f"ddptui.commands.{args.command}")
     try:
         exit_code: int = command.run(args)
+    except BrokenPipeError:
+        # `ddptui status --json | head`: the reader has what it wanted. What is left to write
+        # goes nowhere, so the flush at exit raises nothing either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return PIPE_CLOSED
     except DdptuiError as error:
         from ddptui.untrusted import plain
 

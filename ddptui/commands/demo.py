@@ -12,13 +12,15 @@ import argparse
 import asyncio
 import importlib.util
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ddptui.commands.follow import follow_headless, say
 from ddptui.commands.launch import checked, refuse
 from ddptui.config import Config, load_config
-from ddptui.demo.cluster import demo_cluster
+from ddptui.demo.cluster import STEPS, demo_cluster
+from ddptui.errors import UsageError
 from ddptui.run.control import RunControl
 from ddptui.run.state import Steps
 
@@ -26,13 +28,23 @@ _ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(args: argparse.Namespace) -> int:
-    console = not args.headless and importlib.util.find_spec("ddptui.ui.app") is not None
+    if importlib.util.find_spec("torch") is None:
+        # The demo's hosts are this machine: the trainer runs on its Python.
+        raise UsageError(
+            "the demo trains on this machine, and its Python has no torch: install it with "
+            "`pip install torch==2.13.0` (the CPU build) or `pip install 'ddptui[trainer]'`"
+        )
+    installed = importlib.util.find_spec("ddptui.ui.app") is not None
+    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    console = not args.headless and installed and terminal
     if not args.headless and not console:
-        say("the console is not installed here; following the demo headless")
+        missing = "the console is not installed here" if not installed else "no terminal here"
+        say(f"{missing}; following the demo headless")
     control = RunControl()
     with _terminate_as_interrupt():
         say(f"starting {args.nodes} demo host(s) on 127.0.0.1 ({args.procs} process(es) each)")
-        with demo_cluster(args.nodes, args.procs) as cluster:
+        steps = STEPS if args.steps is None else args.steps
+        with demo_cluster(args.nodes, args.procs, steps) as cluster:
             config = load_config(cluster.hosts_file)
             try:
                 if console:
@@ -59,8 +71,8 @@ def _console(config: Config) -> int:
     return run_console(
         config.path,
         demo_note=(
-            f"demo: {len(config.hosts)} hosts served by this process on 127.0.0.1; "
-            "quitting ends them and any run on them"
+            f"demo: {len(config.hosts)} hosts on 127.0.0.1, served by this process; "
+            "q ends them and their runs"
         ),
     )
 

@@ -18,7 +18,6 @@ from ddptui.present.progress import ProgressReport
 from ddptui.present.status import diagnosis_lines
 from ddptui.run.control import Attachment, RunControl
 from ddptui.run.follow import FileLine, Heartbeat, HostSilent
-from ddptui.run.layout import EVENTS, NODE_OUT, RANK_LOG
 from ddptui.run.protocol import Ended, Said
 from ddptui.run.state import RunWatch, Steps
 from ddptui.untrusted import plain
@@ -107,18 +106,20 @@ def _shown(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> str | N
     node = watch.nodes.get(line.host)
     if node is None:
         return None
-    # Events first: nearly every line is one.
-    if (match := EVENTS.match(line.path)) is not None:
+    named = node.files.of(line.path)
+    if named is None:
+        return None
+    if named.kind == "events":
         if not args.events:
             return None
-        rank: int | None = int(match.group(1))
+        rank: int | None = named.number
         label = f"{line.host} rank {rank} event"
-    elif (match := RANK_LOG.match(line.path)) is not None:
-        rank = node.base_rank + int(match.group(2))
-        label = f"{line.host} rank {rank} {match.group(3)} (attempt {match.group(1)})"
-    elif (match := NODE_OUT.match(line.path)) is not None and args.rank is None:
+    elif named.kind == "log" and named.local is not None:
+        rank = node.base_rank + named.local
+        label = f"{line.host} rank {rank} {named.stream} (attempt {named.number})"
+    elif named.kind == "out" and args.rank is None:
         rank = None
-        label = f"{line.host} torchrun (attempt {match.group(1)})"
+        label = f"{line.host} torchrun (attempt {named.number})"
     else:
         return None
     if args.rank is not None and rank != args.rank:

@@ -28,11 +28,10 @@ TRAINER_ARGS = (
     "1e-2",
     "--epochs",
     "100",
-    "--max-steps",
-    "3000",
 )
-"""A model small enough that 2 hosts × 2 processes take about a minute on 2 CPU cores: long
-enough to stop and resume it in the console."""
+"""A model small enough that 2 hosts × 2 processes take about a minute on 2 CPU cores for
+:data:`STEPS` steps: long enough to stop and resume it in the console."""
+STEPS = 3000
 CHECKPOINT_EVERY = 250
 CONNECT_TIMEOUT_S = 10
 """Generous: on a busy small machine the hosts share the CPU with torch importing."""
@@ -47,8 +46,9 @@ class DemoCluster:
 
 
 @contextmanager
-def demo_cluster(nodes: int, procs: int) -> Iterator[DemoCluster]:
-    """Serve ``nodes`` hosts on 127.0.0.1, each to run ``procs`` trainer processes."""
+def demo_cluster(nodes: int, procs: int, steps: int = STEPS) -> Iterator[DemoCluster]:
+    """Serve ``nodes`` hosts on 127.0.0.1, each to run ``procs`` trainer processes for
+    ``steps`` steps."""
     root = Path(tempfile.mkdtemp(prefix="ddptui-demo-"))
     try:
         client = root / "client"
@@ -60,7 +60,9 @@ def demo_cluster(nodes: int, procs: int) -> Iterator[DemoCluster]:
             known_hosts = client / "known_hosts"
             known_hosts.write_text("".join(host.known_hosts_line() + "\n" for host in hosts))
             hosts_file = root / "hosts.toml"
-            hosts_file.write_text(hosts_toml(servers.user, identity, known_hosts, hosts, procs))
+            hosts_file.write_text(
+                hosts_toml(servers.user, identity, known_hosts, hosts, procs, steps)
+            )
             yield DemoCluster(root, hosts_file, hosts)
         finally:
             servers.close()
@@ -69,7 +71,12 @@ def demo_cluster(nodes: int, procs: int) -> Iterator[DemoCluster]:
 
 
 def hosts_toml(
-    user: str, identity: Path, known_hosts: Path, hosts: Sequence[LoopbackHost], procs: int
+    user: str,
+    identity: Path,
+    known_hosts: Path,
+    hosts: Sequence[LoopbackHost],
+    procs: int,
+    steps: int = STEPS,
 ) -> str:
     document = {
         "cluster": {
@@ -87,14 +94,14 @@ def hosts_toml(
                 "name": host.name,
                 "address": LOOPBACK,
                 "port": host.port,
-                "workdir": str(host.home / "runs"),
+                "workdir": str(host.home / "ddptui-runs"),
             }
             for host in hosts
         ],
         "job": {
             "nproc_per_node": procs,
             "checkpoint_every": CHECKPOINT_EVERY,
-            "args": list(TRAINER_ARGS),
+            "args": [*TRAINER_ARGS, "--max-steps", str(steps)],
         },
     }
     return tomli_w.dumps(document)

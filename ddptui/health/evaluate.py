@@ -98,6 +98,17 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
     # Every value in a fix is quoted: users paste these lines into a shell.
     login = shlex.quote(target.rsplit(":", 1)[0])
     reach = check.reach.reach
+    if reach is Reach.KEY_UNUSABLE:
+        # This machine's problem, not the host's: the same words for every host that shares
+        # the key, so they are said once.
+        return Finding(
+            Code.SSH_KEY_UNUSABLE,
+            Severity.ERROR,
+            host.name,
+            f"this machine {check.reach.detail}",
+            "fix identity_file in the hosts file, or create the key there "
+            f"(ssh-keygen -t ed25519 -f {shlex.quote(str(host.identity_file or '~/.ssh/id_ed25519'))})",
+        )
     if reach is Reach.AUTH_FAILED:
         return Finding(
             Code.SSH_AUTH_FAILED,
@@ -112,7 +123,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             Code.HOST_KEY_UNKNOWN,
             Severity.ERROR,
             host.name,
-            f"the host key of {host.name} ({host.address}) is not in known_hosts{detail}",
+            check.reach.detail
+            or f"the host key of {host.name} ({host.address}) is not in known_hosts",
             f"run `ddptui trust {shlex.quote(str(config.path))}` to review its fingerprint and "
             "accept it",
         )

@@ -23,6 +23,7 @@ class Code(str, enum.Enum):
 
     HOST_UNREACHABLE = "host_unreachable"
     SSH_AUTH_FAILED = "ssh_auth_failed"
+    SSH_KEY_UNUSABLE = "ssh_key_unusable"
     HOST_KEY_UNKNOWN = "host_key_unknown"
     HOST_KEY_CHANGED = "host_key_changed"
     HOST_KEY_REVOKED = "host_key_revoked"

@@ -290,10 +290,12 @@ def _hostname_findings(
 ) -> Iterator[Finding]:
     hostname = facts.hostname if facts.hostname is not NA else host.name
     severity = Severity.INFO if alone else Severity.WARNING if has_ifname else Severity.ERROR
-    fix = (
-        f"map {hostname} to the host's real address ({host.address}) in /etc/hosts, "
-        f"or set socket_ifname for {host.name}"
-    )
+    fix = f"map {hostname} to the host's real address ({host.address}) in /etc/hosts"
+    if not has_ifname:
+        fix += f", or set socket_ifname for {host.name}"
+    # Named by the host's own name, a grouped message would read "hostname each host ... on
+    # each host".
+    subject = "its own hostname" if hostname == host.name else f"hostname {hostname}"
     if facts.resolve_error:
         trouble = f"does not resolve on {host.name} ({facts.resolve_error})"
         consequence = "so gloo cannot find its own address"
@@ -315,7 +317,7 @@ def _hostname_findings(
         consequence = (
             "harmless for ddptui runs (they set the socket interface), not for other tools"
         )
-    yield Finding(code, severity, host.name, f"hostname {hostname} {trouble}, {consequence}", fix)
+    yield Finding(code, severity, host.name, f"{subject} {trouble}, {consequence}", fix)
 
 
 def _target(facts: HostFacts, master: str) -> str:

@@ -38,10 +38,17 @@ def listed(findings: Iterable[Finding]) -> list[FindingGroup]:
 
 def finding_line(group: FindingGroup) -> Text:
     """``✗ gpu-a and gpu-b: message  [code]``: the severity's mark, the hosts (none for a
-    cluster-wide finding), the message through the sanitiser and the finding's code."""
+    cluster-wide finding), the message through the sanitiser and the finding's code.
+
+    A message of several lines (a probe's stderr) goes on below, each line indented and
+    marked: what a host printed cannot pass for a line of the report."""
     where = f"{group.where}: " if group.hosts else ""
-    line = Text.assemble(_mark(group.severity), (where, "bold"), plain(group.message))
+    first, *more = plain(group.message).split("\n")
+    line = Text.assemble(_mark(group.severity), (where, "bold"), first)
     line.append(f"  [{group.code.value}]", style="dim")
+    for text in more:
+        line.append("\n" + " " * FIX_INDENT + "│ ", style="dim")
+        line.append(text)
     return line
 
 
@@ -63,8 +70,9 @@ def port_test_note(test: PortTest) -> Text | None:
 
 def summary(report: CheckReport) -> Text:
     """``healthy: 3 hosts ready, 1 warning (2.1 s)`` in green, or ``not healthy: 2 errors,
-    1 warning (2.1 s)`` in red."""
-    counts = Counter(finding.severity for finding in report.findings)
+    1 warning (2.1 s)`` in red: counted as the report lists them, one for a line that several
+    hosts share."""
+    counts = Counter(group.severity for group in listed(report.findings))
     took = f"({report.elapsed_s:.1f} s)"
     if report.healthy:
         warnings = counts[Severity.WARNING]
@@ -84,7 +92,9 @@ def host_status(check: HostCheck) -> Text:
     if check.probe_failure is not None:
         return Text("probe failed", "red")
     if not check.reach.ok:
-        return Text(check.reach.reach.value, "red")
+        # In words, as the findings say them: `host key unknown`, not the code `hostkey_unknown`.
+        words = check.reach.reach.value.replace("hostkey", "host key").replace("_", " ")
+        return Text(words, "red")
     return Text("ok", "green")
 
 

@@ -380,7 +380,7 @@ class RemoteCluster:
             )
         except (OSError, ValueError, asyncssh.Error) as error:
             what = f"identity_file {host.identity_file}" if host.identity_file else "SSH settings"
-            return Reachability(Reach.AUTH_FAILED, f"cannot use {what}: {error}"), None
+            return Reachability(Reach.KEY_UNUSABLE, f"cannot use {what}: {error}"), None
         options = target.options
         try:
             connection = await wait_for(

@@ -42,14 +42,19 @@ def network_failure(host: HostConfig, error: BaseException, timeout: float) -> R
             f"{where(host)} refused the connection: is sshd running and listening on "
             f"port {host.port}?",
         )
-    # A cut link or a dead machine: either nothing answers, or ARP gives up and the kernel
-    # reports no route. Both mean the host is not answering.
-    if isinstance(error, (asyncio.TimeoutError, TimeoutError)) or (
-        isinstance(error, OSError) and error.errno == errno.EHOSTUNREACH
-    ):
+    # A cut link or a dead machine: either nothing answers, or ARP gives up (about 3 s) and
+    # the kernel reports no route. Both mean the host is not answering; only the first took the
+    # whole timeout.
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
         return Reachability(
             Reach.TIMEOUT,
             f"{where(host)} did not answer within {timeout:g} s: is it up and reachable?",
+        )
+    if isinstance(error, OSError) and error.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return Reachability(
+            Reach.TIMEOUT,
+            f"{where(host)} cannot be reached ({error.strerror or 'no route to host'}): is it "
+            "up, and is its address right?",
         )
     if isinstance(error, asyncssh.DisconnectError):
         # The server chose this text, before authentication: anyone who can answer on the
@@ -72,8 +77,7 @@ def host_key_failure(host: HostConfig, check: HostKeyCheck) -> Reachability:
         searched = " or ".join(str(file) for file in check.searched)
         return Reachability(
             Reach.HOSTKEY_UNKNOWN,
-            f"the host key of {where(host)} is not in {searched} ({presented}): "
-            "check the fingerprint, then run `ddptui trust HOSTS`",
+            f"the host key of {where(host)} is not in {searched} ({presented})",
         )
     if check.state is KeyState.CHANGED:
         by_file: dict[Path, list[str]] = {}

@@ -14,6 +14,8 @@ class Reach(enum.Enum):
     REFUSED = "refused"
     TIMEOUT = "timeout"
     AUTH_FAILED = "auth_failed"
+    KEY_UNUSABLE = "key_unusable"
+    """The key to offer cannot be used on this machine (identity_file missing, unreadable)."""
     HOSTKEY_UNKNOWN = "hostkey_unknown"
     HOSTKEY_CHANGED = "hostkey_changed"
     HOSTKEY_REVOKED = "hostkey_revoked"

@@ -18,8 +18,9 @@ Commands:
 - ``stage STAGE_DIR CODE_DIR MANIFEST_JSON``: verify the uploaded files' SHA-256, then rename
   the staging directory to the code directory (atomic: the code is all there or not at all).
 - ``free-port [PORT]``: a TCP port that is free on this host now (PORT itself, or an error).
-- ``follow RUN_DIR OFFSETS_JSON``: stream new lines of the run's files from byte offsets, and a
-  heartbeat with process and GPU samples every 2 s, until killed.
+- ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
+  :data:`SENT` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
+  killed.
 """
 
 from __future__ import annotations
@@ -403,8 +404,8 @@ class Sampler:
         return rows
 
 
-def follow(run_dir: Path, offsets_json: str) -> int:
-    states = {path: Followed(int(offset)) for path, offset in json.loads(offsets_json).items()}
+def follow(run_dir: Path) -> int:
+    states = {path: Followed(int(offset)) for path, offset in (SENT or {}).items()}
     sampler = Sampler(run_dir)
     next_beat = 0.0
     while True:
@@ -441,12 +442,16 @@ def main(argv: list[str]) -> int:
         return free_port(int(args[0]) if args else 0)
     if command == "follow":
         try:
-            return follow(Path(args[0]), args[1])
+            return follow(Path(args[0]))
         except (BrokenPipeError, KeyboardInterrupt):
             return 0
     emit({"error": f"unknown command {command!r}"})
     return 2
 
+
+SENT: Any = None
+"""A document too large for argv, where Linux caps one argument at 128 KiB: the head sends it
+in this source, assigned below (``ddptui.run.agent_client.agent_source``)."""
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -31,6 +31,7 @@ from ddptui.remote.connection import RemoteCluster, RemoteError
 from ddptui.untrusted import count, plain, whole
 
 AGENT_SOURCE: str = files("ddptui.run").joinpath("agent.py").read_text(encoding="utf-8")
+_MAIN_GUARD = '\nif __name__ == "__main__":'
 AGENT_TIMEOUT_S = 30.0
 MAX_ANSWER_BYTES = 1 << 20
 """What an agent command may print: its answer is one line far shorter, and a host that floods
@@ -88,6 +89,15 @@ class Answer:
 def _garbage(host: str, command: str, said: str) -> GarbledAnswer:
     excerpt = plain(said, limit=EXCERPT_CHARS, one_line=True)
     return GarbledAnswer(f"{host} answered garbage to {command}: {excerpt}")
+
+
+def agent_source(sent: object) -> str:
+    """The agent's source with ``sent`` as its ``SENT``: a document of any size reaches the
+    agent on its stdin, where argv would cap it at 128 KiB."""
+    before, guard, after = AGENT_SOURCE.rpartition(_MAIN_GUARD)
+    if not guard:
+        raise AssertionError("the node agent has no main guard to send a document before")
+    return f"{before}\nSENT = json.loads({json.dumps(sent)!r})\n{guard}{after}"
 
 
 async def agent(

@@ -310,6 +310,7 @@ class Attachment:
             self._judge(item.judgement)
         elif isinstance(item, Ended):
             self.ended = item
+            self.watch.conclude(item.state)
 
     def _judge(self, judgement: Judgement) -> None:
         new_attempt = judgement.attempt != self.judgement.attempt
@@ -321,6 +322,8 @@ class Attachment:
             else:
                 self.watch.record = self.record
         self.judgement = judgement
+        # Attached after the end: no Ended comes, the judgement says it all.
+        self.watch.conclude(judgement.state)
 
 
 class RunControl:
@@ -463,6 +466,7 @@ class RunControl:
             await wait_for(asyncio.gather(*(one(follower) for follower in followers)), timeout)
         await asyncio.gather(*(follower.close() for follower in followers))
         watch.tick()
+        watch.conclude(record.state)
         return watch
 
     async def lines(self, record: RunRecord, config: Config) -> AsyncIterator[Update]:

@@ -13,13 +13,11 @@ What a host sends is untrusted, and what it may cost the head node is bounded pe
   makes its reader wait (SSH's flow control then holds the agent): no line is dropped;
 - the offsets (:attr:`HostFollower.offsets`): only the host's own files as its plan names them
   (:class:`~ddptui.run.layout.HostFiles`: its ranks' events, its attempts' torchrun files, and
-  as many local ranks' logs as its attempts can have: 268 for 8 ranks after 10 attempts), so
-  files a host invents can neither grow the offsets nor crowd out its real ones; without a
-  plan, files the head reads (:data:`~ddptui.run.layout.READ_FILES`, ASCII paths of at most
-  :data:`~ddptui.run.layout.MAX_PATH_CHARS` characters), at most :data:`MAX_FOLLOWED_FILES`. A
-  line of any other file is dropped and counted (:attr:`HostFollower.unknown`), never
-  remembered: 4,096 offsets of 256-character paths take 1.4 MiB (measured), 92 MiB for 64
-  hosts;
+  as many local ranks' logs as its attempts can have: 268 for 8 ranks after 10 attempts, of
+  paths up to :data:`~ddptui.run.layout.MAX_PATH_CHARS` characters), so files a host invents
+  can neither grow the offsets nor crowd out its real ones. A line of any other file is
+  dropped and counted (:attr:`HostFollower.unknown`), never remembered: 4,096 offsets of
+  256-character paths take 1.4 MiB (measured), so 268 take under 0.1 MiB, 6 MiB for 64 hosts;
 - a heartbeat: its document (256 KiB at most), cut to :data:`MAX_GPUS` GPUs and
   :data:`MAX_SAMPLED_RANKS` ranks; the watch keeps of it only the host's own ranks.
 """
@@ -36,14 +34,14 @@ from typing import Any, NamedTuple
 
 import asyncssh
 
-from ddptui.aio import QueueReader
+from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
 from ddptui.remote.stream import LineTooLong, RemoteStream
-from ddptui.run.agent_client import AGENT_SOURCE
-from ddptui.run.layout import HostFiles, read_file
+from ddptui.run.agent_client import agent_source
+from ddptui.run.layout import HostFiles
 from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.untrusted import count, finite, whole
 
@@ -57,7 +55,6 @@ INBOX_LINES = 4096
 INBOX_BYTES = 2 * 1024 * 1024
 """A host's lines read and not taken yet: as many as :data:`INBOX_LINES` typical lines (a
 step event is about 300 bytes), a few documents of the largest kind."""
-MAX_FOLLOWED_FILES = 4096
 """The files followed on a host when the caller does not say from its plan: 8 ranks for 150
 attempts, 64 ranks for 20."""
 MAX_OFFSET = 2**63 - 1
@@ -107,37 +104,25 @@ class HostBack:
 Update = FileLine | Heartbeat | HostSilent | HostBack
 
 
-class Inbox(asyncio.Queue[bytes | None]):
+class Inbox(SizedQueue[bytes | None]):
     """The lines read from a host's channel and not taken yet, then None for its end.
 
-    Full at ``max_lines`` lines or ``max_bytes`` bytes (the line that crosses it is taken
-    whole): a reader then waits for room, so nothing is dropped. The end always goes in, full
-    or not: its reader is done, and whoever takes the lines must learn so at once.
+    Full at ``max_lines`` lines or ``max_bytes`` bytes: a reader then waits for room, so
+    nothing is dropped. The end always goes in, full or not: its reader is done, and whoever
+    takes the lines must learn so at once.
     """
 
     def __init__(self, max_lines: int = INBOX_LINES, max_bytes: int = INBOX_BYTES) -> None:
-        super().__init__(maxsize=max_lines)
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        """Of the lines held now."""
+        super().__init__(max_lines, max_bytes, lambda line: len(line or b""))
         self._ended = False
 
     def full(self) -> bool:
-        return not self._ended and (super().full() or self.bytes >= self.max_bytes)
+        return not self._ended and super().full()
 
     def end(self) -> None:
         """Put the end of the channel in (None)."""
         self._ended = True
         self.put_nowait(None)
-
-    def _put(self, item: bytes | None) -> None:
-        super()._put(item)
-        self.bytes += len(item or b"")
-
-    def _get(self) -> bytes | None:
-        item = super()._get()
-        self.bytes -= len(item or b"")
-        return item
 
 
 async def _read(stream: RemoteStream, inbox: Inbox) -> None:
@@ -163,11 +148,11 @@ class HostFollower:
         config: Config,
         host: HostConfig,
         run_dir: str,
+        files: HostFiles,
         *,
         offsets: Mapping[str, int] | None = None,
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
-        files: HostFiles | None = None,
     ) -> None:
         """``offsets``: path → where to resume (the lines taken before); ``files``: the files
         the host's plan gives it (:meth:`of_node`), the only ones followed."""
@@ -195,13 +180,7 @@ class HostFollower:
         cls, config: Config, record: RunRecord, node: NodeRecord, **options: Any
     ) -> HostFollower:
         """The follower of ``node``'s part of ``record``, bounded by what its plan can write."""
-        return cls(
-            config,
-            config.host(node.host),
-            node.run_dir,
-            files=record.host_files(node),
-            **options,
-        )
+        return cls(config, config.host(node.host), node.run_dir, record.host_files(node), **options)
 
     async def updates(self) -> AsyncIterator[Update]:
         last_heard = self._clock()
@@ -270,9 +249,11 @@ class HostFollower:
         reach = await self._remote.connect(self.host)
         if not reach.ok:
             raise HostUnreachable(self.host, reach)
-        argv = python_argv(self.host, "-", "follow", self.run_dir, json.dumps(self.offsets))
         self._stream = await self._remote.open_stream(
-            self.host, argv, input=AGENT_SOURCE, max_line=MAX_DOCUMENT_BYTES
+            self.host,
+            python_argv(self.host, "-", "follow", self.run_dir),
+            input=agent_source(self.offsets),
+            max_line=MAX_DOCUMENT_BYTES,
         )
         return self._stream
 
@@ -335,14 +316,12 @@ class HostFollower:
 
     def _admits(self, path: str) -> bool:
         """Whether to follow ``path``, not followed yet (counted as followed if so)."""
-        if self.files is None:
-            return len(self.offsets) < MAX_FOLLOWED_FILES and read_file(path)
-        kind = self.files.kind(path)
-        if kind == "log":
+        named = self.files.of(path)
+        if named is not None and named.local is not None:
             if self._logs >= self.files.logs:
                 return False
             self._logs += 1
-        return kind is not None
+        return named is not None
 
 
 GPU_FIELDS = (

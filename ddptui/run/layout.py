@@ -24,6 +24,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 # ASCII digits only: `\d` alone also matches "٣", which a host may put in a path.
 EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$", re.ASCII)
@@ -37,7 +38,8 @@ NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$", re.ASCII)
 NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$", re.ASCII)
 """torchrun's exit status of one attempt, written by the agent's wrapper as it ends."""
 READ_FILES = (EVENTS, RANK_LOG, ERROR_FILE, NODE_OUT, NODE_EXIT)
-"""The files of :data:`FOLLOWED` the head reads: a line of any other file is nobody's."""
+"""The files of :data:`FOLLOWED` the head reads (:func:`run_path`): a line of any other file
+is nobody's."""
 MAX_PATH_CHARS = 256
 """A run file's path is far shorter (``logs/attempt-N/<torchrun id>/attempt_0/R/stderr.log``:
 torchrun's id is its rendezvous id and 8 random characters)."""
@@ -52,15 +54,36 @@ ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 """The agent's per-attempt files in ``node/``."""
 
 
-def read_file(path: str) -> bool:
-    """Whether ``path`` (as a host names it) is one of the run files the head reads, whoever
-    it belongs to: an ASCII path of at most :data:`MAX_PATH_CHARS` characters that
-    :data:`READ_FILES` names."""
-    return (
-        len(path) <= MAX_PATH_CHARS
-        and path.isascii()
-        and any(pattern.match(path) for pattern in READ_FILES)
-    )
+@dataclass(frozen=True)
+class RunPath:
+    """What the name of a run file the head reads says (:func:`run_path`)."""
+
+    kind: Literal["events", "log", "error", "out", "exit"]
+    number: int
+    """``events``: the rank's global rank; the others: the attempt."""
+    local: int | None = None
+    """``log`` and ``error``: the local rank."""
+    stream: str | None = None
+    """``log``: ``stdout`` or ``stderr``."""
+
+
+def run_path(path: str) -> RunPath | None:
+    """What ``path`` (as a host names it) is among the run files the head reads, whoever it
+    belongs to; None for any other path, or one longer than :data:`MAX_PATH_CHARS`."""
+    if len(path) > MAX_PATH_CHARS or not path.isascii():
+        return None
+    # Events first: nearly every line is one.
+    if (match := EVENTS.match(path)) is not None:
+        return RunPath("events", int(match.group(1)))
+    if (match := RANK_LOG.match(path)) is not None:
+        return RunPath("log", int(match.group(1)), int(match.group(2)), match.group(3))
+    if (match := ERROR_FILE.match(path)) is not None:
+        return RunPath("error", int(match.group(1)), int(match.group(2)))
+    if (match := NODE_OUT.match(path)) is not None:
+        return RunPath("out", int(match.group(1)))
+    if (match := NODE_EXIT.match(path)) is not None:
+        return RunPath("exit", int(match.group(1)))
+    return None
 
 
 @dataclass(frozen=True)
@@ -81,21 +104,16 @@ class HostFiles:
         torchrun's id, which only the host knows, so they are counted rather than named."""
         return 3 * len(self.ranks) * self.attempts
 
-    def kind(self, path: str) -> str | None:
-        """``"events"``, ``"node"`` or ``"log"`` for one of the host's files, else None."""
-        if not read_file(path):
+    def of(self, path: str) -> RunPath | None:
+        """What ``path`` is, if it is one of the host's files; else None."""
+        named = run_path(path)
+        if named is None:
             return None
-        match = EVENTS.match(path)
-        if match is not None:
-            return "events" if int(match.group(1)) in self.ranks else None
-        match = NODE_OUT.match(path) or NODE_EXIT.match(path)
-        if match is not None:
-            return "node" if 1 <= int(match.group(1)) <= self.attempts else None
-        match = RANK_LOG.match(path) or ERROR_FILE.match(path)
-        if match is not None:
-            mine = 1 <= int(match.group(1)) <= self.attempts
-            return "log" if mine and int(match.group(2)) < len(self.ranks) else None
-        return None
+        if named.kind == "events":
+            return named if named.number in self.ranks else None
+        if not 1 <= named.number <= self.attempts:
+            return None
+        return named if named.local is None or named.local < len(self.ranks) else None
 
 
 def code_dir(run_dir: str) -> str:

@@ -46,7 +46,7 @@ from ddptui.run.diagnose import Diagnoser, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
-from ddptui.run.layout import ERROR_FILE, EVENTS, NODE_EXIT, NODE_OUT, RANK_LOG
+from ddptui.run.layout import HostFiles
 from ddptui.run.progress import RankProgress, RankState, RunProgress
 from ddptui.run.store import RunRecord, RunState
 from ddptui.untrusted import whole
@@ -125,6 +125,8 @@ class NodeState:
     node_rank: int
     nproc: int
     base_rank: int
+    files: HostFiles
+    """The files of the host's part of the run: the only ones whose lines are taken."""
     exit: int | None = None
     exited_at: float | None = None
     """When the exit status arrived (the watch's clock)."""
@@ -263,11 +265,16 @@ class RunWatch:
             self._not_started(rank)
         self._stepped_at: dict[str, float] = {}
         """Host → when its latest step event of this attempt arrived."""
-        self.diagnoser = Diagnoser(attempt=self.attempt)
+        self.diagnoser = Diagnoser(
+            attempt=self.attempt,
+            owned={node.node_rank: record.ranks_of(node) for node in record.nodes},
+        )
         self.nodes: dict[str, NodeState] = {}
         for node in record.nodes:
             ranks = record.ranks_of(node)
-            self.nodes[node.host] = NodeState(node.host, node.node_rank, node.nproc, ranks.start)
+            self.nodes[node.host] = NodeState(
+                node.host, node.node_rank, node.nproc, ranks.start, record.host_files(node)
+            )
             for local, global_rank in enumerate(ranks):
                 self.progress.expect(node.host, node.node_rank, local, global_rank)
         self.logs: dict[int, deque[RankLog]] = {}
@@ -314,12 +321,12 @@ class RunWatch:
         node = self.nodes.get(line.host)
         if node is None:
             return
-        match = EVENTS.match(line.path)
-        if match is not None:
-            rank = whole(match.group(1))
-            if rank is None or not node.holds(rank):
-                self.refused += 1
-                return
+        named = node.files.of(line.path)
+        if named is None:
+            self.refused += 1
+            return
+        if named.kind == "events":
+            rank = named.number
             if self.steps is not Steps.EVERY and _STEP.search(line.text):
                 if self.steps is Steps.LATEST:
                     self._latest[rank] = (line.host, line.text)
@@ -329,37 +336,24 @@ class RunWatch:
             if pending is not None:
                 self._event(node, rank, pending[1])
             self._event(node, rank, line.text)
+        elif named.number != self.attempt:
             return
-        match = RANK_LOG.match(line.path) or ERROR_FILE.match(line.path)
-        if match is not None:
-            if whole(match.group(1)) != self.attempt:
-                return
-            local = whole(match.group(2))
-            if local is None or local >= node.nproc:
-                self.refused += 1
-                return
-            rank = node.base_rank + local
-            stream = match.group(3) if match.re is RANK_LOG else "error.json"
+        elif named.local is not None:
+            rank = node.base_rank + named.local
+            stream = named.stream or "error.json"
             self.logs.setdefault(rank, deque(maxlen=LOG_TAIL_LINES)).append(
                 RankLog(rank, stream, line.text[:LOG_LINE_CHARS])
             )
             self.diagnoser.feed(
                 LogLine(line.host, node.node_rank, rank, stream, self._wall(), line.text)
             )
-            return
-        match = NODE_OUT.match(line.path)
-        if match is not None:
-            if whole(match.group(1)) == self.attempt:
-                self._torchrun_line(node, line)
-            return
-        match = NODE_EXIT.match(line.path)
-        if match is not None:
+        elif named.kind == "out":
+            self._torchrun_line(node, line)
+        else:
             # The wrapper's shell writes its command's status, 0 to 255.
             status = whole(line.text.strip(), digits=3)
-            if whole(match.group(1)) == self.attempt and status is not None:
+            if status is not None:
                 node.exit, node.exited_at = status, self._clock()
-            return
-        self.refused += 1
 
     def _torchrun_line(self, node: NodeState, line: FileLine) -> None:
         # torchrun prefixes its workers' lines with their rank: only its own node's.
@@ -610,6 +604,19 @@ class RunWatch:
             rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
             why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
         return Verdict(RunState.FAILED, why, node.host)
+
+    def conclude(self, state: RunState) -> None:
+        """The attempt ended as ``state``: each rank that did not say how it ended is shown
+        ended with it — the rank of the first failure as failed, the others as ended — so no
+        rank reads ``running`` beside a verdict that the run is over."""
+        if not state.final:
+            return
+        failure = self.diagnoser.first_failure() if state is RunState.FAILED else None
+        for rank in self.progress.ranks:
+            if rank.state.finished:
+                continue
+            culprit = failure is not None and failure.rank == rank.rank
+            rank.state = RankState.FAILED if culprit else RankState.ENDED
 
     def verdict(self, *, stopping: bool = False) -> Verdict | None:
         """How the attempt ended, or None while it goes on.

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ddptui.aio import QueueReader, wait_for
+from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import DEBUG_ENV
@@ -71,6 +71,11 @@ VIEWER_BACKLOG = 1024
 """Messages (other than lines and heartbeats) a viewer may fall behind by before it is hung
 up on; it can attach again from where it was, since the lines come from the journal."""
 INBOX = 10000
+INBOX_BYTES = 16 * 1024 * 1024
+"""What the updates of every host waiting to be judged may hold: a line keeps up to 16,384
+characters, 64 KiB in memory when they are not ASCII, so a count alone would allow 640 MiB."""
+HEARTBEAT_BYTES = 4096
+"""What a heartbeat is counted as: its GPU samples are capped (64 GPUs of a few fields)."""
 
 log = logging.getLogger("ddptui.supervisor")
 
@@ -150,7 +155,7 @@ class Supervisor:
         self.concluded = False
         self.latest: dict[str, bytes] = {}
         """Host → its latest heartbeat, silence or return, for viewers that attach later."""
-        self._inbox: asyncio.Queue[Update] = asyncio.Queue(maxsize=INBOX)
+        self._inbox = updates_inbox()
         self._followers: list[HostFollower] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._beats_after: dict[str, int] = {}
@@ -469,6 +474,8 @@ class Supervisor:
     def _ended(self) -> None:
         """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
         a failure): following it is over."""
+        if self.watch is not None:
+            self.watch.conclude(self.record.state)
         self._broadcast(
             protocol.message(Ended(self.record.state, self.record.detail, self.judgement.attempt))
         )
@@ -855,6 +862,21 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             files.supervisor_pid.unlink()
     return 0
+
+
+def updates_inbox() -> SizedQueue[Update]:
+    """Every host's updates waiting to be judged: full at :data:`INBOX` of them or
+    :data:`INBOX_BYTES`, whereupon the followers wait (their hosts' channels then fill)."""
+    return SizedQueue(INBOX, INBOX_BYTES, _update_size)
+
+
+def _update_size(update: Update) -> int:
+    if isinstance(update, FileLine):
+        # A str of any non-ASCII character takes up to 4 bytes a character (PEP 393).
+        return (len(update.text) if update.text.isascii() else 4 * len(update.text)) + len(
+            update.path
+        )
+    return HEARTBEAT_BYTES if isinstance(update, Heartbeat) else 0
 
 
 def _take_lock(files: RunFiles) -> IO[bytes] | None:

@@ -77,9 +77,9 @@ class DdptuiApp(App[int]):
         except ConfigError as error:
             self.push_screen(FirstRunScreen(self.config_path, problem=str(error)))
             return
-        self.push_screen(HealthScreen(self.config))
-        if self.demo_note:
-            self.notify(plain(self.demo_note), markup=False, timeout=10)
+        # The demo's note stays on the health screen's status line: a notification would
+        # cover the findings at 80×24.
+        self.push_screen(HealthScreen(self.config, note=self.demo_note))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         # Every key the screen offers, by name, in the command palette (`:` or ctrl+p).
@@ -195,7 +195,8 @@ class DdptuiApp(App[int]):
         from ddptui.ui.screens.run import RunScreen
 
         going = [s for s in self.screen_stack if isinstance(s, RunScreen) and s.running]
-        if going:
+        # The demo ends its runs with its hosts, and says so itself.
+        if going and self.demo_note is None:
             run = going[-1].record.id
             self.goodbye = (
                 f"run {run} goes on. Come back with `ddptui` (R: runs) or check it with "

@@ -84,6 +84,8 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     text = terminal.wait_for("the demo's end", lambda t: "demo exited" in t, 120)
     assert "demo exited 0" in text
     assert f"killing run {record.id}" in text
+    # Only what happens is said: the demo's run does not go on.
+    assert "goes on" not in text
     assert store.load(record.id).state is RunState.STOPPED
     assert _run_dir_holders(tmp) == []
     assert list(tmp.iterdir()) == []

@@ -27,6 +27,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+_FOREGROUND = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+"""Runs its arguments with SIGINT at its default, as a shell runs a foreground command."""
+
+
 @dataclass(frozen=True)
 class DemoUser:
     name: str
@@ -63,9 +71,11 @@ class DemoUser:
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         # A session of its own, so the test can interrupt it as a terminal's Ctrl-C would:
-        # SIGINT to the foreground process group.
+        # SIGINT to the foreground process group. And SIGINT handled as a shell leaves it for
+        # a foreground job: a suite started in the background (`pytest &`) ignores SIGINT, and
+        # every process it starts would inherit that.
         return subprocess.Popen(
-            self.argv(*args),
+            [sys.executable, "-c", _FOREGROUND, *self.argv(*args)],
             cwd=self.work,
             env=None if self.throwaway else {**os.environ, **self.env},
             stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ traceback and no forged line, and the supervisor that took it all in stays small
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -20,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.run.store import RunStore
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.confirm import ConfirmScreen
 from tests.run.bed import (
     SMALL,
     Cli,
@@ -30,6 +34,7 @@ from tests.run.bed import (
     write_hosts,
 )
 from tests.testbed import TestBed
+from tests.ui.pilot import open_from_runs, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -81,12 +86,17 @@ event("done", step=20, reason="completed")
 FORGED = "node0 rank 0 stdout (attempt 1) | FORGED"
 LIVE = (b"\x1b", b"\xc2\x9b", b"\xc2\x9d", b"\x07")
 """ESC, CSI and OSC (C1, in UTF-8) and BEL."""
+KEYS = ("g", "y", "e", "o", "y", "g")
+"""Every pane of the run screen, and the chart on both scales."""
 
 
-def _clean(what: str, text: str) -> None:
+def _clean(what: str, text: str, ours: str = "") -> None:
+    """``text`` (all that was shown) holds no live escape and no forged line, and ``ours``
+    (what ddptui itself said: stderr) no traceback. A host's lines may hold tracebacks of its
+    own (torchrun's, when its exit barrier finds node 0 gone)."""
     raw = text.encode("utf-8", "surrogateescape")
     assert not any(escape in raw for escape in LIVE), f"{what} printed a live escape"
-    assert "Traceback" not in text, f"{what} crashed:\n{text[-3000:]}"
+    assert "Traceback" not in ours, f"{what} crashed:\n{ours[-3000:]}"
     forged = [line for line in text.splitlines() if line.strip().startswith(FORGED)]
     assert not forged, (what, forged)
 
@@ -149,7 +159,7 @@ def test_a_hostile_node_s_run_is_followed_shown_and_judged_safely(
     hosts_file = write_hosts(testbed, tmp_path, hosts, job={"script": str(script), "args": []})
 
     launch = _measured(cli, "launch", str(hosts_file), "--headless")
-    _clean("launch --headless", launch.stdout + launch.stderr)
+    _clean("launch --headless", launch.stdout + launch.stderr, launch.stderr)
     run_id = run_id_in(launch.stderr)
     # Every rank exits 0: the forged "stopped" and the invented ranks change nothing.
     assert launch.code == 0, launch.stderr[-3000:]
@@ -163,7 +173,7 @@ def test_a_hostile_node_s_run_is_followed_shown_and_judged_safely(
         assert done.code in (0, 1), (what, done.stderr[-3000:])
         assert done.seconds < 30, f"{what} took {done.seconds:.1f} s"
         assert done.peak_mib < 300, f"{what} peaked at {done.peak_mib:.0f} MiB"
-        _clean(what, done.stdout + done.stderr)
+        _clean(what, done.stdout + done.stderr, done.stderr)
         shown[what] = done.stdout
     logs = shown[f"logs {run_id}"]
     assert "\\x1b]52;c;" in logs, "the clipboard escape is shown, not dropped"
@@ -176,6 +186,35 @@ def test_a_hostile_node_s_run_is_followed_shown_and_judged_safely(
     assert status["world_size"] == 4
     peak = _supervisor_peak_mib(cli, run_id)
     assert peak < 300, f"the supervisor peaked at {peak} MiB"
+    asyncio.run(_console_on_the_run(hosts_file, RunStore(cli.store), run_id))
+
+
+def _screen_clean(app: DdptuiApp, what: str) -> None:
+    """Everything on the console's screen, drawn now, holds no live escape."""
+    _clean(what, app.export_screenshot())
+
+
+async def _console_on_the_run(hosts_file: Path, store: RunStore, run_id: str) -> None:
+    """The console opens the finished run from its runs screen (its files read back from the
+    hosts) and draws every pane and scale of it."""
+    app = DdptuiApp(hosts_file, store=store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await open_from_runs(pilot, run_id)
+        # Rank 2's extreme losses are what the chart is to draw (the read-back replaces the
+        # screen's watch when it is done).
+        extremes = {1e308, -1e308, 5e-324}
+        await until(
+            pilot,
+            "the read-back",
+            lambda: {loss for _, loss in screen.run_watch.progress.ranks[2].losses} >= extremes,
+            60,
+        )
+        for key in KEYS:
+            await pilot.press(key)
+            await pilot.pause(0.3)
+            assert app.is_running and app.screen is screen, f"the console ended on {key!r}"
+            _screen_clean(app, f"the run screen after {key!r}")
+        assert [rank.rank for rank in screen.run_watch.progress.ranks] == [0, 1, 2, 3]
 
 
 TAMPERING = r'''#!{python}
@@ -229,8 +268,9 @@ def test_a_host_whose_python_lies_is_named_and_the_others_are_still_stopped(
     )
     flag.touch()
     dry_run = _measured(cli, "launch", str(hosts_file), "--dry-run")
-    _clean("launch --dry-run", dry_run.stdout + dry_run.stderr)
+    _clean("launch --dry-run", dry_run.stdout + dry_run.stderr, dry_run.stderr)
     assert liar.name in dry_run.stdout + dry_run.stderr
+    asyncio.run(_console_launch_dialog(hosts_file, RunStore(cli.store)))
     flag.unlink()
 
     started = cli.run("launch", str(hosts_file), "--detach")
@@ -239,14 +279,36 @@ def test_a_host_whose_python_lies_is_named_and_the_others_are_still_stopped(
     wait_for_step(testbed, hosts, run_id, 3)
     flag.touch()
     stop = _measured(cli, "stop", run_id, "--kill")
-    _clean("stop --kill", stop.stdout + stop.stderr)
+    _clean("stop --kill", stop.stdout + stop.stderr, stop.stderr)
     assert f"{liar.name} answered garbage" in stop.stderr, stop.stderr[-3000:]
     assert not run_processes(hosts[:2], run_id)
     status = _measured(cli, "status", run_id)
-    _clean("status", status.stdout + status.stderr)
+    _clean("status", status.stdout + status.stderr, status.stderr)
     flag.unlink()
     # What the liar hid was signalled all the same.
     deadline = time.monotonic() + 15
     while run_processes([liar], run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not run_processes([liar], run_id)
+
+
+async def _console_launch_dialog(hosts_file: Path, store: RunStore) -> None:
+    """The console's health screen and its launch dialog (or the error that replaces it) on
+    the liar's answers."""
+    app = DdptuiApp(hosts_file, store=store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        health = app.screen
+        await until(pilot, "the check", lambda: app.report is not None, 120)
+        _screen_clean(app, "the health screen")
+        await pilot.press("l")
+        await until(
+            pilot,
+            "the dialog or its error",
+            lambda: isinstance(app.screen, ConfirmScreen) or bool(app._notifications),
+            60,
+        )
+        _screen_clean(app, "the launch dialog")
+        if isinstance(app.screen, ConfirmScreen):
+            await pilot.press("n")
+        assert app.is_running and app.screen is health
+    assert not store.root.exists() or not list(store.root.iterdir()), "it launched"

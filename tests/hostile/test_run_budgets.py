@@ -21,7 +21,7 @@ from ddptui.run.diagnose.limits import MAX_STREAMS
 from ddptui.run.follow import (
     INBOX_BYTES,
     MAX_DOCUMENT_BYTES,
-    MAX_FOLLOWED_FILES,
+    MAX_TEXT_CHARS,
     FileLine,
     HostFollower,
     Inbox,
@@ -29,6 +29,8 @@ from ddptui.run.follow import (
 )
 from ddptui.run.state import LOG_LINE_CHARS, RunWatch, Steps
 from ddptui.run.store import RunState
+from ddptui.run.supervisor import INBOX, updates_inbox
+from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
 from tests.run.bed import two_host_record
 
 INVENTED = 20_000
@@ -48,7 +50,9 @@ class _Clock:
 
 
 def _follower(host: str, **options: Any) -> HostFollower:
-    return HostFollower(_CONFIG, _CONFIG.host(host), "/r", **options)
+    record = _record()
+    [node] = [node for node in record.nodes if node.host == host]
+    return HostFollower.of_node(_CONFIG, record, node, **options)
 
 
 def _sent(path: str, offset: int, text: str) -> bytes:
@@ -94,10 +98,17 @@ def test_a_host_inventing_twenty_thousand_ranks_costs_what_its_two_ranks_do() ->
     assert watch.progress.ignored == 0
     assert {d.ranks for d in watch.diagnoser.diagnoses()} <= {(2,), (2, 3), (3,)}
     assert len(watch.diagnoser._streams) <= 2 * 3 + 1
-    # The follower remembers at most MAX_FOLLOWED_FILES files; the watch refuses the rest.
-    assert len(follower.offsets) == MAX_FOLLOWED_FILES
-    assert follower.unknown == 2 * INVENTED - MAX_FOLLOWED_FILES + 1
-    assert watch.refused > 0
+    # The follower remembers b's files alone: its two ranks' events and logs, its torchrun.
+    assert sorted(follower.offsets) == [
+        "events/rank2.jsonl",
+        "events/rank3.jsonl",
+        "logs/attempt-1/x/attempt_0/0/stderr.log",
+        "logs/attempt-1/x/attempt_0/1/stderr.log",
+        "node/attempt-1.out",
+    ]
+    assert follower.unknown == 2 * INVENTED - 4
+    # Of those, the torchrun lines b prefixes with others' ranks are refused.
+    assert watch.refused == INVENTED - 2
     assert grown < 4 * 2**20, f"{grown / 2**20:.1f} MiB for {INVENTED} invented ranks"
 
 
@@ -140,14 +151,39 @@ def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> No
         (None, "starting"),
         (None, "starting"),
     ]
+    # Lines of b's files a sends are not followed; the others are refused as they are read.
+    refused = watch.refused + followers["a"].unknown
     if steps is Steps.EVERY:
-        assert watch.attempt_steps == 0 and watch.refused == len(lies)
+        assert watch.attempt_steps == 0 and refused == len(lies)
     else:
         # Steps in a's own file count as a's when they arrive (for its silence and hangs), as
         # its own ranks' would, and are refused once read: only the latest is.
-        assert watch.attempt_steps == 2 and watch.refused == len(lies) - 1
+        assert watch.attempt_steps == 2 and refused == len(lies) - 1
     verdict = watch.verdict()
     assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
+
+
+@pytest.mark.parametrize(
+    ("named", "blamed"), [("0 (local_rank: 0)", None), ("3 (local_rank: 1)", 3)]
+)
+def test_torchrun_s_report_names_only_its_own_host_s_ranks(named: str, blamed: int | None) -> None:
+    watch = RunWatch(_record())
+    follower = _follower("b")
+    report = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "============================================================",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        f"  rank      : {named}",
+        "  exitcode  : -9 (pid: 4242)",
+        "  traceback : Signal 9 (SIGKILL) received by PID 4242",
+        "============================================================",
+    ]
+    for offset, text in enumerate(report, start=1):
+        _take(watch, follower, _sent("node/attempt-1.out", offset, text))
+    [diagnosis] = watch.diagnoser.diagnoses()
+    assert diagnosis.hosts == ("b",)
+    assert diagnosis.ranks == (() if blamed is None else (blamed,))
 
 
 def test_a_heartbeat_speaks_only_for_its_own_host_s_ranks() -> None:
@@ -250,6 +286,24 @@ def test_the_end_of_a_channel_goes_into_a_full_inbox() -> None:
         return [inbox.get_nowait(), inbox.get_nowait()]
 
     assert asyncio.run(fill()) == [b"x" * 10, None]
+
+
+def test_the_supervisor_s_inbox_holds_its_bytes_budget_of_the_longest_lines() -> None:
+    async def flood() -> tuple[int, int]:
+        inbox = updates_inbox()
+        # The longest line a follower passes on, in characters that take 4 bytes each.
+        line = FileLine("ddpa2", "logs/attempt-1/rank0.log", 1, "\U0001f3d6" * MAX_TEXT_CHARS)
+        put = 0
+        while True:
+            try:
+                inbox.put_nowait(line)
+            except asyncio.QueueFull:
+                return put, inbox.bytes
+            put += 1
+
+    put, held = asyncio.run(flood())
+    assert held <= SUPERVISOR_INBOX_BYTES + 4 * MAX_TEXT_CHARS + 100
+    assert put < INBOX / 10, "a count of lines bounded it, not their bytes"
 
 
 def test_torchrun_s_report_cannot_grow_the_diagnoser_s_ranks_past_its_cap() -> None:

@@ -21,6 +21,8 @@ from ddptui.check import CheckReport, PortTest
 from ddptui.commands.check import render
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
+from ddptui.present.check import finding_line
+from ddptui.present.check import listed as words_listed
 from ddptui.probe.facts import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.ui.app import DdptuiApp
@@ -175,10 +177,26 @@ def test_the_summary_reads_the_same_counted_in_the_singular_where_there_is_one(
     unhealthy: tuple[CheckReport, list[str], Shown],
 ) -> None:
     _, lines, shown = unhealthy
-    assert lines[-1] == "not healthy: 1 error, 2 warnings (3.4 s)"
+    # gpu-a's and gpu-b's hostname warnings are one line of the report: one warning.
+    assert lines[-1] == "not healthy: 1 error, 1 warning (3.4 s)"
     assert shown.summary.startswith(lines[-1] + "  (")
 
     healthy = _report(healthy=True)
     summary = _cli_lines(healthy)[-1]
     assert summary == "healthy: 1 host ready (3.4 s)"
     assert _console(healthy).summary == summary
+
+
+def test_a_probe_s_stderr_goes_below_its_finding_each_line_marked_as_the_host_s() -> None:
+    forged = "✗ gpu-b: ok really"
+    finding = Finding(
+        Code.PROBE_FAILED,
+        Severity.ERROR,
+        "gpu-a",
+        f"the probe failed; its stderr ends:\nTraceback\n{forged}{HOSTILE}",
+        "set python",
+    )
+    [group] = words_listed([finding])
+    lines = finding_line(group).plain.split("\n")
+    assert lines[0] == "✗ gpu-a: the probe failed; its stderr ends:  [probe_failed]"
+    assert lines[1:] == ["    │ Traceback", f"    │ {forged}{ESCAPED}"]

@@ -190,10 +190,12 @@ def test_a_passphrase_protected_key_is_skipped_not_prompted(
     assert f"{locked} (skipped: passphrase-protected" in reach.detail
 
 
-def test_a_missing_identity_file_is_auth_failed(local_ssh_server: LocalSshServer) -> None:
+def test_a_missing_identity_file_is_this_machine_s_problem(
+    local_ssh_server: LocalSshServer,
+) -> None:
     missing = local_ssh_server.root / "no_such_key"
     reach = run(connect_once(local_host(local_ssh_server, identity_file=missing)))
-    assert reach.reach is Reach.AUTH_FAILED
+    assert reach.reach is Reach.KEY_UNUSABLE
     assert f"cannot use identity_file {missing}" in reach.detail
 
 

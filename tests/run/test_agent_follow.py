@@ -16,11 +16,14 @@ import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.run import agent
+from ddptui.run.agent_client import agent_source
 from ddptui.run.follow import MAX_GPUS, FileLine, Heartbeat, HostFollower
+from ddptui.run.layout import HostFiles
 
 Sent = pytest.CaptureFixture[str]
 _CONFIG = Config(Path("hosts.toml"), ClusterConfig(), (HostConfig("a", "127.0.0.1"),), JobConfig())
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+_FILES = HostFiles(range(8), attempts=1)
 
 
 def _documents(sent: Sent) -> list[dict[str, object]]:
@@ -70,6 +73,29 @@ def test_a_last_line_without_newline_is_sent_once_the_file_settles(
     assert [d["t"] for d in _documents(capsys)] == ['{"message": "boom"}']
 
 
+def test_offsets_of_any_size_reach_the_agent_on_stdin(tmp_path: Path) -> None:
+    # 4,096 offsets of 200-character paths: 0.8 MiB, far past the 128 KiB one argv may hold.
+    offsets = {f"events/rank{index}-{'x' * 180}.jsonl": 7 for index in range(4096)}
+    offsets["events/rank0.jsonl"] = 9
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "rank0.jsonl").write_bytes(b'{"a": 1}\n{"b": 2}\n')
+    with subprocess.Popen(
+        [sys.executable, "-", "follow", str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as follower:
+        assert follower.stdin is not None and follower.stdout is not None
+        follower.stdin.write(agent_source(offsets))
+        follower.stdin.close()
+        try:
+            lines = [json.loads(follower.stdout.readline()) for _ in range(2)]
+        finally:
+            follower.kill()
+    sent = [line for line in lines if line["k"] == "line"]
+    assert [(line["f"], line["t"]) for line in sent] == [("events/rank0.jsonl", '{"b": 2}')]
+
+
 def test_only_the_run_s_files_are_followed(tmp_path: Path) -> None:
     for relative in (
         "events/rank3.jsonl",
@@ -99,7 +125,7 @@ def test_the_head_parses_what_was_sent_and_never_repeats_a_line(
     (tmp_path / "node" / "attempt-1.exit").write_text("0\n")
     agent.read_new(tmp_path, "node/attempt-1.exit", agent.Followed(0))
     raw = capsys.readouterr().out.splitlines()[0].encode()
-    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), str(tmp_path))
+    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), str(tmp_path), _FILES)
     assert follower._parse(raw) == FileLine("a", "node/attempt-1.exit", 2, "0")
     assert follower._parse(raw) is None
     for garbage in (b"", b"[]", b"{}", b'{"k": "line", "f": 1}', b"\xff" * 10, b"[" * 50000):
@@ -131,7 +157,7 @@ def test_gpu_samples_arrive_typed_and_what_is_no_number_is_left_out() -> None:
     hostile = {"index": "x", "memory.used": "nan", "memory.total": "inf", "pstate": "P" * 99}
     sample = {"cpu_pct": 3.5, "gpus": [h200, unsupported, hostile, "gpu", 7] + [h200] * 100}
     document = {"k": "hb", "time": 1.0, "groups": {}, "sample": sample}
-    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), "/r")
+    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), "/r", _FILES)
 
     beat = follower._parse(json.dumps(document).encode())
 

@@ -248,6 +248,31 @@ def test_the_verdict_names_the_node_of_the_root_cause_even_when_a_peer_s_exit_co
     assert verdict.detail.startswith("torchrun on a (node 0) exited 1; first failure: rank 1 on a")
 
 
+def test_once_the_run_failed_no_rank_reads_running_beside_the_verdict() -> None:
+    clock = _Clock()
+    watch = _started(RunWatch(_record(), clock=clock))
+    for rank in range(4):
+        watch.apply(_step("ab"[rank // 2], rank, 2))
+    # Rank 3 is SIGKILLed; b's torchrun ends rank 2, a's ranks are ended after the verdict.
+    killed = json.dumps({"message": "Signal 9 (SIGKILL) received by PID 4242"})
+    watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/error.json", 10, killed))
+    watch.apply(_exit("b", 1))
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.state is RunState.FAILED
+    assert [rank.state.value for rank in watch.progress.ranks] == ["running"] * 4
+    watch.conclude(verdict.state)
+    assert [rank.state.value for rank in watch.progress.ranks] == [
+        "ended",
+        "ended",
+        "ended",
+        "failed",
+    ]
+    assert "3 ended, 1 failed" in watch.progress.format_line()
+    # A rank's own word on how it ended, late as it may come, stands.
+    watch.apply(FileLine("a", "events/rank0.jsonl", 3, _event("done", 0, step=2)))
+    assert watch.progress.ranks[0].state.value == "done"
+
+
 def test_rank_logs_map_to_global_ranks_and_garbage_is_counted() -> None:
     watch = RunWatch(_record())
     watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/stderr.log", 10, "boom"))

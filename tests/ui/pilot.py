@@ -12,6 +12,7 @@ from ddptui.run.store import RunStore
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
+from ddptui.ui.screens.runs import RunsScreen
 
 
 async def until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout: float) -> None:
@@ -21,6 +22,18 @@ async def until(pilot: Pilot[int], what: str, ready: Callable[[], bool], timeout
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}")
         await pilot.pause(0.25)
+
+
+async def open_from_runs(pilot: Pilot[int], run_id: str) -> RunScreen:
+    """``R``, then enter on the latest run (``run_id``): its run screen."""
+    app = pilot.app
+    await pilot.press("R")
+    assert isinstance(app.screen, RunsScreen)
+    await pilot.press("enter")
+    await until(pilot, "the run screen", lambda: isinstance(app.screen, RunScreen), 60)
+    screen = app.screen
+    assert isinstance(screen, RunScreen) and screen.record.id == run_id
+    return screen
 
 
 async def launch_from_health(pilot: Pilot[int], steps: int, timeout: float) -> RunScreen:

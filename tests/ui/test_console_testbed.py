@@ -24,7 +24,7 @@ from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.screens.runs import RunsScreen
 from tests.testbed import TestBed
-from tests.ui.pilot import kill_live_runs, until
+from tests.ui.pilot import kill_live_runs, open_from_runs, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -116,12 +116,7 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
     # the console sees it; its own K then only makes sure nothing is left, and says so.
     again = DdptuiApp(hosts_file, store=store)
     async with again.run_test(size=(160, 48)) as pilot:
-        await pilot.press("R")
-        assert isinstance(again.screen, RunsScreen)
-        await pilot.press("enter")
-        await until(pilot, "the run screen", lambda: isinstance(again.screen, RunScreen), 60)
-        attached = again.screen
-        assert isinstance(attached, RunScreen) and attached.record.id == run_id
+        attached = await open_from_runs(pilot, run_id)
         await until(pilot, "attempt 2's steps", lambda: max(_steps(attached)) > 0, 120)
         assert attached.following
         environment = {**os.environ, "XDG_STATE_HOME": str(store.root.parents[1])}

@@ -64,7 +64,7 @@ async def _test_y_switches_the_loss_axis_between_log_and_linear() -> None:
         await pilot.press("y")
         await pilot.pause(0.2)
         assert not chart.log_scale
-        assert chart._y_label == "loss"
+        assert chart._y_label.strip() == "loss"
 
 
 def test_help_shows_the_screens_keys_and_how_to_come_back() -> None:

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -97,3 +102,27 @@ def test_every_core_module_imports_without_textual_or_torch() -> None:
     ]
     loaded = _modules_after("\n".join(f"import {module}" for module in modules))
     assert not {"torch", "textual"} & _top_level(loaded)
+
+
+def test_the_head_s_install_leaves_torch_to_an_extra_and_the_demo_says_so() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        project = tomllib.load(handle)["project"]
+    assert not [need for need in project["dependencies"] if need.startswith(("torch", "nvidia"))]
+    assert any(need.startswith("torch") for need in project["optional-dependencies"]["trainer"])
+    # Where torch cannot be imported, the demo (whose hosts are this machine) says how to get it
+    # before it starts anything.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['torch'] = None\n"
+            "from ddptui.cli import main\n"
+            "sys.exit(main(['demo', '--headless']))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "its Python has no torch" in done.stderr and "ddptui[trainer]" in done.stderr
+    assert "starting" not in done.stderr

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.health.groups import group_findings
 from ddptui.health import (
     Code,
     Finding,
@@ -265,6 +266,13 @@ CASES = [
         "checking gpu-b (10.0.0.2:22) failed: detail from ssh",
     ),
     Case(Code.SSH_AUTH_FAILED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.AUTH_FAILED)),
+    Case(
+        Code.SSH_KEY_UNUSABLE,
+        B,
+        Severity.ERROR,
+        lambda s: s.unreached(B, Reach.KEY_UNUSABLE, "cannot use identity_file /k: no such file"),
+        "this machine cannot use identity_file /k: no such file",
+    ),
     Case(Code.HOST_KEY_UNKNOWN, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_UNKNOWN)),
     Case(Code.HOST_KEY_CHANGED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_CHANGED)),
     Case(Code.HOST_KEY_REVOKED, B, Severity.ERROR, lambda s: s.unreached(B, Reach.HOSTKEY_REVOKED)),
@@ -395,7 +403,7 @@ CASES = [
         B,
         Severity.ERROR,
         _loopback_off_subnet,
-        "hostname gpu-b resolves to 127.0.1.1 on gpu-b, so gloo/NCCL peers will try to connect "
+        "its own hostname resolves to 127.0.1.1 on gpu-b, so gloo/NCCL peers will try to connect "
         "to loopback",
     ),
     Case(
@@ -799,3 +807,40 @@ def test_package_drift_lists_a_readable_number_of_packages() -> None:
     assert "20 pip packages" in drift.message
     assert "pkg07==1.0" in drift.hint and "pkg08==1.0" not in drift.hint
     assert "12 more" in drift.hint and "--json" in drift.hint
+
+
+def test_a_key_this_machine_cannot_use_is_said_once_for_every_host_sharing_it() -> None:
+    scenario = Scenario()
+    for name in (A, B, C):
+        scenario.unreached(name, Reach.KEY_UNUSABLE, "cannot use identity_file /k: no such file")
+    [group] = [
+        group
+        for group in group_findings(scenario.run())
+        if group.code is Code.SSH_KEY_UNUSABLE
+    ]
+    assert group.hosts == (A, B, C)
+    assert "ssh-copy-id" not in group.hint and "ssh-keygen" in group.hint
+
+
+def test_an_unknown_host_key_is_said_once_with_what_to_run() -> None:
+    scenario = Scenario()
+    detail = "the host key of gpu-b (10.0.0.2) is not in /k (ssh-ed25519 SHA256:abc)"
+    scenario.unreached(B, Reach.HOSTKEY_UNKNOWN, detail)
+    [finding] = [f for f in scenario.run() if f.code is Code.HOST_KEY_UNKNOWN]
+    assert finding.message == detail
+    assert "ddptui trust" in finding.hint
+
+
+def test_hosts_whose_hostname_is_their_name_group_into_words_that_read() -> None:
+    scenario = Scenario()
+    for name in (A, B):
+        scenario.edit(name, hostname=name, resolve_error="Name or service not known")
+    [group] = [
+        group
+        for group in group_findings(scenario.run())
+        if group.code is Code.HOSTNAME_UNRESOLVABLE
+    ]
+    assert group.hosts == (A, B)
+    assert group.message.startswith("its own hostname does not resolve on each host")
+    # The run sets the socket interface already: the fix does not ask for it again.
+    assert "socket_ifname" not in group.hint

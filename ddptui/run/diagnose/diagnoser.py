@@ -19,6 +19,7 @@ block names the root-cause rank, its exit code and the signal that killed it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -118,13 +119,18 @@ class _Stream:
 class Diagnoser:
     """Reads a run's lines and events; says what went wrong, where first."""
 
-    def __init__(self, attempt: int | None = None) -> None:
+    def __init__(
+        self, attempt: int | None = None, owned: Mapping[int, range] | None = None
+    ) -> None:
         """``attempt``: read only that attempt's events (1: the first launch; ``None``: all).
+        ``owned``: each node rank's global ranks, as the plan made them; torchrun's report on
+        one host then names none of another host's ranks (``None``: all are believed).
 
         A rank's events file keeps every attempt's events. Its attempt ends with its ``done``
         or ``error`` event, or when a second ``start`` comes without either (it was killed).
         """
         self._attempt = attempt
+        self._owned = owned
         self._rank_attempts: dict[int, _RankAttempt] = {}
         self._groups: dict[tuple[Category, str], _Group] = {}
         self._streams: dict[_Key, _Stream] = {}
@@ -322,8 +328,17 @@ class Diagnoser:
         if read.done:
             state.block = None
 
+    def _owns(self, node_rank: int, local_rank: int | None, rank: int | None) -> bool:
+        """Whether ``rank`` is ``node_rank``'s ``local_rank``-th, as the plan has it."""
+        if self._owned is None:
+            return True
+        ranks = self._owned.get(node_rank, range(0))
+        return rank is not None and rank in ranks and local_rank == ranks.index(rank)
+
     def _name_rank(self, node_rank: int, local_rank: int, rank: int) -> None:
         key = (node_rank, local_rank)
+        if not self._owns(node_rank, local_rank, rank):
+            return
         if key in self._ranks or len(self._ranks) < MAX_STREAMS:
             self._ranks[key] = rank
 
@@ -342,9 +357,8 @@ class Diagnoser:
             return
         finding = entry_finding(entry)
         example = next((t for t in reversed(entry.traceback) if t), f"exitcode {entry.exitcode}")
-        self._record(
-            finding, line.host, line.node_rank, entry.rank, line.time, example, report=True
-        )
+        rank = entry.rank if self._owns(line.node_rank, entry.local_rank, entry.rank) else None
+        self._record(finding, line.host, line.node_rank, rank, line.time, example, report=True)
 
     # --- recording ----------------------------------------------------------------------
 

@@ -42,10 +42,14 @@ class HealthScreen(Screen[None]):
         Binding("question_mark", "app.help", "help"),
     ]
 
-    def __init__(self, config: Config, report: CheckReport | None = None) -> None:
+    def __init__(
+        self, config: Config, report: CheckReport | None = None, *, note: str | None = None
+    ) -> None:
+        """``note``: a line shown under the check's summary for as long as the screen is."""
         super().__init__()
         self.config = config
         self.report = report
+        self.note = note
         self.progress: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
@@ -117,8 +121,22 @@ class HealthScreen(Screen[None]):
             table.add_row(*cells, key=host.name)
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
-        self.query_one("#check-status", Static).update(self._summary())
+        self._show_summary()
         self._show_detail()
+        # Whether every column fits is known once the table is laid out.
+        self.call_after_refresh(self._show_summary)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._show_summary)
+
+    def _show_summary(self) -> None:
+        summary = self._summary()
+        table = self.query_one("#hosts", DataTable)
+        if table.virtual_size.width > table.scrollable_content_region.width:
+            summary.append("  ← → more columns", "bold")
+        if self.note:
+            summary.append("\n" + plain(self.note, one_line=True), "italic")
+        self.query_one("#check-status", Static).update(summary)
 
     def _status(self, host: str, check: HostCheck | None) -> Text:
         if host in self.progress:
@@ -136,7 +154,7 @@ class HealthScreen(Screen[None]):
             return Text("not checked yet: c checks every host")
         summary = words.summary(report)
         if not report.healthy:
-            summary.append(f"  ({ODD}: differs from the other hosts)")
+            summary.append(f"  ({ODD}: differs from the others)")
         return summary
 
     def _selected(self) -> HostCheck | None:

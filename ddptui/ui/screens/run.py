@@ -391,7 +391,7 @@ def _rank_cells(rank: RankProgress, silent: bool) -> tuple[Text, ...]:
 
 
 def _state(rank: RankProgress, silent: bool) -> Text:
-    style = {"failed": "bold red", "done": "green"}.get(rank.state.value, "")
+    style = {"failed": "bold red", "done": "green", "ended": "dim"}.get(rank.state.value, "")
     text = Text(rank.state.value, style)
     if silent:
         # Its host does not answer: no news is not a stall (the status line says more).

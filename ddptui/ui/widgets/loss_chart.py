@@ -35,6 +35,8 @@ the plot divides by it), and ticks closer than the values' precision would fall 
 SMALLEST_SPAN = 1e-100
 """And at least this much: the plot takes the logarithm of a fifth of its span, and 5e-324
 (a loss a host may send) less 0, divided by 5, is 0."""
+SHORT_ROWS = 16
+"""Below this height the chart gives its margins' rows to the plot."""
 LABEL_CHARS = 9
 """The plot's left margin (10 cells) less one: it cuts longer labels (``-1000000000`` would read
 ``-10000000``)."""
@@ -60,6 +62,29 @@ class TickLabels(NumericAxisFormatter):
         if all(len(label) <= LABEL_CHARS for label in labels):
             return labels
         return [f"{tick:.2g}" for tick in ticks]
+
+
+class StepTicks(NumericAxisFormatter):
+    """Steps ticked as far apart as their labels need: one, two or five times a power of ten,
+    no more of them than fit side by side in :attr:`width` cells with a space between (the
+    plot's own ticks ran together on a narrow chart: ``50100150200250300``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.width = 80
+        """Of the plot area, in cells: the chart sets it as it draws."""
+
+    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        span = max_ - min_
+        if not span > 0:
+            return [min_]
+        label = len(f"{max(abs(min_), abs(max_)):.0f}") + 1
+        fitting = max(2, min(max_ticks, self.width // label))
+        least = span / (fitting - 1)
+        power = 10.0 ** math.floor(math.log10(least))
+        interval = next(m * power for m in (1, 2, 5, 10) if m * power >= least)
+        first = math.ceil(min_ / interval) * interval
+        return [first + index * interval for index in range(int((max_ - first) // interval) + 1)]
 
 
 def envelope(
@@ -108,6 +133,8 @@ class LossChart(PlotWidget):
         self._zoomed = False
         """Zoomed or panned by hand: the axes are left as the user set them until reset."""
         self.set_y_formatter(TickLabels())
+        self._step_ticks = StepTicks()
+        self.set_x_formatter(self._step_ticks)
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -116,7 +143,21 @@ class LossChart(PlotWidget):
         self.show(*self._shown)
 
     def on_resize(self) -> None:
+        # A short chart (80×24) keeps its rows for the lines: one row for the axis label above,
+        # one for the step ticks below (the ticks say what the axis is).
+        short = self.size.height < SHORT_ROWS
+        if (self.margin_top, self.margin_bottom) != (1, 1 if short else 3):
+            self.margin_top, self.margin_bottom = 1, 1 if short else 3
+            self.set_xlabel("" if short else "step")
+            # Drawn again once the plot area has its new size.
+            self.call_after_refresh(self._margins_changed)
         # The lines were thinned for the old width (before the first layout, for none).
+        self.show(*self._shown)
+
+    def _margins_changed(self) -> None:
+        # A layout refresh is what makes the plot size its canvases again.
+        self.refresh(layout=True)
+        self._drawn = ()
         self.show(*self._shown)
 
     @on(PlotWidget.ScaleChanged)
@@ -149,6 +190,7 @@ class LossChart(PlotWidget):
         if key == self._drawn:
             return
         self._drawn = key
+        self._step_ticks.width = max(1, self.size.width - self.margin_left - 2)
         self.clear()
         steps_shown = [rank.losses[index][0] for rank in shown if rank.losses for index in (0, -1)]
         first, last = min(steps_shown, default=0), max(steps_shown, default=0)
@@ -177,8 +219,10 @@ class LossChart(PlotWidget):
                     hires_mode=HiResMode.BRAILLE,
                     label=f"rank {rank.rank}",
                 )
-        self.set_xlabel("step")
-        self.set_ylabel("log10(loss)" if self.log_scale else "loss")
+        # The plot writes its label over the last one without clearing it: same-width labels
+        # leave nothing of the longer one behind ("log1lossss)").
+        label = "log10(loss)" if self.log_scale else "loss"
+        self.set_ylabel(label.center(len("log10(loss)")))
 
     def _plotted(self, loss: float) -> float:
         """A finite loss (positive on the log scale) as the chart draws it."""

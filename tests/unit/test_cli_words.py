@@ -1,0 +1,92 @@
+"""What ``ddptui WORD`` does when WORD is no command: a mistyped command is said to be one, and
+the console never opens where there is no terminal to draw on or read keys from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddptui.cli import PIPE_CLOSED, main
+
+
+@pytest.mark.parametrize(
+    ("word", "suggested"), [("stauts", "status"), ("lanch", "launch"), ("chek", "check")]
+)
+def test_a_mistyped_command_is_named_with_the_command_meant(
+    word: str, suggested: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([word]) == 2
+    said = capsys.readouterr().err
+    assert f"{word!r} is neither a command nor a hosts file" in said
+    assert f"did you mean `ddptui {suggested}`?" in said
+
+
+def test_a_word_like_no_command_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["zzz"]) == 2
+    said = capsys.readouterr().err
+    assert "'zzz' is neither a command nor a hosts file" in said and "did you mean" not in said
+
+
+@pytest.mark.parametrize("words", [[], ["hosts.toml"], ["./cluster"], ["existing"]])
+def test_without_a_terminal_the_console_is_refused_and_other_ways_named(
+    words: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "existing").write_text("")
+    assert main(words) == 2
+    said = capsys.readouterr().err
+    assert "the console needs a terminal" in said and "--headless" in said
+
+
+def test_the_command_line_a_script_would_run_ends_at_once_and_prints_no_escape(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ddptui", "stauts"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == b"" and b"\x1b" not in done.stderr
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n')
+    # `ddptui config --json | head -1`, with head gone before the first write.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ddptui", "config", "--json", str(hosts)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == PIPE_CLOSED, done.stderr
+    assert done.stderr == ""
+
+
+def test_the_hosts_file_defaults_to_the_one_the_console_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["config"]) == 2
+    assert "hosts.toml: no such file" in capsys.readouterr().err
+    (tmp_path / "hosts.toml").write_text('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n')
+    assert main(["config"]) == 0
+    assert "10.0.0.1" in capsys.readouterr().out
