@@ -11,7 +11,7 @@ from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
 from ddptui.probe.facts import NA, HostFacts
-from ddptui.remote.status import Reach
+from ddptui.remote.status import TRUST_ADVICE, Reach
 
 BYTES_PER_GB = 1e9
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -99,6 +99,7 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
     login = shlex.quote(target.rsplit(":", 1)[0])
     reach = check.reach.reach
     if reach is Reach.KEY_UNUSABLE:
+        key = host.identity_file or "~/.ssh/id_ed25519"
         # This machine's problem, not the host's: the same words for every host that shares
         # the key, so they are said once.
         return Finding(
@@ -107,7 +108,7 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             host.name,
             f"this machine {check.reach.detail}",
             "fix identity_file in the hosts file, or create the key there "
-            f"(ssh-keygen -t ed25519 -f {shlex.quote(str(host.identity_file or '~/.ssh/id_ed25519'))})",
+            f"(ssh-keygen -t ed25519 -f {shlex.quote(str(key))})",
         )
     if reach is Reach.AUTH_FAILED:
         return Finding(
@@ -123,7 +124,8 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
             Code.HOST_KEY_UNKNOWN,
             Severity.ERROR,
             host.name,
-            check.reach.detail
+            # The fix says what to run, with the hosts file's path.
+            check.reach.detail.removesuffix(TRUST_ADVICE)
             or f"the host key of {host.name} ({host.address}) is not in known_hosts",
             f"run `ddptui trust {shlex.quote(str(config.path))}` to review its fingerprint and "
             "accept it",

@@ -12,7 +12,7 @@ from asyncssh.public_key import decode_ssh_public_key
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, fingerprint, host_pattern
-from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.status import TRUST_ADVICE, Reach, Reachability
 from ddptui.untrusted import plain
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
@@ -77,7 +77,7 @@ def host_key_failure(host: HostConfig, check: HostKeyCheck) -> Reachability:
         searched = " or ".join(str(file) for file in check.searched)
         return Reachability(
             Reach.HOSTKEY_UNKNOWN,
-            f"the host key of {where(host)} is not in {searched} ({presented})",
+            f"the host key of {where(host)} is not in {searched} ({presented}){TRUST_ADVICE}",
         )
     if check.state is KeyState.CHANGED:
         by_file: dict[Path, list[str]] = {}

@@ -5,6 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+TRUST_ADVICE = ": check the fingerprint, then run `ddptui trust HOSTS`"
+"""How an unknown host key's detail ends: what to do, where no finding's fix says it."""
+
 
 class Reach(enum.Enum):
     """Outcome of connecting to a host and starting its Python. Values are stable codes."""

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.health.groups import group_findings
 from ddptui.health import (
     Code,
     Finding,
@@ -22,6 +21,7 @@ from ddptui.health import (
     evaluate,
     parity_rows,
 )
+from ddptui.health.groups import group_findings
 from ddptui.plan.resources import choose_socket_ifname, is_free, resolve_backend
 from ddptui.probe.facts import (
     NA,
@@ -36,7 +36,7 @@ from ddptui.probe.facts import (
     PythonFacts,
     TorchFacts,
 )
-from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.status import TRUST_ADVICE, Reach, Reachability
 
 A, B, C = "gpu-a", "gpu-b", "gpu-c"
 ADDRESSES = {A: "10.0.0.1", B: "10.0.0.2", C: "10.0.0.3"}
@@ -814,9 +814,7 @@ def test_a_key_this_machine_cannot_use_is_said_once_for_every_host_sharing_it() 
     for name in (A, B, C):
         scenario.unreached(name, Reach.KEY_UNUSABLE, "cannot use identity_file /k: no such file")
     [group] = [
-        group
-        for group in group_findings(scenario.run())
-        if group.code is Code.SSH_KEY_UNUSABLE
+        group for group in group_findings(scenario.run()) if group.code is Code.SSH_KEY_UNUSABLE
     ]
     assert group.hosts == (A, B, C)
     assert "ssh-copy-id" not in group.hint and "ssh-keygen" in group.hint
@@ -825,7 +823,7 @@ def test_a_key_this_machine_cannot_use_is_said_once_for_every_host_sharing_it() 
 def test_an_unknown_host_key_is_said_once_with_what_to_run() -> None:
     scenario = Scenario()
     detail = "the host key of gpu-b (10.0.0.2) is not in /k (ssh-ed25519 SHA256:abc)"
-    scenario.unreached(B, Reach.HOSTKEY_UNKNOWN, detail)
+    scenario.unreached(B, Reach.HOSTKEY_UNKNOWN, detail + TRUST_ADVICE)
     [finding] = [f for f in scenario.run() if f.code is Code.HOST_KEY_UNKNOWN]
     assert finding.message == detail
     assert "ddptui trust" in finding.hint
