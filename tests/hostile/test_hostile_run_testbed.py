@@ -156,7 +156,8 @@ def test_a_hostile_node_s_run_is_followed_shown_and_judged_safely(
     hosts = testbed.hosts[:2]
     script = tmp_path / "train.py"
     script.write_text(HOSTILE_SCRIPT)
-    hosts_file = write_hosts(testbed, tmp_path, hosts, job={"script": str(script), "args": []})
+    job = {"script": str(script), "args": [], "nproc_per_node": 2}
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
 
     launch = _measured(cli, "launch", str(hosts_file), "--headless")
     _clean("launch --headless", launch.stdout + launch.stderr, launch.stderr)
@@ -264,7 +265,7 @@ def test_a_host_whose_python_lies_is_named_and_the_others_are_still_stopped(
         tmp_path / "hosts.toml",
         hosts,
         host_overrides={liar.name: {"python": str(python)}},
-        job={"nproc_per_node": 2, "args": [*SMALL, "--max-steps", "100000"]},
+        job={"nproc_per_node": 1, "args": [*SMALL, "--max-steps", "100000"]},
     )
     flag.touch()
     dry_run = _measured(cli, "launch", str(hosts_file), "--dry-run")

@@ -1,6 +1,6 @@
 """One owner per run, on the test bed: the supervisor judges and acts with no front end open,
 settles races between requests, survives being killed, and serves every viewer through one
-channel per host. 3 hosts × 2 processes, gloo on CPU, real sshd and torchrun."""
+channel per host. 3 hosts × 1 process, gloo on CPU, real sshd and torchrun."""
 
 from __future__ import annotations
 
@@ -148,8 +148,8 @@ def test_a_frozen_rank_in_an_unfollowed_run_is_named_hung_within_the_window(
     hosts = testbed.hosts[:3]
     run_id = _launch(cli, write_hosts(testbed, tmp_path), *ENDLESS)
     wait_for_step(testbed, hosts, run_id, 20)
-    rank3 = run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer")
-    with _frozen(rank3) as frozen:
+    rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer")
+    with _frozen(rank1) as frozen:
         status = _until(
             "status to say hung",
             lambda: (found := cli.json("status", run_id))["state"] == "hung" and found,
@@ -166,11 +166,11 @@ def test_a_frozen_rank_in_an_unfollowed_run_is_named_hung_within_the_window(
     assert hang["window_s"] == 30 and abs(hang["since"] - frozen) < 5, hang
     odd = [rank for rank in hang["ranks"] if rank["why"]]
     found = [(rank["rank"], rank["host"], rank["process"]) for rank in odd]
-    assert found == [(3, "node1", "T")], hang["ranks"]
+    assert found == [(1, "node1", "T")], hang["ranks"]
     assert "stopped (SIGSTOP" in odd[0]["why"]
     # Each rank's step as its events last said (a rank writes them a little behind its steps).
     assert all(rank["step"] >= hang["step"] >= 20 for rank in hang["ranks"]), hang
-    assert "rank 3 on node1" in status["detail"]
+    assert "rank 1 on node1" in status["detail"]
     assert human.returncode == 0
     assert f"run {run_id}: hung, attempt 1: no step for" in human.stdout, human.stdout
     assert re.search(r"hung since \d\d:\d\d:\d\d \(\d+ s without a step", human.stdout)
@@ -191,8 +191,8 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     job = {"hang_timeout_s": 5, "on_hang": "stop"}
     run_id = _launch(cli, write_hosts(testbed, tmp_path, job=job), *ENDLESS)
     wait_for_step(testbed, hosts, run_id, 10)
-    rank3 = run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer")
-    with _frozen(rank3):
+    rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer")
+    with _frozen(rank1):
         record = _until(
             "the hung run to be stopped",
             lambda: (found := _record(cli, run_id))["state"] == "failed" and found,
@@ -201,7 +201,7 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     states = [change["state"] for change in record["states"]]
     assert states[-3:] == ["hung", "stopping", "failed"], states
     detail = record["states"][-1]["detail"]
-    assert detail.startswith("hung at step ") and "rank 3 on node1" in detail, detail
+    assert detail.startswith("hung at step ") and "rank 1 on node1" in detail, detail
     (evidence,) = (cli.store / run_id / "evidence").glob("hang-*.json")
     kept = json.loads(evidence.read_text())
     assert kept["state"] == "hung" and kept["hang"]["window_s"] == 5
@@ -233,7 +233,7 @@ def test_requests_race_and_one_consistent_outcome_is_recorded(
 
     # A stop that meets the run's own failure: one outcome, nothing left.
     _wait_for_attempt_steps(testbed, hosts, run_id, attempt=2, steps=5)
-    os.kill(run_pid(hosts[1], run_id, b"LOCAL_RANK=1", b"trainer"), signal.SIGKILL)
+    os.kill(run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
     stop = cli.run("stop", run_id)
     assert stop.returncode == 0, stop.stderr
     record = _record(cli, run_id)
@@ -315,7 +315,7 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     output = followed.read_text()
     assert f"run {run_id} had no supervisor" in output
     early = _follower_steps(output)
-    assert sorted(early) == list(range(6))
+    assert sorted(early) == list(range(3))
     for steps in early.values():
         assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 60
 
@@ -340,7 +340,7 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     assert whole.returncode == 0, whole.stderr
     assert f"run {run_id} completed" in whole.stderr
     steps = _follower_steps(whole.stdout)
-    assert sorted(steps) == list(range(6))
+    assert sorted(steps) == list(range(3))
     for ranks in steps.values():
         assert ranks == list(range(1, 701))
     assert _record(cli, run_id)["state"] == "completed"
