@@ -15,18 +15,49 @@ from collections.abc import Sequence
 from ddptui import __version__
 
 DEFAULT_HOSTS = "hosts.toml"
+SHELLS = ("bash", "zsh", "fish")
 PIPE_CLOSED = 141
 """Exit status when the output's reader went away: a shell's for a process ended by SIGPIPE."""
 
 
 def _add_hosts_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    hosts = parser.add_argument(
         "hosts",
         metavar="HOSTS",
         nargs="?",
         default=DEFAULT_HOSTS,
         help=f"the hosts file (TOML; see hosts.example.toml; default ./{DEFAULT_HOSTS})",
     )
+    hosts.completer = _complete_hosts_files  # type: ignore[attr-defined]
+
+
+def _complete_hosts_files(prefix: str, **_: object) -> list[str]:
+    """For the shell's completion: TOML files and directories under what was typed."""
+    from pathlib import Path
+
+    folder, _sep, start = prefix.rpartition("/")
+    base = Path(folder or ".")
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.name.startswith(start) or (entry.name.startswith(".") and not start):
+            continue
+        shown = f"{folder}/{entry.name}" if folder else entry.name
+        if entry.is_dir():
+            found.append(shown + "/")
+        elif entry.suffix == ".toml":
+            found.append(shown)
+    return found
+
+
+def _complete_runs(prefix: str, **_: object) -> list[str]:
+    """For the shell's completion: the run ids in the store, newest first."""
+    from ddptui.run.store import RunStore
+
+    return [run for run in reversed(RunStore().ids()) if run.startswith(prefix)]
 
 
 def _add_json_flag(parser: argparse.ArgumentParser, what: str) -> None:
@@ -96,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_commands(commands)
     _add_demo_command(commands)
+    completion = commands.add_parser(
+        "completion",
+        help="print the shell code that completes ddptui's commands, hosts files and run ids",
+        description=(
+            "Print the code that makes SHELL complete ddptui's commands, options, hosts files "
+            'and run ids: `eval "$(ddptui completion bash)"` in ~/.bashrc (zsh alike), '
+            "`ddptui completion fish | source` in fish's config."
+        ),
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help=", ".join(SHELLS))
     return parser
 
 
@@ -166,9 +207,10 @@ def _add_follow_flags(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _add_run_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    run = parser.add_argument(
         "run", metavar="RUN", nargs="?", help="a run id or a unique prefix (default: the latest)"
     )
+    run.completer = _complete_runs  # type: ignore[attr-defined]
 
 
 def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -298,6 +340,11 @@ def _looks_like_a_path(word: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:
+        # The shell asks for completions (argcomplete's protocol): answered, then exit.
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     words = list(sys.argv[1:] if argv is None else argv)
     if _opens_console(words, parser):
         refusal = _console_refusal(words, parser)

@@ -15,8 +15,15 @@ from typing import Any
 
 # C0 controls except tab and newline, DEL, C1 controls (CSI and OSC among them), the Unicode
 # line/paragraph separators, the bidi marks and overrides that can reorder what a terminal
-# shows, and lone surrogates (from JSON "\\ud800"), which no terminal encoding can print.
-_ALWAYS = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+# shows, lone surrogates (from JSON "\\ud800"), which no terminal encoding can print, and
+# the joiners and variation selectors that terminals and Textual count cells for differently.
+_DROPPED = "\u200d\ufe0e\ufe0f"
+"""Shown as nothing: an emoji's presentation selector (gloo ends a message in ``🏖️``) or the
+joiner of a sequence makes Textual count two cells where a terminal draws one, or the reverse,
+and every column after it in a pane shifts."""
+_ALWAYS = (
+    "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff" + _DROPPED
+)
 _UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f{_ALWAYS}]")
 _UNSAFE_ONE_LINE = re.compile(f"[\x00-\x1f{_ALWAYS}]")
 
@@ -25,6 +32,8 @@ ELLIPSIS = "…"
 
 def _visible(match: re.Match[str]) -> str:
     char = match.group()
+    if char in _DROPPED:
+        return ""
     if char == "\t":
         return "\\t"
     if char == "\n":

@@ -57,6 +57,9 @@ def _non_negative(text: str) -> int:
     return value
 
 
+DEFAULT_EPOCHS = 10
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m trainer",
@@ -84,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data.add_argument("--seed", type=int, default=0)
     opt = p.add_argument_group("optimisation")
-    opt.add_argument("--epochs", type=_positive, default=10)
+    opt.add_argument(
+        "--epochs",
+        type=_positive,
+        default=None,
+        help=f"default {DEFAULT_EPOCHS}, or as many as --max-steps takes when it is given",
+    )
     opt.add_argument(
         "--max-steps",
         type=_positive,
@@ -149,4 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     ns = build_parser().parse_args(argv)
+    if ns.epochs is None:
+        # `-- --max-steps 200` means 200 steps: every epoch has at least one, so as many
+        # epochs as steps never end the run first.
+        ns.epochs = DEFAULT_EPOCHS if ns.max_steps is None else ns.max_steps
     return Config(**vars(ns))

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         # The demo's hosts are this machine: the trainer runs on its Python.
         raise UsageError(
             "the demo trains on this machine, and its Python has no torch: install it with "
-            "`pip install torch==2.13.0` (the CPU build) or `pip install 'ddptui[trainer]'`"
+            "`pip install torch==2.13.0` (the CPU build) or `pip install 'ddptui[demo]'`"
         )
     installed = importlib.util.find_spec("ddptui.ui.app") is not None
     terminal = sys.stdin.isatty() and sys.stdout.isatty()

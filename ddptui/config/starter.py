@@ -183,7 +183,7 @@ _JOB = _Table(
         _Key("checkpoint_every", 200, "Save a checkpoint every this many steps."),
         _Key(
             "args",
-            ["--epochs", "3", "--batch-size", "32"],
+            ["--batch-size", "32"],
             "Extra arguments for the trainer (or for your script or module).",
         ),
         _Key(

@@ -98,6 +98,18 @@ def host_status(check: HostCheck) -> Text:
     return Text("ok", "green")
 
 
+_NO_DRIVER = ("pynvml is not installed", "LibraryNotFound", "nvidia-smi not found")
+"""What the probe says when a host has no NVIDIA driver to ask (a CPU-only host)."""
+
+
+def gpu_absence(problem: str) -> str:
+    """Why a host shows no GPU, in words: a CPU-only host is no error."""
+    parts = [part.strip() for part in problem.split(";") if part.strip()]
+    if not parts or all(any(sign in part for sign in _NO_DRIVER) for part in parts):
+        return "no NVIDIA GPU: no NVIDIA driver here (a CPU-only host)"
+    return f"no NVIDIA GPU found: {problem}"
+
+
 def _mark(severity: Severity) -> Text:
     symbol, style = _SEVERITY[severity]
     return Text(f"{symbol} ", style)

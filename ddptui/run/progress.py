@@ -57,13 +57,12 @@ class RankState(str, enum.Enum):
     STOPPED = "stopped"
     """Ended early on request, with a checkpoint."""
     FAILED = "failed"
-    ENDED = "ended"
-    """Gone without saying how, in an attempt that ended: its torchrun ended it when a peer
-    failed, or it was killed with its node."""
+    KILLED = "killed"
+    """Killed by a signal: the first failure of its run."""
 
     @property
     def finished(self) -> bool:
-        return self in (RankState.DONE, RankState.STOPPED, RankState.FAILED, RankState.ENDED)
+        return self in (RankState.DONE, RankState.STOPPED, RankState.FAILED, RankState.KILLED)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.run.diagnose import Diagnoser, LogLine
+from ddptui.run.diagnose import Category, Diagnoser, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
@@ -606,17 +606,25 @@ class RunWatch:
         return Verdict(RunState.FAILED, why, node.host)
 
     def conclude(self, state: RunState) -> None:
-        """The attempt ended as ``state``: each rank that did not say how it ended is shown
-        ended with it — the rank of the first failure as failed, the others as ended — so no
-        rank reads ``running`` beside a verdict that the run is over."""
+        """The attempt ended as ``state``: each rank that did not say how it ended ends with
+        it — the rank of the first failure ``killed`` (by a signal) or ``failed``, the others
+        as the run did — so no rank reads ``running`` beside a verdict that the run is over."""
         if not state.final:
             return
         failure = self.diagnoser.first_failure() if state is RunState.FAILED else None
+        ended = {
+            RunState.FAILED: RankState.FAILED,
+            RunState.STOPPED: RankState.STOPPED,
+            RunState.COMPLETED: RankState.DONE,
+        }[state]
         for rank in self.progress.ranks:
             if rank.state.finished:
                 continue
-            culprit = failure is not None and failure.rank == rank.rank
-            rank.state = RankState.FAILED if culprit else RankState.ENDED
+            if failure is not None and failure.rank == rank.rank:
+                killed = failure.category is Category.KILLED_BY_SIGNAL
+                rank.state = RankState.KILLED if killed else RankState.FAILED
+            else:
+                rank.state = ended
 
     def verdict(self, *, stopping: bool = False) -> Verdict | None:
         """How the attempt ended, or None while it goes on.

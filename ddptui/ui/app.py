@@ -8,6 +8,7 @@ leaves it going and says how to come back.
 from __future__ import annotations
 
 import gc
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
@@ -179,8 +180,17 @@ class DdptuiApp(App[int]):
             "bold",
         )
         body.append(describe_plan(plan))
-        if not await self.push_screen_wait(ConfirmScreen("launch", body, "launch this run?")):
+        confirm = ConfirmScreen(
+            "launch", body, "launch this run?", field="extra arguments, after [job] args"
+        )
+        if not await self.push_screen_wait(confirm):
             return
+        if confirm.text.strip():
+            try:
+                plan = self.control.plan(config, report, extra_args=shlex.split(confirm.text))
+            except (ValueError, PlanError) as error:
+                self._fail(error)
+                return
         try:
             # Only `ddptui demo` opens the console with a note: its runs are marked so.
             attachment = await self.control.launch(

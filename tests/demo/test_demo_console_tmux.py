@@ -9,6 +9,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,34 @@ OK = re.compile(r"\bok\b")
 """A host's status cell on the health screen once its check passed."""
 # A rank row of the run screen: node and demo host, rank, step, then a loss like 0.54 or 1.2e-05.
 RANK_ROW = re.compile(r"^\s*\d+ demo-\d+\s+\d+\s+\d+\s+(\d\.\d+(?:e-\d+)?)\s", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """The loss chart as the terminal shows it."""
+
+    rows: int
+    """Rows inside the plot's frame."""
+    title: str
+    """What the row above the frame holds right of the rank table."""
+    ticks_apart: bool
+    """The step tick labels under the frame are numbers with space between each."""
+
+
+def _chart(text: str) -> Chart:
+    lines = text.splitlines()
+    top = next((i for i, line in enumerate(lines) if "┏" in line), None)
+    bottom = next((i for i, line in enumerate(lines) if "┗" in line), None)
+    if top is None or bottom is None or bottom <= top:
+        return Chart(0, "", False)
+    column = lines[top].index("┏")
+    # The title is drawn over the margin left of the frame and the frame's own columns.
+    title = lines[top - 1][column - 8 :].strip() if top else ""
+    ticks = lines[bottom + 1][column:].split() if bottom + 1 < len(lines) else []
+    numbers = [tick.replace(",", "") for tick in ticks]
+    apart = len(numbers) >= 2 and all(n.isdigit() for n in numbers)
+    apart = apart and [int(n) for n in numbers] == sorted({int(n) for n in numbers})
+    return Chart(bottom - top - 1, title, apart)
 
 
 @pytest.fixture
@@ -66,6 +95,20 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     assert "2 host(s), 4 ranks, backend gloo, master 127.0.0.1:" in text
     terminal.keys("y")
     text = terminal.wait_for("losses", lambda t: len(RANK_ROW.findall(t)) == 4, 180)
+
+    # 80×24, the size the README promises, redrawn in place (not from scratch): the chart takes
+    # the room an empty errors pane gives up, its step ticks stay apart, and switching the scale
+    # leaves nothing of the old title behind.
+    terminal.tmux("resize-window", "-t", "console", "-x", "80", "-y", "24")
+    text = terminal.wait_for("the chart at 80×24", lambda t: _chart(t).rows >= 10, 30)
+    chart = _chart(text)
+    assert chart.title == "log10(loss)" and chart.ticks_apart, text
+    terminal.keys("y")
+    text = terminal.wait_for("the linear scale", lambda t: _chart(t).title != "log10(loss)", 30)
+    assert _chart(text).title == "loss", text
+    terminal.keys("y")
+    text = terminal.wait_for("the log scale", lambda t: _chart(t).title == "log10(loss)", 30)
+    terminal.tmux("resize-window", "-t", "console", "-x", "120", "-y", "36")
 
     terminal.keys("s")
     terminal.wait_for("the stop confirmation", lambda t: "stop the run?" in t, 30)

@@ -1,12 +1,20 @@
 """The health screen's own keys on the demo's real SSH hosts: ``t`` shows each unknown host key's
-fingerprint and adds the keys after a yes, ``c`` checks every host again with its progress."""
+fingerprint and adds the keys after a yes, ``c`` reads the hosts file again and checks every
+host with its progress."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import asyncssh
+import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 from ddptui.config import load_config
 from ddptui.demo.cluster import demo_cluster
@@ -28,12 +36,14 @@ def test_t_trusts_unknown_keys_after_showing_fingerprints_and_c_checks_again(
             asyncssh.import_public_key(host.host_key).get_fingerprint() for host in cluster.hosts
         ]
         app = DdptuiApp(cluster.hosts_file, store=RunStore(tmp_path / "runs"))
-        asyncio.run(_drive(app, known_hosts, fingerprints))
+        asyncio.run(_drive(app, cluster.hosts_file, known_hosts, fingerprints))
         added = known_hosts.read_text().splitlines()
     assert sorted(added) == sorted(host.known_hosts_line() for host in cluster.hosts)
 
 
-async def _drive(app: DdptuiApp, known_hosts: Path, fingerprints: list[str]) -> None:
+async def _drive(
+    app: DdptuiApp, hosts_file: Path, known_hosts: Path, fingerprints: list[str]
+) -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         health = app.screen
         assert isinstance(health, HealthScreen)
@@ -63,3 +73,20 @@ async def _drive(app: DdptuiApp, known_hosts: Path, fingerprints: list[str]) -> 
         await until(pilot, "the re-check", lambda: health.report is not second, 60)
         assert health.report is not None and health.report.healthy
         assert health.progress == {}
+
+        # c after an edit: the file as it is now (demo-1 taken out) is what is checked.
+        document = tomllib.loads(hosts_file.read_text())
+        document["hosts"] = document["hosts"][:1]
+        hosts_file.write_text(tomli_w.dumps(document))
+        third = health.report
+        await pilot.press("c")
+        await until(pilot, "the check of the edited file", lambda: health.report is not third, 60)
+        assert [check.host.name for check in health.report.checks] == ["demo-0"]
+        # A file broken meanwhile is said, and the last one read is checked.
+        hosts_file.write_text("[[hosts]]\nname = 1\n")
+        fourth = health.report
+        await pilot.press("c")
+        said = [notice.message for notice in app._notifications]
+        assert any(message.startswith(f"{hosts_file}: ") for message in said), said
+        await until(pilot, "the check despite the error", lambda: health.report is not fourth, 60)
+        assert [check.host.name for check in health.report.checks] == ["demo-0"]

@@ -21,7 +21,7 @@ from ddptui.check import CheckReport, PortTest
 from ddptui.commands.check import render
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
-from ddptui.present.check import finding_line
+from ddptui.present.check import finding_line, gpu_absence
 from ddptui.present.check import listed as words_listed
 from ddptui.probe.facts import parse_facts
 from ddptui.remote.status import Reach, Reachability
@@ -200,3 +200,25 @@ def test_a_probe_s_stderr_goes_below_its_finding_each_line_marked_as_the_host_s(
     lines = finding_line(group).plain.split("\n")
     assert lines[0] == "✗ gpu-a: the probe failed; its stderr ends:  [probe_failed]"
     assert lines[1:] == ["    │ Traceback", f"    │ {forged}{ESCAPED}"]
+
+
+@pytest.mark.parametrize(
+    ("problem", "said"),
+    [
+        (
+            "pynvml: NVMLError_LibraryNotFound: NVML Shared Library Not Found; "
+            "nvidia-smi not found",
+            "no NVIDIA GPU: no NVIDIA driver here (a CPU-only host)",
+        ),
+        ("pynvml is not installed; nvidia-smi not found", "no NVIDIA GPU: no NVIDIA driver"),
+        ("", "no NVIDIA GPU: no NVIDIA driver"),
+        (
+            "pynvml is not installed; nvidia-smi: NVIDIA-SMI has failed",
+            "no NVIDIA GPU found: pynvml is not installed; nvidia-smi: NVIDIA-SMI has failed",
+        ),
+    ],
+)
+def test_a_host_without_gpus_is_said_to_be_one_and_a_broken_driver_is_quoted(
+    problem: str, said: str
+) -> None:
+    assert gpu_absence(problem).startswith(said)

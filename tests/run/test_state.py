@@ -254,6 +254,7 @@ def test_once_the_run_failed_no_rank_reads_running_beside_the_verdict() -> None:
     for rank in range(4):
         watch.apply(_step("ab"[rank // 2], rank, 2))
     # Rank 3 is SIGKILLed; b's torchrun ends rank 2, a's ranks are ended after the verdict.
+    # The table then says what the verdict does: rank 3 killed, its peers failed with it.
     killed = json.dumps({"message": "Signal 9 (SIGKILL) received by PID 4242"})
     watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/error.json", 10, killed))
     watch.apply(_exit("b", 1))
@@ -262,12 +263,12 @@ def test_once_the_run_failed_no_rank_reads_running_beside_the_verdict() -> None:
     assert [rank.state.value for rank in watch.progress.ranks] == ["running"] * 4
     watch.conclude(verdict.state)
     assert [rank.state.value for rank in watch.progress.ranks] == [
-        "ended",
-        "ended",
-        "ended",
         "failed",
+        "failed",
+        "failed",
+        "killed",
     ]
-    assert "3 ended, 1 failed" in watch.progress.format_line()
+    assert "3 failed, 1 killed" in watch.progress.format_line()
     # A rank's own word on how it ended, late as it may come, stands.
     watch.apply(FileLine("a", "events/rank0.jsonl", 3, _event("done", 0, step=2)))
     assert watch.progress.ranks[0].state.value == "done"

@@ -15,7 +15,7 @@ import torch
 
 from tests.trainer.launch import SOURCE
 from trainer.checkpoint import CheckpointStore, read_verified
-from trainer.cli import parse_args
+from trainer.cli import DEFAULT_EPOCHS, parse_args
 from trainer.data import CharText, Shards, SyntheticRegression
 from trainer.dist import Placement, TrainerError
 from trainer.events import BufferPool, DeviceScalars, EventLog, _ResidentMemory, finite
@@ -73,6 +73,13 @@ def test_cli_rejects_non_positive_sizes(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         parse_args(["--batch-size", "0"])
     assert "must be ≥ 1" in capsys.readouterr().err
+
+
+def test_max_steps_alone_is_the_run_s_length_and_epochs_given_still_end_it_first() -> None:
+    assert parse_args([]).epochs == DEFAULT_EPOCHS
+    # 200 steps asked for are 200 steps, however few batches an epoch has.
+    assert parse_args(["--max-steps", "200"]).epochs >= 200
+    assert parse_args(["--epochs", "3", "--max-steps", "200"]).epochs == 3
 
 
 def _save(store: CheckpointStore, step: int) -> None:

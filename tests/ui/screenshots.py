@@ -1,4 +1,5 @@
-"""Write the README's console screenshots (SVG): ``python -m tests.ui.screenshots``.
+"""Write the README's console screenshots (SVG): ``python -m tests.ui.screenshots``, at 160×48
+and at 80×24.
 
 The health and run screens come from the recorded H200 data; the demo's run screen from a real
 ``ddptui demo`` cluster on this machine (two loopback hosts, gloo), launched with ``l`` and
@@ -22,13 +23,17 @@ from tests.ui import scenes
 from tests.ui.pilot import kill_live_runs, launch_from_health
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-SIZE = (120, 36)
+SIZE = (160, 48)
+SMALL = (80, 24)
+"""The size the README promises the console reads well at."""
 DEMO_STEPS = 60
 
 
-async def _save(screen: Screen[None], name: str, keys: tuple[str, ...] = ()) -> None:
+async def _save(
+    screen: Screen[None], name: str, keys: tuple[str, ...] = (), size: tuple[int, int] = SIZE
+) -> None:
     app = DdptuiApp(first_screen=screen)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.press(*keys)
         await pilot.pause(0.3)
         app.save_screenshot(name, path=str(DOCS))
@@ -49,9 +54,12 @@ async def _save_demo(name: str) -> None:
 
 async def main() -> None:
     report = scenes.health_report()
-    await _save(HealthScreen(report.config, report), "console-health.svg", ("down",))
-    watch = scenes.run_watch()
-    await _save(RunScreen(watch.record, watch=watch), "console-run.svg")
+    for size, suffix in ((SIZE, ""), (SMALL, "-80x24")):
+        await _save(
+            HealthScreen(report.config, report), f"console-health{suffix}.svg", ("down",), size
+        )
+        watch = scenes.run_watch()
+        await _save(RunScreen(watch.record, watch=watch), f"console-run{suffix}.svg", size=size)
     await _save_demo("demo-run.svg")
 
 

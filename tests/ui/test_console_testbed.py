@@ -43,7 +43,9 @@ def _loss_cells(screen: RunScreen) -> list[str]:
     return [str(table.get_row_at(row)[3]) for row in range(table.row_count)]
 
 
-async def _confirm(pilot: Pilot[int], key: str, expect: str) -> None:
+async def _confirm(pilot: Pilot[int], key: str, expect: str, *typed: str) -> None:
+    """``key``, its confirmation showing ``expect``, then yes; with ``typed``, that text in its
+    field (``a``) and enter."""
     app = pilot.app
     await pilot.press(key)
     await until(
@@ -51,12 +53,15 @@ async def _confirm(pilot: Pilot[int], key: str, expect: str) -> None:
     )
     assert isinstance(app.screen, ConfirmScreen)
     assert expect in app.screen.body.plain, app.screen.body.plain
-    await pilot.press("y")
+    if typed:
+        await pilot.press("a", *typed, "enter")
+    else:
+        await pilot.press("y")
 
 
 def test_launch_watch_stop_resume_quit_attach_kill(testbed: TestBed, tmp_path: Path) -> None:
     hosts_file = testbed.write_hosts_file(
-        tmp_path / "hosts.toml", testbed.hosts[:2], job={"nproc_per_node": 2, "args": SMALL}
+        tmp_path / "hosts.toml", testbed.hosts[:2], job={"nproc_per_node": 1, "args": SMALL}
     )
     # Where the command line keeps runs too: the CLI takes part below.
     store = RunStore(tmp_path / "state" / "ddptui" / "runs")
@@ -76,11 +81,13 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         hosts = health.query_one("#hosts", DataTable)
         assert [str(hosts.get_row_at(row)[2]) for row in range(2)] == ["ok", "ok"]
 
-        # l: the confirmation shows the plan; y launches; the run screen follows.
-        await _confirm(pilot, "l", "2 host(s), 4 ranks, backend gloo")
+        # l: the confirmation shows the plan; extra arguments typed in its field go after
+        # [job] args; enter launches; the run screen follows.
+        await _confirm(pilot, "l", "2 host(s), 2 ranks, backend gloo", *"--seed 7")
         await until(pilot, "the run screen", lambda: isinstance(app.screen, RunScreen), 120)
         run = app.screen
         assert isinstance(run, RunScreen)
+        assert run.record.args[-2:] == ["--seed", "7"], run.record.args
         await until(pilot, "steps on every rank", lambda: min(_steps(run)) >= 5, 180)
         # The table shows them at its next refresh (twice a second).
         await until(

@@ -181,6 +181,30 @@ async def _test_confirmation_answers() -> None:
     assert answers == [False, True]
 
 
+def test_a_field_takes_a_line_of_text_with_the_answer() -> None:
+    asyncio.run(_test_a_field_takes_a_line_of_text_with_the_answer())
+
+
+async def _test_a_field_takes_a_line_of_text_with_the_answer() -> None:
+    app, _ = _run_app()
+    answers: list[tuple[bool, str]] = []
+    async with app.run_test() as pilot:
+        for keys in (
+            # y answers at once; a edits the field, whose letters are text, and enter confirms.
+            ("y",),
+            ("a", *"--lr 1e-3 --yes", "enter"),
+            # esc leaves the field, a second esc declines.
+            ("a", *"no", "escape", "escape"),
+        ):
+            screen = ConfirmScreen("t", Text("b"), "q?", field="extra arguments")
+            await app.push_screen(
+                screen, lambda yes, screen=screen: answers.append((yes, screen.text))
+            )
+            await pilot.pause()
+            await pilot.press(*keys)
+    assert answers == [(True, ""), (True, "--lr 1e-3 --yes"), (False, "no")]
+
+
 def test_n_and_shift_n_jump_between_error_lines_and_f_follows_again() -> None:
     asyncio.run(_test_n_and_shift_n_jump_between_error_lines_and_f_follows_again())
 

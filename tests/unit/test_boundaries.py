@@ -108,7 +108,7 @@ def test_the_head_s_install_leaves_torch_to_an_extra_and_the_demo_says_so() -> N
     with (ROOT / "pyproject.toml").open("rb") as handle:
         project = tomllib.load(handle)["project"]
     assert not [need for need in project["dependencies"] if need.startswith(("torch", "nvidia"))]
-    assert any(need.startswith("torch") for need in project["optional-dependencies"]["trainer"])
+    assert any(need.startswith("torch") for need in project["optional-dependencies"]["demo"])
     # Where torch cannot be imported, the demo (whose hosts are this machine) says how to get it
     # before it starts anything.
     done = subprocess.run(
@@ -124,5 +124,5 @@ def test_the_head_s_install_leaves_torch_to_an_extra_and_the_demo_says_so() -> N
         timeout=60,
     )
     assert done.returncode == 2, done.stderr
-    assert "its Python has no torch" in done.stderr and "ddptui[trainer]" in done.stderr
+    assert "its Python has no torch" in done.stderr and "ddptui[demo]" in done.stderr
     assert "starting" not in done.stderr

@@ -90,3 +90,48 @@ def test_the_hosts_file_defaults_to_the_one_the_console_opens(
     (tmp_path / "hosts.toml").write_text('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n')
     assert main(["config"]) == 0
     assert "10.0.0.1" in capsys.readouterr().out
+
+
+def _completed(line: str, cwd: Path, state: Path) -> list[str]:
+    """What the shell's Tab offers after ``line``: argcomplete's protocol, as the code from
+    ``ddptui completion`` drives it."""
+    answer = cwd / "completions"
+    env = {
+        **os.environ,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
+        "XDG_STATE_HOME": str(state),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "ddptui"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return answer.read_text().split()
+
+
+def test_tab_completes_commands_options_hosts_files_and_run_ids(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    run = state / "ddptui" / "runs" / "20261201-120000-abcd"
+    run.mkdir(parents=True)
+    (run / "run.toml").write_text("")
+    (tmp_path / "hosts.toml").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    (tmp_path / "cluster").mkdir()
+    assert _completed("ddptui sta", tmp_path, state) == ["status"]
+    assert _completed("ddptui logs 2026", tmp_path, state) == ["20261201-120000-abcd"]
+    assert _completed("ddptui check h", tmp_path, state) == ["hosts.toml"]
+    offered = _completed("ddptui launch ", tmp_path, state)
+    assert {"hosts.toml", "cluster/", "--detach"} <= set(offered) and "notes.txt" not in offered
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_the_shell_s_code(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", shell]) == 0
+    assert "ddptui" in capsys.readouterr().out

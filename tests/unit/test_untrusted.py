@@ -89,3 +89,10 @@ def test_rich_shows_markup_and_escapes_literally() -> None:
     printed = out.getvalue()
     assert "[/] [link=https://x.example]click[/link] \\x1b]52;c;AA\\x07" in printed
     assert "\x1b]8;" not in printed and "\x1b]52" not in printed
+
+
+def test_what_terminals_count_cells_for_differently_is_shown_as_nothing() -> None:
+    # gloo's "GLHF! 🏖️": with its presentation selector, one cell in tmux and two in Textual.
+    assert plain("GLHF! \U0001f3d6\ufe0f") == "GLHF! \U0001f3d6"
+    assert plain("\U0001f469\u200d\U0001f4bb", limit=5) == "\U0001f469\U0001f4bb"
+    assert plain("\ufe0e\ufe0f\u200d", one_line=True) == ""

@@ -14,7 +14,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.check import CheckReport, check_cluster
-from ddptui.config import AUTO, Config
+from ddptui.config import AUTO, Config, load_config
+from ddptui.errors import ConfigError
 from ddptui.health import HostCheck, parity_rows
 from ddptui.health.groups import FindingGroup
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
@@ -73,6 +74,17 @@ class HealthScreen(Screen[None]):
             self.action_recheck()
 
     def action_recheck(self) -> None:
+        # The file as it is now: edited to fix what the last check found, most likely.
+        try:
+            self.config = load_config(self.config.path)
+        except (ConfigError, OSError) as error:
+            self.app.notify(
+                f"{plain(str(error), limit=300, one_line=True)}; checking as it was last read",
+                severity="error",
+                markup=False,
+            )
+        else:
+            self.app.config = self.config  # type: ignore[attr-defined]
         self.progress = {host.name: "waiting" for host in self.config.ordered_hosts}
         self._show()
         self._check()
@@ -245,7 +257,8 @@ def _gpus_text(check: HostCheck) -> Text:
         return text
     devices = facts.gpus.devices
     if not devices:
-        text.append(plain(facts.gpus.problem or "no NVIDIA GPU", limit=200, one_line=True), "dim")
+        absence = words.gpu_absence(facts.gpus.problem)
+        text.append(plain(absence, limit=200, one_line=True), "dim")
         return text
     for gpu in devices:
         mark = "✓ free" if is_free(gpu) else "● busy"

@@ -46,20 +46,22 @@ its first five."""
 
 class RunScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
+        # The footer shows what fits: help first, so that it is never the part cut off; the
+        # rest is in help and the command palette.
+        Binding("question_mark", "app.help", "help"),
         Binding("s", "stop", "stop"),
         Binding("K", "kill", "kill"),
         Binding("r", "resume", "resume"),
-        Binding("slash", "filter", "filter log"),
-        Binding("n", "next_error(1)", "next error"),
+        Binding("slash", "filter", "filter log", show=False),
+        Binding("n", "next_error(1)", "next error", show=False),
         Binding("N", "next_error(-1)", "previous error", show=False),
         Binding("f", "follow_log", "follow log", show=False),
         Binding("e", "pane('errors')", "errors"),
         Binding("o", "pane('log')", "log"),
         Binding("g", "pane('gpus')", "GPUs"),
         Binding("y", "log_scale", "log scale"),
-        Binding("a", "all_ranks", "all ranks"),
+        Binding("a", "all_ranks", "all ranks", show=False),
         Binding("escape", "back", "back"),
-        Binding("question_mark", "app.help", "help"),
     ]
 
     def __init__(
@@ -310,8 +312,11 @@ class RunScreen(Screen[None]):
             self._table_due = now + TABLE_EVERY_S
             self._rank_table(watch.progress.ranks)
             self._show_status()
+            diagnoses = watch.diagnoser.diagnoses()
             if pane == "errors":
-                self.query_one(ErrorsPane).show(watch.diagnoser.diagnoses())
+                self.query_one(ErrorsPane).show(diagnoses)
+            # An errors pane with none to show is one line: the chart takes the room.
+            self.query_one("#run-panes").set_class(pane == "errors" and not diagnoses, "quiet")
         chart = self.query_one(LossChart)
         if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
             # A line plot is the costliest thing on the screen; a few times a second is plenty.
@@ -391,7 +396,7 @@ def _rank_cells(rank: RankProgress, silent: bool) -> tuple[Text, ...]:
 
 
 def _state(rank: RankProgress, silent: bool) -> Text:
-    style = {"failed": "bold red", "done": "green", "ended": "dim"}.get(rank.state.value, "")
+    style = {"failed": "bold red", "killed": "bold red", "done": "green"}.get(rank.state.value, "")
     text = Text(rank.state.value, style)
     if silent:
         # Its host does not answer: no news is not a stall (the status line says more).
