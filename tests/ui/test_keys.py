@@ -294,3 +294,20 @@ async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_i
         screen.dirty = True
         await pilot.pause(0.7)
         assert "not answering" not in status()
+
+
+def test_at_80_columns_the_health_screen_names_what_differs_and_where_the_rest_is() -> None:
+    asyncio.run(_test_at_80_columns_the_health_screen_names_what_differs_and_where_the_rest_is())
+
+
+async def _test_at_80_columns_the_health_screen_names_what_differs_and_where_the_rest_is() -> None:
+    report = scenes.health_report()
+    for size, hidden in (((80, 24), True), ((200, 60), False)):
+        app = DdptuiApp(first_screen=HealthScreen(report.config, report))
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause(0.3)
+            status = app.screen.query_one("#check-status", Static).content
+            assert isinstance(status, Text)
+            # gpu-b's torch differs: named whether or not its column is in view.
+            assert "◆ differs between hosts: torch" in status.plain
+            assert ("more columns" in status.plain) is hidden, (size, status.plain)

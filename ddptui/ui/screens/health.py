@@ -31,7 +31,13 @@ COLUMNS = (
     "interface",
 )  # fmt: skip
 # Table column → the parity row whose odd hosts it marks.
-PARITY_KEY = {"python": "python", "torch": "torch", "CUDA": "torch_cuda", "NCCL": "nccl"}
+PARITY_KEY = {
+    "python": "python",
+    "torch": "torch",
+    "CUDA": "torch_cuda",
+    "NCCL": "nccl",
+    "driver": "driver",
+}
 
 
 class HealthScreen(Screen[None]):
@@ -52,6 +58,8 @@ class HealthScreen(Screen[None]):
         self.report = report
         self.note = note
         self.progress: dict[str, str] = {}
+        self._odd_columns: list[str] = []
+        """The columns whose values differ between hosts, as the table marks them."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -122,6 +130,7 @@ class HealthScreen(Screen[None]):
         if report is not None:
             probed = [(c.host, c.facts) for c in report.checks if c.facts is not None]
             odd = {parity.key: parity.odd_hosts for parity in parity_rows(probed)}
+        self._odd_columns = [column for column, key in PARITY_KEY.items() if odd.get(key)]
         for rank, host in enumerate(self.config.ordered_hosts):
             check = checks.get(host.name)
             cells = [cell(rank), cell(host.name), self._status(host.name, check)]
@@ -145,7 +154,7 @@ class HealthScreen(Screen[None]):
         summary = self._summary()
         table = self.query_one("#hosts", DataTable)
         if table.virtual_size.width > table.scrollable_content_region.width:
-            summary.append("  ← → more columns", "bold")
+            summary.append("  ←/→: more columns", "bold")
         if self.note:
             summary.append("\n" + plain(self.note, one_line=True), "italic")
         self.query_one("#check-status", Static).update(summary)
@@ -165,8 +174,9 @@ class HealthScreen(Screen[None]):
         if report is None:
             return Text("not checked yet: c checks every host")
         summary = words.summary(report)
-        if not report.healthy:
-            summary.append(f"  ({ODD}: differs from the others)")
+        if self._odd_columns:
+            # What differs decides: named, whether or not its column is in view.
+            summary.append(f"  ({ODD} differs between hosts: {', '.join(self._odd_columns)})")
         return summary
 
     def _selected(self) -> HostCheck | None:
@@ -231,7 +241,7 @@ def _fact_cells(
     }
     cells = [cell(facts.hostname), _gpu_count(check, facts)]
     cells += [odd_cell(values[c], name in odd.get(PARITY_KEY[c], ())) for c in values]
-    cells.append(odd_cell(facts.gpus.driver_version, name in odd.get("driver", ())))
+    cells.append(odd_cell(facts.gpus.driver_version, name in odd.get(PARITY_KEY["driver"], ())))
     interface = check.host.socket_ifname
     if interface == AUTO:
         interface = choose_socket_ifname(facts, head_address) or "?"
