@@ -10,7 +10,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ddptui import __version__
 
@@ -170,24 +170,23 @@ def _add_demo_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
 
 
-def _steps(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 10**7:
-        raise argparse.ArgumentTypeError(f"expected a whole number 1–10,000,000, found {text!r}")
-    return number
+def _whole_number(high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``high``, or a usage error saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number 1–{high:,}, found {text!r}")
+        return number
+
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 16:
-        raise argparse.ArgumentTypeError(f"expected a whole number 1–16, found {text!r}")
-    return number
+_positive = _whole_number(16)
+_steps = _whole_number(10**7)
 
 
 def _add_follow_flags(parser: argparse.ArgumentParser, verb: str) -> None:
