@@ -55,6 +55,18 @@ def _chart(text: str) -> Chart:
     return Chart(bottom - top - 1, title, apart)
 
 
+def _pane(text: str) -> list[str]:
+    """The lines of the pane under the chart (errors, log or GPUs) that hold something."""
+    lines = text.splitlines()
+    rule = max(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"})
+    footer = max(i for i, line in enumerate(lines) if line.strip())
+    return [line.strip() for line in lines[rule + 1 : footer] if line.strip()]
+
+
+def _footer(text: str) -> str:
+    return [line for line in text.splitlines() if line.strip()][-1].strip()
+
+
 @pytest.fixture
 def terminal() -> Iterator[Terminal]:
     term = Terminal(f"ddptui-demo-test-{os.getpid()}")
@@ -108,6 +120,25 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     assert _chart(text).title == "loss", text
     terminal.keys("y")
     text = terminal.wait_for("the log scale", lambda t: _chart(t).title == "log10(loss)", 30)
+    assert (
+        _footer(text)
+        == "? help  s stop  r resume  e errors  o log  g GPUs  y scale  esc back  q quit"
+    )
+    # Each pane switch, redrawn over the last: nothing of the pane before is left.
+    terminal.keys("o")
+    text = terminal.wait_for("rank 0's log", lambda t: "no errors" not in _pane(t), 30)
+    log = _pane(text)
+    assert log == ["rank 0: no log line yet · enter on a rank shows its log"] or all(
+        line.startswith("[0] ") for line in log
+    ), text
+    terminal.keys("g")
+    text = terminal.wait_for("the GPUs", lambda t: _pane(t)[:1] != log[:1], 30)
+    gpus = _pane(text)
+    assert re.fullmatch(r"demo-0  cpu \d+%  rss \d+ MiB", gpus[0]), text
+    assert gpus[1:4:2] == ["no GPU samples"] * 2 and gpus[2].startswith("demo-1"), text
+    terminal.keys("e")
+    text = terminal.wait_for("no errors", lambda t: _pane(t) == ["no errors"], 30)
+    assert _chart(text).rows >= 10, text
     terminal.tmux("resize-window", "-t", "console", "-x", "120", "-y", "36")
 
     terminal.keys("s")

@@ -302,12 +302,63 @@ def test_at_80_columns_the_health_screen_names_what_differs_and_where_the_rest_i
 
 async def _test_at_80_columns_the_health_screen_names_what_differs_and_where_the_rest_is() -> None:
     report = scenes.health_report()
-    for size, hidden in (((80, 24), True), ((200, 60), False)):
+    for size, hidden in (((80, 24), "driver, interface"), ((200, 60), None)):
         app = DdptuiApp(first_screen=HealthScreen(report.config, report))
         async with app.run_test(size=size) as pilot:
             await pilot.pause(0.3)
-            status = app.screen.query_one("#check-status", Static).content
-            assert isinstance(status, Text)
-            # gpu-b's torch differs: named whether or not its column is in view.
-            assert "◆ differs between hosts: torch" in status.plain
-            assert ("more columns" in status.plain) is hidden, (size, status.plain)
+
+            def status(app: DdptuiApp = app) -> str:
+                text = app.screen.query_one("#check-status", Static).content
+                assert isinstance(text, Text)
+                return text.plain
+
+            # gpu-b's torch differs: named whether or not its column is in view, and its
+            # column comes right after those that decide whether a host takes part.
+            assert "◆ differs between hosts: torch" in status()
+            table = app.screen.query_one("#hosts", DataTable)
+            labels = [column.label.plain for column in table.columns.values()]
+            assert labels[:6] == ["node", "host", "status", "GPUs", "torch", "hostname"]
+            if hidden is None:
+                assert "not in view" not in status(), status()
+                continue
+            assert f"not in view: {hidden} (←/→)" in status(), status()
+            # Scrolled to the right, the hint follows what the table shows.
+            for _ in range(30):
+                await pilot.press("right")
+            await pilot.pause(0.3)
+            assert "not in view: node, host" in status(), status()
+
+
+def test_a_narrow_rank_table_shows_whole_columns_and_comes_back_wider() -> None:
+    asyncio.run(_test_a_narrow_rank_table_shows_whole_columns_and_comes_back_wider())
+
+
+async def _test_a_narrow_rank_table_shows_whole_columns_and_comes_back_wider() -> None:
+    app, screen = _run_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.7)
+        table = screen.query_one("#ranks", DataTable)
+        labels = [column.label.plain for column in table.columns.values()]
+        # A column cut at the edge would show a rate of 12025 as 12: a column is whole or gone.
+        assert labels[:5] == ["node", "rank", "step", "loss", "state"] and len(labels) < 8
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        await pilot.resize_terminal(200, 50)
+        await pilot.pause(0.7)
+        labels = [column.label.plain for column in table.columns.values()]
+        assert labels[-3:] == ["samples/s", "step s", "memory"]
+        assert str(table.get_row_at(0)[5]).isdigit()
+
+
+def test_a_rank_without_log_lines_says_so() -> None:
+    asyncio.run(_test_a_rank_without_log_lines_says_so())
+
+
+async def _test_a_rank_without_log_lines_says_so() -> None:
+    watch = scenes.run_watch(failed=False)
+    watch.logs.clear()
+    screen = RunScreen(watch.record, watch=watch)
+    async with DdptuiApp(first_screen=screen).run_test(size=(80, 24)) as pilot:
+        await pilot.press("o")
+        assert _log_lines(screen) == ["rank 0: no log line yet · enter on a rank shows its log"]
+        await pilot.press("slash", *"warn", "enter")
+        assert _log_lines(screen) == ["rank 0: no log line holds 'warn' · / changes it"]

@@ -23,13 +23,16 @@ from ddptui.present import check as words
 from ddptui.present.trust import host_key_line
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.ui.messages import CheckDone, CheckProgress
-from ddptui.ui.widgets.cells import ODD, bar, cell, odd_cell
+from ddptui.ui.widgets.cells import ODD, bar, cell, in_view, odd_cell
 from ddptui.untrusted import plain
 
 COLUMNS = (
-    "node", "host", "status", "hostname", "GPUs", "python", "torch", "CUDA", "NCCL", "driver",
+    "node", "host", "status", "GPUs", "hostname", "python", "torch", "CUDA", "NCCL", "driver",
     "interface",
 )  # fmt: skip
+DECIDING = 4
+"""The columns that say whether a host can take part come first: node, host, status, GPUs;
+the columns whose values differ between hosts follow them, then the rest."""
 # Table column → the parity row whose odd hosts it marks.
 PARITY_KEY = {
     "python": "python",
@@ -76,7 +79,7 @@ class HealthScreen(Screen[None]):
         self.title = "ddptui"
         self.sub_title = f"hosts · {plain(str(self.config.path), one_line=True)}"
         table = self.query_one("#hosts", DataTable)
-        table.add_columns(*COLUMNS)
+        self.watch(table, "scroll_x", self._show_summary, init=False)
         self._show()
         if self.report is None:
             self.action_recheck()
@@ -123,7 +126,6 @@ class HealthScreen(Screen[None]):
     def _show(self) -> None:
         table = self.query_one("#hosts", DataTable)
         row = table.cursor_row
-        table.clear()
         report = self.report
         checks = {check.host.name: check for check in report.checks} if report else {}
         odd: dict[str, tuple[str, ...]] = {}
@@ -131,15 +133,20 @@ class HealthScreen(Screen[None]):
             probed = [(c.host, c.facts) for c in report.checks if c.facts is not None]
             odd = {parity.key: parity.odd_hosts for parity in parity_rows(probed)}
         self._odd_columns = [column for column, key in PARITY_KEY.items() if odd.get(key)]
+        rest = [column for column in COLUMNS[DECIDING:] if column not in self._odd_columns]
+        order = [*COLUMNS[:DECIDING], *self._odd_columns, *rest]
+        # Laid out afresh: a column keeps the width of the widest value it ever held (a
+        # host's progress while checking), and its place follows what differs now.
+        table.clear(columns=True)
+        table.add_columns(*order)
         for rank, host in enumerate(self.config.ordered_hosts):
             check = checks.get(host.name)
-            cells = [cell(rank), cell(host.name), self._status(host.name, check)]
+            cells = {"node": cell(rank), "host": cell(host.name)}
+            cells["status"] = self._status(host.name, check)
             facts = check.facts if check is not None else None
             if facts is not None and check is not None:
-                cells += _fact_cells(check, facts, self.config.head.address, odd)
-            else:
-                cells += [Text("")] * (len(COLUMNS) - 3)
-            table.add_row(*cells, key=host.name)
+                cells.update(_fact_cells(check, facts, self.config.head.address, odd))
+            table.add_row(*(cells.get(column, Text("")) for column in order), key=host.name)
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
         self._show_summary()
@@ -153,8 +160,20 @@ class HealthScreen(Screen[None]):
     def _show_summary(self) -> None:
         summary = self._summary()
         table = self.query_one("#hosts", DataTable)
-        if table.virtual_size.width > table.scrollable_content_region.width:
-            summary.append("  ←/→: more columns", "bold")
+        widths = [column.content_width for column in table.columns.values()]
+        shown = in_view(
+            widths,
+            table.scrollable_content_region.width,
+            scroll=round(table.scroll_x),
+            padding=table.cell_padding,
+        )
+        hidden = [
+            column.label.plain
+            for column, seen in zip(table.columns.values(), shown, strict=True)
+            if not seen
+        ]
+        if hidden:
+            summary.append(f"  not in view: {', '.join(hidden)} (←/→)", "bold")
         if self.note:
             summary.append("\n" + plain(self.note, one_line=True), "italic")
         self.query_one("#check-status", Static).update(summary)
@@ -230,7 +249,8 @@ class HealthScreen(Screen[None]):
 
 def _fact_cells(
     check: HostCheck, facts: HostFacts, head_address: str, odd: dict[str, tuple[str, ...]]
-) -> list[Text]:
+) -> dict[str, Text]:
+    """The cells of the columns after status, by column."""
     name = check.host.name
     torch = facts.torch
     values = {
@@ -238,14 +258,15 @@ def _fact_cells(
         "torch": torch.version if torch.status == "ok" else torch.status,
         "CUDA": "cpu" if torch.cuda_build is None else torch.cuda_build,
         "NCCL": torch.nccl_version,
+        "driver": facts.gpus.driver_version,
     }
-    cells = [cell(facts.hostname), _gpu_count(check, facts)]
-    cells += [odd_cell(values[c], name in odd.get(PARITY_KEY[c], ())) for c in values]
-    cells.append(odd_cell(facts.gpus.driver_version, name in odd.get(PARITY_KEY["driver"], ())))
+    cells = {"hostname": cell(facts.hostname), "GPUs": _gpu_count(check, facts)}
+    for column, value in values.items():
+        cells[column] = odd_cell(value, name in odd.get(PARITY_KEY[column], ()))
     interface = check.host.socket_ifname
     if interface == AUTO:
         interface = choose_socket_ifname(facts, head_address) or "?"
-    cells.append(cell(interface))
+    cells["interface"] = cell(interface)
     return cells
 
 

@@ -29,7 +29,7 @@ from ddptui.run.protocol import Said as Told
 from ddptui.run.state import Judgement, RunWatch
 from ddptui.run.store import RunRecord
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
-from ddptui.ui.widgets.cells import cell, number
+from ddptui.ui.widgets.cells import cell, in_view, number
 from ddptui.ui.widgets.errors_pane import ErrorsPane
 from ddptui.ui.widgets.gpu_pane import GpuPane
 from ddptui.ui.widgets.log_pane import LogPane
@@ -41,7 +41,9 @@ CHART_EVERY_S = 0.5
 TABLE_EVERY_S = 0.5
 RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", "memory")
 """The state (failed, stalled, straggler) before the rates: at 80 columns the table shows only
-its first five."""
+its first five (the status line sums the rest up)."""
+ALWAYS_SHOWN = 5
+"""Columns shown however narrow the table: a cut-off state reads better than none."""
 
 
 class RunScreen(Screen[None]):
@@ -50,7 +52,7 @@ class RunScreen(Screen[None]):
         # rest is in help and the command palette.
         Binding("question_mark", "app.help", "help"),
         Binding("s", "stop", "stop"),
-        Binding("K", "kill", "kill"),
+        Binding("K", "kill", "kill", show=False),
         Binding("r", "resume", "resume"),
         Binding("slash", "filter", "filter log", show=False),
         Binding("n", "next_error(1)", "next error", show=False),
@@ -59,7 +61,7 @@ class RunScreen(Screen[None]):
         Binding("e", "pane('errors')", "errors"),
         Binding("o", "pane('log')", "log"),
         Binding("g", "pane('gpus')", "GPUs"),
-        Binding("y", "log_scale", "log scale"),
+        Binding("y", "log_scale", "scale"),
         Binding("a", "all_ranks", "all ranks", show=False),
         Binding("escape", "back", "back"),
     ]
@@ -86,6 +88,9 @@ class RunScreen(Screen[None]):
         self.chart_rank: int | None = None
         self.log_filter = ""
         self._columns: list[ColumnKey] = []
+        self._widest = [len(name) for name in RANK_COLUMNS]
+        """Each column's widest content so far: a column leaves or comes back only when the
+        room changes, not with every wider value."""
         self._rows: dict[str, tuple[Text, ...]] = {}
         self._chart_due = self._table_due = 0.0
         self._shown_status: Text | None = None
@@ -107,7 +112,6 @@ class RunScreen(Screen[None]):
         self.title = "ddptui"
         record = self.record
         self.sub_title = f"run {record.id} · {record.backend}, world size {record.world_size}"
-        self._columns = self.query_one("#ranks", DataTable).add_columns(*RANK_COLUMNS)
         self.query_one("#filter", Input).display = False
         self.set_interval(REDRAW_S, self._redraw)
         self._redraw()
@@ -115,6 +119,10 @@ class RunScreen(Screen[None]):
             self._follow(self.attachment)
         elif self.control is not None:
             self._read_back(self.control)
+
+    def on_resize(self) -> None:
+        self._table_due = 0.0
+        self.dirty = True
 
     def on_unmount(self) -> None:
         if self.attachment is not None:
@@ -353,7 +361,21 @@ class RunScreen(Screen[None]):
         cache on every redraw, which costs more than everything else at 64 ranks."""
         table = self.query_one("#ranks", DataTable)
         silent = set(self.judgement.notes)
-        rows = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
+        every = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
+        for cells in every.values():
+            self._widest = [max(w, c.cell_len) for w, c in zip(self._widest, cells, strict=True)]
+        room = table.scrollable_content_region.width
+        # A column cut at the edge misleads (a rate of 916 read as 9): whole columns or none.
+        shown = len(RANK_COLUMNS)
+        if room > 0:
+            shown = max(
+                ALWAYS_SHOWN, in_view(self._widest, room, padding=table.cell_padding).count(True)
+            )
+        if shown != len(self._columns):
+            table.clear(columns=True)
+            self._columns = table.add_columns(*RANK_COLUMNS[:shown])
+            self._rows = {}
+        rows = {key: cells[:shown] for key, cells in every.items()}
         widths = [column.content_width for column in table.columns.values()]
         # An update in place keeps the column's width and would cut a wider value (a loss of
         # 0.008914 shown as "0.00"): laying the rows out again sizes the columns to them.

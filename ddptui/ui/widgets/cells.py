@@ -88,3 +88,16 @@ def bar(used: float, total: float, width: int = 12) -> Text:
     return Text.assemble(
         ("█" * filled, style), ("░" * (width - filled), "dim"), f" {fraction * 100:3.0f}%"
     )
+
+
+def in_view(widths: list[int], room: int, *, scroll: int = 0, padding: int = 1) -> list[bool]:
+    """For each column of ``widths`` (its widest content, in cells; each column also takes
+    ``padding`` on either side), whether a table ``room`` cells wide scrolled ``scroll`` cells
+    to the right shows it whole."""
+    shown = []
+    start = 0
+    for width in widths:
+        end = start + width + 2 * padding
+        shown.append(scroll <= start and end <= scroll + room)
+        start = end
+    return shown

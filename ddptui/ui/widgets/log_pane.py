@@ -29,6 +29,8 @@ class LogPane(RichLog):
         :data:`LOG_VIEW_LINES` of them."""
         self._errors: deque[int] = deque(maxlen=LOG_VIEW_LINES)
         """The numbers (counted as ``_written``) of the lines that mark an error."""
+        self._placeholder = False
+        """What is shown says that there is no line to show: an empty pane says nothing."""
 
     def show(self, lines: Sequence[RankLog], *, rank: int, pattern: str) -> None:
         """Show rank ``rank``'s ``lines`` afresh: those that contain ``pattern`` (in any case;
@@ -38,7 +40,11 @@ class LogPane(RichLog):
         self._last = None
         self._written = 0
         self._errors.clear()
+        self._placeholder = False
         self.follow(lines)
+        if not self._written:
+            self._placeholder = True
+            self.write(Text(self._nothing(), "dim italic"))
 
     def follow(self, lines: Sequence[RankLog]) -> None:
         """Append those of ``lines`` (the rank's, a bounded tail that moves on) that came after
@@ -53,11 +59,19 @@ class LogPane(RichLog):
                     break
         for line in list(lines)[start:]:
             if not self._pattern or self._pattern in line.text.lower():
+                if self._placeholder:
+                    self._placeholder = False
+                    self.clear()
                 self.write(_shown(line))
                 if marks_error(line.text):
                     self._errors.append(self._written)
                 self._written += 1
         self._last = lines[-1]
+
+    def _nothing(self) -> str:
+        if self._pattern:
+            return f"rank {self._rank}: no log line holds {self._pattern!r} · / changes it"
+        return f"rank {self._rank}: no log line yet · enter on a rank shows its log"
 
     def next_error(self, direction: int) -> str:
         """Scroll to the next (1) or previous (-1) line that marks an error, and stop following
