@@ -12,6 +12,7 @@ import time
 from rich.text import Text
 
 from ddptui.run.diagnose import Diagnosis
+from ddptui.run.diagnose.lines import strip_prefixes
 from ddptui.run.state import Hang, Judgement
 from ddptui.run.store import Attempt, RunRecord, RunState
 from ddptui.run.view import NodeView, RunView
@@ -80,7 +81,10 @@ def diagnosis_lines(diagnosis: Diagnosis, *, first: bool) -> list[Text]:
         (diagnosis.category.value, "bold red" if first else "red"),
         f"  rank {ranks} on {hosts}  ×{diagnosis.count}",
     )
-    lines = [head, Text(f"  {plain(diagnosis.message, limit=300, one_line=True)}")]
+    # A line as a rank wrote it: the grouping key has its numbers normalised away ("c10d" as
+    # "cNd", the port as N), which is no text to show a person.
+    said = strip_prefixes(diagnosis.example)
+    lines = [head, Text(f"  {plain(said, limit=300, one_line=True)}")]
     if diagnosis.detail:
         lines.append(Text(f"  {plain(diagnosis.detail, limit=300, one_line=True)}"))
     lines.append(Text(f"  cause: {diagnosis.cause}", "dim"))

@@ -165,8 +165,8 @@ def test_errors_print_a_multi_line_message_on_its_own_line(
     watch.apply(FileLine("gpu-a", "logs/attempt-1/r_x/1/stderr.log", 0, oom))
     logs_command._finish(watch, _logs_args(errors=True))
     printed = capsys.readouterr().out
-    # Numbers in a message are normalised to N for grouping.
-    assert "cuda_oom" in printed and "\\n# node N" in printed
+    # The line as the rank wrote it, its escapes shown as text.
+    assert "cuda_oom" in printed and "out of memory\\x1b]52;c;" in printed
     assert not LIVE.search(printed) and not FORGED_LINE.search(printed)
 
 
