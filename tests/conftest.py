@@ -109,7 +109,7 @@ def _healthy_testbed(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture
 def local_ssh_server(tmp_path: Path) -> Iterator[LocalSshServer]:
-    """A real SSH server (exec + SFTP) on 127.0.0.1 trusting ``.client_key``; see LocalSshServer."""
+    """A real SSH server (sessions, no SFTP) on 127.0.0.1 trusting ``.client_key``."""
     server = LocalSshServer.start(tmp_path / "local-ssh")
     yield server
     server.stop()

@@ -29,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
         if not report.healthy and not args.force:
             return refuse(report)
         plan = control.plan(config, report, extra_args=extra, debug=args.debug)
+        code = control.code(config)
         if args.dry_run:
-            print(describe_plan(plan))
+            print(describe_plan(plan, code.describe()))
             return 0
         attachment = await control.launch(config, report, plan, say=say, steps=Steps.NONE)
         started["run"] = attachment.record

@@ -64,6 +64,8 @@ _JOB_FIXED: dict[str, values.Validator] = {
     "stop_grace_s": values.stop_grace_s,
     "hang_timeout_s": values.hang_timeout_s,
     "on_hang": values.on_hang,
+    "exclude": values.patterns,
+    "max_upload_mb": values.max_upload_mb,
 }
 _JOB_KEY_ORDER = (
     "nproc_per_node",
@@ -71,6 +73,9 @@ _JOB_KEY_ORDER = (
     "args",
     "script",
     "module",
+    "dir",
+    "exclude",
+    "max_upload_mb",
     "resume_args",
     "stop_grace_s",
     "hang_timeout_s",
@@ -179,10 +184,17 @@ def _build(document: dict[str, Any], path: Path) -> Config:
     _one_interpreter(cluster_table, "[cluster]")
     cluster = ClusterConfig(**{k: v for k, v in settings.items() if k in _CLUSTER_ONLY})
     defaults = {key: value for key, value in settings.items() if key in MACHINE_KEYS}
-    job_validators = {**_JOB_FIXED, "script": values.local_path(path.parent)}
+    local_path = values.local_path(path.parent)
+    job_validators = {**_JOB_FIXED, "script": local_path, "dir": local_path}
     job = JobConfig(**_validate(job_table, "[job]", job_validators, _JOB_HOMES))
     if job.script is not None and job.module is not None:
         raise _Problem("[job]: set script or module, not both: each names what every rank runs")
+    if job.dir is not None and job.script is None and job.module is None:
+        raise _Problem("[job]: dir is uploaded for a script or a module; set one of them")
+    if job.script is not None and job.dir is not None and not job.script.is_relative_to(job.dir):
+        raise _Problem(
+            f"[job]: script {job.script} is not inside dir {job.dir}: the ranks run it from there"
+        )
     hosts = tuple(
         _host(entry, number, defaults, machine)
         for number, entry in enumerate(_host_entries(document), start=1)

@@ -50,8 +50,10 @@ class HostConfig:
 class JobConfig:
     """What to run: the bundled trainer by default, or the user's ``script`` or ``module``.
 
-    ``script`` is a file or directory on the head node (uploaded with every run); ``module`` is
-    already installed on the hosts. At most one of the two is set.
+    ``script`` is a file or directory on the head node; ``module`` is a module installed on the
+    hosts or inside ``dir``. At most one of the two is set. ``dir`` (default: the directory
+    holding ``script``, or ``script`` itself when it is a directory) is uploaded with every run,
+    less what its ``.gitignore`` files and ``exclude`` leave out, and the ranks run from it.
 
     ``hang_timeout_s`` unset: the hang window is the larger of 30 s and 20 × the slowest rank's
     median step time, worked out during the run so that it scales with the model.
@@ -62,10 +64,39 @@ class JobConfig:
     args: tuple[str, ...] = ()
     script: Path | None = None
     module: str | None = None
+    dir: Path | None = None
+    exclude: tuple[str, ...] = ()
+    max_upload_mb: float = 100.0
     resume_args: tuple[str, ...] = ("--resume", "latest")
     stop_grace_s: float = 60.0
     hang_timeout_s: float | None = None
     on_hang: OnHang = "wait"
+
+    @property
+    def code_dir(self) -> Path | None:
+        """The directory uploaded with every run; None runs the bundled trainer (or an
+        installed module) with nothing of the user's uploaded."""
+        if self.dir is not None:
+            return self.dir
+        if self.script is None:
+            return None
+        return self.script if _names_directory(self.script) else self.script.parent
+
+    @property
+    def script_target(self) -> str | None:
+        """What the ranks run, relative to the uploaded directory (their working directory): a
+        directory's ``__main__.py`` as ``python DIR`` would; None without a script."""
+        script, code = self.script, self.code_dir
+        if script is None or code is None:
+            return None
+        target = script / "__main__.py" if _names_directory(script) else script
+        return target.relative_to(code).as_posix()
+
+
+def _names_directory(script: Path) -> bool:
+    # Decided without looking at the disk, so that a plan is the same wherever it is made: an
+    # entry point is a file with a suffix, a package directory has none.
+    return script.suffix == ""
 
 
 @dataclass(frozen=True)

@@ -190,16 +190,37 @@ _JOB = _Table(
             "script",
             "train.py",
             "Your own entry point instead of the bundled trainer: a file, or a directory with "
-            "__main__.py, on this machine (relative to this file); uploaded with every run. Every "
-            "rank gets DDPTUI_RUN_DIR in its environment; write events there to see per-rank loss "
+            "__main__.py, on this machine (relative to this file). Its directory is uploaded "
+            "with every run (see dir) and the ranks run it from there. Every rank gets "
+            "DDPTUI_RUN_DIR in its environment; write events there to see per-rank loss "
             "(docs/events.md).",
             active=False,
         ),
         _Key(
             "module",
             "mypkg.train",
-            "Or a module already installed on every host, run as python -m MODULE.",
+            "Or a module, run as python -m MODULE: one installed on every host, or a package "
+            "inside dir.",
             active=False,
+        ),
+        _Key(
+            "dir",
+            ".",
+            "The directory uploaded with every run (default: the one holding script): your "
+            "project, less what its .gitignore files and exclude leave out. A relaunch sends "
+            "only the files that changed.",
+            active=False,
+        ),
+        _Key(
+            "exclude",
+            ["data/", "*.pt"],
+            "More paths to leave out of the upload, as .gitignore lines.",
+            active=False,
+        ),
+        _Key(
+            "max_upload_mb",
+            100.0,
+            "Nothing is uploaded above this many MiB: the error names the largest files.",
         ),
         _Key(
             "resume_args",

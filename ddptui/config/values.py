@@ -313,6 +313,15 @@ def module(value: object) -> str:
     return value
 
 
+def patterns(value: object) -> tuple[str, ...]:
+    """Paths to leave out, as lines of a ``.gitignore``."""
+    return args(value)
+
+
+def max_upload_mb(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of MiB > 0")
+
+
 def stop_grace_s(value: object) -> float:
     return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 

@@ -1,10 +1,10 @@
 """The demo's hosts: in-process SSH servers on 127.0.0.1, one per host, on one event-loop thread.
 
-Each host is a real asyncssh server (exec and SFTP) on a free loopback port with its own host
-key, accepting only the demo's generated client key. Commands run as the current user through
-``/bin/sh -c``, as sshd runs them, with ``HOME`` and the working directory set to the host's own
-directory, so every host's ``~`` (its workdir, its runs) is separate although all share one
-machine.
+Each host is a real asyncssh server (sessions only: ddptui needs no SFTP) on a free loopback
+port with its own host key, accepting only the demo's generated client key. Commands run as the
+current user through ``/bin/sh -c``, as sshd runs them, with ``HOME`` and the working directory
+set to the host's own directory, so every host's ``~`` (its workdir, its runs) is separate
+although all share one machine.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import getpass
 import os
-import posixpath
 import signal
 import threading
 from collections.abc import Coroutine, Mapping
@@ -56,15 +55,6 @@ class LoopbackHost:
     def known_hosts_line(self) -> str:
         kind, blob, *_ = self.host_key.split()
         return f"[{LOOPBACK}]:{self.port} {kind} {blob}"
-
-
-class _Sftp(asyncssh.SFTPServer):
-    """SFTP on the local filesystem; relative paths start in the host's home, as with sshd."""
-
-    home = b"/"
-
-    def map_path(self, path: bytes) -> bytes:
-        return path if path.startswith(b"/") else posixpath.join(self.home, path)
 
 
 class LoopbackSshd:
@@ -127,11 +117,6 @@ class LoopbackSshd:
             def connection_lost(self, exc: Exception | None) -> None:
                 connections.discard(self._conn)
 
-        def sftp_factory(chan: asyncssh.SSHServerChannel[bytes]) -> _Sftp:
-            sftp = _Sftp(chan)
-            sftp.home = os.fsencode(home)
-            return sftp
-
         async def run(process: asyncssh.SSHServerProcess[bytes]) -> None:
             await self._run(process, home)
 
@@ -144,7 +129,6 @@ class LoopbackSshd:
             password_auth=False,
             kbdint_auth=False,
             process_factory=run,
-            sftp_factory=sftp_factory,
             encoding=None,
         )
 

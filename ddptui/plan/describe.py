@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from ddptui.config.model import AUTO
 from ddptui.plan.launch import AUTO_PORT_PLACEHOLDER, LaunchPlan
@@ -10,9 +11,10 @@ from ddptui.remote.commands import posix_script
 from ddptui.untrusted import plain
 
 
-def describe_plan(plan: LaunchPlan) -> str:
-    """Per host, the exact directory, environment and command that run there, as shell lines a
-    person can paste into a terminal on that host or a bug report; safe to print as it is.
+def describe_plan(plan: LaunchPlan, upload: Sequence[str] = ()) -> str:
+    """What is uploaded (``upload``: lines that say it), then per host the exact directory,
+    environment and command that run there, as shell lines a person can paste into a terminal
+    on that host or a bug report; safe to print as it is.
 
     The workdir and the interface names come from the hosts' probes: every line goes through
     the sanitiser on its own, so a control character shows as its escape (that line is then no
@@ -25,6 +27,7 @@ def describe_plan(plan: LaunchPlan) -> str:
     ]
     if plan.master_port == AUTO:
         lines.append(f"  ({AUTO_PORT_PLACEHOLDER} is a port found free on node 0 at launch)")
+    lines += upload
     for node in plan.nodes:
         exports, _, command = posix_script(node.argv, node.env).partition("; ")
         lines += [

@@ -8,7 +8,6 @@ stderr land in files of their own with torchrun's error files beside them.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -303,14 +302,7 @@ def _torchrun_argv(
         assert config.job.module is not None
         target = ["-m", config.job.module]
     else:
-        assert config.job.script is not None
-        target = [script_target(config.job.script.name, config.job.script.suffix == "")]
+        # Relative to the code directory, the ranks' working directory.
+        assert config.job.script_target is not None
+        target = [config.job.script_target]
     return tuple(python_argv(host, *torchrun, *target, *args))
-
-
-def script_target(name: str, is_directory: bool) -> str:
-    """What torchrun runs for an uploaded script, relative to the code directory (its cwd).
-
-    A directory runs its ``__main__.py``; torchrun runs a path as a script either way.
-    """
-    return posixpath.join(name, "__main__.py") if is_directory else name

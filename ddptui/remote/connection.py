@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import posixpath
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
@@ -248,32 +245,6 @@ class RemoteCluster:
             raise RemoteError(f"{failures.where(host)}: cannot start a command: {reason}") from None
         return RemoteProcess(host, process, close_timeout=self.connect_timeout)
 
-    async def put_files(
-        self, host: HostConfig, local_dir: Path, remote_dir: str, *, timeout: float = 600.0
-    ) -> None:
-        """Upload the tree under ``local_dir`` into ``remote_dir`` (created, with parents).
-
-        ``remote_dir`` may start with ``~/``: the remote home. The whole upload must finish
-        within ``timeout`` seconds. Raises :class:`RemoteError`.
-        """
-        connection = await self._require(host)
-        try:
-            root = await self._within(
-                _expand_home(connection, remote_dir), self.connect_timeout, "read $HOME"
-            )
-            sftp = await self._within(
-                connection.start_sftp_client(), self.connect_timeout, "start SFTP"
-            )
-            try:
-                await self._within(_upload(sftp, local_dir, root), timeout, "upload")
-            finally:
-                sftp.exit()
-        except (asyncssh.Error, OSError, RemoteError) as error:
-            reason = failures.remote_reason(str(error))
-            raise RemoteError(
-                f"uploading {local_dir} to {failures.where(host)}:{remote_dir} failed: {reason}"
-            ) from None
-
     async def open_stream(
         self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
     ) -> RemoteStream:
@@ -470,33 +441,6 @@ def _describe(connection: asyncssh.SSHClientConnection) -> str:
     username = connection.get_extra_info("username")
     server = connection.get_extra_info("server_version")
     return f"connected as {username} ({server})"
-
-
-async def _expand_home(connection: asyncssh.SSHClientConnection, remote_dir: str) -> str:
-    # The remote shell's $HOME, which python_argv and the trainer's workdir use, rather than
-    # the SFTP login directory: they differ when sshd sets HOME (SetEnv, PAM).
-    if remote_dir != "~" and not remote_dir.startswith("~/"):
-        return remote_dir
-    process = await connection.create_process('printf %s "$HOME"', encoding=None)
-    home, stderr = _Capped(4096, "stdout"), _Capped(4096, "stderr")
-    try:
-        await _drain_both(process, home, stderr)
-    finally:
-        process.close()
-    if home.overflow is not None or not home.data.startswith(b"/"):
-        raise RemoteError(f"$HOME on the host is not a path: {home.text()!r}")
-    return posixpath.join(home.text(), remote_dir[2:])
-
-
-async def _upload(sftp: asyncssh.SFTPClient, local_dir: Path, root: str) -> None:
-    await sftp.makedirs(root, exist_ok=True)
-    for dirpath, dirnames, filenames in os.walk(local_dir):
-        relative = Path(dirpath).relative_to(local_dir).parts
-        target = posixpath.join(root, *relative)
-        for name in dirnames:
-            await sftp.makedirs(posixpath.join(target, name), exist_ok=True)
-        for name in filenames:
-            await sftp.put(str(Path(dirpath, name)), posixpath.join(target, name))
 
 
 class _Stalled(RemoteError):

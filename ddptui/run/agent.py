@@ -15,8 +15,18 @@ Commands:
 - ``wait RUN_DIR SECONDS``: as ``status``, once no process of the run is left or at the latest
   after SECONDS.
 - ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
-- ``stage STAGE_DIR CODE_DIR MANIFEST_JSON``: verify the uploaded files' SHA-256, then rename
-  the staging directory to the code directory (atomic: the code is all there or not at all).
+- ``have CACHE_DIR``: which of the contents (SHA-256) in :data:`SENT` the host's cache of code
+  contents lacks: ``{"missing": [...]}``. Those it holds are touched (the cache keeps what was
+  used in the last :data:`CACHE_DAYS` days).
+- ``put CACHE_DIR``: write the pieces in :data:`SENT` (``[sha256, offset, base64, size or
+  null]``; a size ends the content) into the cache; an ended content is verified, then renamed
+  into place. Hosts that share the directory may write the same content at once: the same
+  bytes at the same offsets.
+- ``stage CACHE_DIR CODE_DIR``: lay out the code directory from the cache as :data:`SENT`
+  (path → ``[sha256, executable]``) says, verifying each file as it is copied, in a staging
+  directory renamed into place (the code is all there or not at all). A code directory that is
+  there already (a host sharing this workdir staged it) is verified instead.
+- ``write PATH``: write the text in :data:`SENT` to PATH, atomically.
 - ``free-port [PORT]``: a TCP port that is free on this host now (PORT itself, or an error).
 - ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
   :data:`SENT` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
@@ -25,6 +35,7 @@ Commands:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -46,6 +57,7 @@ POLL_S = 0.25
 HEARTBEAT_S = 2.0
 SETTLED_S = 1.0
 WAIT_POLL_S = 0.25
+CACHE_DAYS = 14
 # These two patterns are ddptui.run.layout's (this file cannot import it); a test keeps them equal.
 FOLLOWED = re.compile(
     r"^(events/[^/]+\.jsonl"
@@ -75,7 +87,8 @@ def emit(document: dict[str, Any]) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
+    # A name of its own: hosts that share the directory may write the same file at once.
+    temporary = path.with_name(path.name + "." + os.urandom(4).hex() + ".tmp")
     temporary.write_text(text)
     temporary.replace(path)
 
@@ -217,26 +230,124 @@ def control(run_dir: Path, name: str) -> int:
     return 0
 
 
-def stage(stage_dir: Path, code_dir: Path, manifest_json: str) -> int:
-    manifest = json.loads(manifest_json)
-    for relative, expected in sorted(manifest.items()):
-        digest = hashlib.sha256()
-        try:
-            with (stage_dir / relative).open("rb") as handle:
+def sha256_of(path: Path, copy_to: Path | None = None) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        if copy_to is None:
+            for chunk in iter(lambda: handle.read(READ_CHUNK), b""):
+                digest.update(chunk)
+        else:
+            with copy_to.open("wb") as out:
                 for chunk in iter(lambda: handle.read(READ_CHUNK), b""):
                     digest.update(chunk)
-        except OSError as error:
-            emit({"error": f"{relative}: {error}"})
+                    out.write(chunk)
+    return digest.hexdigest()
+
+
+def have(cache: Path) -> int:
+    missing = []
+    now = time.time()
+    for digest in SENT:
+        path = cache / str(digest)
+        try:
+            os.utime(path, (now, now))
+        except OSError:
+            missing.append(digest)
+    emit({"missing": missing})
+    return 0
+
+
+def put(cache: Path) -> int:
+    cache.mkdir(parents=True, exist_ok=True)
+    for digest, offset, data, size in SENT:
+        part = cache / (str(digest) + ".part")
+        handle = os.open(str(part), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(handle, base64.b64decode(data), int(offset))
+            if size is not None:
+                # What an upload that broke off left beyond the end is not the content's.
+                os.ftruncate(handle, int(size))
+        finally:
+            os.close(handle)
+        if size is None:
+            continue
+        final = cache / str(digest)
+        try:
+            good = sha256_of(part) == digest
+        except FileNotFoundError:
+            # A host sharing this cache finished the same content first.
+            good = final.exists()
+        else:
+            if good:
+                part.replace(final)
+        if not good:
+            part.unlink()
+            emit({"error": f"content {digest[:12]} arrived damaged: checksum mismatch"})
             return 1
-        if digest.hexdigest() != expected:
-            emit({"error": f"{relative}: checksum mismatch after upload"})
-            return 1
+    prune(cache)
+    emit({"stored": len(SENT)})
+    return 0
+
+
+def prune(cache: Path) -> None:
+    horizon = time.time() - CACHE_DAYS * 86400
+    for entry in cache.iterdir():
+        try:
+            if entry.stat().st_mtime < horizon:
+                entry.unlink()
+        except OSError:
+            continue
+
+
+def stage(cache: Path, code_dir: Path) -> int:
+    manifest = SENT
     if code_dir.exists():
-        shutil.rmtree(stage_dir, ignore_errors=True)
-        emit({"error": f"{code_dir} exists already"})
-        return 1
-    stage_dir.rename(code_dir)
+        for relative, (digest, _) in sorted(manifest.items()):
+            try:
+                same = sha256_of(code_dir / relative) == digest
+            except OSError:
+                same = False
+            if not same:
+                emit({"error": f"{code_dir} exists already, with other code ({relative})"})
+                return 1
+        emit({"staged": len(manifest), "shared": True})
+        return 0
+    stage_dir = code_dir.with_name(".code-" + os.urandom(4).hex())
+    placed = False
+    try:
+        for relative, (digest, executable) in sorted(manifest.items()):
+            target = stage_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                copied = sha256_of(cache / digest, copy_to=target)
+            except OSError as error:
+                emit({"error": f"{relative}: {error}"})
+                return 1
+            if copied != digest:
+                emit({"error": f"{relative}: the cached copy is damaged (checksum mismatch)"})
+                (cache / digest).unlink()
+                return 1
+            if executable:
+                target.chmod(0o755)
+        try:
+            stage_dir.rename(code_dir)
+        except OSError:
+            if not code_dir.exists():
+                raise
+            # A host sharing this workdir renamed its copy into place first.
+        else:
+            placed = True
+    finally:
+        if not placed:
+            shutil.rmtree(str(stage_dir), ignore_errors=True)
     emit({"staged": len(manifest)})
+    return 0
+
+
+def write(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, SENT)
+    emit({"written": len(SENT)})
     return 0
 
 
@@ -436,8 +547,14 @@ def main(argv: list[str]) -> int:
         return wait_gone(Path(args[0]), float(args[1]))
     if command == "control":
         return control(Path(args[0]), args[1])
+    if command == "have":
+        return have(Path(args[0]))
+    if command == "put":
+        return put(Path(args[0]))
     if command == "stage":
-        return stage(Path(args[0]), Path(args[1]), args[2])
+        return stage(Path(args[0]), Path(args[1]))
+    if command == "write":
+        return write(Path(args[0]))
     if command == "free-port":
         return free_port(int(args[0]) if args else 0)
     if command == "follow":

@@ -9,25 +9,21 @@ answer, when the host answered something else), never any other exception.
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import json
 import logging
-import os
 import posixpath
-import secrets
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote.commands import python_argv
-from ddptui.remote.connection import RemoteCluster, RemoteError
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run.code import MIB, CodeTree
+from ddptui.run.layout import code_dir
 from ddptui.untrusted import count, plain, whole
 
 AGENT_SOURCE: str = files("ddptui.run").joinpath("agent.py").read_text(encoding="utf-8")
@@ -36,7 +32,6 @@ AGENT_TIMEOUT_S = 30.0
 MAX_ANSWER_BYTES = 1 << 20
 """What an agent command may print: its answer is one line far shorter, and a host that floods
 is hung up on at this much."""
-_SKIPPED_IN_CODE = {"__pycache__"}
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +99,16 @@ async def agent(
     remote: RemoteCluster,
     host: HostConfig,
     *args: str,
+    sent: object = None,
     timeout: float = AGENT_TIMEOUT_S,
 ) -> Answer:
-    """Run one agent command on ``host``; its JSON answer. Raises :class:`NodeError`."""
+    """Run one agent command on ``host`` (``sent``: its :data:`~ddptui.run.agent.SENT`); its
+    JSON answer. Raises :class:`NodeError`."""
     command = args[0]
     result = await remote.run(
         host,
         python_argv(host, "-", *args),
-        input=AGENT_SOURCE,
+        input=AGENT_SOURCE if sent is None else agent_source(sent),
         timeout=timeout,
         max_stdout=MAX_ANSWER_BYTES,
     )
@@ -156,71 +153,84 @@ def described(host: str, error: Exception) -> str:
     return f"{host}: unexpected {type(error).__name__}: {why}"
 
 
-def trainer_source() -> Path:
-    """The bundled trainer package's directory, found without importing it (it imports torch)."""
-    spec = find_spec("trainer")
-    if spec is None or not spec.submodule_search_locations:
-        raise NodeError("the bundled trainer package is not installed next to ddptui")
-    return Path(next(iter(spec.submodule_search_locations)))
+UPLOAD_PIECE = 8 * MIB
+"""Content sent per agent call: base64 in the agent's source, so a piece costs about 11 MB of
+source for the host's Python to read, and a call's overhead is paid once per piece."""
+STAGE_TIMEOUT_S = 300.0
+"""Laying out and verifying 100 MiB of code on a slow disk takes seconds; this is plenty."""
 
 
-def build_code_tree(destination: Path, entry: str, script: Path | None) -> dict[str, str]:
-    """Lay out what goes to ``<run dir>/code`` under ``destination``; its SHA-256 manifest."""
-    if entry == "trainer":
-        shutil.copytree(
-            trainer_source(), destination / "trainer", ignore=shutil.ignore_patterns("__pycache__")
-        )
-    elif entry == "script":
-        assert script is not None
-        if script.is_dir():
-            shutil.copytree(
-                script, destination / script.name, ignore=shutil.ignore_patterns("__pycache__")
-            )
-        elif script.is_file():
-            shutil.copy2(script, destination / script.name)
-        else:
-            raise NodeError(f"[job] script {script} is neither a file nor a directory")
-    manifest = {}
-    for directory, dirnames, filenames in os.walk(destination):
-        dirnames[:] = [name for name in dirnames if name not in _SKIPPED_IN_CODE]
-        for name in filenames:
-            path = Path(directory, name)
-            manifest[path.relative_to(destination).as_posix()] = hashlib.sha256(
-                path.read_bytes()
-            ).hexdigest()
-    return manifest
+async def upload_code(
+    remote: RemoteCluster, host: HostConfig, cache_dir: str, tree: CodeTree
+) -> int:
+    """Send the host's cache of code contents what it lacks of ``tree``; the bytes sent."""
+    contents = {file.sha256: file for file in tree.files}
+    answer = await agent(remote, host, "have", cache_dir, sent=sorted(contents))
+    missing = answer.document.get("missing")
+    if not isinstance(missing, list) or not all(digest in contents for digest in missing):
+        raise answer.garbage()
+    pieces: list[list[object]] = []
+    pending = sent = 0
+    for digest in missing:
+        file = contents[digest]
+        try:
+            with file.source.open("rb") as handle:
+                offset = 0
+                while True:
+                    room = UPLOAD_PIECE - pending
+                    data = handle.read(room)
+                    # A short read is the end: the last piece says the size, which ends it.
+                    end = len(data) < room
+                    encoded = base64.b64encode(data).decode("ascii")
+                    offset += len(data)
+                    pieces.append([digest, offset - len(data), encoded, offset if end else None])
+                    pending += len(data)
+                    if pending >= UPLOAD_PIECE:
+                        await _put(remote, host, cache_dir, pieces)
+                        sent, pending, pieces = sent + pending, 0, []
+                    if end:
+                        break
+        except OSError as error:
+            raise NodeError(f"cannot read {file.source}: {error.strerror}") from None
+    if pieces:
+        await _put(remote, host, cache_dir, pieces)
+        sent += pending
+    return sent
+
+
+async def _put(
+    remote: RemoteCluster, host: HostConfig, cache_dir: str, pieces: list[list[object]]
+) -> None:
+    answer = await agent(remote, host, "put", cache_dir, sent=pieces, timeout=STAGE_TIMEOUT_S)
+    if count(answer.document.get("stored"), len(pieces)) != len(pieces):
+        raise answer.garbage()
 
 
 async def stage(
-    remote: RemoteCluster, host: HostConfig, run_dir: str, tree: Path, manifest: Mapping[str, str]
-) -> None:
-    """Upload ``tree`` to ``run_dir/code`` atomically: a temporary directory, verified, renamed."""
-    staging = posixpath.join(run_dir, f".code-{secrets.token_hex(4)}")
-    try:
-        await remote.put_files(host, tree, staging)
-    except RemoteError as error:
-        raise NodeError(str(error)) from None
+    remote: RemoteCluster, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree
+) -> bool:
+    """Lay ``tree`` out in ``run_dir/code`` from the host's cache, verified and renamed into
+    place; True when a host sharing the workdir had staged it already."""
+    manifest = tree.manifest()
     answer = await agent(
         remote,
         host,
         "stage",
-        staging,
-        posixpath.join(run_dir, "code"),
-        json.dumps(dict(manifest)),
-        timeout=120.0,
+        cache_dir,
+        code_dir(run_dir),
+        sent=manifest,
+        timeout=STAGE_TIMEOUT_S,
     )
     if count(answer.document.get("staged"), len(manifest)) != len(manifest):
         raise answer.garbage()
+    return answer.document.get("shared") is True
 
 
 async def put_record(remote: RemoteCluster, host: HostConfig, run_dir: str, text: str) -> None:
     """Copy the run record to the host's run directory (``run.toml``)."""
-    with tempfile.TemporaryDirectory(prefix="ddptui-record-") as directory:
-        Path(directory, "run.toml").write_text(text, encoding="utf-8")
-        try:
-            await remote.put_files(host, Path(directory), run_dir)
-        except RemoteError as error:
-            raise NodeError(str(error)) from None
+    answer = await agent(remote, host, "write", posixpath.join(run_dir, "run.toml"), sent=text)
+    if count(answer.document.get("written"), len(text)) != len(text):
+        raise answer.garbage()
 
 
 async def start(

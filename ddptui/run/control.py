@@ -28,6 +28,7 @@ from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.run import protocol
+from ddptui.run.code import CodeTree, job_code
 from ddptui.run.follow import (
     SILENCE_S,
     FileLine,
@@ -348,6 +349,11 @@ class RunControl:
         return plan_launch(
             config, report.checks, run_id=new_run_id(), extra_args=extra_args, debug=debug
         )
+
+    def code(self, config: Config) -> CodeTree:
+        """What a launch of ``config`` uploads; :class:`~ddptui.run.code.CodeError` saying what
+        to change when it cannot (too large, no such directory)."""
+        return job_code(config.job)
 
     # --- runs ------------------------------------------------------------------------------
 

@@ -9,10 +9,8 @@ supervisor or its SSH connections.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from ddptui.check import CheckReport
 from ddptui.config.model import AUTO, Config
@@ -22,7 +20,8 @@ from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_client import NodeError
-from ddptui.run.layout import log_dir
+from ddptui.run.code import CodeError, job_code, mib
+from ddptui.run.layout import code_cache_dir, log_dir
 from ddptui.run.stopper import StopReport, live, terminate
 from ddptui.run.store import NodeRecord, RunRecord, RunState
 
@@ -83,27 +82,37 @@ def new_record(
 
 
 async def stage(remote: RemoteCluster, config: Config, record: RunRecord, *, say: Say) -> None:
-    """Upload the code to every node's run directory (verified by checksum, renamed into
-    place) with a copy of the record; :class:`LaunchError` naming the hosts that failed."""
-    with tempfile.TemporaryDirectory(prefix="ddptui-code-") as directory:
-        tree = Path(directory)
-        try:
-            manifest = nodes.build_code_tree(tree, record.entry, config.job.script)
-        except (NodeError, OSError) as error:
-            raise LaunchError(f"staging failed: {error}") from None
-        say(f"staging {len(manifest)} file(s) on {len(record.nodes)} host(s)")
+    """Upload the code to every node's run directory (only what the host's cache lacks; each
+    file verified by checksum, the directory renamed into place) with a copy of the record;
+    :class:`LaunchError` naming the hosts that failed."""
+    try:
+        tree = job_code(config.job)
+    except CodeError as error:
+        raise LaunchError(f"staging failed: {error}") from None
+    say(f"staging {len(tree.files)} file(s), {mib(tree.size)}, on {len(record.nodes)} host(s)")
+    sent: dict[str, int] = {}
+    shared: list[str] = []
 
-        async def one(node: NodeRecord) -> None:
-            host = config.host(node.host)
-            await nodes.stage(remote, host, node.run_dir, tree, manifest)
-            await nodes.put_record(remote, host, node.run_dir, record.to_toml())
+    async def one(node: NodeRecord) -> None:
+        host = config.host(node.host)
+        cache = code_cache_dir(node.run_dir)
+        sent[node.host] = await nodes.upload_code(remote, host, cache, tree)
+        if await nodes.stage(remote, host, cache, node.run_dir, tree):
+            shared.append(node.host)
+        await nodes.put_record(remote, host, node.run_dir, record.to_toml())
 
-        results = await asyncio.gather(
-            *(one(node) for node in record.nodes), return_exceptions=True
-        )
+    results = await asyncio.gather(*(one(node) for node in record.nodes), return_exceptions=True)
     failed = _failures(record.nodes, results)
     if failed:
         raise LaunchError(f"staging failed: {'; '.join(failed.values())}")
+    total = sum(sent.values())
+    unchanged = sorted(host for host, size in sent.items() if not size)
+    line = f"staged: sent {mib(total)}"
+    if unchanged:
+        line += f"; {', '.join(unchanged)} had every file already"
+    if shared:
+        line += f"; {', '.join(sorted(shared))} share a workdir with another host"
+    say(line)
 
 
 def _failures(asked: Sequence[NodeRecord], results: Sequence[object]) -> dict[str, str]:

@@ -5,7 +5,8 @@ the follower, the judge and the commands. The node agent (:mod:`ddptui.run.agent
 hosts alone and cannot import this module: it keeps its own copy of the patterns it needs, and
 ``tests/run/test_layout.py`` keeps the two in step.
 
-On a host, ``<workdir>/runs/<run id>/``::
+On a host, ``<workdir>/code-cache/<sha256>``: every file of code staged there, by content, so
+that a relaunch sends only what changed; and ``<workdir>/runs/<run id>/``::
 
     code/                     staged code, verified, renamed into place
     run.toml                  the run record as the head wrote it at launch
@@ -118,6 +119,12 @@ class HostFiles:
 
 def code_dir(run_dir: str) -> str:
     return posixpath.join(run_dir, "code")
+
+
+def code_cache_dir(run_dir: str) -> str:
+    """The cache of code contents in the workdir that holds ``run_dir``."""
+    workdir = posixpath.dirname(posixpath.dirname(run_dir))
+    return posixpath.join(workdir, "code-cache")
 
 
 def log_dir(run_dir: str, attempt: int) -> str:

@@ -150,6 +150,7 @@ class DdptuiApp(App[int]):
     async def action_launch(self) -> None:
         from ddptui.plan.describe import describe_plan
         from ddptui.plan.launch import PlanError
+        from ddptui.run.code import CodeError
         from ddptui.run.control import ControlError
         from ddptui.ui.screens.confirm import ConfirmScreen
         from ddptui.ui.screens.run import RunScreen
@@ -163,7 +164,8 @@ class DdptuiApp(App[int]):
         report = self.report
         try:
             plan = self.control.plan(config, report)
-        except PlanError as error:
+            code = self.control.code(config)
+        except (PlanError, CodeError) as error:
             # A host's facts can make a plan impossible (a workdir it reports as relative):
             # that is said, it does not end the console.
             self._fail(error)
@@ -179,7 +181,7 @@ class DdptuiApp(App[int]):
             f"interface {plain(', '.join(sorted(interfaces)), one_line=True)}\n\n",
             "bold",
         )
-        body.append(describe_plan(plan))
+        body.append(describe_plan(plan, code.describe(listed=5)))
         confirm = ConfirmScreen(
             "launch", body, "launch this run?", field="extra arguments, after [job] args"
         )

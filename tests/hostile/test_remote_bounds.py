@@ -85,11 +85,9 @@ def hostile_host(server: HostileSshServer) -> HostConfig:
 
 
 def test_every_operation_on_a_host_that_never_opens_a_channel_ends_in_time(
-    swallowing: HostileSshServer, tmp_path: Path
+    swallowing: HostileSshServer,
 ) -> None:
     host = hostile_host(swallowing)
-    (tmp_path / "tree").mkdir()
-    (tmp_path / "tree" / "file").write_text("x")
 
     async def scenario() -> list[float]:
         took = []
@@ -99,19 +97,14 @@ def test_every_operation_on_a_host_that_never_opens_a_channel_ends_in_time(
             took.append(time.monotonic() - began)
             assert result.reach is not None and result.reach.reach is Reach.ERROR
             assert "did not open a session within 2 s" in result.stderr
-            for operation in (
-                remote.start_process(host, ["true"]),
-                remote.put_files(host, tmp_path / "tree", "~/x"),  # home expansion
-                remote.put_files(host, tmp_path / "tree", "/abs/x"),  # SFTP
-            ):
-                began = time.monotonic()
-                with pytest.raises(RemoteError, match="within 2 s"):
-                    await operation
-                took.append(time.monotonic() - began)
+            began = time.monotonic()
+            with pytest.raises(RemoteError, match="within 2 s"):
+                await remote.start_process(host, ["true"])
+            took.append(time.monotonic() - began)
         return took
 
     began = time.monotonic()
     took = asyncio.run(scenario())
     assert all(seconds < 2 * CONNECT_TIMEOUT_S for seconds in took), took
-    assert time.monotonic() - began < 6 * CONNECT_TIMEOUT_S
-    assert swallowing.channel_opens >= 4
+    assert time.monotonic() - began < 4 * CONNECT_TIMEOUT_S
+    assert swallowing.channel_opens >= 2

@@ -290,10 +290,8 @@ def test_commands_on_an_unreachable_host_say_why() -> None:
             assert result.exit_status is None
             assert result.reach is not None and result.reach.reach is Reach.REFUSED
             with pytest.raises(HostUnreachable) as raised:
-                await cluster.put_files(host, Path(), "x")
-            assert raised.value.reachability.reach is Reach.REFUSED
-            with pytest.raises(HostUnreachable):
                 await cluster.start_process(host, ["true"])
+            assert raised.value.reachability.reach is Reach.REFUSED
 
     run(scenario())
 
@@ -309,30 +307,6 @@ def test_a_missing_python_is_python_missing(local_ssh_server: LocalSshServer) ->
             assert "/opt/none/bin/python3" in reach.detail
 
     run(scenario())
-
-
-def test_put_files_uploads_a_tree_under_the_remote_home(
-    local_ssh_server: LocalSshServer, tmp_path: Path
-) -> None:
-    source = tmp_path / "trainer"
-    files = {"train.py": "print('hi')\n", "pkg/__init__.py": "", "pkg/deep/data.bin": "\x00\x01"}
-    for name, text in files.items():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        (source / name).write_text(text)
-    (source / "empty").mkdir()
-    host = local_host(local_ssh_server)
-
-    async def scenario() -> None:
-        async with RemoteCluster([host], connect_timeout=5) as cluster:
-            await cluster.put_files(host, source, "~/runs/r1/code")
-            await cluster.put_files(host, source, str(tmp_path / "absolute"))
-
-    run(scenario())
-    for root in (local_ssh_server.home / "runs" / "r1" / "code", tmp_path / "absolute"):
-        assert {
-            p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*") if p.is_file()
-        } == files
-        assert (root / "empty").is_dir()
 
 
 def test_a_started_process_streams_its_lines(local_ssh_server: LocalSshServer) -> None:

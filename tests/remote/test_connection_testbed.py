@@ -208,24 +208,6 @@ def test_closing_a_started_process_hangs_it_up(testbed: TestBed) -> None:
     wait_gone(testbed, "sleep 301.5")
 
 
-def test_put_files_over_sftp(testbed: TestBed, tmp_path: Path) -> None:
-    bed_node = testbed.hosts[3]
-    (tmp_path / "code" / "pkg").mkdir(parents=True)
-    (tmp_path / "code" / "train.py").write_text("print('train')\n")
-    (tmp_path / "code" / "pkg" / "util.py").write_text("X = 1\n")
-    host = bed_host(testbed, bed_node)
-
-    async def scenario() -> None:
-        async with RemoteCluster([host], connect_timeout=TIMEOUT) as cluster:
-            await cluster.put_files(host, tmp_path / "code", "~/runs/r1/code")
-            train = str(bed_node.home / "runs" / "r1" / "code" / "train.py")
-            result = await cluster.run(host, python_argv(host, train), timeout=10)
-            assert result.stdout == "train\n"
-
-    run(scenario())
-    assert (bed_node.home / "runs" / "r1" / "code" / "pkg" / "util.py").read_text() == "X = 1\n"
-
-
 @pytest.fixture(autouse=True)
 def _no_leftover_uploads(testbed: TestBed) -> None:
     # Uploads land in the hosts' homes, which the test bed's restore does not empty.

@@ -343,8 +343,12 @@ def test_one_host_cluster_launches_completes_and_samples_its_gpu(
 
 USER_SCRIPT = """\
 import os, signal, sys, time
+import datautils
 rank = int(os.environ["RANK"])
-print(f"hello from rank {rank} in {os.environ['DDPTUI_RUN_DIR']}", flush=True)
+with open("configs/greeting.txt") as greeting:
+    said = greeting.read().strip()
+where = os.environ["DDPTUI_RUN_DIR"]
+print(f"hello from rank {rank} in {where}: {datautils.NAME}, {said}", flush=True)
 if rank == 1:
     print("user script warning: about to wait", file=sys.stderr, flush=True)
 def leave(*_):
@@ -360,20 +364,37 @@ def test_a_user_script_launches_shows_its_logs_and_stops(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:2]
-    script = tmp_path / "train.py"
-    script.write_text(USER_SCRIPT)
-    job = {"script": str(script), "args": [], "nproc_per_node": 2}
+    # A project as users have them: the script imports its sibling and reads a config file
+    # relative to itself; a data set is in .gitignore. The hosts' sshd offers no SFTP.
+    project = tmp_path / "ddp-series"
+    files = {
+        "multinode.py": USER_SCRIPT,
+        "datautils.py": "NAME = 'datautils here'\n",
+        "configs/greeting.txt": "configs here\n",
+        ".gitignore": "data/\n",
+        "data/train.bin": "x" * 100_000,
+    }
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    job = {"script": str(project / "multinode.py"), "args": [], "nproc_per_node": 2}
+    size = sum(len(text) for name, text in files.items() if not name.startswith("data/"))
     hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
+    planned = cli.run("launch", str(hosts_file), "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert f"uploads 4 file(s), {size:,} bytes from {project}" in planned.stdout, planned.stdout
+    assert "data/" not in planned.stdout
     started = cli.run("launch", str(hosts_file), "--detach")
     assert started.returncode == 0, started.stderr
+    assert f"staging 4 file(s), {size:,} bytes, on 2 host(s)" in started.stderr
     run_id = started.stdout.strip()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         logs = cli.run("logs", run_id)
-        if logs.stdout.count("hello from rank") == 4:
+        if logs.stdout.count("datautils here, configs here") == 4:
             break
         time.sleep(1)
-    assert logs.stdout.count("hello from rank") == 4, logs.stdout
+    assert logs.stdout.count("datautils here, configs here") == 4, logs.stdout
     assert "node0 rank 1 stderr (attempt 1) | user script warning: about to wait" in logs.stdout
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr

@@ -1,6 +1,6 @@
 """A real SSH server inside the test process (asyncssh on 127.0.0.1, a free port).
 
-The fast tier: exec and SFTP over genuine SSH without namespaces or root. Commands run as
+The fast tier: exec over genuine SSH without namespaces or root. Commands run as
 the current user through ``sh -c`` like sshd runs them, but with ``HOME`` and the working
 directory set to a private ``home``, so remote ``~`` paths stay inside the test's tmp dir.
 """
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import os
-import posixpath
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
@@ -22,15 +20,6 @@ from ddptui.demo.sshd import run_session
 from tests.testbed import keys
 
 _T = TypeVar("_T")
-
-
-class _Sftp(asyncssh.SFTPServer):
-    """SFTP on the local filesystem, with relative paths starting in the server's home."""
-
-    home: bytes = b"/"
-
-    def map_path(self, path: bytes) -> bytes:
-        return path if path.startswith(b"/") else posixpath.join(self.home, path)
 
 
 class LocalSshServer:
@@ -97,11 +86,6 @@ class LocalSshServer:
             def connection_lost(self, exc: Exception | None) -> None:
                 server._connections.discard(self._conn)
 
-        def sftp_factory(chan: asyncssh.SSHServerChannel[bytes]) -> _Sftp:
-            sftp = _Sftp(chan)
-            sftp.home = os.fsencode(self.home)
-            return sftp
-
         self._acceptor = await asyncssh.listen(
             self.host,
             0,
@@ -109,7 +93,6 @@ class LocalSshServer:
             server_host_keys=[str(self._host_key)],
             authorized_client_keys=str(self.client_key) + ".pub",
             process_factory=self._run,
-            sftp_factory=sftp_factory,
             encoding=None,
         )
         self.port = self._acceptor.get_port()

@@ -37,6 +37,17 @@ def test_a_script_is_a_path_next_to_the_hosts_file(tmp_path: Path) -> None:
     job = load_config(_write(tmp_path, 'script = "jobs/train.py"\nresume_args = []')).job
     assert job.script == tmp_path / "jobs" / "train.py"
     assert job.resume_args == ()
+    # Its directory goes with every run, and the ranks run it from there.
+    assert (job.code_dir, job.script_target) == (tmp_path / "jobs", "train.py")
+    assert (job.exclude, job.max_upload_mb) == ((), 100.0)
+
+
+def test_dir_holds_the_script_or_the_module(tmp_path: Path) -> None:
+    job = load_config(_write(tmp_path, 'script = "repo/ddp/t.py"\ndir = "repo"')).job
+    assert (job.code_dir, job.script_target) == (tmp_path / "repo", "ddp/t.py")
+    job = load_config(_write(tmp_path, 'module = "pkg.train"\ndir = "repo"')).job
+    assert (job.code_dir, job.script_target) == (tmp_path / "repo", None)
+    assert load_config(_write(tmp_path, 'module = "pkg.train"')).job.code_dir is None
 
 
 @pytest.mark.parametrize(
@@ -47,6 +58,10 @@ def test_a_script_is_a_path_next_to_the_hosts_file(tmp_path: Path) -> None:
         ('module = "a..b"', "[job]: module: expected a Python module name"),
         ("stop_grace_s = 0", "[job]: stop_grace_s: expected a number of seconds > 0"),
         ('resume_args = "--resume"', "[job]: resume_args: expected an array of strings"),
+        ('dir = "."', "[job]: dir is uploaded for a script or a module; set one of them"),
+        ('script = "a/t.py"\ndir = "b"', "[job]: script "),
+        ('exclude = "data/"', "[job]: exclude: expected an array of strings"),
+        ("max_upload_mb = 0", "[job]: max_upload_mb: expected a number of MiB > 0"),
     ],
 )
 def test_bad_job_keys_are_refused_with_the_key_named(

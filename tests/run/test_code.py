@@ -1,0 +1,182 @@
+"""What a run uploads (the job's directory, as git and ``exclude`` leave it) and how: through the
+node agent over plain SSH sessions, only the contents a host's cache lacks, verified."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import HostConfig, JobConfig
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run import agent_client, code
+from ddptui.run.agent_client import NodeError
+from ddptui.run.code import CodeError, job_code
+from tests.remote.hosts import local_host
+from tests.testbed import LocalSshServer
+
+
+def _project(root: Path) -> Path:
+    files = {
+        "multinode.py": "import datautils\n",
+        "datautils.py": "X = 1\n",
+        "configs/base.yaml": "lr: 0.1\n",
+        "pkg/__init__.py": "",
+        "pkg/__pycache__/mod.cpython-311.pyc": "bytecode",
+        ".git/HEAD": "ref: refs/heads/main\n",
+        "data/train.bin": "d" * 1000,
+        "runs/old/log.txt": "old",
+        "notes/keep.md": "keep",
+        "notes/drop.tmp": "drop",
+        ".gitignore": "data/\n*.tmp\n",
+        "notes/.gitignore": "!drop.tmp\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "big-link").symlink_to(root / "data", target_is_directory=True)
+    return root
+
+
+def test_the_scripts_directory_goes_less_what_git_and_exclude_leave_out(tmp_path: Path) -> None:
+    root = _project(tmp_path / "ddp-series")
+    job = JobConfig(script=root / "multinode.py", exclude=("runs/",))
+    tree = job_code(job)
+    assert job.script_target == "multinode.py" and tree.origin == root
+    assert sorted(file.path for file in tree.files) == [
+        ".gitignore",
+        "configs/base.yaml",
+        "datautils.py",
+        "multinode.py",
+        "notes/.gitignore",
+        # A deeper .gitignore takes it back, as git does.
+        "notes/drop.tmp",
+        "notes/keep.md",
+        "pkg/__init__.py",
+    ]
+    datautils = next(file for file in tree.files if file.path == "datautils.py")
+    assert datautils.sha256 == hashlib.sha256(b"X = 1\n").hexdigest() and datautils.size == 6
+
+
+def test_a_script_in_a_subdirectory_of_dir_runs_from_there(tmp_path: Path) -> None:
+    root = _project(tmp_path / "repo" / "ddp-series").parent
+    job = JobConfig(script=root / "ddp-series" / "multinode.py", dir=root)
+    assert job.script_target == "ddp-series/multinode.py"
+    assert "ddp-series/datautils.py" in {file.path for file in job_code(job).files}
+    package = JobConfig(script=root / "ddp-series")
+    assert package.code_dir == root / "ddp-series" and package.script_target == "__main__.py"
+
+
+def test_over_the_size_cap_nothing_is_sent_and_the_largest_files_are_named(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path / "p")
+    (root / "weights.pt").write_bytes(b"w" * 300_000)
+    with pytest.raises(CodeError) as refused:
+        job_code(JobConfig(script=root / "multinode.py", max_upload_mb=0.1))
+    said = str(refused.value)
+    assert "holds 0.3 MiB to upload, over [job] max_upload_mb = 0.1" in said
+    assert "the largest: weights.pt (0.3 MiB), " in said
+    assert "[job] exclude" in said
+
+
+def test_a_home_directory_is_refused_by_its_file_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(code, "MAX_FILES", 5)
+    root = _project(tmp_path / "home")
+    with pytest.raises(CodeError, match="more than 5 files to upload: is it your project's"):
+        job_code(JobConfig(script=root / "multinode.py"))
+
+
+def test_a_missing_script_or_directory_says_which(tmp_path: Path) -> None:
+    with pytest.raises(CodeError, match="is not a file on this machine"):
+        job_code(JobConfig(script=tmp_path / "train.py"))
+    with pytest.raises(CodeError, match=r"\[job\] dir .* is not a directory"):
+        job_code(JobConfig(module="pkg.train", dir=tmp_path / "gone"))
+
+
+def test_the_bundled_trainer_goes_as_its_package() -> None:
+    tree = job_code(JobConfig())
+    paths = {file.path for file in tree.files}
+    assert "trainer/__main__.py" in paths and all(p.startswith("trainer/") for p in paths)
+    assert not any("__pycache__" in p for p in paths)
+
+
+def _cluster(server: LocalSshServer) -> tuple[HostConfig, str, str]:
+    host = local_host(server)
+    workdir = server.home / "work"
+    return host, str(workdir / "code-cache"), str(workdir / "runs" / "r1")
+
+
+def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
+    local_ssh_server: LocalSshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pieces of 64 KiB: a 200 KiB file goes in four calls, as a large file would in 8 MiB ones.
+    monkeypatch.setattr(agent_client, "UPLOAD_PIECE", 64 * 1024)
+    root = _project(tmp_path / "p")
+    (root / "weights.pt").write_bytes(bytes(range(256)) * 800)
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    job = JobConfig(script=root / "multinode.py")
+    host, cache, run_dir = _cluster(local_ssh_server)
+
+    async def scenario() -> list[int]:
+        sent = []
+        async with RemoteCluster([host], connect_timeout=5) as remote:
+            tree = job_code(job)
+            sent.append(await agent_client.upload_code(remote, host, cache, tree))
+            assert not await agent_client.stage(remote, host, cache, run_dir, tree)
+            sent.append(await agent_client.upload_code(remote, host, cache, job_code(job)))
+            (root / "datautils.py").write_text("X = 2\n")
+            changed = job_code(job)
+            sent.append(await agent_client.upload_code(remote, host, cache, changed))
+            second = run_dir.replace("r1", "r2")
+            assert not await agent_client.stage(remote, host, cache, second, changed)
+            # A host that shares the workdir finds the same code there and is done.
+            assert await agent_client.stage(remote, host, cache, second, changed)
+            with pytest.raises(NodeError, match="exists already, with other code"):
+                await agent_client.stage(remote, host, cache, second, tree)
+        return sent
+
+    sent = asyncio.run(scenario())
+    total = sum(file.size for file in job_code(job).files)
+    assert sent == [total, 0, 6]
+    code_dir = Path(run_dir, "code")
+    assert (code_dir / "weights.pt").read_bytes() == (root / "weights.pt").read_bytes()
+    assert (code_dir / "datautils.py").read_text() == "X = 1\n"
+    assert Path(run_dir.replace("r1", "r2"), "code", "datautils.py").read_text() == "X = 2\n"
+    assert (code_dir / "run.sh").stat().st_mode & 0o111
+    assert not (code_dir / "data").exists()
+    assert sorted(p.name for p in Path(run_dir).iterdir()) == ["code"]
+
+
+def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
+    local_ssh_server: LocalSshServer, tmp_path: Path
+) -> None:
+    root = _project(tmp_path / "p")
+    job = JobConfig(script=root / "multinode.py")
+    host, cache, run_dir = _cluster(local_ssh_server)
+    tree = job_code(job)
+    digest = next(file.sha256 for file in tree.files if file.path == "datautils.py")
+
+    async def scenario() -> None:
+        async with RemoteCluster([host], connect_timeout=5) as remote:
+            # What an upload cut short left: longer than the content and wrong.
+            Path(cache).mkdir(parents=True)
+            Path(cache, digest + ".part").write_bytes(b"garbage" * 100)
+            await agent_client.upload_code(remote, host, cache, tree)
+            assert Path(cache, digest).read_bytes() == b"X = 1\n"
+            Path(cache, digest).write_bytes(b"X = 666\n")
+            with pytest.raises(NodeError, match=r"datautils\.py: the cached copy is damaged"):
+                await agent_client.stage(remote, host, cache, run_dir, tree)
+            assert not Path(run_dir, "code").exists()
+            # Forgotten, so the next launch sends it again.
+            assert await agent_client.upload_code(remote, host, cache, tree) == 6
+            await agent_client.stage(remote, host, cache, run_dir, tree)
+
+    asyncio.run(scenario())
+    assert Path(run_dir, "code", "datautils.py").read_text() == "X = 1\n"
+    assert sorted(p.name for p in Path(run_dir).iterdir()) == ["code"]
