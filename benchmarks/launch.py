@@ -14,16 +14,20 @@ Targets, each printed as measured in this one run:
   followed by the run's supervisor with two ``ddptui logs --follow --events`` attached: the
   supervisor < 10% of one core, each viewer < 3%.
 - failure detection: a link cut until the run is recorded failed: target <= 30 s.
+- staging: a 50 MB project uploaded to 3 hosts with empty caches, then staged again unchanged
+  (a relaunch): target <= 0.2x.
 
 Run as root from the repository root: ``.venv/bin/python benchmarks/launch.py`` (about 4
-minutes on 2 cores; ``--only launch|resume|stop|watch|cut``).
+minutes on 2 cores; ``--only launch|resume|stop|watch|cut|staging``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tomli_w
 
+from ddptui.config import Config, load_config
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run.launcher import stage
+from ddptui.run.layout import host_run_dir
+from ddptui.run.store import NodeRecord, RunRecord
 from tests.testbed import TestBed, TestHost, cut_link, restore_link
 
 if sys.version_info >= (3, 11):
@@ -90,7 +99,7 @@ class Bench:
         )
 
     def run_dir(self, host: TestHost, run_id: str) -> Path:
-        return host.workdir / "runs" / run_id
+        return host.workdir / "runs" / run_id / f"node{self.hosts.index(host)}"
 
     def first_steps(
         self, dirs: Sequence[Path], ranks: int, began: float, attempt: int = 1
@@ -142,7 +151,6 @@ class Bench:
     def by_hand(self, run_id: str) -> float:
         """The recorded commands, started with OpenSSH on every host at once, on staged code."""
         record = tomllib.loads((self.store / run_id / "run.toml").read_text())
-        again = f"{run_id}-by-hand"
         launches = []
         began = time.monotonic()
         for host, node in zip(self.hosts, record["nodes"], strict=True):
@@ -164,7 +172,7 @@ class Bench:
                     stderr=subprocess.DEVNULL,
                 )
             )
-        dirs = [host.workdir / "runs" / again for host in self.hosts]
+        dirs = [Path(f"{self.run_dir(host, run_id)}-by-hand") for host in self.hosts]
         took = self.first_steps(dirs, 2 * HOSTS, began)
         for launch in launches:
             launch.kill()
@@ -422,9 +430,50 @@ def bench_cut(bench: Bench) -> None:
     bench.ddptui("stop", run_id, "--kill")
 
 
+def bench_staging(bench: Bench, rounds: int) -> None:
+    section(
+        f"staging a 50 MB project on {HOSTS} hosts: first upload, then unchanged ({rounds} rounds)"
+    )
+    project = bench.work / "project"
+    (project / "data").mkdir(parents=True)
+    for part in range(50):
+        (project / "data" / f"part{part}.bin").write_bytes(os.urandom(1 << 20))
+    (project / "train.py").write_text("print('train')\n")
+    job = {"script": str(project / "train.py"), "max_upload_mb": 100}
+    config = load_config(
+        bench.bed.write_hosts_file(bench.work / "staging.toml", bench.hosts, job=job)
+    )
+    firsts, agains = [], []
+    for round_ in range(rounds):
+        for host in bench.hosts:
+            shutil.rmtree(host.workdir / "code-cache", ignore_errors=True)
+        firsts.append(asyncio.run(_staged(config, f"staging-{round_}-first")))
+        agains.append(asyncio.run(_staged(config, f"staging-{round_}-again")))
+    first, again = statistics.median(firsts), statistics.median(agains)
+    print(f"first upload (empty caches): median {first:6.2f} s  {_each(firsts)}")
+    print(f"unchanged relaunch:          median {again:6.2f} s  {_each(agains)}")
+    print(f"ratio {again / first:.2f} (target <= 0.2)")
+
+
+async def _staged(config: Config, run_id: str) -> float:
+    """Seconds ``launcher.stage`` takes for a record of ``run_id`` on every host of ``config``."""
+    nodes = [
+        NodeRecord(
+            host.name, host.address, rank, 1, host_run_dir(host.workdir, run_id, rank), [], {}
+        )
+        for rank, host in enumerate(config.ordered_hosts)
+    ]
+    record = RunRecord(run_id, time.time(), str(config.path), "script", "gloo", "", 3, [], nodes)
+    async with RemoteCluster.for_config(config) as remote:
+        began = time.monotonic()
+        await stage(remote, config, record, say=lambda line: None)
+        return time.monotonic() - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("launch", "resume", "stop", "watch", "cut"))
+    parser.add_argument("--only", choices=("launch", "resume", "stop", "watch", "cut", "staging"))
+    parser.add_argument("--staging-rounds", type=int, default=3)
     parser.add_argument("--resume-rounds", type=int, default=3)
     parser.add_argument("--watch-seconds", type=float, default=30.0)
     parser.add_argument("--stop-rounds", type=int, default=3)
@@ -435,6 +484,7 @@ def main() -> None:
         "stop": lambda bench: bench_stop(bench, args.stop_rounds),
         "watch": lambda bench: bench_watch(bench, args.watch_seconds),
         "cut": bench_cut,
+        "staging": lambda bench: bench_staging(bench, args.staging_rounds),
     }
     with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:
         bed = TestBed.start(4, Path(tmp) / "bed", prefix=PREFIX)

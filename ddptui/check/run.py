@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from ddptui.aio import wait_for
 from ddptui.check.report import CheckReport, PortTest
-from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER
+from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER, WORKDIR_MARKS
 from ddptui.config.model import AUTO, Config, HostConfig
 from ddptui.health import HostCheck, ProbeFailure, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
@@ -28,6 +29,7 @@ PROBE_TIMEOUT_S = 60.0
 """The probe imports torch (bounded by its own timeout) and lists packages: seconds, not minutes."""
 
 PORT_TEST_CONNECT_TIMEOUT_S = 3.0
+WORKDIR_MARK_TIMEOUT_S = 15.0
 
 STDERR_TAIL_LINES = 5
 
@@ -49,6 +51,7 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
         checks = await asyncio.gather(
             *(_check_host(remote, config, host, notify) for host in hosts)
         )
+        checks = await _find_shared_workdirs(remote, checks)
         checks, port_test = await _test_master_port(remote, config, checks, notify)
     findings = evaluate(config, checks)
     elapsed = time.monotonic() - started
@@ -119,6 +122,36 @@ def _with_stderr(failure: Reachability, stderr: str) -> Reachability:
     if not tail or tail in failure.detail:
         return failure
     return dataclasses.replace(failure, detail=f"{failure.detail}\n{tail}")
+
+
+async def _find_shared_workdirs(
+    remote: RemoteCluster, checks: Sequence[HostCheck]
+) -> list[HostCheck]:
+    """Each probed host's :attr:`~HostCheck.workdir_shared_with`: the hosts whose mark in
+    their workdir it sees. Each step runs on every host before the next starts; a host that
+    fails one shares nothing, as far as the check can tell."""
+    probed = {rank: check for rank, check in enumerate(checks) if check.facts is not None}
+    if len(probed) < 2:
+        return list(checks)
+    token = secrets.token_hex(6)
+
+    async def step(what: str, rank: int) -> CommandResult:
+        host = checks[rank].host
+        argv = python_argv(host, "-c", WORKDIR_MARKS, what, host.workdir, token, str(rank))
+        return await remote.run(host, argv, timeout=WORKDIR_MARK_TIMEOUT_S)
+
+    marked = await asyncio.gather(*(step("mark", rank) for rank in probed))
+    ranks = [rank for rank, result in zip(probed, marked, strict=True) if result.exit_status == 0]
+    listed = await asyncio.gather(*(step("list", rank) for rank in ranks))
+    await asyncio.gather(*(step("unmark", rank) for rank in ranks))
+    seen: dict[int, tuple[str, ...]] = {}
+    for rank, result in zip(ranks, listed, strict=True):
+        others = {int(word) for word in result.stdout.split() if word.isdigit()} - {rank}
+        seen[rank] = tuple(checks[other].host.name for other in sorted(others) if other in ranks)
+    return [
+        dataclasses.replace(check, workdir_shared_with=seen[rank]) if seen.get(rank) else check
+        for rank, check in enumerate(checks)
+    ]
 
 
 async def _test_master_port(

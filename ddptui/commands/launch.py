@@ -24,12 +24,14 @@ def run(args: argparse.Namespace) -> int:
     extra = list(args.passthrough)
     control = RunControl()
 
+    # What is uploaded is known before any host is asked: a cap exceeded fails at once.
+    code = control.code(config)
+
     async def main(started: dict[str, RunRecord]) -> int:
         report = await checked(control, config)
         if not report.healthy and not args.force:
             return refuse(report)
         plan = control.plan(config, report, extra_args=extra, debug=args.debug)
-        code = control.code(config)
         if args.dry_run:
             print(describe_plan(plan, code.describe()))
             return 0

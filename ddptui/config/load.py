@@ -66,6 +66,9 @@ _JOB_FIXED: dict[str, values.Validator] = {
     "on_hang": values.on_hang,
     "exclude": values.patterns,
     "max_upload_mb": values.max_upload_mb,
+    "loss_pattern": values.loss_pattern,
+    "checkpoint_files": values.relative_globs,
+    "memory_per_process_gb": values.memory_per_process_gb,
 }
 _JOB_KEY_ORDER = (
     "nproc_per_node",
@@ -76,6 +79,9 @@ _JOB_KEY_ORDER = (
     "dir",
     "exclude",
     "max_upload_mb",
+    "loss_pattern",
+    "checkpoint_files",
+    "memory_per_process_gb",
     "resume_args",
     "stop_grace_s",
     "hang_timeout_s",

@@ -67,6 +67,9 @@ class JobConfig:
     dir: Path | None = None
     exclude: tuple[str, ...] = ()
     max_upload_mb: float = 100.0
+    loss_pattern: str | None = None
+    checkpoint_files: tuple[str, ...] = ()
+    memory_per_process_gb: float | None = None
     resume_args: tuple[str, ...] = ("--resume", "latest")
     stop_grace_s: float = 60.0
     hang_timeout_s: float | None = None

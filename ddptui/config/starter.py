@@ -223,6 +223,29 @@ _JOB = _Table(
             "Nothing is uploaded above this many MiB: the error names the largest files.",
         ),
         _Key(
+            "memory_per_process_gb",
+            4.0,
+            "Host memory one process needs, for the check (default: about 0.3, a rank that has "
+            "imported torch): it says when a host has too little for nproc_per_node of them.",
+            active=False,
+        ),
+        _Key(
+            "checkpoint_files",
+            ["snapshot.pt", "ckpt/*.pt"],
+            "Checkpoints your script writes where it runs (globs relative to its directory): "
+            "on resume, the newest copy is copied to every host that lacks it. Hosts that share "
+            "the workdir (an NFS home) need none of it.",
+            active=False,
+        ),
+        _Key(
+            "loss_pattern",
+            r"epoch \d+ it (?P<step>\d+): (?P<loss>\S+)",
+            "For a script that writes no step events: how its output says the loss, a regular "
+            "expression with groups named loss and (optionally) step. Without it the common "
+            "shapes are read ({'loss': …}, loss=…, loss: …, step N … loss X).",
+            active=False,
+        ),
+        _Key(
             "resume_args",
             ["--resume", "latest"],
             "Arguments added when a stopped run is resumed.",

@@ -318,6 +318,31 @@ def patterns(value: object) -> tuple[str, ...]:
     return args(value)
 
 
+def relative_globs(value: object) -> tuple[str, ...]:
+    """Globs of files inside a directory: relative, never climbing out of it."""
+    globs = args(value)
+    for position, glob in enumerate(globs):
+        if not glob or glob.startswith(("/", "~")) or ".." in glob.split("/"):
+            raise expected("a glob relative to the script's directory", glob, f"[{position}]")
+    return globs
+
+
+def loss_pattern(value: object) -> str:
+    """A regular expression with a group named ``loss`` (and optionally ``step``)."""
+    text = _string(value, "a regular expression with a group named loss")
+    try:
+        compiled = re.compile(text)
+    except re.error as error:
+        raise Invalid(f"not a regular expression ({error}): {text!r}") from None
+    if "loss" not in compiled.groupindex:
+        raise Invalid(f"no group named loss in {text!r}: write (?P<loss>...) around the number")
+    return text
+
+
+def memory_per_process_gb(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of GB > 0")
+
+
 def max_upload_mb(value: object) -> float:
     return _number(value, 0, inclusive=False, what="a number of MiB > 0")
 

@@ -10,10 +10,17 @@ from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Sever
 from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
+from ddptui.plan.resources import present_gpus, procs_per_node
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import TRUST_ADVICE, Reach
 
 BYTES_PER_GB = 1e9
+RANK_MEMORY_BYTES = 320 * 2**20
+"""What a rank that has imported torch holds at least (the bundled trainer on CPU: 316 MiB
+RSS; a CUDA rank's host memory is larger): a host with less than this per process will swap
+or kill ranks."""
+MEMORY_SHARE = 0.9
+"""Of a host's memory, what its ranks may take: the system and the loader need the rest."""
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
@@ -58,6 +65,9 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
         )
     yield from _torch_findings(host, facts)
     yield from _disk_findings(config, host, facts)
+    yield from _process_findings(config, host, facts)
+    if check.workdir_shared_with:
+        yield _shared_workdir(check, facts)
     if check.clock_offset_s is not None and abs(check.clock_offset_s) > (
         config.cluster.max_clock_skew_s
     ):
@@ -223,6 +233,56 @@ def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
             f"import torch fails on {host.name}: {torch.detail}",
             f"reinstall torch for {python}; the error names the missing piece",
         )
+
+
+def _process_findings(config: Config, host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
+    nproc = procs_per_node(config, host, facts)
+    memory, cpus = facts.memory_total_bytes, facts.cpu_count
+    given = config.job.memory_per_process_gb
+    each = RANK_MEMORY_BYTES if given is None else given * BYTES_PER_GB
+    why = (
+        f"a rank with torch loaded takes about {RANK_MEMORY_BYTES / 2**20:.0f} MiB"
+        if given is None
+        else f"job.memory_per_process_gb = {given:g}"
+    )
+    needed = nproc * each
+    if memory is not NA and memory > 0 and needed > MEMORY_SHARE * memory:
+        yield Finding(
+            Code.NPROC_OVER_MEMORY,
+            Severity.ERROR,
+            host.name,
+            f"{nproc} processes on {host.name} need about {_gb(needed)} GB of memory ({why}), "
+            f"and it has {_gb(memory)} GB",
+            f"lower job.nproc_per_node to {max(1, int(MEMORY_SHARE * memory // each))} or less",
+        )
+    elif cpus is not NA and cpus > 0 and nproc > cpus and not present_gpus(facts):
+        yield Finding(
+            Code.NPROC_OVER_CPUS,
+            Severity.WARNING,
+            host.name,
+            f"{nproc} processes on {host.name}'s {cpus} CPU(s): ranks that compute on the CPU "
+            "take turns for them, and every step waits for the slowest",
+            f"set job.nproc_per_node to {cpus} or less",
+        )
+
+
+def _gb(size: float) -> str:
+    gigabytes = size / BYTES_PER_GB
+    return f"{gigabytes:.1f}" if gigabytes < 10 else f"{gigabytes:.0f}"
+
+
+def _shared_workdir(check: HostCheck, facts: HostFacts) -> Finding:
+    where = facts.disk.path if isinstance(facts.disk.path, str) else check.host.workdir
+    others = len(check.workdir_shared_with)
+    return Finding(
+        Code.WORKDIR_SHARED,
+        Severity.INFO,
+        check.host.name,
+        f"the workdir {where} on {check.host.name} is on storage that {others} other host(s) "
+        "share (an NFS home, say): each node keeps its part of a run in a directory of its own",
+        "nothing to do; checkpoint files your code writes there need no copying between hosts "
+        "that share it",
+    )
 
 
 def _disk_findings(config: Config, host: HostConfig, facts: HostFacts) -> Iterator[Finding]:

@@ -63,6 +63,9 @@ class Code(str, enum.Enum):
     MASTER_PORT_UNREACHABLE = "master_port_unreachable"
     LOW_DISK = "low_disk"
     CLOCK_SKEW = "clock_skew"
+    NPROC_OVER_MEMORY = "nproc_over_memory"
+    NPROC_OVER_CPUS = "nproc_over_cpus"
+    WORKDIR_SHARED = "workdir_shared"
 
 
 @dataclass(frozen=True)
@@ -115,3 +118,5 @@ class HostCheck:
     """Workers only: could it TCP-connect to node 0's test listener; ``None`` = not tested."""
     probe_failure: ProbeFailure | None = None
     """Set when SSH and the interpreter worked but the probe did not produce facts."""
+    workdir_shared_with: tuple[str, ...] = ()
+    """The other hosts that see the files this one writes in its workdir (shared storage)."""

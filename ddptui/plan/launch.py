@@ -139,7 +139,7 @@ def plan_launch(
         host_facts = facts[host.name]
         devices = _visible_devices(host, host_facts, nproc) if backend == "nccl" else None
         ifname = None if lone else _socket_ifname(host, host_facts, config.head.address)
-        run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id)
+        run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id, rank)
         env = _environment(host, backend, devices, ifname, run_dir, debug)
         argv = _torchrun_argv(
             host,

@@ -116,6 +116,27 @@ def hang_lines(hang: Hang, now: float) -> list[Text]:
     return lines
 
 
+LAST_LINES_SHOWN = 8
+"""Ranks whose last line ``status`` shows while none has stepped; the rest are counted."""
+
+
+def last_lines(view: RunView, now: float) -> list[Text]:
+    """Each rank's latest line and its age: what there is to see of a script that writes no
+    step events."""
+    lines = []
+    for rank in view.ranks[:LAST_LINES_SHOWN]:
+        where = f"rank {rank.rank} on {plain(rank.host, one_line=True)}"
+        if rank.last_line is None or rank.last_line_at is None:
+            lines.append(Text(f"{where}: no output yet", "dim"))
+            continue
+        age = max(0.0, now - rank.last_line_at)
+        said = plain(rank.last_line, limit=160, one_line=True)
+        lines.append(Text(f"{where}, {age:.0f} s ago: {said}"))
+    if len(view.ranks) > LAST_LINES_SHOWN:
+        lines.append(Text(f"… and {len(view.ranks) - LAST_LINES_SHOWN} more ranks", "dim"))
+    return lines
+
+
 def status_lines(view: RunView, now: float | None = None) -> list[Text]:
     """Everything ``ddptui status`` prints: state and why, when and what, attempts, nodes,
     progress, a hang, and the first classified errors with their fixes."""
@@ -135,6 +156,8 @@ def status_lines(view: RunView, now: float | None = None) -> list[Text]:
     progress = progress_line(judgement.state, view.progress, stepped=stepped)
     if progress is not None:
         lines.append(Text("  ") + progress)
+    if not stepped and judgement.state is RunState.RUNNING:
+        lines += [Text("  ") + line for line in last_lines(view, now)]
     if judgement.hang is not None:
         lines += [Text("  ") + line for line in hang_lines(judgement.hang, now)]
     for index, diagnosis in enumerate(view.diagnoses[:5]):

@@ -223,6 +223,62 @@ class RemoteCluster:
             return self._lost(host, stdout.text(), stderr.text())
         return CommandResult(process.returncode, stdout.text(), stderr.text())
 
+    async def relay(
+        self,
+        source: HostConfig,
+        source_argv: Sequence[str],
+        target: HostConfig,
+        target_argv: Sequence[str],
+        *,
+        timeout: float,
+    ) -> CommandResult:
+        """Pipe what ``source_argv`` writes on ``source`` into ``target_argv``'s stdin on
+        ``target``, through this machine (the hosts need no way to each other); the target
+        command's result. The whole relay must finish within ``timeout`` seconds; the source's
+        failure is the result's too. Raises :class:`RemoteError` (:class:`HostUnreachable`)."""
+        sending = await self._require(source)
+        receiving = await self._require(target)
+        try:
+            sender = await self._within(
+                sending.create_process(command_line(source_argv), encoding=None),
+                self.connect_timeout,
+                "open a session",
+            )
+            receiver = await self._within(
+                receiving.create_process(command_line(target_argv), encoding=None),
+                self.connect_timeout,
+                "open a session",
+            )
+        except (asyncssh.Error, OSError, _Stalled) as error:
+            reason = failures.remote_reason(str(error))
+            raise RemoteError(f"copying from {source.name} to {target.name}: {reason}") from None
+        stdout, stderr = _Capped(MAX_STDOUT_BYTES, "stdout"), _Capped(MAX_STDERR_BYTES, "stderr")
+
+        async def pipe() -> None:
+            while chunk := await sender.stdout.read(RELAY_CHUNK):
+                receiver.stdin.write(chunk)
+                await receiver.stdin.drain()
+            receiver.stdin.write_eof()
+            await _drain_both(receiver, stdout, stderr)
+            await sender.wait_closed()
+            await receiver.wait_closed()
+
+        try:
+            await wait_for(pipe(), timeout)
+        except asyncio.TimeoutError:
+            raise RemoteError(
+                f"copying from {source.name} to {target.name} took over {timeout:g} s"
+            ) from None
+        except (asyncssh.Error, OSError) as error:
+            reason = failures.remote_reason(str(error))
+            raise RemoteError(f"copying from {source.name} to {target.name}: {reason}") from None
+        finally:
+            sender.close()
+            receiver.close()
+        if sender.returncode != 0:
+            return CommandResult(sender.returncode, "", f"{source.name}: the source failed")
+        return CommandResult(receiver.returncode, stdout.text(), stderr.text())
+
     async def start_process(
         self, host: HostConfig, argv: Sequence[str], *, env: Mapping[str, str] | None = None
     ) -> RemoteProcess:
@@ -441,6 +497,9 @@ def _describe(connection: asyncssh.SSHClientConnection) -> str:
     username = connection.get_extra_info("username")
     server = connection.get_extra_info("server_version")
     return f"connected as {username} ({server})"
+
+
+RELAY_CHUNK = 1 << 20
 
 
 class _Stalled(RemoteError):

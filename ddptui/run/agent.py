@@ -6,8 +6,8 @@ Every command prints JSON: one document, or for ``follow`` one per line.
 
 Commands:
 
-- ``start RUN_DIR ATTEMPT ENV_JSON CMD…``: start CMD detached (its own session and process
-  group, stdio from/to files) with cwd ``RUN_DIR/code``; a small shell wrapper records
+- ``start RUN_DIR CODE_DIR ATTEMPT ENV_JSON CMD…``: start CMD detached (its own session and
+  process group, stdio from/to files) with cwd CODE_DIR; a small shell wrapper records
   torchrun's exit status in ``node/attempt-N.exit``. Prints ``{"pgid": N}``.
 - ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
   ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, and torchrun's exit status.
@@ -27,6 +27,8 @@ Commands:
   directory renamed into place (the code is all there or not at all). A code directory that is
   there already (a host sharing this workdir staged it) is verified instead.
 - ``write PATH``: write the text in :data:`SENT` to PATH, atomically.
+- ``list-files DIR``: for each glob in :data:`SENT` (relative to DIR), the regular files it
+  matches there, ``[path, size, mtime]`` each (at most 1,000 per glob).
 - ``free-port [PORT]``: a TCP port that is free on this host now (PORT itself, or an error).
 - ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
   :data:`SENT` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
@@ -43,6 +45,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -93,7 +96,7 @@ def write_atomic(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
-def start(run_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
+def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
     directory = run_dir / "node"
     directory.mkdir(parents=True, exist_ok=True)
     pgid_file = directory / f"attempt-{attempt}.pgid"
@@ -112,7 +115,7 @@ def start(run_dir: Path, attempt: str, env_json: str, command: list[str]) -> int
     try:
         child = subprocess.Popen(
             ["sh", "-c", WRAPPER, "ddptui-node", str(out), str(exit_file), *command],
-            cwd=str(run_dir / "code"),
+            cwd=str(code_dir),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -302,16 +305,7 @@ def prune(cache: Path) -> None:
 def stage(cache: Path, code_dir: Path) -> int:
     manifest = SENT
     if code_dir.exists():
-        for relative, (digest, _) in sorted(manifest.items()):
-            try:
-                same = sha256_of(code_dir / relative) == digest
-            except OSError:
-                same = False
-            if not same:
-                emit({"error": f"{code_dir} exists already, with other code ({relative})"})
-                return 1
-        emit({"staged": len(manifest), "shared": True})
-        return 0
+        return staged_already(code_dir, manifest)
     stage_dir = code_dir.with_name(".code-" + os.urandom(4).hex())
     placed = False
     try:
@@ -335,12 +329,45 @@ def stage(cache: Path, code_dir: Path) -> int:
             if not code_dir.exists():
                 raise
             # A host sharing this workdir renamed its copy into place first.
-        else:
-            placed = True
+            return staged_already(code_dir, manifest)
+        placed = True
     finally:
         if not placed:
             shutil.rmtree(str(stage_dir), ignore_errors=True)
     emit({"staged": len(manifest)})
+    return 0
+
+
+def list_files(directory: Path) -> int:
+    found = {}
+    for pattern in SENT:
+        matches: list[list[object]] = []
+        for path in sorted(directory.glob(pattern)) if directory.is_dir() else ():
+            if len(matches) >= 1000:
+                break
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                relative = path.relative_to(directory).as_posix()
+                matches.append([relative, info.st_size, info.st_mtime])
+        found[pattern] = matches
+    emit({"files": found})
+    return 0
+
+
+def staged_already(code_dir: Path, manifest: dict[str, Any]) -> int:
+    """A host sharing the workdir staged the run's code: it must be the same code."""
+    for relative, (digest, _) in sorted(manifest.items()):
+        try:
+            same = sha256_of(code_dir / relative) == digest
+        except OSError:
+            same = False
+        if not same:
+            emit({"error": f"{code_dir} exists already, with other code ({relative})"})
+            return 1
+    emit({"staged": len(manifest), "shared": True})
     return 0
 
 
@@ -538,7 +565,7 @@ def main(argv: list[str]) -> int:
         return 2
     command, args = argv[0], argv[1:]
     if command == "start":
-        return start(Path(args[0]), args[1], args[2], args[3:])
+        return start(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
     if command == "status":
         return status(Path(args[0]))
     if command == "signal":
@@ -555,6 +582,8 @@ def main(argv: list[str]) -> int:
         return stage(Path(args[0]), Path(args[1]))
     if command == "write":
         return write(Path(args[0]))
+    if command == "list-files":
+        return list_files(Path(args[0]))
     if command == "free-port":
         return free_port(int(args[0]) if args else 0)
     if command == "follow":

@@ -22,9 +22,10 @@ from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
+from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import MIB, CodeTree
 from ddptui.run.layout import code_dir
-from ddptui.untrusted import count, plain, whole
+from ddptui.untrusted import count, finite, plain, whole
 
 AGENT_SOURCE: str = files("ddptui.run").joinpath("agent.py").read_text(encoding="utf-8")
 _MAIN_GUARD = '\nif __name__ == "__main__":'
@@ -209,8 +210,8 @@ async def _put(
 async def stage(
     remote: RemoteCluster, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree
 ) -> bool:
-    """Lay ``tree`` out in ``run_dir/code`` from the host's cache, verified and renamed into
-    place; True when a host sharing the workdir had staged it already."""
+    """Lay ``tree`` out in the run's code directory from the host's cache, verified and renamed
+    into place; True when a host sharing the workdir had staged it already."""
     manifest = tree.manifest()
     answer = await agent(
         remote,
@@ -224,6 +225,42 @@ async def stage(
     if count(answer.document.get("staged"), len(manifest)) != len(manifest):
         raise answer.garbage()
     return answer.document.get("shared") is True
+
+
+async def list_files(
+    remote: RemoteCluster, host: HostConfig, directory: str, globs: Sequence[str]
+) -> dict[str, dict[str, Held]]:
+    """Glob → path → the file as ``host`` holds it, for the regular files each glob matches in
+    ``directory`` (relative paths inside it only)."""
+    answer = await agent(remote, host, "list-files", directory, sent=list(globs))
+    found = answer.document.get("files")
+    if not isinstance(found, dict):
+        raise answer.garbage()
+    listed: dict[str, dict[str, Held]] = {}
+    for glob in globs:
+        entries = found.get(glob)
+        if not isinstance(entries, list) or len(entries) > MAX_LISTED:
+            raise answer.garbage()
+        listed[glob] = {}
+        for entry in entries:
+            held = _held(entry)
+            if held is None:
+                raise answer.garbage()
+            listed[glob][held[0]] = held[1]
+    return listed
+
+
+def _held(entry: object) -> tuple[str, Held] | None:
+    if not isinstance(entry, list) or len(entry) != 3:
+        return None
+    path, size, mtime = entry
+    if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+        return None
+    size, when = count(size, 1 << 50), finite(mtime)
+    if size is None or when is None:
+        return None
+    # To the millisecond: a copy's mtime is set from this figure, and must read back equal.
+    return path, Held(size, round(when, 3))
 
 
 async def put_record(remote: RemoteCluster, host: HostConfig, run_dir: str, text: str) -> None:
@@ -242,7 +279,16 @@ async def start(
     argv: Sequence[str],
 ) -> int:
     """Start ``argv`` detached on ``host``; its process group id."""
-    answer = await agent(remote, host, "start", run_dir, str(attempt), json.dumps(dict(env)), *argv)
+    answer = await agent(
+        remote,
+        host,
+        "start",
+        run_dir,
+        code_dir(run_dir),
+        str(attempt),
+        json.dumps(dict(env)),
+        *argv,
+    )
     pgid = _pid(answer.document.get("pgid"))
     if pgid is None:
         raise answer.garbage()

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from ddptui.run.gitignore import IgnoreRules
-
 from ddptui.config.model import JobConfig
-from ddptui.errors import DdptuiError
+from ddptui.errors import UsageError
+from ddptui.run.gitignore import IgnoreRules
 
 MIB = 1 << 20
 MAX_FILES = 10_000
@@ -34,8 +33,8 @@ LARGEST_NAMED = 5
 READ_CHUNK = 1 << 20
 
 
-class CodeError(DdptuiError):
-    """The code cannot be uploaded as it is; the message says what to change."""
+class CodeError(UsageError):
+    """The code cannot be uploaded as it is; the message names the key to change."""
 
 
 @dataclass(frozen=True)

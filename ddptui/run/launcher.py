@@ -9,6 +9,7 @@ supervisor or its SSH connections.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -17,13 +18,24 @@ from ddptui.config.model import AUTO, Config
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import LaunchPlan, torchrun_flag
 from ddptui.probe.facts import NA, HostFacts
-from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.commands import python_argv
+from ddptui.remote.connection import RemoteCluster, RemoteError
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_client import NodeError
-from ddptui.run.code import CodeError, job_code, mib
-from ddptui.run.layout import code_cache_dir, log_dir
+from ddptui.run.checkpoints import (
+    LIKELY_CHECKPOINTS,
+    RECEIVE,
+    SEND,
+    Copy,
+    copies,
+    only_on_node_0,
+    unmatched,
+)
+from ddptui.run.code import MIB, CodeError, job_code, mib
+from ddptui.run.layout import code_cache_dir, code_dir, log_dir
 from ddptui.run.stopper import StopReport, live, terminate
 from ddptui.run.store import NodeRecord, RunRecord, RunState
+from ddptui.untrusted import plain
 
 Say = Callable[[str], None]
 """Progress for people: one short line per step (hosts staged, nodes started…)."""
@@ -76,6 +88,7 @@ def new_record(
             for node in plan.nodes
         ],
         demo=demo,
+        loss_pattern=config.job.loss_pattern,
     )
     record.transition(RunState.STAGING, f"uploading the code to {len(plan.nodes)} host(s)")
     return record
@@ -111,7 +124,7 @@ async def stage(remote: RemoteCluster, config: Config, record: RunRecord, *, say
     if unchanged:
         line += f"; {', '.join(unchanged)} had every file already"
     if shared:
-        line += f"; {', '.join(sorted(shared))} share a workdir with another host"
+        line += f"; {', '.join(sorted(shared))} found it staged by a host sharing the workdir"
     say(line)
 
 
@@ -158,6 +171,86 @@ async def end_leftovers(
             raise LaunchError(
                 "what earlier attempts left could not be ended: " + "; ".join(report.lines())
             )
+
+
+COPY_RATE = 20 * MIB
+"""Bytes a second a checkpoint copy through this machine is given at least, over a minute."""
+
+
+async def carry_checkpoints(
+    remote: RemoteCluster, config: Config, record: RunRecord, *, say: Say
+) -> None:
+    """Before a resume of a user's script: copy ``[job] checkpoint_files`` to every node that
+    lacks the newest copy (and say what was copied), or, without the key, warn when node 0
+    holds checkpoint-like files that some node lacks. :class:`LaunchError` when a glob of the
+    key matches nothing on any node, a node cannot list, or a copy fails."""
+    if record.entry == "trainer":
+        return
+    globs = config.job.checkpoint_files or LIKELY_CHECKPOINTS
+    listed = await asyncio.gather(
+        *(
+            nodes.list_files(remote, config.host(node.host), code_dir(node.run_dir), globs)
+            for node in record.nodes
+        ),
+        return_exceptions=True,
+    )
+    failed = _failures(record.nodes, listed)
+    if failed:
+        raise LaunchError(f"cannot look for checkpoint files: {'; '.join(failed.values())}")
+    matched = {
+        node.node_rank: found
+        for node, found in zip(record.nodes, listed, strict=True)
+        if isinstance(found, dict)
+    }
+    held = {
+        rank: {path: file for files in found.values() for path, file in files.items()}
+        for rank, found in matched.items()
+    }
+    if not config.job.checkpoint_files:
+        alone = only_on_node_0(held)
+        if alone:
+            named = ", ".join(alone[:3]) + (f" and {len(alone) - 3} more" if len(alone) > 3 else "")
+            say(
+                f"warning: {named} exist(s) on node 0 only: the other ranks would start from "
+                f'scratch. Set [job] checkpoint_files = ["{alone[0]}"] to copy it on resume'
+            )
+        return
+    missing = unmatched(globs, matched)
+    if missing:
+        raise LaunchError(
+            f"[job] checkpoint_files: {missing[0]!r} matches no file on any node, so there is "
+            "nothing to resume from; check the name (relative to the script's directory)"
+        )
+    by_rank = {node.node_rank: node for node in record.nodes}
+    for copy in copies(held):
+        source = by_rank[copy.source]
+        for target in (by_rank[rank] for rank in copy.targets):
+            await _copy(remote, config, copy, source, target)
+        targets = ", ".join(f"{by_rank[rank].host}" for rank in copy.targets)
+        say(f"copied {copy.path} ({mib(copy.held.size)}) from {source.host} to {targets}")
+
+
+async def _copy(
+    remote: RemoteCluster, config: Config, copy: Copy, source: NodeRecord, target: NodeRecord
+) -> None:
+    origin = posixpath.join(code_dir(source.run_dir), copy.path)
+    destination = posixpath.join(code_dir(target.run_dir), copy.path)
+    sending, receiving = config.host(source.host), config.host(target.host)
+    try:
+        result = await remote.relay(
+            sending,
+            python_argv(sending, "-c", SEND, origin),
+            receiving,
+            python_argv(
+                receiving, "-c", RECEIVE, destination, str(copy.held.size), str(copy.held.mtime)
+            ),
+            timeout=60.0 + copy.held.size / COPY_RATE,
+        )
+    except RemoteError as error:
+        raise LaunchError(f"copying {copy.path}: {error}") from None
+    if result.exit_status != 0:
+        why = plain(result.stdout.strip() or result.stderr.strip(), limit=300, one_line=True)
+        raise LaunchError(f"copying {copy.path} from {source.host} to {target.host} failed: {why}")
 
 
 async def start_attempt(

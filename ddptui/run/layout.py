@@ -6,9 +6,10 @@ hosts alone and cannot import this module: it keeps its own copy of the patterns
 ``tests/run/test_layout.py`` keeps the two in step.
 
 On a host, ``<workdir>/code-cache/<sha256>``: every file of code staged there, by content, so
-that a relaunch sends only what changed; and ``<workdir>/runs/<run id>/``::
+that a relaunch sends only what changed; ``<workdir>/runs/<run id>/code/``, the staged code
+(verified, renamed into place), which hosts sharing the workdir (an NFS home) share; and each
+node's part of the run in ``<workdir>/runs/<run id>/node<N>/``, its own even then::
 
-    code/                     staged code, verified, renamed into place
     run.toml                  the run record as the head wrote it at launch
     events/rank{R}.jsonl      every rank's events, all attempts appended
     checkpoints/              node 0: the trainer's checkpoints and manifests
@@ -117,13 +118,23 @@ class HostFiles:
         return named if named.local is None or named.local < len(self.ranks) else None
 
 
+NODE_DIR = re.compile(r"node\d+", re.ASCII)
+
+
 def code_dir(run_dir: str) -> str:
+    """The run's staged code, the ranks' working directory: beside the node directories
+    (``runs/<run id>/code``), so that hosts sharing the workdir share it, and what a rank writes
+    there every node reads; inside the run directory of a run from before node directories."""
+    parent, name = posixpath.split(run_dir)
+    if NODE_DIR.fullmatch(name):
+        return posixpath.join(parent, "code")
     return posixpath.join(run_dir, "code")
 
 
 def code_cache_dir(run_dir: str) -> str:
-    """The cache of code contents in the workdir that holds ``run_dir``."""
-    workdir = posixpath.dirname(posixpath.dirname(run_dir))
+    """The cache of code contents in the workdir that holds ``run_dir`` (a
+    :func:`host_run_dir`), shared by its runs and by the hosts that share the workdir."""
+    workdir = posixpath.dirname(posixpath.dirname(posixpath.dirname(run_dir)))
     return posixpath.join(workdir, "code-cache")
 
 
@@ -132,8 +143,10 @@ def log_dir(run_dir: str, attempt: int) -> str:
     return posixpath.join(run_dir, "logs", f"attempt-{attempt}")
 
 
-def host_run_dir(workdir: str, run_id: str) -> str:
-    return posixpath.join(workdir, "runs", run_id)
+def host_run_dir(workdir: str, run_id: str, node_rank: int) -> str:
+    """Node ``node_rank``'s directory of the run: a directory of its own, so that hosts sharing
+    a workdir never write each other's files."""
+    return posixpath.join(workdir, "runs", run_id, f"node{node_rank}")
 
 
 @dataclass(frozen=True)

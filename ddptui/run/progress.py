@@ -19,6 +19,7 @@ Times are the ranks' own (the events' ``time``): pass ``now`` on the same clock.
 from __future__ import annotations
 
 import enum
+import math
 import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -34,6 +35,7 @@ from .events import (
     StepEvent,
     StopRequestedEvent,
 )
+from .logloss import LoggedLoss
 
 STALL_MIN_S: Final = 60.0
 STALL_STEP_TIMES: Final = 10.0
@@ -143,8 +145,11 @@ class ProgressSummary:
         """One human line, e.g. ``step 120/400  loss 0.031 / 0.034 / 0.040  2,310 samples/s
         slowest rank 3 (0.052 s)  peak mem 1,204 MiB``."""
         parts = []
+        running = self.states.get(RankState.RUNNING, 0)
         if self.states.get(RankState.STARTING, 0) == self.ranks:
             parts.append(f"starting ({self.started} of {self.world_size or '?'} ranks started)")
+        elif running and self.step is None:
+            parts.append(f"{running} rank(s) running, no step events yet (docs/events.md)")
         if self.step is not None:
             parts.append(f"step {self.step}" + (f"/{self.total_steps}" if self.total_steps else ""))
         losses = (self.loss_min, self.loss_median, self.loss_max)
@@ -188,7 +193,9 @@ def _record_loss(progress: RankProgress, step: int, loss: float) -> None:
 
 def _restart(progress: RankProgress, event: StartEvent) -> None:
     """A new attempt (a resume) starts from its checkpoint's step."""
-    progress.state = RankState.STARTING
+    if progress.state is not RankState.RUNNING:
+        # Running already when its process was seen: a rank never goes back to starting.
+        progress.state = RankState.STARTING
     progress.started_at = event.time
     progress.total_steps = event.total_steps
     progress.step = event.start_step
@@ -241,6 +248,29 @@ class RunProgress:
         if known is None and len(self._ranks) < MAX_RANKS:
             known = self._ranks[rank] = RankProgress(rank, node_rank, local_rank, host)
         return known
+
+    def process_running(self, rank: int) -> None:
+        """A process of ``rank`` runs in this attempt: the rank runs, whether or not it writes
+        events (a user's script may write none)."""
+        progress = self._ranks.get(rank)
+        if progress is not None and progress.state is RankState.STARTING:
+            progress.state = RankState.RUNNING
+
+    def logged(self, rank: int, logged: LoggedLoss) -> None:
+        """A loss ``rank``'s output printed (a script without step events): its step is the one
+        printed with it, else the rank's next. Stalls and hangs are judged from events alone,
+        so it moves no step clock."""
+        progress = self._ranks.get(rank)
+        if progress is None:
+            return
+        step = logged.step if logged.step is not None else (progress.step or 0) + 1
+        finite = math.isfinite(logged.loss)
+        progress.step = step
+        progress.loss, progress.nonfinite = (logged.loss if finite else None), not finite
+        if finite:
+            _record_loss(progress, step, logged.loss)
+        if progress.state is RankState.STARTING:
+            progress.state = RankState.RUNNING
 
     def apply(self, host: str, event: RankEvent) -> None:
         """Take one event of the rank that ran on ``host``."""

@@ -47,6 +47,7 @@ from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.layout import HostFiles
+from ddptui.run.logloss import LossReader
 from ddptui.run.progress import RankProgress, RankState, RunProgress
 from ddptui.run.store import RunRecord, RunState
 from ddptui.untrusted import whole
@@ -223,6 +224,8 @@ class RankLog:
     rank: int
     stream: str
     text: str
+    at: float
+    """When it arrived (the watch's wall clock)."""
 
 
 class RunWatch:
@@ -250,6 +253,7 @@ class RunWatch:
         self.events = EventReader()
         self._starts: dict[int, int] = {}
         """Rank → start events seen: the attempt its latest events belong to."""
+        self._losses = LossReader(record.loss_pattern)
         self.lines = 0
         self.refused = 0
         """Lines, events and heartbeat ranks a host sent of ranks or files not its own."""
@@ -294,6 +298,9 @@ class RunWatch:
             if node is not None:
                 node.alive = update.groups.get(self.attempt)
                 node.sample = self._own_sample(node, update.sample)
+                if node.alive:
+                    for rank in node.sample.get("ranks") or ():
+                        self.progress.process_running(rank)
                 # The wrapper records torchrun's exit status as it ends; a group gone for two
                 # heartbeats with none was killed whole (kill -9 -PGID, the OOM killer).
                 node.gone_beats = node.gone_beats + 1 if node.alive is False else 0
@@ -342,8 +349,13 @@ class RunWatch:
             rank = node.base_rank + named.local
             stream = named.stream or "error.json"
             self.logs.setdefault(rank, deque(maxlen=LOG_TAIL_LINES)).append(
-                RankLog(rank, stream, line.text[:LOG_LINE_CHARS])
+                RankLog(rank, stream, line.text[:LOG_LINE_CHARS], self._wall())
             )
+            if rank not in self._starts:
+                # A rank that writes no events: its loss as its output says it, if it does.
+                logged = self._losses.read(line.text)
+                if logged is not None:
+                    self.progress.logged(rank, logged)
             self.diagnoser.feed(
                 LogLine(line.host, node.node_rank, rank, stream, self._wall(), line.text)
             )

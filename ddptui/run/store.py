@@ -151,6 +151,8 @@ class RunRecord:
     attempts: list[Attempt] = field(default_factory=list)
     states: list[StateChange] = field(default_factory=list)
     demo: bool = False
+    loss_pattern: str | None = None
+    """``[job] loss_pattern``: how the ranks' output says their loss."""
 
     @property
     def state(self) -> RunState:
@@ -232,6 +234,8 @@ class RunRecord:
                 for change in self.states
             ],
         }
+        if self.loss_pattern is not None:
+            document["loss_pattern"] = self.loss_pattern
         return tomli_w.dumps(document)
 
     @classmethod
@@ -251,6 +255,7 @@ class RunRecord:
                 world_size=int(data["world_size"]),
                 args=[str(arg) for arg in data.get("args", [])],
                 demo=bool(data.get("demo", False)),
+                loss_pattern=_optional_str(data, "loss_pattern"),
                 nodes=[
                     NodeRecord(
                         host=_str(node, "host"),
@@ -293,6 +298,10 @@ def _str(data: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{key} is not a string")
     return value
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    return None if data.get(key) is None else _str(data, key)
 
 
 def _float(data: Mapping[str, Any], key: str) -> float:

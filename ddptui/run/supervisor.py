@@ -70,6 +70,8 @@ FAILED_GRACE_S = 5.0
 VIEWER_BACKLOG = 1024
 """Messages (other than lines and heartbeats) a viewer may fall behind by before it is hung
 up on; it can attach again from where it was, since the lines come from the journal."""
+SAID_KEPT = 64
+"""Lines of the job in progress replayed to a viewer that attaches during it."""
 INBOX = 10000
 INBOX_BYTES = 16 * 1024 * 1024
 """What the updates of every host waiting to be judged may hold: a line keeps up to 16,384
@@ -146,6 +148,8 @@ class Supervisor:
         self.queued: list[Job] = []
         """The jobs waiting in :attr:`jobs`, in order."""
         self.current: Job | None = None
+        self.said_in_job: deque[bytes] = deque(maxlen=SAID_KEPT)
+        """What the job in progress has said, for viewers that attach while it goes on."""
         self.viewers: set[Viewer] = set()
         self.watch: RunWatch | None = None
         self.judgement = Judgement.of_record(record)
@@ -221,6 +225,7 @@ class Supervisor:
                 continue
             self.queued.remove(job)
             self.current = job
+            self.said_in_job.clear()
             # Connections of their own for each job: one left from before a host's link was
             # cut would be tried (and time out) before a new one is opened.
             self.remote = self._connections()
@@ -233,6 +238,7 @@ class Supervisor:
                 self._reply(job, False, f"{job.op} failed in the supervisor: {error}")
             finally:
                 self.current = None
+                self.said_in_job.clear()
                 await self.remote.close()
 
     async def _do(self, job: Job) -> None:
@@ -318,6 +324,7 @@ class Supervisor:
         number = record.attempt.number + 1 if record.attempts else 1
         try:
             await launcher.end_leftovers(self.remote, self.config, record, say=self._say)
+            await launcher.carry_checkpoints(self.remote, self.config, record, say=self._say)
             port = await launcher.master_port(self.remote, self.config, record)
         except LaunchError as error:
             self._reply(job, False, f"cannot resume: {error}")
@@ -707,6 +714,10 @@ class Supervisor:
                         break
                     viewer.position = item.position
                     viewer.attached = True
+                    # What the job in progress said before this viewer came (a launch's
+                    # staging, said while its command was still connecting).
+                    for said in self.said_in_job:
+                        viewer.push(self.journal.end, said)
                     sender = asyncio.create_task(self._send(viewer))
                 elif isinstance(item, Request) and viewer.attached:
                     self._request(viewer, item)
@@ -774,7 +785,10 @@ class Supervisor:
 
     def _say(self, line: str) -> None:
         log.info("%s", line)
-        self._broadcast(protocol.message(Said(line)))
+        said = protocol.message(Said(line))
+        if self.current is not None:
+            self.said_in_job.append(said)
+        self._broadcast(said)
 
     def _reply(
         self, job: Job, ok: bool, message: str, data: dict[str, object] | None = None

@@ -9,14 +9,14 @@ the hosts directly for a finished run), and read back from its document on the o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.run.diagnose import Category, Diagnosis
 from ddptui.run.follow import sample_of
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
-from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.state import Judgement, RankLog, RunWatch
 from ddptui.run.store import RunRecord
 
 
@@ -48,6 +48,10 @@ class RankView:
     rss_mib: float | None
     stalled: bool
     straggler: bool
+    last_line: str | None = None
+    """The rank's latest line of output (raw: sanitise to show)."""
+    last_line_at: float | None = None
+    """When it arrived (wall clock)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class RunView:
                     rss_mib=_finite(rank.rss_mib),
                     stalled=rank.stalled,
                     straggler=rank.straggler,
+                    **_last_line(watch.logs.get(rank.rank)),
                 )
                 for rank in watch.progress.ranks
             ),
@@ -221,6 +226,12 @@ class RunView:
 
 
 _ERROR_KEYS = ("category", "message", "cause", "fix", "ranks", "hosts", "count")
+
+
+def _last_line(lines: Sequence[RankLog] | None) -> dict[str, Any]:
+    if not lines:
+        return {}
+    return {"last_line": lines[-1].text, "last_line_at": lines[-1].at}
 
 
 def _finite(value: float | None) -> float | None:

@@ -94,6 +94,28 @@ def test_healthy_test_bed_passes(
     assert all(h["probe_failure"] is None for h in hosts)
     assert all(abs(h["clock_offset_s"]) < 2 for h in hosts)
     assert sorted(_hosts_with(report, "socket_ifname_chosen")) == [h.name for h in testbed.hosts]
+    # Each host of the bed has a workdir of its own.
+    assert _hosts_with(report, "workdir_shared") == []
+
+
+def test_hosts_that_share_their_workdir_are_told_apart_from_those_that_do_not(
+    testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bed's hosts share one filesystem: one path is one directory for all, as an NFS
+    # home is; the check finds that out from marks, not from the path.
+    nfs = {"workdir": str(tmp_path / "nfs-home" / "ddptui-runs")}
+    node1, node3 = testbed.hosts[1], testbed.hosts[3]
+    overrides = {node1.name: nfs, node3.name: nfs}
+    exit_code, report = _check(testbed, tmp_path, capsys, host_overrides=overrides)
+    assert exit_code == 0, report["findings"]
+    assert _hosts_with(report, "workdir_shared") == [node1.name, node3.name]
+    finding = _finding(report, "workdir_shared", node1.name)
+    assert (
+        f"{nfs['workdir']} on {node1.name} is on storage that 1 other host(s)"
+        in (finding["message"])
+    )
+    # The marks are gone again.
+    assert [p.name for p in Path(nfs["workdir"]).iterdir()] == []
 
 
 def test_auto_master_port_is_still_tested_from_every_worker(

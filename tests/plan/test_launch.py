@@ -52,7 +52,7 @@ def test_node_0_comes_first_and_every_host_gets_static_rendezvous() -> None:
     assert plan.backend == "nccl"
     assert plan.world_size == 4
     head, worker = plan.nodes
-    assert head.run_dir == f"/home/gpu-b/runs/runs/{RUN}"
+    assert head.run_dir == f"/home/gpu-b/runs/runs/{RUN}/node0"
     argv = list(worker.argv)
     assert argv[:3] == ["python3", "-m", "torch.distributed.run"]
     for flag in (
@@ -62,12 +62,12 @@ def test_node_0_comes_first_and_every_host_gets_static_rendezvous() -> None:
         "--master-addr=10.0.0.2",
         "--master-port=29500",
         "--max-restarts=0",
-        f"--log-dir=/home/gpu-a/runs/runs/{RUN}/logs/attempt-1",
+        f"--log-dir=/home/gpu-a/runs/runs/{RUN}/node1/logs/attempt-1",
         "--redirects=3",
     ):
         assert flag in argv
     assert argv[argv.index("-m", 3) + 1] == "trainer"
-    assert f"--run-dir=/home/gpu-a/runs/runs/{RUN}" in argv
+    assert f"--run-dir=/home/gpu-a/runs/runs/{RUN}/node1" in argv
     assert head.env["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_DISABLE" not in worker.env
 
 

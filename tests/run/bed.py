@@ -72,6 +72,7 @@ def write_hosts(
     *,
     cluster: Mapping[str, object] = {},
     job: Mapping[str, object] = {},
+    host_overrides: Mapping[str, Mapping[str, object]] = {},
 ) -> Path:
     """A hosts file for 3 hosts (or ``hosts``) of one trainer process each, unless ``job``
     says otherwise: on 2 cores, each process more slows every launch by seconds."""
@@ -80,6 +81,7 @@ def write_hosts(
         bed.hosts[:3] if hosts is None else hosts,
         cluster=cluster,
         job={"nproc_per_node": 1, "args": SMALL, **job},
+        host_overrides=host_overrides,
     )
 
 
@@ -90,7 +92,10 @@ def run_id_in(output: str) -> str:
 
 
 def host_run_dir(host: TestHost, run_id: str) -> Path:
-    return host.workdir / "runs" / run_id
+    """The host's node directory of the run (each test bed host has a workdir of its own)."""
+    nodes = list((host.workdir / "runs" / run_id).glob("node*"))
+    assert len(nodes) == 1, nodes
+    return nodes[0]
 
 
 def steps_of(
@@ -125,7 +130,11 @@ def wait_for_step(
 def run_processes(hosts: Sequence[TestHost], run_id: str) -> list[str]:
     """Processes of the run still alive on the hosts (the bed shares one PID namespace), found
     by the run directory every one of them inherits in its environment."""
-    marks = {f"DDPTUI_RUN_DIR={host_run_dir(host, run_id)}".encode(): host.name for host in hosts}
+    marks = {
+        f"DDPTUI_RUN_DIR={node}".encode(): host.name
+        for host in hosts
+        for node in (host.workdir / "runs" / run_id).glob("node*")
+    }
     alive = []
     for entry in Path("/proc").iterdir():
         try:

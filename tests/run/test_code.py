@@ -14,6 +14,7 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client, code
 from ddptui.run.agent_client import NodeError
 from ddptui.run.code import CodeError, job_code
+from ddptui.run.layout import code_dir
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
 
@@ -108,7 +109,7 @@ def test_the_bundled_trainer_goes_as_its_package() -> None:
 def _cluster(server: LocalSshServer) -> tuple[HostConfig, str, str]:
     host = local_host(server)
     workdir = server.home / "work"
-    return host, str(workdir / "code-cache"), str(workdir / "runs" / "r1")
+    return host, str(workdir / "code-cache"), str(workdir / "runs" / "r1" / "node0")
 
 
 def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
@@ -135,7 +136,8 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
             sent.append(await agent_client.upload_code(remote, host, cache, changed))
             second = run_dir.replace("r1", "r2")
             assert not await agent_client.stage(remote, host, cache, second, changed)
-            # A host that shares the workdir finds the same code there and is done.
+            # A host that shares the workdir finds the same code there and is done; other code
+            # is never put in its place.
             assert await agent_client.stage(remote, host, cache, second, changed)
             with pytest.raises(NodeError, match="exists already, with other code"):
                 await agent_client.stage(remote, host, cache, second, tree)
@@ -144,13 +146,13 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
     sent = asyncio.run(scenario())
     total = sum(file.size for file in job_code(job).files)
     assert sent == [total, 0, 6]
-    code_dir = Path(run_dir, "code")
-    assert (code_dir / "weights.pt").read_bytes() == (root / "weights.pt").read_bytes()
-    assert (code_dir / "datautils.py").read_text() == "X = 1\n"
-    assert Path(run_dir.replace("r1", "r2"), "code", "datautils.py").read_text() == "X = 2\n"
-    assert (code_dir / "run.sh").stat().st_mode & 0o111
-    assert not (code_dir / "data").exists()
-    assert sorted(p.name for p in Path(run_dir).iterdir()) == ["code"]
+    code = Path(code_dir(run_dir))
+    assert (code / "weights.pt").read_bytes() == (root / "weights.pt").read_bytes()
+    assert (code / "datautils.py").read_text() == "X = 1\n"
+    assert Path(code_dir(run_dir.replace("r1", "r2")), "datautils.py").read_text() == "X = 2\n"
+    assert (code / "run.sh").stat().st_mode & 0o111
+    assert not (code / "data").exists()
+    assert sorted(p.name for p in code.parent.iterdir()) == ["code"]
 
 
 def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
@@ -172,11 +174,11 @@ def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
             Path(cache, digest).write_bytes(b"X = 666\n")
             with pytest.raises(NodeError, match=r"datautils\.py: the cached copy is damaged"):
                 await agent_client.stage(remote, host, cache, run_dir, tree)
-            assert not Path(run_dir, "code").exists()
+            assert not Path(code_dir(run_dir)).exists()
             # Forgotten, so the next launch sends it again.
             assert await agent_client.upload_code(remote, host, cache, tree) == 6
             await agent_client.stage(remote, host, cache, run_dir, tree)
 
     asyncio.run(scenario())
-    assert Path(run_dir, "code", "datautils.py").read_text() == "X = 1\n"
-    assert sorted(p.name for p in Path(run_dir).iterdir()) == ["code"]
+    assert Path(code_dir(run_dir), "datautils.py").read_text() == "X = 1\n"
+    assert sorted(p.name for p in Path(code_dir(run_dir)).parent.iterdir()) == ["code"]

@@ -12,7 +12,7 @@ def test_the_agent_follows_and_counts_the_files_the_layout_names() -> None:
 
 
 def test_every_file_the_watch_reads_is_one_the_agent_streams() -> None:
-    run_dir = "/w/runs/20261201-120000-abcd"
+    run_dir = "/w/runs/20261201-120000-abcd/node3"
     log_dir = layout.log_dir(run_dir, 3).removeprefix(run_dir + "/")
     paths = {
         layout.EVENTS: "events/rank12.jsonl",
@@ -26,5 +26,8 @@ def test_every_file_the_watch_reads_is_one_the_agent_streams() -> None:
         assert agent.FOLLOWED.match(path), path
     assert not agent.FOLLOWED.match("node/attempt-3.pgid")
     assert agent.ATTEMPT_FILE.match("attempt-3.pgid") and agent.ATTEMPT_FILE.match("attempt-3.exit")
-    assert layout.code_dir(run_dir) == f"{run_dir}/code"
-    assert layout.host_run_dir("/w", "20261201-120000-abcd") == run_dir
+    # Beside the node directories: hosts that share the workdir share the code and its cwd.
+    assert layout.code_dir(run_dir) == "/w/runs/20261201-120000-abcd/code"
+    assert layout.code_dir("/w/runs/20261130-120000-abcd") == "/w/runs/20261130-120000-abcd/code"
+    assert layout.host_run_dir("/w", "20261201-120000-abcd", 3) == run_dir
+    assert layout.code_cache_dir(run_dir) == "/w/code-cache"

@@ -286,7 +286,7 @@ def test_hostile_values_never_run_as_shell_on_any_host(
     done = cli.run("launch", str(hosts_file), "--headless")
     assert done.returncode == 0, done.stderr
     run_id = run_id_in(done.stderr)
-    assert (workdir / "runs" / run_id / "events" / "rank1.jsonl").is_file()
+    assert (workdir / "runs" / run_id / "node1" / "events" / "rank1.jsonl").is_file()
     # Trainer arguments reach argparse untouched: payloads there are refused, not run (all at
     # once: each passes through every command line the same way).
     refused = cli.run("launch", str(hosts_file), "--headless", "--", "--data", *payloads)
@@ -344,62 +344,165 @@ def test_one_host_cluster_launches_completes_and_samples_its_gpu(
 USER_SCRIPT = """\
 import os, signal, sys, time
 import datautils
+from pkg.greet import GREETING
 rank = int(os.environ["RANK"])
 with open("configs/greeting.txt") as greeting:
     said = greeting.read().strip()
-where = os.environ["DDPTUI_RUN_DIR"]
-print(f"hello from rank {rank} in {where}: {datautils.NAME}, {said}", flush=True)
+print(f"hello from rank {rank}: {datautils.NAME}, {GREETING}, {said}", flush=True)
 if rank == 1:
     print("user script warning: about to wait", file=sys.stderr, flush=True)
 def leave(*_):
     print(f"rank {rank} got SIGTERM", flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, leave)
+step = 0
 while True:
+    step += 1
+    # What Hugging Face's Trainer prints, and no step events.
+    print({"loss": round(1 / step + rank / 100, 4), "epoch": step / 10}, flush=True)
     time.sleep(0.2)
 """
+GREETING = "datautils here, package here, configs here"
+PROJECT = {
+    "multinode.py": USER_SCRIPT,
+    "datautils.py": "NAME = 'datautils here'\n",
+    "pkg/__init__.py": "",
+    "pkg/greet.py": "GREETING = 'package here'\n",
+    "pkg/main.py": (
+        "import datautils\nfrom pkg.greet import GREETING\n"
+        "print(f'module run: {datautils.NAME}, {GREETING}', flush=True)\n"
+    ),
+    "configs/greeting.txt": "configs here\n",
+    ".gitignore": "data/\n",
+    "data/train.bin": "x" * 100_000,
+}
 
 
-def test_a_user_script_launches_shows_its_logs_and_stops(
+def test_a_user_project_on_a_shared_workdir_launches_stops_and_resumes(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
-    hosts = testbed.hosts[:2]
-    # A project as users have them: the script imports its sibling and reads a config file
-    # relative to itself; a data set is in .gitignore. The hosts' sshd offers no SFTP.
+    hosts = testbed.hosts[:3]
+    # A project as users have them: the script imports its sibling and a package and reads a
+    # config file relative to itself; a data set is in .gitignore. The hosts' sshd offers no
+    # SFTP, and they share their workdir, as hosts with an NFS home do.
+    shared = {"workdir": str(tmp_path / "nfs-home" / "ddptui-runs")}
     project = tmp_path / "ddp-series"
-    files = {
-        "multinode.py": USER_SCRIPT,
-        "datautils.py": "NAME = 'datautils here'\n",
-        "configs/greeting.txt": "configs here\n",
-        ".gitignore": "data/\n",
-        "data/train.bin": "x" * 100_000,
-    }
-    for name, text in files.items():
+    for name, text in PROJECT.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    job = {"script": str(project / "multinode.py"), "args": [], "nproc_per_node": 2}
-    size = sum(len(text) for name, text in files.items() if not name.startswith("data/"))
-    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
+    uploaded = {name: text for name, text in PROJECT.items() if not name.startswith("data/")}
+    size = sum(len(text.encode()) for text in uploaded.values())
+    overrides = {host.name: shared for host in hosts}
+    job = {"script": str(project / "multinode.py"), "args": []}
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job, host_overrides=overrides)
+    checked = cli.run("check", str(hosts_file), "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert sorted(_hosts_with_code(checked.stdout)) == [host.name for host in hosts]
     planned = cli.run("launch", str(hosts_file), "--dry-run")
     assert planned.returncode == 0, planned.stderr
-    assert f"uploads 4 file(s), {size:,} bytes from {project}" in planned.stdout, planned.stdout
+    summary = f"uploads {len(uploaded)} file(s), {size:,} bytes from {project}"
+    assert summary in planned.stdout, planned.stdout
     assert "data/" not in planned.stdout
     started = cli.run("launch", str(hosts_file), "--detach")
     assert started.returncode == 0, started.stderr
-    assert f"staging 4 file(s), {size:,} bytes, on 2 host(s)" in started.stderr
+    assert f"staging {len(uploaded)} file(s), {size:,} bytes, on 3 host(s)" in started.stderr
+    # Staged once for the hosts sharing the workdir: the others found it in place.
+    assert "found it staged by a host sharing the workdir" in started.stderr
     run_id = started.stdout.strip()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        logs = cli.run("logs", run_id)
-        if logs.stdout.count("datautils here, configs here") == 4:
-            break
-        time.sleep(1)
-    assert logs.stdout.count("datautils here, configs here") == 4, logs.stdout
-    assert "node0 rank 1 stderr (attempt 1) | user script warning: about to wait" in logs.stdout
+    logs = _wait_for_greetings(cli, run_id, 3)
+    assert "node1 rank 1 stderr (attempt 1) | user script warning: about to wait" in logs
+    # Per-rank loss from what the script prints.
+    status = json.loads(cli.run("status", run_id, "--json").stdout)
+    assert all(rank["loss"] is not None and rank["state"] == "running" for rank in status["ranks"])
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
     assert "SIGTERM to" in stopped.stderr
     assert not run_processes(hosts, run_id)
-    after = cli.run("logs", run_id, "--rank", "3")
-    assert "rank 3 got SIGTERM" in after.stdout
-    assert "rank 0" not in after.stdout
+    after = cli.run("logs", run_id, "--rank", "2")
+    assert "rank 2 got SIGTERM" in after.stdout
+    assert "rank 0:" not in after.stdout
+    # One code directory, each node's files its own although the directory is shared:
+    # attempt 2 starts.
+    runs = tmp_path / "nfs-home" / "ddptui-runs" / "runs" / run_id
+    assert sorted(path.name for path in runs.iterdir()) == ["code", "node0", "node1", "node2"]
+    resumed = cli.run("resume", run_id, "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "node2 rank 2 stdout (attempt 2) | hello" in _wait_for_greetings(cli, run_id, 6)
+    assert cli.run("stop", run_id).returncode == 0
+    assert not run_processes(hosts, run_id)
+    # The same project's package as a module: run from the uploaded directory.
+    job = {"module": "pkg.main", "dir": str(project), "args": []}
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job, host_overrides=overrides)
+    done = cli.run("launch", str(hosts_file), "--headless")
+    assert done.returncode == 0, done.stderr
+    module_logs = cli.run("logs", run_id_in(done.stderr)).stdout
+    assert module_logs.count("module run: datautils here, package here") == 3, module_logs
+
+
+def _hosts_with_code(report: str, code: str = "workdir_shared") -> list[str]:
+    return [f["host"] for f in json.loads(report)["findings"] if f["code"] == code]
+
+
+def _wait_for_greetings(cli: Cli, run_id: str, count: int) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = cli.run("logs", run_id).stdout
+        if logs.count(GREETING) == count:
+            return logs
+        time.sleep(1)
+    raise AssertionError(f"not {count} greetings in the logs:\n{logs}")
+
+
+SNAPSHOT_SCRIPT = """\
+import os, signal, sys, time
+rank = int(os.environ["RANK"])
+# The pattern of the DDP tutorials: rank 0 saves a snapshot where it runs; every rank loads it
+# if it is there.
+epoch = int(open("snapshot.pt").read()) + 1 if os.path.exists("snapshot.pt") else 0
+print(f"rank {rank} first epoch {epoch}", flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    if rank == 0:
+        with open("snapshot.tmp", "w") as snapshot:
+            snapshot.write(str(epoch))
+        os.replace("snapshot.tmp", "snapshot.pt")
+    print(f"rank {rank} epoch {epoch} loss {1 / (epoch + 1):.4f}", flush=True)
+    epoch += 1
+    time.sleep(0.3)
+"""
+
+
+def test_rank_0_s_snapshot_reaches_every_node_on_resume_with_checkpoint_files(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    script = tmp_path / "snapshots" / "train.py"
+    script.parent.mkdir()
+    script.write_text(SNAPSHOT_SCRIPT)
+    job = {"script": str(script), "args": [], "checkpoint_files": ["snapshot.pt"]}
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
+    started = cli.run("launch", str(hosts_file), "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    _wait_for_lines(cli, run_id, "rank 0 epoch 3 ")
+    assert cli.run("stop", run_id).returncode == 0
+    node0 = json.loads(cli.run("status", run_id, "--json").stdout)["nodes"][0]
+    saved = int((Path(node0["run_dir"]).parent / "code" / "snapshot.pt").read_text())
+    resumed = cli.run("resume", run_id, "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    size = len(str(saved))
+    assert f"copied snapshot.pt ({size} bytes) from {hosts[0].name} to " in resumed.stderr
+    logs = _wait_for_lines(cli, run_id, "first epoch", count=6)
+    firsts = re.findall(r"\(attempt 2\) \| rank (\d) first epoch (\d+)", logs)
+    assert sorted(firsts) == [(str(rank), str(saved + 1)) for rank in range(3)], logs
+    assert cli.run("stop", run_id).returncode == 0
+
+
+def _wait_for_lines(cli: Cli, run_id: str, text: str, count: int = 1) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = cli.run("logs", run_id).stdout
+        if logs.count(text) >= count:
+            return logs
+        time.sleep(1)
+    raise AssertionError(f"not {count} of {text!r} in the logs:\n{logs}")

@@ -8,7 +8,7 @@ import pytest
 
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.state import RunWatch, Steps
-from ddptui.run.store import RunState
+from ddptui.run.store import RunRecord, RunState
 from tests.run.bed import two_host_record
 
 _record = two_host_record
@@ -431,3 +431,45 @@ def test_a_watch_that_reads_only_the_latest_steps_says_the_same_once_it_looks() 
     assert [d.category.value for d in none.diagnoser.diagnoses()] == [
         d.category.value for d in every.diagnoser.diagnoses()
     ]
+
+
+def test_a_script_without_events_runs_from_its_processes_and_shows_its_last_lines() -> None:
+    from ddptui.present.status import status_lines
+    from ddptui.run.view import RunView
+
+    clock = _Clock()
+    watch = RunWatch(_record(), clock, clock)
+    record = watch.record
+    for state in (RunState.STAGING, RunState.STARTING, RunState.RUNNING):
+        record.transition(state, state.value, 0.0)
+    assert "starting (0 of 4 ranks started)" in watch.progress.format_line()
+    # Their processes run: the ranks run, whatever they write.
+    watch.apply(_beat("a", clock, {0: ("S", 90.0), 1: ("R", 99.0)}))
+    watch.apply(_beat("b", clock, {2: ("R", 98.0), 3: ("R", 97.0)}))
+    assert [rank.state.value for rank in watch.progress.ranks] == ["running"] * 4
+    assert watch.progress.format_line() == "4 rank(s) running, no step events yet (docs/events.md)"
+    watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/stdout.log", 10, "epoch 3 \x1b[2J"))
+    clock.now += 12
+    view = RunView.of(record, watch, watch.judgement(record))
+    lines = [line.plain for line in status_lines(view, now=clock.now)]
+    assert "  rank 3 on b, 12 s ago: epoch 3 \\x1b[2J" in lines
+    assert "  rank 0 on a: no output yet" in lines
+    # The loss as the script prints it, without a line of code for ddptui.
+    watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/stdout.log", 20, "step 7 loss 0.25"))
+    watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/0/stdout.log", 30, "{'loss': 0.5}"))
+    assert [(r.step, r.loss) for r in watch.progress.ranks[2:]] == [(1, 0.5), (7, 0.25)]
+    assert watch.progress.format_line().startswith("step 1  loss 0.25 / 0.375 / 0.5")
+    # A rank that writes events later says it started, and runs on: never back to starting.
+    watch.apply(FileLine("a", "events/rank0.jsonl", 1, _event("start", 0, start_step=0)))
+    assert watch.progress.ranks[0].state.value == "running"
+    watch.apply(_step("a", 0, 5))
+    assert "no step events" not in watch.progress.format_line()
+
+
+def test_a_run_s_own_loss_pattern_reads_its_output() -> None:
+    record = _record()
+    record.loss_pattern = r"obj\[(?P<step>\d+)\]=(?P<loss>\S+)"
+    watch = RunWatch(record)
+    watch.apply(FileLine("a", "logs/attempt-1/x_y/attempt_0/1/stderr.log", 1, "obj[12]=0.5"))
+    assert (watch.progress.ranks[1].step, watch.progress.ranks[1].loss) == (12, 0.5)
+    assert RunRecord.from_toml(record.to_toml()).loss_pattern == record.loss_pattern

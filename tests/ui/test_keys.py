@@ -12,6 +12,7 @@ from textual.widgets import DataTable, RichLog, Static
 
 from ddptui.run.diagnose import marks_error
 from ddptui.run.follow import FileLine, HostBack, HostSilent
+from ddptui.run.state import RunWatch
 from ddptui.run.store import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
@@ -362,3 +363,28 @@ async def _test_a_rank_without_log_lines_says_so() -> None:
         assert _log_lines(screen) == ["rank 0: no log line yet · enter on a rank shows its log"]
         await pilot.press("slash", *"warn", "enter")
         assert _log_lines(screen) == ["rank 0: no log line holds 'warn' · / changes it"]
+
+
+def test_a_script_that_prints_its_loss_has_it_charted_without_events() -> None:
+    asyncio.run(_test_a_script_that_prints_its_loss_has_it_charted_without_events())
+
+
+async def _test_a_script_that_prints_its_loss_has_it_charted_without_events() -> None:
+    from tests.run.bed import two_host_record
+
+    watch = RunWatch(two_host_record())
+    for step in range(1, 60):
+        for rank in range(4):
+            log = f"logs/attempt-1/x_y/attempt_0/{rank % 2}/stdout.log"
+            line = f"{{'loss': {1 / step + rank / 50:.4f}, 'epoch': {step / 10}}}"
+            watch.apply(FileLine("ab"[rank // 2], log, step, line))
+    screen = RunScreen(watch.record, watch=watch)
+    app = DdptuiApp(first_screen=screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.7)
+        table = screen.query_one("#ranks", DataTable)
+        assert [str(table.get_row_at(row)[3]) for row in range(4)] == [
+            "0.0169", "0.0369", "0.0569", "0.0769"
+        ]  # fmt: skip
+        braille = [ch for ch in app.export_screenshot() if "\u2801" <= ch <= "\u28ff"]
+        assert len(braille) > 40

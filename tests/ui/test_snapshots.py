@@ -37,6 +37,12 @@ def _utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 SnapCompare = Callable[..., bool]
 
 
+async def _laid_out(pilot: Pilot[None]) -> None:
+    """Until the run screen has fitted its rank table to the terminal: a redraw after the
+    layout that sized it, which a loaded machine may not have reached yet."""
+    await pilot.pause(0.5)
+
+
 def _health() -> Screen[None]:
     report = scenes.health_report()
     return HealthScreen(report.config, report)
@@ -71,12 +77,13 @@ def test_health_busy_gpu_host_selected(snap_compare: SnapCompare) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_run_with_the_nccl_error(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
-    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size)
+    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size, run_before=_laid_out)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_run_gpus_and_linear_loss(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
-    assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size, press=["g", "y"])
+    app = DdptuiApp(first_screen=_run())
+    assert snap_compare(app, terminal_size=size, press=["g", "y"], run_before=_laid_out)
 
 
 def test_run_log_filtered(snap_compare: SnapCompare) -> None:

@@ -62,6 +62,10 @@ def test_dir_holds_the_script_or_the_module(tmp_path: Path) -> None:
         ('script = "a/t.py"\ndir = "b"', "[job]: script "),
         ('exclude = "data/"', "[job]: exclude: expected an array of strings"),
         ("max_upload_mb = 0", "[job]: max_upload_mb: expected a number of MiB > 0"),
+        ("loss_pattern = 'loss (.*'", "[job]: loss_pattern: not a regular expression"),
+        ("checkpoint_files = ['/abs.pt']", "[job]: checkpoint_files[0]: expected a glob relative"),
+        ("checkpoint_files = ['../up.pt']", "[job]: checkpoint_files[0]: expected a glob relative"),
+        ("loss_pattern = 'loss ([0-9.]+)'", "[job]: loss_pattern: no group named loss"),
     ],
 )
 def test_bad_job_keys_are_refused_with_the_key_named(
@@ -118,3 +122,25 @@ def test_bad_hang_keys_are_one_line_and_exit_2(
     assert main(["config", str(path)]) == 2
 
     assert capsys.readouterr() == ("", f"ddptui config: {path}: {message}\n")
+
+
+@pytest.mark.parametrize(
+    ("job", "message"),
+    [
+        ('script = "p/train.py"\nmax_upload_mb = 0.01', "over [job] max_upload_mb = 0.01"),
+        ('module = "pkg.train"\ndir = "gone"', "[job] dir "),
+        ('script = "p/gone.py"', "[job] script "),
+        ("loss_pattern = '(?P<los>x)'", "[job]: loss_pattern: no group named loss"),
+    ],
+)
+def test_a_launch_that_cannot_upload_is_one_line_and_exit_2_before_any_host_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job: str, message: str
+) -> None:
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "train.py").write_text("print('train')\n")
+    (tmp_path / "p" / "weights.pt").write_bytes(b"w" * 100_000)
+    # A host that cannot be reached: asking it would take the connect timeout, and fail.
+    path = _write(tmp_path, job)
+    assert main(["launch", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and message in err, err

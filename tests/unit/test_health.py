@@ -103,6 +103,7 @@ class Scenario:
         default_factory=lambda: {A: None, B: True, C: True}
     )
     probe_failures: dict[str, ProbeFailure] = field(default_factory=dict)
+    shared_workdirs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     job: JobConfig = field(default_factory=JobConfig)
 
@@ -119,6 +120,7 @@ class Scenario:
                 self.offsets[name],
                 self.port_reachable[name],
                 self.probe_failures.get(name),
+                self.shared_workdirs.get(name, ()),
             )
             for name, host in self.hosts.items()
         ]
@@ -230,6 +232,12 @@ def _probe_crashed(s: Scenario) -> None:
     s.probe_failures[C] = ProbeFailure(
         "it exited with an error", 1, 'File "<stdin>", line 9\nSyntaxError: bad'
     )
+
+
+def _cpu_host_with_more_processes_than_cpus(s: Scenario) -> None:
+    s.part(C, "gpus", devices=())
+    s.edit(C, cpu_count=2)
+    s.job = JobConfig(nproc_per_node=4)
 
 
 @dataclass(frozen=True)
@@ -508,6 +516,39 @@ CASES = [
         Severity.WARNING,
         lambda s: s.offsets.update({C: -7.5}),
         "-7.5 s",
+    ),
+    Case(
+        Code.NPROC_OVER_MEMORY,
+        B,
+        Severity.ERROR,
+        lambda s: s.edit(B, memory_total_bytes=512 * 2**20),
+        "2 processes on gpu-b need about 0.7 GB of memory (a rank with torch loaded takes about "
+        "320 MiB), and it has 0.5 GB / lower job.nproc_per_node to 1 or less",
+    ),
+    Case(
+        Code.NPROC_OVER_MEMORY,
+        A,
+        Severity.ERROR,
+        lambda s: (
+            setattr(s, "job", JobConfig(memory_per_process_gb=40.0)),
+            s.edit(A, memory_total_bytes=64 * 10**9),
+        ),
+        "2 processes on gpu-a need about 80 GB of memory (job.memory_per_process_gb = 40), and "
+        "it has 64 GB / lower job.nproc_per_node to 1 or less",
+    ),
+    Case(
+        Code.NPROC_OVER_CPUS,
+        C,
+        Severity.WARNING,
+        _cpu_host_with_more_processes_than_cpus,
+        "4 processes on gpu-c's 2 CPU(s)",
+    ),
+    Case(
+        Code.WORKDIR_SHARED,
+        C,
+        Severity.INFO,
+        lambda s: s.shared_workdirs.update({C: (A,)}),
+        "the workdir /w on gpu-c is on storage that 1 other host(s) share",
     ),
 ]
 

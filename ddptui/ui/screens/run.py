@@ -120,9 +120,11 @@ class RunScreen(Screen[None]):
         elif self.control is not None:
             self._read_back(self.control)
 
-    def on_resize(self) -> None:
+    def on_rank_table_resized(self) -> None:
         self._table_due = 0.0
         self.dirty = True
+        # After the layout that resized it: redrawn within it, the new columns come out cut.
+        self.call_after_refresh(self._redraw)
 
     def on_unmount(self) -> None:
         if self.attachment is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
+from textual.message import Message
 from textual.widgets import DataTable
 
 CELL_RENDERS = 1024
@@ -16,6 +18,12 @@ LINES = 256
 
 
 class RankTable(DataTable[Any]):
+    class Resized(Message):
+        """The table's size changed: which columns fit whole may have too."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.post_message(self.Resized())
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Textual's own caches, sized down; a Textual without them renders the same, uncapped.

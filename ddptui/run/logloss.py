@@ -1,0 +1,66 @@
+"""Per-rank loss from what a script prints, for scripts that write no step events.
+
+The shapes training code commonly prints are recognised: Hugging Face Trainer's
+``{'loss': 0.123, …}``, Lightning's and tqdm's ``loss=0.123`` (``train_loss`` too), ``loss:
+0.123`` and ``step 12 … loss 0.123``; ``[job] loss_pattern`` (a regular expression with the named
+groups ``loss`` and, optionally, ``step``) reads the rest. A line is cut to
+:data:`MAX_LINE_CHARS` before any pattern sees it, and the built-in patterns have no nested
+repetition, so reading a host's line costs time in proportion to at most that many characters.
+A line without a step counts as the rank's next one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_LINE_CHARS = 1000
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
+_LOSS_PATTERNS = (
+    # {'loss': 0.1234, 'grad_norm': …} (Hugging Face Trainer's log dictionary).
+    re.compile(rf"""['"](?:train_)?loss['"]\s*:\s*(?P<loss>{_NUMBER})""", re.IGNORECASE | re.ASCII),
+    # loss=0.123 (Lightning, tqdm's postfix); loss: 0.123; loss 0.123. One way to read the
+    # blanks around "=": "\s*[=:]?\s*" would try every split of a long run of them.
+    re.compile(rf"\b(?:train_)?loss\s*(?:[=:]\s*)?(?P<loss>{_NUMBER})\b", re.IGNORECASE | re.ASCII),
+)
+_STEP = re.compile(
+    r"\b(?:step|iter(?:ation)?)\s*(?:[=:]\s*)?(?P<step>\d{1,12})\b", re.IGNORECASE | re.ASCII
+)
+
+
+@dataclass(frozen=True)
+class LoggedLoss:
+    step: int | None
+    """The step the line names; None when it names none."""
+    loss: float
+    """May be NaN or infinite, as the script printed it."""
+
+
+class LossReader:
+    """Reads a loss (and a step, where there is one) from a line of a rank's output."""
+
+    def __init__(self, pattern: str | None = None) -> None:
+        """``pattern``: the user's ``loss_pattern`` (checked by the hosts file's loader), tried
+        before the built-in ones."""
+        self._own = re.compile(pattern) if pattern else None
+
+    def read(self, line: str) -> LoggedLoss | None:
+        text = line[:MAX_LINE_CHARS]
+        if self._own is not None:
+            found = self._own.search(text)
+            if found is not None:
+                return _logged(found.groupdict().get("step"), found.group("loss"))
+        for pattern in _LOSS_PATTERNS:
+            found = pattern.search(text)
+            if found is not None:
+                step = _STEP.search(text)
+                return _logged(step.group("step") if step else None, found.group("loss"))
+        return None
+
+
+def _logged(step: str | None, loss: str) -> LoggedLoss | None:
+    try:
+        value = float(loss)
+    except ValueError:
+        return None
+    return LoggedLoss(int(step) if step is not None and step.isdigit() else None, value)

@@ -1,0 +1,112 @@
+"""Checkpoints a user's script writes where it runs, carried to every node on resume."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import ClusterConfig, Config, JobConfig
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run.checkpoints import Copy, Held, copies, only_on_node_0, unmatched
+from ddptui.run.launcher import LaunchError, carry_checkpoints
+from ddptui.run.layout import code_dir, host_run_dir
+from ddptui.run.store import NodeRecord, RunRecord
+from tests.remote.hosts import local_host
+from tests.testbed import LocalSshServer
+
+OLD, NEW = Held(10, 100.0), Held(12, 200.0)
+
+
+def test_the_newest_copy_goes_to_every_node_without_it_node_0_first_on_a_tie() -> None:
+    listings = {0: {"snapshot.pt": OLD}, 1: {}, 2: {"snapshot.pt": NEW}, 3: {"snapshot.pt": NEW}}
+    assert copies(listings) == [Copy("snapshot.pt", 2, (0, 1), NEW)]
+    tie = {0: {"a.pt": NEW}, 1: {"a.pt": Held(99, 200.0)}, 2: {"a.pt": NEW}}
+    assert copies(tie) == [Copy("a.pt", 0, (1,), NEW)]
+    # Hosts that share the directory list the same file: nothing to copy.
+    assert copies({0: {"a.pt": NEW}, 1: {"a.pt": NEW}}) == []
+
+
+def test_files_only_node_0_holds_and_globs_that_match_nothing_are_named() -> None:
+    assert only_on_node_0({0: {"snapshot.pt": NEW, "b.pt": OLD}, 1: {"b.pt": OLD}}) == [
+        "snapshot.pt"
+    ]
+    matched = {0: {"*.pt": {"a.pt": NEW}, "ckpt/*": {}}, 1: {"*.pt": {}, "ckpt/*": {}}}
+    assert unmatched(["*.pt", "ckpt/*"], matched) == ["ckpt/*"]
+
+
+def _cluster(server: LocalSshServer, job: JobConfig) -> tuple[Config, RunRecord]:
+    hosts = tuple(local_host(server, name=name) for name in ("a", "b", "c"))
+    config = Config(server.home / "hosts.toml", ClusterConfig(), hosts, job)
+    nodes = [
+        NodeRecord(host.name, host.address, rank, 1, run_dir, [], {})
+        for rank, host in enumerate(hosts)
+        # A workdir of each host's own, although one server plays all three.
+        for run_dir in [host_run_dir(str(server.home / host.name), "r1", rank)]
+    ]
+    return config, RunRecord("r1", 0.0, "", "script", "gloo", "", 3, [], nodes)
+
+
+def _carry(config: Config, record: RunRecord) -> list[str]:
+    """What carrying the run's checkpoints over said."""
+    said: list[str] = []
+
+    async def carry() -> None:
+        async with RemoteCluster.for_config(config) as remote:
+            await carry_checkpoints(remote, config, record, say=said.append)
+
+    asyncio.run(carry())
+    return said
+
+
+def _write(record: RunRecord, rank: int, name: str, data: bytes, mtime: float) -> Path:
+    path = Path(code_dir(record.nodes[rank].run_dir), name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_resume_copies_the_newest_snapshot_checksummed_and_says_so(
+    local_ssh_server: LocalSshServer,
+) -> None:
+    job = JobConfig(script=Path("t.py"), checkpoint_files=("snapshot.pt", "ckpt/*.pt"))
+    config, record = _cluster(local_ssh_server, job)
+    snapshot = os.urandom(3 << 20)
+    _write(record, 0, "snapshot.pt", snapshot, 1_700_000_000.25)
+    _write(record, 1, "snapshot.pt", b"older", 1_600_000_000.0)
+    _write(record, 2, "ckpt/epoch3.pt", b"epoch 3", 1_700_000_100.0)
+    assert _carry(config, record) == [
+        "copied ckpt/epoch3.pt (7 bytes) from c to a, b",
+        "copied snapshot.pt (3.0 MiB) from a to b, c",
+    ]
+    for node in record.nodes:
+        code = Path(code_dir(node.run_dir))
+        assert (code / "snapshot.pt").read_bytes() == snapshot
+        assert (code / "snapshot.pt").stat().st_mtime == pytest.approx(1_700_000_000.25)
+        assert (code / "ckpt" / "epoch3.pt").read_bytes() == b"epoch 3"
+        assert not list(code.rglob("*.part"))
+    assert _carry(config, record) == []
+
+
+def test_without_the_key_a_snapshot_on_node_0_alone_is_warned_of(
+    local_ssh_server: LocalSshServer,
+) -> None:
+    config, record = _cluster(local_ssh_server, JobConfig(script=Path("t.py")))
+    _write(record, 0, "snapshot.pt", b"s", 1_700_000_000.0)
+    assert _carry(config, record) == [
+        "warning: snapshot.pt exist(s) on node 0 only: the other ranks would start from scratch."
+        ' Set [job] checkpoint_files = ["snapshot.pt"] to copy it on resume'
+    ]
+    assert not Path(code_dir(record.nodes[1].run_dir), "snapshot.pt").exists()
+
+
+def test_a_glob_that_matches_nothing_anywhere_stops_the_resume(
+    local_ssh_server: LocalSshServer,
+) -> None:
+    job = JobConfig(script=Path("t.py"), checkpoint_files=("snapshot.pt",))
+    config, record = _cluster(local_ssh_server, job)
+    with pytest.raises(LaunchError, match=r"\[job\] checkpoint_files: 'snapshot.pt' matches no"):
+        _carry(config, record)
