@@ -10,6 +10,7 @@ answer, when the host answered something else), never any other exception.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import posixpath
@@ -174,14 +175,22 @@ async def upload_code(
     pending = sent = 0
     for digest in missing:
         file = contents[digest]
+        read = hashlib.sha256()
         try:
             with file.source.open("rb") as handle:
                 offset = 0
                 while True:
                     room = UPLOAD_PIECE - pending
                     data = handle.read(room)
+                    read.update(data)
                     # A short read is the end: the last piece says the size, which ends it.
                     end = len(data) < room
+                    if end and read.hexdigest() != digest:
+                        # The host would refuse it as damaged: say what happened instead.
+                        raise NodeError(
+                            f"{file.source} changed while it was uploaded (a log, or a file "
+                            "being written?): leave it out with [job] exclude or .gitignore"
+                        )
                     encoded = base64.b64encode(data).decode("ascii")
                     offset += len(data)
                     pieces.append([digest, offset - len(data), encoded, offset if end else None])

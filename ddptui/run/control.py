@@ -25,7 +25,7 @@ from ddptui.aio import QueueReader, wait_for
 from ddptui.check import CheckReport, check_cluster
 from ddptui.check.run import Progress
 from ddptui.config import Config, load_config
-from ddptui.errors import DdptuiError
+from ddptui.errors import DdptuiError, UsageError
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.run import protocol
 from ddptui.run.code import CodeTree, job_code
@@ -73,6 +73,10 @@ READ_BYTES = 256 * 1024
 
 class ControlError(DdptuiError):
     """A request could not be made or was refused; the message says why."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _quiet(line: str) -> None:
@@ -408,7 +412,10 @@ class RunControl:
         try:
             reply = await attachment.ask("resume", debug=debug)
             if not reply.ok:
-                raise ControlError(plain(reply.message))
+                # 2 when the hosts file needs a change (checkpoint_files naming nothing there).
+                usage = reply.data.get("exit_code") == UsageError.exit_code
+                code = UsageError.exit_code if usage else DdptuiError.exit_code
+                raise ControlError(plain(reply.message), code)
         except BaseException:
             await attachment.close()
             raise

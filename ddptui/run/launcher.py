@@ -45,6 +45,12 @@ class LaunchError(DdptuiError):
     """The attempt could not start; nothing of it is left running."""
 
 
+class CheckpointFilesError(LaunchError):
+    """``[job] checkpoint_files`` names what no node holds: the hosts file needs a change."""
+
+    exit_code = 2
+
+
 def versions(facts: HostFacts | None) -> dict[str, str]:
     """What the check learnt of a host's stack, for the run record."""
     if facts is None:
@@ -217,7 +223,7 @@ async def carry_checkpoints(
         return
     missing = unmatched(globs, matched)
     if missing:
-        raise LaunchError(
+        raise CheckpointFilesError(
             f"[job] checkpoint_files: {missing[0]!r} matches no file on any node, so there is "
             "nothing to resume from; check the name (relative to the script's directory)"
         )

@@ -327,7 +327,7 @@ class Supervisor:
             await launcher.carry_checkpoints(self.remote, self.config, record, say=self._say)
             port = await launcher.master_port(self.remote, self.config, record)
         except LaunchError as error:
-            self._reply(job, False, f"cannot resume: {error}")
+            self._reply(job, False, f"cannot resume: {error}", {"exit_code": error.exit_code})
             return
         started = await self._start(
             job,

@@ -28,7 +28,7 @@ from tests.demo.user import DemoUser, demo_user, why_unusable
 
 pytestmark = pytest.mark.slow
 
-EVENTS = "ddptui-demo-*/demo-*/ddptui-runs/runs/*/events/rank*.jsonl"
+EVENTS = "ddptui-demo-*/demo-*/ddptui-runs/runs/*/node*/events/rank*.jsonl"
 NODES, PROCS = 2, 2
 STEPS = 600
 """Enough for the loss to fall by half on every rank; the default takes a minute."""

@@ -154,7 +154,9 @@ def test_a_hostile_node_s_run_is_followed_shown_and_judged_safely(
     cli: Cli,
 ) -> None:
     hosts = testbed.hosts[:2]
-    script = tmp_path / "train.py"
+    # A directory of its own: the script's directory is uploaded with it.
+    script = tmp_path / "job" / "train.py"
+    script.parent.mkdir()
     script.write_text(HOSTILE_SCRIPT)
     job = {"script": str(script), "args": [], "nproc_per_node": 2}
     hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)

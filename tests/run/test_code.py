@@ -182,3 +182,20 @@ def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
     asyncio.run(scenario())
     assert Path(code_dir(run_dir), "datautils.py").read_text() == "X = 1\n"
     assert sorted(p.name for p in Path(code_dir(run_dir)).parent.iterdir()) == ["code"]
+
+
+def test_a_file_that_changes_while_it_is_uploaded_is_named(
+    local_ssh_server: LocalSshServer, tmp_path: Path
+) -> None:
+    root = _project(tmp_path / "p")
+    tree = job_code(JobConfig(script=root / "multinode.py"))
+    # A log the script's directory holds, written to between the listing and the upload.
+    (root / "datautils.py").write_text("X = 1\nX = 2\n")
+    host, cache, _ = _cluster(local_ssh_server)
+
+    async def upload() -> None:
+        async with RemoteCluster([host], connect_timeout=5) as remote:
+            await agent_client.upload_code(remote, host, cache, tree)
+
+    with pytest.raises(NodeError, match=r"datautils\.py changed while it was uploaded"):
+        asyncio.run(upload())

@@ -496,6 +496,19 @@ def test_rank_0_s_snapshot_reaches_every_node_on_resume_with_checkpoint_files(
     firsts = re.findall(r"\(attempt 2\) \| rank (\d) first epoch (\d+)", logs)
     assert sorted(firsts) == [(str(rank), str(saved + 1)) for rank in range(3)], logs
     assert cli.run("stop", run_id).returncode == 0
+    # A name that matches nothing on any node: the resume is refused in one line, exit 2.
+    job["checkpoint_files"] = ["snapshots/*.pt"]
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
+    started = cli.run("launch", str(hosts_file), "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    assert cli.run("stop", run_id).returncode == 0
+    refused = cli.run("resume", run_id)
+    assert refused.returncode == 2, refused.stderr
+    assert "[job] checkpoint_files: 'snapshots/*.pt' matches no file on any node" in (
+        refused.stderr
+    )
+    assert not run_processes(hosts, run_id)
 
 
 def _wait_for_lines(cli: Cli, run_id: str, text: str, count: int = 1) -> str:
