@@ -256,6 +256,9 @@ def have(cache: Path) -> int:
             os.utime(path, (now, now))
         except OSError:
             missing.append(digest)
+    # Once per staging, after this one's contents were touched: not once per piece sent.
+    if cache.is_dir():
+        prune(cache)
     emit({"missing": missing})
     return 0
 
@@ -287,7 +290,6 @@ def put(cache: Path) -> int:
             part.unlink()
             emit({"error": f"content {digest[:12]} arrived damaged: checksum mismatch"})
             return 1
-    prune(cache)
     emit({"stored": len(SENT)})
     return 0
 
