@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ddptui.cli import main
+from ddptui.probe.script import TORCH_CACHE_DIR
 from tests.fixtures.gpu import nvidia_smi_double
 from tests.testbed import (
     TestBed,
@@ -114,8 +115,8 @@ def test_hosts_that_share_their_workdir_are_told_apart_from_those_that_do_not(
         f"{nfs['workdir']} on {node1.name} is on storage that 1 other host(s)"
         in (finding["message"])
     )
-    # The marks are gone again.
-    assert [p.name for p in Path(nfs["workdir"]).iterdir()] == []
+    # The marks are gone again; the probes' torch facts stay, one file per host.
+    assert [p.name for p in Path(nfs["workdir"]).iterdir()] == [TORCH_CACHE_DIR]
 
 
 def test_auto_master_port_is_still_tested_from_every_worker(

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -69,8 +69,11 @@ def nvmlSystemGetProcessName(pid): return b"/usr/bin/python3"
 
 def _write_package(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Rewriting a file as it is would be an upgrade to the torch facts' cache.
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
     return root
 
 
@@ -82,15 +85,21 @@ def run_probe(
     keep_path: bool = True,
     extra_args: tuple[str, ...] = (),
     torch_timeout: float = 20.0,
+    extra_env: Mapping[str, str] = {},
 ) -> tuple[HostFacts, float]:
-    """Run the probe script under the venv's Python; return its facts and wall time."""
+    """Run the probe script under the venv's Python; return its facts and wall time.
+
+    Run again with the same ``tmp_path``, it finds the workdir of the runs before.
+    """
     fakes = _write_package(tmp_path / "site", python_path)
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").unlink(missing_ok=True)
     if smi_fixture is not None:
         (bin_dir / "nvidia-smi").write_text(nvidia_smi_double(smi_fixture))
         (bin_dir / "nvidia-smi").chmod(0o755)
     env = dict(os.environ, PYTHONPATH=str(fakes), HANG_PID_FILE=str(tmp_path / "hang.pid"))
+    env.update(extra_env)
     env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if keep_path else str(bin_dir)
     args = probe_args(str(tmp_path / "work"), torch_timeout=torch_timeout) + list(extra_args)
     started = time.monotonic()
@@ -180,6 +189,51 @@ def test_no_nvidia_smi_no_ip_and_broken_torch(tmp_path: Path) -> None:
     assert facts.interfaces is not NA
     loopback = {interface.name: interface for interface in facts.interfaces}["lo"]
     assert [str(network) for network in loopback.ipv4] == ["127.0.0.1/8"]
+
+
+COUNTED = 'open(__import__("os").environ["TORCH_IMPORTS"], "a").write("import\\n")\n'
+"""Prepended to a stand-in torch: each import leaves a line in the file $TORCH_IMPORTS names."""
+
+
+def test_torch_facts_are_kept_until_what_they_depend_on_changes(tmp_path: Path) -> None:
+    imports = tmp_path / "imports"
+
+    def probe(fixture: str = "a100x2_busy", **env: str) -> tuple[HostFacts, int]:
+        facts, _ = run_probe(
+            tmp_path,
+            python_path={"torch/__init__.py": COUNTED + CUDA_TORCH},
+            smi_fixture=fixture,
+            extra_env={"TORCH_IMPORTS": str(imports), **env},
+        )
+        return facts, imports.read_text().count("import")
+
+    first, imported = probe()
+    assert imported == 1 and first.torch.ok and first.torch.device_count == 2
+    kept = tmp_path / "work" / probe_script.TORCH_CACHE_DIR / f"torch-{socket.gethostname()}.json"
+    assert kept.is_file()
+    again, imported = probe()
+    assert imported == 1 and again.torch == first.torch
+    # Other GPUs made visible, or torch upgraded: imported afresh.
+    assert probe(CUDA_VISIBLE_DEVICES="1")[1] == 2
+    assert probe(CUDA_VISIBLE_DEVICES="1")[1] == 2
+    (tmp_path / "site" / "torch" / "version.py").write_text("cuda = '12.4'\n")
+    assert probe()[1] == 3
+    # The driver gone: two GPUs kept but none listed, so torch is asked each time.
+    for expected in (4, 5):
+        gone, imported = probe("no_driver")
+        assert imported == expected and gone.torch.ok
+
+
+def test_a_failed_torch_import_is_not_kept(tmp_path: Path) -> None:
+    imports = tmp_path / "imports"
+    for expected in (1, 2):
+        facts, _ = run_probe(
+            tmp_path,
+            python_path={"torch/__init__.py": COUNTED + BROKEN_TORCH},
+            extra_env={"TORCH_IMPORTS": str(imports)},
+        )
+        assert facts.torch.status == "error"
+        assert imports.read_text().count("import") == expected
 
 
 @pytest.mark.parametrize(
