@@ -413,7 +413,8 @@ def followed_files(run_dir: Path) -> Iterator[str]:
                     yield relative
 
 
-def read_new(run_dir: Path, relative: str, state: Followed) -> None:
+def read_new(run_dir: Path, relative: str, state: Followed) -> bool:
+    """Sends the file's new whole lines, up to :data:`READ_CHUNK`; whether more is waiting."""
     try:
         with (run_dir / relative).open("rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -422,14 +423,14 @@ def read_new(run_dir: Path, relative: str, state: Followed) -> None:
                 state.offset = 0
                 state.skipping = False
             if size == state.offset:
-                return
+                return False
             now = time.monotonic()
             if size != state.size:
                 state.size, state.still_since = size, now
             handle.seek(state.offset)
             data = handle.read(READ_CHUNK)
     except OSError:
-        return
+        return False
     start = 0
     while True:
         newline = data.find(b"\n", start)
@@ -455,6 +456,7 @@ def read_new(run_dir: Path, relative: str, state: Followed) -> None:
         # stopped growing, it is complete.
         state.offset += len(rest)
         emit_line(relative, state.offset, rest, cut=False)
+    return len(data) == READ_CHUNK
 
 
 def emit_line(relative: str, offset: int, line: bytes, cut: bool) -> None:
@@ -549,13 +551,15 @@ def follow(run_dir: Path) -> int:
     sampler = Sampler(run_dir)
     next_beat = 0.0
     while True:
+        behind = False
         for relative in followed_files(run_dir):
             state = states.get(relative)
             if state is None:
                 state = states[relative] = Followed(0)
-            read_new(run_dir, relative, state)
+            behind = read_new(run_dir, relative, state) or behind
         if time.monotonic() >= next_beat:
-            emit(sampler.sample())
+            # A heartbeat that is not behind says every line written before it was sent.
+            emit({**sampler.sample(), "behind": behind})
             next_beat = time.monotonic() + HEARTBEAT_S
         sys.stdout.flush()
         time.sleep(POLL_S)

@@ -447,7 +447,8 @@ class RunControl:
                     return RunView.from_live_document(record, reply.data)
             except (ControlError, ValueError) as error:
                 say(f"run {record.id}: asking its hosts directly ({error})")
-        watch = await self.read_back(record, config)
+        # A live run's processes are judged by their CPU use, which takes two samples.
+        watch = await self.read_back(record, config, heartbeats=1 if record.state.final else 2)
         return RunView.of(record, watch, watch.judgement(record))
 
     async def read_back(
@@ -459,7 +460,8 @@ class RunControl:
         timeout: float = READ_BACK_S,
     ) -> RunWatch:
         """The run as its files on the hosts stand now, read directly (no supervisor): every
-        host followed until it has sent ``heartbeats`` heartbeats or stopped answering."""
+        host followed until it has sent ``heartbeats`` heartbeats, the last with every line
+        before it sent, or stopped answering."""
         watch = RunWatch(record)
         followers = [
             HostFollower.of_node(config, record, node, silence_s=min(SILENCE_S, timeout))
@@ -472,7 +474,9 @@ class RunControl:
                 watch.apply(update)
                 if isinstance(update, Heartbeat):
                     beats[update.host] += 1
-                if beats[follower.host.name] >= heartbeats or isinstance(update, HostSilent):
+                    if beats[update.host] >= heartbeats and not update.behind:
+                        return
+                if isinstance(update, HostSilent):
                     return
 
         with contextlib.suppress(asyncio.TimeoutError):

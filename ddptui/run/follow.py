@@ -83,6 +83,8 @@ class Heartbeat:
     groups: Mapping[int, bool]
     """Attempt number → whether its process group still lives."""
     sample: Mapping[str, Any] = field(default_factory=dict)
+    behind: bool = False
+    """Lines written before it were still unsent (the agent reads each file a piece a poll)."""
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,8 @@ class HostFollower:
             for attempt, value in (groups.items() if isinstance(groups, dict) else ())
             if (number := whole(attempt)) is not None
         }
-        return Heartbeat(self.host.name, stamp, alive, sample_of(sample))
+        behind = document.get("behind") is True
+        return Heartbeat(self.host.name, stamp, alive, sample_of(sample), behind)
 
     def _admits(self, path: str) -> bool:
         """Whether to follow ``path``, not followed yet (counted as followed if so)."""

@@ -96,6 +96,35 @@ def test_offsets_of_any_size_reach_the_agent_on_stdin(tmp_path: Path) -> None:
     assert [(line["f"], line["t"]) for line in sent] == [("events/rank0.jsonl", '{"b": 2}')]
 
 
+def test_a_heartbeat_says_whether_lines_written_before_it_are_still_unsent(
+    tmp_path: Path,
+) -> None:
+    # 2.5 pieces of the agent's reading: the first heartbeat comes after the first piece.
+    line = b'{"type": "step", "loss": 0.5}' + b" " * 70
+    count = (agent.READ_CHUNK * 5 // 2) // (len(line) + 1)
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "rank0.jsonl").write_bytes((line + b"\n") * count)
+    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), str(tmp_path), _FILES)
+    beats: list[tuple[int, bool]] = []
+    sent = 0
+    argv = [sys.executable, "-", "follow", str(tmp_path)]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as agent_process:
+        assert agent_process.stdin is not None and agent_process.stdout is not None
+        agent_process.stdin.write(agent_source(None).encode())
+        agent_process.stdin.close()
+        try:
+            while not beats or beats[-1][1]:
+                update = follower._parse(agent_process.stdout.readline().rstrip(b"\n"))
+                if isinstance(update, FileLine):
+                    sent += 1
+                elif isinstance(update, Heartbeat):
+                    beats.append((sent, update.behind))
+        finally:
+            agent_process.kill()
+    assert beats[0][1] is True and beats[0][0] < count
+    assert beats[-1] == (count, False)
+
+
 def test_only_the_run_s_files_are_followed(tmp_path: Path) -> None:
     for relative in (
         "events/rank3.jsonl",
