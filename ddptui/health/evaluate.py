@@ -238,6 +238,7 @@ def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
 def _process_findings(config: Config, host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
     nproc = procs_per_node(config, host, facts)
     memory, cpus = facts.memory_total_bytes, facts.cpu_count
+    available = facts.memory_available_bytes
     given = config.job.memory_per_process_gb
     each = RANK_MEMORY_BYTES if given is None else given * BYTES_PER_GB
     why = (
@@ -254,6 +255,17 @@ def _process_findings(config: Config, host: HostConfig, facts: HostFacts) -> Ite
             f"{nproc} processes on {host.name} need about {_gb(needed)} GB of memory ({why}), "
             f"and it has {_gb(memory)} GB",
             f"lower job.nproc_per_node to {max(1, int(MEMORY_SHARE * memory // each))} or less",
+        )
+    elif available is not NA and memory is not NA and 0 <= available < needed:
+        yield Finding(
+            Code.NPROC_OVER_FREE_MEMORY,
+            Severity.WARNING,
+            host.name,
+            f"{nproc} processes on {host.name} need about {_gb(needed)} GB of memory ({why}), "
+            f"and only {_gb(available)} of its {_gb(memory)} GB is available now: other "
+            "processes hold the rest, and the ranks would swap or be killed",
+            f"free memory on {host.name} (`ps aux --sort=-rss | head` there names what holds "
+            f"it), or lower job.nproc_per_node to {max(1, int(available // each))} or less",
         )
     elif cpus is not NA and cpus > 0 and nproc > cpus and not present_gpus(facts):
         yield Finding(

@@ -64,6 +64,7 @@ class Code(str, enum.Enum):
     LOW_DISK = "low_disk"
     CLOCK_SKEW = "clock_skew"
     NPROC_OVER_MEMORY = "nproc_over_memory"
+    NPROC_OVER_FREE_MEMORY = "nproc_over_free_memory"
     NPROC_OVER_CPUS = "nproc_over_cpus"
     WORKDIR_SHARED = "workdir_shared"
 

@@ -176,6 +176,8 @@ class HostFacts:
     disk: DiskFacts = DiskFacts()
     cpu_count: Maybe[int] = NA
     memory_total_bytes: Maybe[int] = NA
+    memory_available_bytes: Maybe[int] = NA
+    """What new processes can take now without swapping (``MemAvailable``)."""
     pip_packages: Maybe[Mapping[str, str]] = NA
     """Installed distributions (normalized name → version), as ``importlib.metadata`` sees them."""
     conda_packages: Maybe[Mapping[str, str]] | None = None
@@ -244,6 +246,7 @@ def parse_facts(text: str) -> HostFacts:
         disk=_disk(section("disk")),
         cpu_count=_get(system, "cpu_count", int),
         memory_total_bytes=_get(system, "memory_total_bytes", int),
+        memory_available_bytes=_get(system, "memory_available_bytes", int),
         pip_packages=_packages(packages.get("pip")),
         conda_packages=None if packages.get("conda") is None else _packages(packages["conda"]),
         port=_port(doc.get("port")),

@@ -515,7 +515,20 @@ def disk_section(workdir: str) -> dict[str, Any]:
 
 def system_section() -> dict[str, Any]:
     memory = maybe(lambda: os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return {"cpu_count": os.cpu_count(), "memory_total_bytes": memory}
+    return {
+        "cpu_count": os.cpu_count(),
+        "memory_total_bytes": memory,
+        "memory_available_bytes": maybe(memory_available),
+    }
+
+
+def memory_available() -> int | None:
+    """The kernel's estimate of what new processes can take without swapping (Linux ≥ 3.14)."""
+    with Path("/proc/meminfo").open("rb") as meminfo:
+        for line in meminfo:
+            if line.startswith(b"MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
 
 
 def normalize(name: str) -> str:

@@ -537,6 +537,14 @@ CASES = [
         "it has 64 GB / lower job.nproc_per_node to 1 or less",
     ),
     Case(
+        Code.NPROC_OVER_FREE_MEMORY,
+        A,
+        Severity.WARNING,
+        lambda s: s.edit(A, memory_total_bytes=64 * 10**9, memory_available_bytes=int(0.5 * 10**9)),
+        "2 processes on gpu-a need about 0.7 GB of memory (a rank with torch loaded takes about "
+        "320 MiB), and only 0.5 of its 64 GB is available now: other processes hold the rest",
+    ),
+    Case(
         Code.NPROC_OVER_CPUS,
         C,
         Severity.WARNING,

@@ -162,6 +162,8 @@ def test_real_host_with_real_torch(tmp_path: Path) -> None:
     assert facts.disk.checked_path == str(tmp_path)
     assert facts.disk.free_bytes is not NA and facts.disk.free_bytes > 0
     assert facts.pip_packages is not NA and facts.pip_packages["torch"] == "2.13.0+cpu"
+    assert facts.memory_total_bytes is not NA and facts.memory_available_bytes is not NA
+    assert 0 < facts.memory_available_bytes <= facts.memory_total_bytes
     assert facts.port is not None and facts.port.port == busy_port
     assert facts.port.in_use is True
     assert facts.time is not NA and abs(facts.time - time.time()) < 60
