@@ -256,6 +256,18 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     _add_run_argument(stop)
     stop.add_argument("--kill", action="store_true", help="skip the checkpoint: SIGTERM at once")
 
+    dump = commands.add_parser(
+        "dump",
+        help="every rank's Python stacks, from every host at once, the odd ones first",
+        description=(
+            "Ask every rank of a running run for its Python stacks (all threads; py-spy where "
+            "installed, else a handler ddptui puts in each rank), group the ranks that do the "
+            "same thing and show the odd ones first. Exit 0 when stacks came, 1 when none did."
+        ),
+    )
+    _add_run_argument(dump)
+    _add_json_flag(dump, "the groups")
+
     resume = commands.add_parser(
         "resume",
         help="start a stopped or failed run again from its latest checkpoint",

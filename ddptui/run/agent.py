@@ -30,6 +30,11 @@ Commands:
 - ``list-files DIR``: for each glob in :data:`SENT` (relative to DIR), the regular files it
   matches there, ``[path, size, mtime]`` each (at most 1,000 per glob).
 - ``free-port [PORT]``: a TCP port that is free on this host now (PORT itself, or an error).
+- ``dump RUN_DIR SECONDS``: every rank's Python stacks (all threads) in the latest attempt, from
+  ``py-spy dump`` where it is installed and allowed, else from the handler :data:`STACK_SITE`
+  registered in the rank (signalled only once its ready file says the handler is in place),
+  within SECONDS: ``{"attempt": N, "ranks": [{"rank", "pid", "name", "via", "text", "error",
+  "note"}]}`` (``note``: why py-spy was not used where it is installed).
 - ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
   :data:`SENT` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
   killed.
@@ -70,6 +75,70 @@ FOLLOWED = re.compile(
 )
 RUN_MARK = "DDPTUI_RUN_DIR"
 ATTEMPT_MARK = "DDPTUI_ATTEMPT"
+STACKS_MARK = "DDPTUI_STACKS_DIR"
+MAX_STACK_BYTES = 64 * 1024
+"""Per rank: a deep stack of all threads is a few KiB; the answer of a host stays far below the
+head's 1 MiB even with 16 ranks there."""
+PY_SPY_S = 10.0
+
+# Put first on every rank's PYTHONPATH, so any Python script (the trainer or the user's own)
+# registers it before its first line runs. It must never break the process it runs in, and a
+# sitecustomize the user already has runs after it, as if this one were not there.
+STACK_SITE = """\
+import os
+import sys
+
+
+def _ddptui_stack_handler():
+    import faulthandler
+    import json
+    import signal
+
+    directory = os.environ.get("DDPTUI_STACKS_DIR")
+    rank = os.environ.get("RANK")
+    if not directory or rank is None or not hasattr(signal, "SIGRTMIN"):
+        return
+    # Only a rank's own process: not torchrun, nor what a rank starts (its workers inherit RANK).
+    try:
+        with open("/proc/%d/environ" % os.getppid(), "rb") as parent:
+            if ("RANK=" + rank).encode() in parent.read().split(b"\\0"):
+                return
+    except OSError:
+        pass
+    # A real-time signal few programs use: its default action ends the process, so the agent
+    # sends it only to a process whose ready file below says this handler is in place.
+    signum = signal.SIGRTMIN + 6
+    pid = os.getpid()
+    with open("/proc/self/stat") as stat:
+        started = stat.read().rpartition(")")[2].split()[19]
+    stacks = open(os.path.join(directory, "%d.txt" % pid), "ab", buffering=0)
+    faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
+    ready = os.path.join(directory, "%d.ready" % pid)
+    with open(ready + ".tmp", "w") as out:
+        json.dump({"signal": int(signum), "started": started}, out)
+    os.replace(ready + ".tmp", ready)
+
+
+def _ddptui_next_sitecustomize():
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+try:
+    _ddptui_stack_handler()
+except Exception:
+    pass
+_ddptui_next_sitecustomize()
+"""
 ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 
 # The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
@@ -110,6 +179,11 @@ def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: l
     # found, signalled and counted.
     env[RUN_MARK] = str(run_dir)
     env[ATTEMPT_MARK] = attempt
+    site = stack_site(run_dir)
+    if site is not None:
+        env[STACKS_MARK] = str(site.parent)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(site) + (os.pathsep + path if path else "")
     out = directory / f"attempt-{attempt}.out"
     exit_file = directory / f"attempt-{attempt}.exit"
     try:
@@ -128,6 +202,22 @@ def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: l
     write_atomic(pgid_file, f"{child.pid}\n")
     emit({"pgid": child.pid})
     return 0
+
+
+def stacks_dir(run_dir: Path) -> Path:
+    return run_dir / "node" / "stacks"
+
+
+def stack_site(run_dir: Path) -> Path | None:
+    """The directory holding :data:`STACK_SITE` as ``sitecustomize.py``; None if it cannot be
+    written (the run goes on without stack dumps rather than not at all)."""
+    site = stacks_dir(run_dir) / "site"
+    try:
+        site.mkdir(parents=True, exist_ok=True)
+        write_atomic(site / "sitecustomize.py", STACK_SITE)
+    except OSError:
+        return None
+    return site
 
 
 def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str], int | None]]:
@@ -157,6 +247,25 @@ def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str], int | N
         name_end = stat.rfind(")")
         name = stat[stat.find("(") + 1 : name_end]
         found.append((int(entry.name), name, attempt, stat[name_end + 2 :].split(), rank))
+    return found
+
+
+def rank_processes(
+    processes: list[tuple[int, str, int, list[str], int | None]], attempt: int
+) -> dict[int, tuple[int, str, list[str]]]:
+    """Rank → (pid, name, stat fields) of each rank's own process in ``attempt``: not what it
+    started (data loader workers inherit ``RANK``)."""
+    rank_of = {pid: rank for pid, _, _, _, rank in processes}
+    found = {}
+    for pid, name, of, fields, rank in processes:
+        if of != attempt or rank is None:
+            continue
+        try:
+            parent = int(fields[1])
+        except (IndexError, ValueError):
+            continue
+        if rank_of.get(parent) != rank:
+            found[rank] = (pid, name, fields)
     return found
 
 
@@ -223,6 +332,97 @@ def wait_gone(run_dir: Path, seconds: float) -> int:
     while run_processes(run_dir) and time.monotonic() < deadline:
         time.sleep(WAIT_POLL_S)
     return status(run_dir)
+
+
+def dump(run_dir: Path, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    processes = run_processes(run_dir)
+    attempt = max((of for _, _, of, _, _ in processes), default=0)
+    ranks = rank_processes(processes, attempt)
+    spy = shutil.which("py-spy")
+    reports: dict[int, dict[str, Any]] = {}
+    spying = {}
+    for rank, (pid, name, _) in ranks.items():
+        reports[rank] = {"rank": rank, "pid": pid, "name": name, "via": "", "text": ""}
+        reports[rank].update(error="", note="")
+        if spy is not None:
+            spying[rank] = subprocess.Popen(
+                [spy, "dump", "--pid", str(pid)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+    refused = []
+    for rank, child in spying.items():
+        try:
+            out, err = child.communicate(
+                timeout=max(0.1, min(PY_SPY_S, deadline - time.monotonic()))
+            )
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+        if child.returncode == 0 and out.strip():
+            reports[rank].update(
+                via="py-spy", text=out[:MAX_STACK_BYTES].decode("utf-8", "replace")
+            )
+        else:
+            said = err.decode("utf-8", "replace").strip().splitlines()
+            refused.append((rank, said[-1] if said else f"exit status {child.returncode}"))
+    waiting = {}
+    for rank, (pid, _, fields) in ranks.items():
+        if reports[rank]["via"]:
+            continue
+        why = [text for of, text in refused if of == rank]
+        note = f"py-spy: {why[0][:300]}" if why else ""
+        sent = signal_stack_handler(run_dir, pid, fields)
+        if isinstance(sent, str):
+            reports[rank]["error"] = f"{note}; {sent}" if note else sent
+        else:
+            waiting[rank] = sent
+            reports[rank].update(via="faulthandler", note=note)
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.1)
+        for rank in list(waiting):
+            path, before, size, still = waiting[rank]
+            now = path.stat().st_size if path.exists() else before
+            if now > before and now == size and time.monotonic() - still >= 0.2:
+                with path.open("rb") as handle:
+                    handle.seek(before)
+                    text = handle.read(min(now - before, MAX_STACK_BYTES))
+                reports[rank]["text"] = text.decode("utf-8", "replace")
+                del waiting[rank]
+            elif now != size:
+                waiting[rank] = (path, before, now, time.monotonic())
+    for rank in waiting:
+        reports[rank]["error"] = f"no stack within {seconds:g} s of the signal"
+    emit({"attempt": attempt, "ranks": [reports[rank] for rank in sorted(reports)]})
+    return 0
+
+
+def signal_stack_handler(
+    run_dir: Path, pid: int, fields: list[str]
+) -> tuple[Path, int, int, float] | str:
+    """Signal ``pid`` to write its stacks, if its handler says it is in place: (stack file,
+    size before, size now, when it last changed); else why it was not signalled."""
+    directory = stacks_dir(run_dir)
+    try:
+        ready = json.loads((directory / f"{pid}.ready").read_text())
+        signum, started = int(ready["signal"]), str(ready["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return (
+            "no stack handler in this process (not a Python program, or started without "
+            "ddptui's sitecustomize): not signalled"
+        )
+    # A pid the kernel gave to another process since: its start time differs.
+    if len(fields) <= 19 or fields[19] != started:
+        return "the process that registered the handler is gone: not signalled"
+    path = directory / f"{pid}.txt"
+    try:
+        before = path.stat().st_size
+        os.kill(pid, signum)
+    except OSError as error:
+        return f"cannot signal it: {error}"
+    return path, before, before, time.monotonic()
 
 
 def control(run_dir: Path, name: str) -> int:
@@ -498,24 +698,22 @@ class Sampler:
         living = {attempt for _, _, attempt, _, _ in processes}
         groups = {str(attempt): attempt in living for attempt in attempts(self.run_dir)}
         current = max(living, default=0)
-        rank_of = {pid: rank for pid, _, _, _, rank in processes}
+        own = {pid: rank for rank, (pid, _, _) in rank_processes(processes, current).items()}
         ranks: dict[str, dict[str, Any]] = {}
-        for pid, _, attempt, fields, rank in processes:
+        for pid, _, attempt, fields, _ in processes:
             if attempt != current:
                 continue
             try:
                 used = int(fields[11]) + int(fields[12])
                 rss += int(fields[21]) * self.page_mib
-                parent = int(fields[1])
             except (IndexError, ValueError):
                 continue
             count += 1
             ticks[pid] = used
             share = (used - self.ticks.get(pid, used)) / self.tick_hz / elapsed * 100
             cpu += share
-            # A rank's own process, not what it started (data loader workers inherit RANK).
-            if rank is not None and rank_of.get(parent) != rank:
-                ranks[str(rank)] = {"state": fields[0], "cpu_pct": round(share, 1)}
+            if pid in own:
+                ranks[str(own[pid])] = {"state": fields[0], "cpu_pct": round(share, 1)}
         self.ticks = ticks
         sample: dict[str, Any] = {
             "procs": count,
@@ -580,6 +778,8 @@ def main(argv: list[str]) -> int:
         return wait_gone(Path(args[0]), float(args[1]))
     if command == "control":
         return control(Path(args[0]), args[1])
+    if command == "dump":
+        return dump(Path(args[0]), float(args[1]))
     if command == "have":
         return have(Path(args[0]))
     if command == "put":

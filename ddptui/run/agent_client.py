@@ -26,6 +26,8 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import MIB, CodeTree
 from ddptui.run.layout import code_dir
+from ddptui.run.progress import MAX_RANKS
+from ddptui.run.stacks import RankStack, parse_stacks
 from ddptui.untrusted import count, finite, plain, whole
 
 AGENT_SOURCE: str = files("ddptui.run").joinpath("agent.py").read_text(encoding="utf-8")
@@ -34,6 +36,11 @@ AGENT_TIMEOUT_S = 30.0
 MAX_ANSWER_BYTES = 1 << 20
 """What an agent command may print: its answer is one line far shorter, and a host that floods
 is hung up on at this much."""
+
+DUMP_S = 15.0
+"""How long a host's agent waits for its ranks' stacks: py-spy takes seconds on a busy host."""
+MAX_STACK_CHARS = 64 * 1024
+"""Per rank, as the agent caps it."""
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +359,18 @@ async def send_signal(
     return reached
 
 
+async def dump(
+    remote: RemoteCluster, host: HostConfig, node_rank: int, run_dir: str, *, attempts: int
+) -> tuple[int, list[RankStack]]:
+    """The latest attempt on ``host`` and each of its ranks' Python stacks (or why not)."""
+    answer = await agent(remote, host, "dump", run_dir, f"{DUMP_S:g}", timeout=DUMP_S + 15)
+    attempt = count(answer.document.get("attempt"), attempts)
+    found = _rank_stacks(answer.document.get("ranks"), host.name, node_rank)
+    if attempt is None or found is None:
+        raise answer.garbage()
+    return attempt, found
+
+
 async def request(remote: RemoteCluster, host: HostConfig, run_dir: str, what: str) -> None:
     """Create ``control/<what>`` for the trainer (``stop`` or ``save``)."""
     answer = await agent(remote, host, "control", run_dir, what)
@@ -423,6 +442,37 @@ def _signalled(value: Any, latest: int) -> list[str] | None:
             return None
         reached += names
     return [_name(name) for name in reached[:MAX_PROCESSES]]
+
+
+def _rank_stacks(value: Any, host: str, node_rank: int) -> list[RankStack] | None:
+    if not isinstance(value, list):
+        return None
+    stacks = []
+    for item in value[:MAX_PROCESSES]:
+        if not isinstance(item, dict):
+            return None
+        rank, pid = count(item.get("rank"), MAX_RANKS - 1), _pid(item.get("pid"))
+        via, text = item.get("via"), item.get("text")
+        error, note = item.get("error"), item.get("note")
+        if rank is None or pid is None or via not in ("", "py-spy", "faulthandler"):
+            return None
+        if not (isinstance(text, str) and isinstance(error, str) and isinstance(note, str)):
+            return None
+        text = text[:MAX_STACK_CHARS]
+        stacks.append(
+            RankStack(
+                host,
+                node_rank,
+                rank,
+                pid,
+                via,
+                parse_stacks(text),
+                plain(error, limit=500, one_line=True),
+                plain(note, limit=500, one_line=True),
+                text,
+            )
+        )
+    return stacks
 
 
 def _pid(value: Any) -> int | None:

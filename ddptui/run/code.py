@@ -22,6 +22,7 @@ from pathlib import Path
 from ddptui.config.model import JobConfig
 from ddptui.errors import UsageError
 from ddptui.run.gitignore import IgnoreRules
+from ddptui.run.store import state_home
 
 MIB = 1 << 20
 MAX_FILES = 10_000
@@ -128,6 +129,9 @@ def _walk(directory: Path, exclude: tuple[str, ...]) -> Iterator[tuple[str, Path
     rules = IgnoreRules()
     rules.add("", exclude)
     count = 0
+    # The head's own run store, where a job's directory holds it (a script in the home
+    # directory): its logs change while they are read, and no rank needs them.
+    store = _identity(state_home())
 
     def failed(error: OSError) -> None:
         raise CodeError(f"cannot read {error.filename}: {error.strerror}")
@@ -146,6 +150,7 @@ def _walk(directory: Path, exclude: tuple[str, ...]) -> Iterator[tuple[str, Path
             if name not in ALWAYS_LEFT_OUT
             and not (here / name).is_symlink()
             and not rules.ignored(_join(base, name), is_dir=True)
+            and (store is None or _identity(here / name) != store)
         )
         for name in sorted(filenames):
             relative = _join(base, name)
@@ -166,6 +171,14 @@ def _walk(directory: Path, exclude: tuple[str, ...]) -> Iterator[tuple[str, Path
                     "[job] exclude (or .gitignore)"
                 )
             yield relative, path, info.st_size
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _join(base: str, name: str) -> str:

@@ -27,8 +27,10 @@ from ddptui.check.run import Progress
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.plan.launch import LaunchPlan, plan_launch
+from ddptui.run import dump as stack_dump
 from ddptui.run import protocol
 from ddptui.run.code import CodeTree, job_code
+from ddptui.run.dump import StackDump
 from ddptui.run.follow import (
     SILENCE_S,
     FileLine,
@@ -434,6 +436,15 @@ class RunControl:
         """Follow a run from its first line (starting its supervisor if it has none)."""
         record = self.store.resolve(run_id)
         return await Attachment(self, record, position=0, say=say, steps=steps).open()
+
+    async def dump(self, run_id: str | None) -> StackDump:
+        """Every rank's Python stacks, from every host at once, saved in the run's store."""
+        record, config = self.open(run_id)
+        if record.state.final:
+            raise ControlError(f"run {record.id} is {record.state.value}: no rank runs to dump")
+        return stack_dump.save(
+            await stack_dump.take(config, record), self.store.files(record.id).dumps
+        )
 
     async def view(self, run_id: str | None, *, say: Say = _quiet) -> RunView:
         """The run as it stands: from its supervisor while it lives (started if it has none),

@@ -16,6 +16,8 @@ node's part of the run in ``<workdir>/runs/<run id>/node<N>/``, its own even the
     control/stop, control/save
     logs/attempt-<N>/<torchrun id>/attempt_0/<local rank>/{stdout,stderr}.log, error.json
     node/attempt-<N>.{pgid,out,exit}   the wrapper's session, torchrun's console, its exit status
+    node/stacks/              the ranks' stack handler (site/sitecustomize.py), and per
+                              process <pid>.ready (it is in place) and <pid>.txt (its stacks)
 
 On the head, ``$XDG_STATE_HOME/ddptui/runs/<run id>/`` (:class:`RunFiles`).
 """
@@ -192,6 +194,11 @@ class RunFiles:
     def journal(self) -> Path:
         """The followed lines in the supervisor's order (segments: ``journal-<start>.jsonl``)."""
         return self.directory / "journal"
+
+    @property
+    def dumps(self) -> Path:
+        """``ddptui dump``'s stacks as the hosts sent them: ``dumps/<time>/node<N>-rank<R>.txt``."""
+        return self.directory / "dumps"
 
     @property
     def evidence(self) -> Path:

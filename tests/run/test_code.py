@@ -92,6 +92,20 @@ def test_a_home_directory_is_refused_by_its_file_count(
         job_code(JobConfig(script=root / "multinode.py"))
 
 
+def test_the_head_s_run_store_inside_the_project_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _project(tmp_path / "home")
+    monkeypatch.setenv("XDG_STATE_HOME", str(root / ".local" / "state"))
+    store = root / ".local" / "state" / "ddptui" / "runs" / "20261202-000000-abcd"
+    store.mkdir(parents=True)
+    (store / "supervisor.log").write_text("written while the upload reads it\n")
+    (root / ".local" / "state" / "notes.txt").write_text("theirs\n")
+    paths = {file.path for file in job_code(JobConfig(script=root / "multinode.py")).files}
+    assert ".local/state/notes.txt" in paths
+    assert not any("ddptui/runs" in path for path in paths)
+
+
 def test_a_missing_script_or_directory_says_which(tmp_path: Path) -> None:
     with pytest.raises(CodeError, match="is not a file on this machine"):
         job_code(JobConfig(script=tmp_path / "train.py"))

@@ -480,10 +480,7 @@ def test_rank_0_s_snapshot_reaches_every_node_on_resume_with_checkpoint_files(
     script.parent.mkdir()
     script.write_text(SNAPSHOT_SCRIPT)
     job = {"script": str(script), "args": [], "checkpoint_files": ["snapshot.pt"]}
-    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
-    started = cli.run("launch", str(hosts_file), "--detach")
-    assert started.returncode == 0, started.stderr
-    run_id = started.stdout.strip()
+    run_id = _detached(cli, write_hosts(testbed, tmp_path, hosts, job=job))
     _wait_for_lines(cli, run_id, "rank 0 epoch 3 ")
     assert cli.run("stop", run_id).returncode == 0
     node0 = json.loads(cli.run("status", run_id, "--json").stdout)["nodes"][0]
@@ -498,10 +495,7 @@ def test_rank_0_s_snapshot_reaches_every_node_on_resume_with_checkpoint_files(
     assert cli.run("stop", run_id).returncode == 0
     # A name that matches nothing on any node: the resume is refused in one line, exit 2.
     job["checkpoint_files"] = ["snapshots/*.pt"]
-    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job)
-    started = cli.run("launch", str(hosts_file), "--detach")
-    assert started.returncode == 0, started.stderr
-    run_id = started.stdout.strip()
+    run_id = _detached(cli, write_hosts(testbed, tmp_path, hosts, job=job))
     assert cli.run("stop", run_id).returncode == 0
     refused = cli.run("resume", run_id)
     assert refused.returncode == 2, refused.stderr
@@ -509,6 +503,26 @@ def test_rank_0_s_snapshot_reaches_every_node_on_resume_with_checkpoint_files(
         refused.stderr
     )
     assert not run_processes(hosts, run_id)
+    # Without the key, the resume says what will diverge before it starts anything.
+    del job["checkpoint_files"]
+    run_id = _detached(cli, write_hosts(testbed, tmp_path, hosts, job=job))
+    _wait_for_lines(cli, run_id, "rank 0 epoch 1 ")
+    assert cli.run("stop", run_id).returncode == 0
+    warned = cli.run("resume", run_id, "--detach")
+    assert warned.returncode == 0, warned.stderr
+    warning = (
+        "warning: snapshot.pt exist(s) on node 0 only: the other ranks would start from scratch. "
+        'Set [job] checkpoint_files = ["snapshot.pt"] to copy it on resume'
+    )
+    assert warning in warned.stderr
+    assert warned.stderr.index(warning) < warned.stderr.index("starting attempt 2")
+    assert cli.run("stop", run_id).returncode == 0
+
+
+def _detached(cli: Cli, hosts_file: Path) -> str:
+    started = cli.run("launch", str(hosts_file), "--detach")
+    assert started.returncode == 0, started.stderr
+    return started.stdout.strip()
 
 
 def _wait_for_lines(cli: Cli, run_id: str, text: str, count: int = 1) -> str:

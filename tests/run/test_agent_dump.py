@@ -1,0 +1,116 @@
+"""The node agent's stack dump, run for real on this machine: a launcher in torchrun's place
+starts the ranks with ``RANK`` set, the agent's ``start`` puts its handler in front of them, and
+its ``dump`` asks each for its stacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ddptui.run import agent
+from ddptui.run.agent_client import AGENT_SOURCE
+
+# torchrun's part: start each rank with RANK set, then wait for them.
+LAUNCHER = """\
+import os, subprocess, sys
+ranks = [
+    subprocess.Popen(argv, env=dict(os.environ, RANK=str(rank)))
+    for rank, argv in enumerate([[sys.executable, "rank.py"], [sys.executable, "rank.py"],
+                                 ["sleep", "600"]])
+]
+for rank in ranks:
+    rank.wait()
+"""
+RANK = """\
+import os, time
+
+def stuck_in_here():
+    time.sleep(600)
+
+def waiting_for_the_others():
+    time.sleep(600)
+
+print("started", flush=True)
+(stuck_in_here if os.environ["RANK"] == "0" else waiting_for_the_others)()
+"""
+THEIR_SITE = """\
+import os
+open(os.path.join(os.environ["THEIR_MARKS"], str(os.getpid())), "w").close()
+"""
+
+
+def _agent(*args: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-", *args],
+        input=AGENT_SOURCE,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    document: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return document
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A run of three ranks (two Python, one not) whose own sitecustomize leaves marks."""
+    run_dir, code = tmp_path / "runs" / "r1" / "node0", tmp_path / "code"
+    code.mkdir()
+    (code / "launcher.py").write_text(LAUNCHER)
+    (code / "rank.py").write_text(RANK)
+    theirs, marks = tmp_path / "their-site", tmp_path / "marks"
+    theirs.mkdir()
+    marks.mkdir()
+    (theirs / "sitecustomize.py").write_text(THEIR_SITE)
+    env = json.dumps({"PYTHONPATH": str(theirs), "THEIR_MARKS": str(marks)})
+    started = _agent("start", str(run_dir), str(code), "1", env, sys.executable, "launcher.py")
+    pgid = started["pgid"]
+    assert isinstance(pgid, int)
+    try:
+        deadline = time.monotonic() + 30
+        stacks = agent.stacks_dir(run_dir)
+        while len(list(stacks.glob("*.ready"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield run_dir, marks
+    finally:
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def test_every_python_rank_s_stack_comes_back_and_other_ranks_are_left_alone(
+    ranks: tuple[Path, Path],
+) -> None:
+    run_dir, _ = ranks
+    answer = _agent("dump", str(run_dir), "10")
+    assert answer["attempt"] == 1
+    reports = answer["ranks"]
+    assert isinstance(reports, list)
+    by_rank = {report["rank"]: report for report in reports}
+    assert sorted(by_rank) == [0, 1, 2]
+    assert by_rank[0]["via"] == by_rank[1]["via"] == "faulthandler"
+    assert "in stuck_in_here" in by_rank[0]["text"] and "rank.py" in by_rank[0]["text"]
+    assert "in waiting_for_the_others" in by_rank[1]["text"]
+    assert "stuck_in_here" not in by_rank[1]["text"]
+    assert by_rank[2]["text"] == "" and "no stack handler" in by_rank[2]["error"]
+    # Every rank lives on, the one without a handler too; a second dump sends only the new stack.
+    alive = [name for pid, name, _, _, _ in agent.run_processes(run_dir)]
+    assert alive.count("python3") + alive.count(Path(sys.executable).name) >= 3
+    assert "sleep" in alive
+    again = {report["rank"]: report for report in _agent("dump", str(run_dir), "10")["ranks"]}  # type: ignore[union-attr]
+    assert again[0]["text"].count("in stuck_in_here") == 1
+
+
+def test_the_user_s_own_sitecustomize_still_runs(ranks: tuple[Path, Path]) -> None:
+    run_dir, marks = ranks
+    ready = {path.stem for path in agent.stacks_dir(run_dir).glob("*.ready")}
+    # Theirs ran in the launcher and in both Python ranks; ours registered in the ranks only.
+    assert len(list(marks.iterdir())) == 3
+    assert ready <= {path.name for path in marks.iterdir()} and len(ready) == 2

@@ -1,0 +1,68 @@
+"""``ddptui dump`` on the test bed: a rank stuck in a function of its own while the others wait
+for it in a collective, as a hung run is; and the user's own sitecustomize still runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.run.bed import Cli, run_processes, write_hosts
+from tests.testbed import TestBed
+
+HANGS = """\
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+def stuck_in_here():
+    time.sleep(600)
+
+dist.init_process_group("gloo")
+print("up; theirs:", os.environ.get("THEIR_SITE_RAN"), flush=True)
+if dist.get_rank() == 4:
+    stuck_in_here()
+dist.all_reduce(torch.ones(1))
+"""
+THEIR_SITE = 'import os\nos.environ["THEIR_SITE_RAN"] = "yes"\n'
+
+
+def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    project, theirs = tmp_path / "project", tmp_path / "their-site"
+    project.mkdir()
+    theirs.mkdir()
+    (project / "hangs.py").write_text(HANGS)
+    (theirs / "sitecustomize.py").write_text(THEIR_SITE)
+    job = {"script": str(project / "hangs.py"), "args": [], "nproc_per_node": 2}
+    cluster = {"env": {"PYTHONPATH": str(theirs)}}
+    hosts_file = write_hosts(testbed, tmp_path, hosts, job=job, cluster=cluster)
+    started = cli.run("launch", str(hosts_file), "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    deadline = time.monotonic() + 60
+    while (logs := cli.run("logs", run_id).stdout).count("up; theirs: yes") < 6:
+        assert time.monotonic() < deadline, logs
+        time.sleep(1)
+
+    began = time.monotonic()
+    dumped = cli.run("dump", run_id)
+    took = time.monotonic() - began
+    assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+    assert took < 30
+    lines = dumped.stdout.splitlines()
+    assert lines[0] == "2 different stacks; the odd ones first:", dumped.stdout
+    assert lines[1] == "rank 4 on node2: stuck_in_here ← <module> at hangs.py:6"
+    assert lines[2].endswith("/code/hangs.py:6 in stuck_in_here")
+    waiting = next(line for line in lines if line.startswith("ranks 0–3, 5 on "))
+    assert waiting.startswith("ranks 0–3, 5 on node0, node1, node2: all_reduce ← ")
+    saved = Path(lines[-1].rpartition(": ")[2])
+    assert sorted(path.name for path in saved.iterdir()) == [
+        f"node{rank // 2}-rank{rank}.txt" for rank in range(6)
+    ]
+    assert "in stuck_in_here" in (saved / "node2-rank4.txt").read_text()
+    # Dumping took nothing down: every rank still waits where it was.
+    assert cli.run("status", run_id, "--json").returncode == 0
+    assert len(run_processes(hosts, run_id)) >= 12
+    assert cli.run("stop", run_id, "--kill").returncode == 0
