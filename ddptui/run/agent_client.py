@@ -458,7 +458,7 @@ def _rank_stacks(value: Any, host: str, node_rank: int) -> list[RankStack] | Non
             return None
         if not (isinstance(text, str) and isinstance(error, str) and isinstance(note, str)):
             return None
-        text = text[:MAX_STACK_CHARS]
+        text = plain(text[:MAX_STACK_CHARS])
         stacks.append(
             RankStack(
                 host,

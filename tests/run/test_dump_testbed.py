@@ -3,11 +3,17 @@ for it in a collective, as a hung run is; and the user's own sitecustomize still
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
+from textual.widgets import DataTable, Static
+
+from ddptui.run.store import RunStore
+from ddptui.ui.app import DdptuiApp
 from tests.run.bed import Cli, run_processes, write_hosts
 from tests.testbed import TestBed
+from tests.ui.pilot import open_from_runs, until
 
 HANGS = """\
 import os, sys, time
@@ -65,4 +71,27 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
     # Dumping took nothing down: every rank still waits where it was.
     assert cli.run("status", run_id, "--json").returncode == 0
     assert len(run_processes(hosts, run_id)) >= 12
-    assert cli.run("stop", run_id, "--kill").returncode == 0
+    try:
+        asyncio.run(_on_the_console(hosts_file, cli, run_id))
+    finally:
+        assert cli.run("stop", run_id, "--kill").returncode == 0
+
+
+async def _on_the_console(hosts_file: Path, cli: Cli, run_id: str) -> None:
+    """The same with ``D`` on the run screen; enter on a rank shows its every thread."""
+    app = DdptuiApp(hosts_file, store=RunStore(cli.store))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_from_runs(pilot, run_id)
+        await pilot.press("D")
+        await until(pilot, "the stacks", lambda: screen.stacks is not None, 30)
+        text = str(screen.query_one("#stacks-text", Static).content)
+        assert "rank 4 on node2: stuck_in_here ← <module> at hangs.py:6" in text, text
+        assert text.index("rank 4 on node2") < text.index("ranks 0–3, 5 on node0")
+        await until(pilot, "the ranks", lambda: len(screen.run_watch.progress.ranks) == 6, 30)
+        table = screen.query_one("#ranks", DataTable)
+        table.focus()
+        table.move_cursor(row=4)
+        await pilot.press("enter")
+        await pilot.pause()
+        text = str(screen.query_one("#stacks-text", Static).content)
+        assert "rank 4 on node2 (pid " in text and "in stuck_in_here" in text, text

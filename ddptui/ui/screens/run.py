@@ -1,5 +1,6 @@
 """The run screen: every rank's progress, the loss chart, the classified errors, each rank's
-log (following, filterable with ``/``) and each node's GPUs; stop, kill and resume keys.
+log (following, filterable with ``/``), each node's GPUs and the ranks' stacks (``D``); stop,
+kill and resume keys.
 
 A live run's screen is attached to its supervisor (an
 :class:`~ddptui.run.control.Attachment`): updates arrive as :class:`RunChanged` messages (the
@@ -23,6 +24,7 @@ from textual.widgets.data_table import ColumnKey
 
 from ddptui.present.status import progress_line, state_line
 from ddptui.run.control import Attachment, ControlError, RunControl
+from ddptui.run.dump import StackDump
 from ddptui.run.progress import RankProgress
 from ddptui.run.protocol import Ended
 from ddptui.run.protocol import Said as Told
@@ -35,6 +37,7 @@ from ddptui.ui.widgets.gpu_pane import GpuPane
 from ddptui.ui.widgets.log_pane import LogPane
 from ddptui.ui.widgets.loss_chart import LossChart
 from ddptui.ui.widgets.rank_table import RankTable
+from ddptui.ui.widgets.stacks_pane import StacksPane
 from ddptui.untrusted import plain
 
 CHART_EVERY_S = 0.5
@@ -63,6 +66,7 @@ class RunScreen(Screen[None]):
         Binding("g", "pane('gpus')", "GPUs"),
         Binding("y", "log_scale", "scale"),
         Binding("a", "all_ranks", "all ranks", show=False),
+        Binding("D", "dump", "every rank's stacks", show=False),
         Binding("escape", "back", "back"),
     ]
 
@@ -87,6 +91,8 @@ class RunScreen(Screen[None]):
         self.log_rank = 0
         self.chart_rank: int | None = None
         self.log_filter = ""
+        self.stacks: StackDump | None = None
+        """The last stack dump taken from this screen (``D``)."""
         self._columns: list[ColumnKey] = []
         self._widest = [len(name) for name in RANK_COLUMNS]
         """Each column's widest content so far: a column leaves or comes back only when the
@@ -105,6 +111,7 @@ class RunScreen(Screen[None]):
             yield ErrorsPane(id="errors")
             yield LogPane(id="log")
             yield GpuPane(id="gpus")
+            yield StacksPane(id="stacks")
         yield Input(placeholder="filter the log (enter keeps it, esc clears)", id="filter")
         yield Footer()
 
@@ -246,6 +253,22 @@ class RunScreen(Screen[None]):
         self.say(f"run {self.record.id} resumed (attempt {attachment.judgement.attempt})")
         self._follow(attachment)
 
+    @work(exclusive=True, group="dump")
+    async def action_dump(self) -> None:
+        if self.control is None or not self.running:
+            self.say("no rank of this run is running: there are no stacks to take")
+            return
+        self.say(f"asking every rank of run {self.record.id} for its stacks…")
+        try:
+            self.stacks = await self.control.dump(self.record.id)
+        except ControlError as error:
+            self.say(str(error))
+            return
+        self.query_one(StacksPane).show(self.stacks)
+        self.action_pane("stacks")
+        groups = len(self.stacks.groups)
+        self.say(f"stacks of {len(self.stacks.stacks)} rank(s), {groups} different")
+
     def action_filter(self) -> None:
         self.query_one("#run-panes", ContentSwitcher).current = "log"
         field = self.query_one("#filter", Input)
@@ -298,6 +321,10 @@ class RunScreen(Screen[None]):
     @on(DataTable.RowSelected, "#ranks")
     def _rank_chosen(self, event: DataTable.RowSelected) -> None:
         ranks = self.run_watch.progress.ranks
+        pane = self.query_one("#run-panes", ContentSwitcher).current
+        if pane == "stacks" and self.stacks is not None and 0 <= event.cursor_row < len(ranks):
+            self.query_one(StacksPane).show(self.stacks, ranks[event.cursor_row].rank)
+            return
         if 0 <= event.cursor_row < len(ranks):
             self.chart_rank = self.log_rank = ranks[event.cursor_row].rank
             self._chart_due = 0.0
