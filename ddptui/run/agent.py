@@ -416,6 +416,9 @@ def signal_stack_handler(
     # A pid the kernel gave to another process since: its start time differs.
     if len(fields) <= 19 or fields[19] != started:
         return "the process that registered the handler is gone: not signalled"
+    if fields[0] in ("T", "t"):
+        # Its handler would run only once it is continued: no answer now, a dump later.
+        return "stopped (SIGSTOP, or a debugger holds it): no stack until it runs again"
     path = directory / f"{pid}.txt"
     try:
         before = path.stat().st_size

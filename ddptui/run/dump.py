@@ -10,6 +10,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
@@ -38,36 +39,61 @@ class StackDump:
     def stackless(self) -> list[RankStack]:
         return sorted((stack for stack in self.stacks if not stack.threads), key=_by_rank)
 
+    def document(self) -> dict[str, Any]:
+        """``ddptui dump --json``, and the stacks in a hang's evidence."""
+        return {
+            "run": self.run_id,
+            "time": self.taken_at,
+            "saved_in": None if self.saved_in is None else str(self.saved_in),
+            "groups": [
+                {
+                    "ranks": [stack.rank for stack in group.ranks],
+                    "hosts": sorted({stack.host for stack in group.ranks}),
+                    "frames": [
+                        {"function": frame.function, "file": frame.file, "line": frame.line}
+                        for frame in group.frames
+                    ],
+                }
+                for group in self.groups
+            ],
+            "without_stack": [
+                {"rank": stack.rank, "host": stack.host, "pid": stack.pid, "why": stack.error}
+                for stack in self.stackless
+            ],
+            "unanswered": list(self.unanswered),
+        }
+
 
 def _by_rank(stack: RankStack) -> int:
     return stack.rank
 
 
-async def take(config: Config, record: RunRecord) -> StackDump:
-    """Ask every node of the run for its ranks' stacks, in parallel."""
+async def take(config: Config, record: RunRecord, remote: RemoteCluster | None = None) -> StackDump:
+    """Ask every node of the run for its ranks' stacks, in parallel (through ``remote``'s
+    connections where given: the supervisor's)."""
+    if remote is None:
+        hosts = [config.host(node.host) for node in record.nodes]
+        async with RemoteCluster.for_config(config, hosts) as own:
+            return await take(config, record, own)
     taken_at = time.time()
-    hosts = {node.host: config.host(node.host) for node in record.nodes}
     attempts = max(1, len(record.attempts))
     stacks: list[RankStack] = []
     unanswered: list[str] = []
     seen: set[int] = set()
-    async with RemoteCluster.for_config(config, list(hosts.values())) as remote:
 
-        async def one(name: str, node_rank: int, run_dir: str) -> None:
-            try:
-                attempt, found = await nodes.dump(
-                    remote, hosts[name], node_rank, run_dir, attempts=attempts
-                )
-            except nodes.NodeError as error:
-                unanswered.append(nodes.described(name, error))
-                return
-            if found:
-                seen.add(attempt)
-            stacks.extend(found)
+    async def one(name: str, node_rank: int, run_dir: str) -> None:
+        try:
+            attempt, found = await nodes.dump(
+                remote, config.host(name), node_rank, run_dir, attempts=attempts
+            )
+        except nodes.NodeError as error:
+            unanswered.append(nodes.described(name, error))
+            return
+        if found:
+            seen.add(attempt)
+        stacks.extend(found)
 
-        await asyncio.gather(
-            *(one(node.host, node.node_rank, node.run_dir) for node in record.nodes)
-        )
+    await asyncio.gather(*(one(node.host, node.node_rank, node.run_dir) for node in record.nodes))
     return StackDump(
         record.id,
         taken_at,

@@ -42,6 +42,7 @@ from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import DEBUG_ENV
 from ddptui.remote.connection import RemoteCluster
+from ddptui.run import dump as stack_dump
 from ddptui.run import launcher, protocol
 from ddptui.run.follow import FileLine, Heartbeat, HostFollower, HostSilent, Update
 from ddptui.run.journal import Journal
@@ -87,7 +88,7 @@ class Job:
     """Something that changes the run, done one at a time in arrival order."""
 
     op: str
-    """launch, resume, stop, kill, conclude, hang-stop"""
+    """launch, resume, stop, kill, conclude, hang-dump, hang-stop"""
     request: str | None = None
     viewer: Viewer | None = None
     debug: bool = False
@@ -156,6 +157,8 @@ class Supervisor:
         self.stopping = False
         self.hang: Hang | None = None
         self.hang_stop_asked = False
+        self.hang_stacks = ""
+        """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
         self.concluded = False
         self.latest: dict[str, bytes] = {}
         """Host → its latest heartbeat, silence or return, for viewers that attach later."""
@@ -251,6 +254,8 @@ class Supervisor:
         elif job.op == "conclude":
             assert job.verdict is not None
             await self._conclude(job.verdict)
+        elif job.op == "hang-dump":
+            await self._dump_hung()
         elif job.op == "hang-stop":
             await self._stop_hung()
         elif job.op == "interrupted":
@@ -433,7 +438,6 @@ class Supervisor:
         if self.record.state is not RunState.HUNG or hang is None:
             return
         summary = hang.summary(self._wall())
-        self._keep_evidence(hang)
         self._change(
             lambda record: record.transition(
                 RunState.STOPPING, f"hung ({summary}): stopping, as on_hang says", now=self._wall()
@@ -442,7 +446,8 @@ class Supervisor:
         self.stopping = True
         report = await terminate(self.remote, self.config, self.record, grace=FAILED_GRACE_S)
         where = f"at step {hang.step}" if hang.step is not None else "before the first step"
-        self._end_attempt(RunState.FAILED, f"hung {where}: {summary}")
+        stacks = f"; {self.hang_stacks}" if self.hang_stacks else ""
+        self._end_attempt(RunState.FAILED, f"hung {where}: {summary}{stacks}")
         self._note_cleanup(report)
         await self._end_following()
         self._ended()
@@ -497,15 +502,25 @@ class Supervisor:
 
         self._change(note)
 
-    def _keep_evidence(self, hang: Hang) -> None:
-        """Keep what the hang looked like before anything ends it: the place where stack dumps
-        of every rank will go too."""
+    async def _dump_hung(self) -> None:
+        """Keep what the hang looks like before anything can end it (``on_hang = "stop"`` is
+        the next job): the verdict, and every rank's stacks."""
+        if self.record.state is not RunState.HUNG or self.hang is None:
+            return
+        taken = stack_dump.take(self.config, self.record, self.remote)
+        saved = stack_dump.save(await taken, self.files.dumps)
         self.files.evidence.mkdir(mode=0o700, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self._wall()))
+        evidence = {**protocol.judgement_document(self.judgement), "stacks": saved.document()}
         path = self.files.evidence / f"hang-{stamp}.json"
-        path.write_text(
-            json.dumps(protocol.judgement_document(self.judgement), indent=2), encoding="utf-8"
-        )
+        path.write_text(json.dumps(evidence, indent=2), encoding="utf-8")
+        log.warning("hung: every rank's stacks kept in %s", saved.saved_in)
+        self.hang_stacks = f"every rank's stacks at the hang: {saved.saved_in}"
+
+        def note(record: RunRecord) -> None:
+            record.attempt.detail = "; ".join([record.attempt.detail, self.hang_stacks]).strip("; ")
+
+        self._change(note)
 
     # --- following -------------------------------------------------------------------------
 
@@ -525,6 +540,7 @@ class Supervisor:
         elif self.watch.attempt != self.record.attempt.number:
             self.watch.next_attempt(self.record)
         self.stopping = self.hang_stop_asked = self.concluded = False
+        self.hang_stacks = ""
         self._followers = [
             HostFollower.of_node(
                 self.config, self.record, node, offsets=self.journal.offsets.get(node.host)
@@ -664,6 +680,7 @@ class Supervisor:
             summary = hang.summary(self._wall())
             log.warning("hung: %s", summary)
             self._change(lambda record: record.transition(RunState.HUNG, summary, now=self._wall()))
+            self._enqueue(Job("hang-dump"))
         elif hang is None and state is RunState.HUNG:
             self._change(
                 lambda record: record.transition(

@@ -205,6 +205,19 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     (evidence,) = (cli.store / run_id / "evidence").glob("hang-*.json")
     kept = json.loads(evidence.read_text())
     assert kept["state"] == "hung" and kept["hang"]["window_s"] == 5
+    # Every rank's stacks were taken before the stop: the frozen rank could not answer, the
+    # others were caught waiting for it.
+    stacks = kept["stacks"]
+    (frozen,) = stacks["without_stack"]
+    assert (frozen["rank"], frozen["host"]) == (1, "node1") and "stopped" in frozen["why"]
+    assert sorted(rank for group in stacks["groups"] for rank in group["ranks"]) == [0, 2]
+    saved = Path(stacks["saved_in"])
+    assert sorted(path.name for path in saved.iterdir()) == [
+        "node0-rank0.txt",
+        "node1-rank1.txt",
+        "node2-rank2.txt",
+    ]
+    assert f"every rank's stacks at the hang: {saved}" in record["attempts"][0]["detail"]
     _until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
 
 
