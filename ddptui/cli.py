@@ -262,7 +262,8 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         description=(
             "Ask every rank of a running run for its Python stacks (all threads; py-spy where "
             "installed, else a handler ddptui puts in each rank), group the ranks that do the "
-            "same thing and show the odd ones first. Exit 0 when stacks came, 1 when none did."
+            "same thing and show the odd ones first; read the ranks' flight-recorder dumps (of "
+            "a finished run too). Exit 0 when stacks or dumps came, 1 when none did."
         ),
     )
     _add_run_argument(dump)

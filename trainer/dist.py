@@ -6,6 +6,7 @@ import io
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,6 +88,32 @@ def start(requested_backend: str, timeout_s: float) -> Runtime:
 def stop() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+FLIGHT_DUMP_FILES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+"""Where a launcher (ddptui) asks torch to dump the flight recorder: rank appended."""
+
+
+def dump_flight_recorder(rank: int) -> None:
+    """After a failure, this rank's flight recorder (its last collectives) where the launcher
+    asked for it. NCCL's watchdog writes it on a timeout; gloo has none, so a failed collective
+    leaves no trace of what each rank last entered unless the rank writes it. Best effort: the
+    error on its way up is what counts."""
+    prefix = next((os.environ[name] for name in FLIGHT_DUMP_FILES if os.environ.get(name)), None)
+    if prefix is None or not dist.is_initialized():
+        return
+    path = Path(f"{prefix}{rank}")
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace
+
+        data = _dump_fr_trace(True, True, False)
+        if not data or path.exists():
+            return
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_bytes(data)
+        partial.replace(path)
+    except Exception:
+        return
 
 
 # torch's *_object_list collectives need NumPy, which a host may lack; these need only torch.

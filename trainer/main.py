@@ -23,7 +23,8 @@ def _warn(message: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status 0 when the run completed or stopped on request; an exception otherwise."""
     cfg = parse_args(argv)
-    log = EventLog(cfg.run_dir, dist.Placement.from_env())
+    placement = dist.Placement.from_env()
+    log = EventLog(cfg.run_dir, placement)
     try:
         rt = dist.start(cfg.backend, cfg.dist_timeout)
         trainer = Trainer(cfg, rt, log)
@@ -44,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as e:
         log.emit("error", message=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+        dist.dump_flight_recorder(placement.rank)
         raise
     finally:
         log.close()

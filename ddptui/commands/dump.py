@@ -1,4 +1,5 @@
-"""``ddptui dump [RUN] [--json]``: every rank's Python stacks, from every host, grouped."""
+"""``ddptui dump [RUN] [--json]``: every rank's Python stacks, from every host, grouped, and
+what the ranks' flight recorders say."""
 
 from __future__ import annotations
 
@@ -18,4 +19,4 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print("\n".join(line.plain for line in dump_lines(taken)))
-    return 0 if taken.groups else 1
+    return 0 if taken.groups or taken.flight else 1

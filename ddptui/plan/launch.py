@@ -39,6 +39,8 @@ DEBUG_ENV: Mapping[str, str] = {
 """What ``--debug`` adds to every rank's environment."""
 
 RUN_DIR_ENV = "DDPTUI_RUN_DIR"
+FLIGHT_RECORDER_ENTRIES = 2000
+"""Collectives each rank's flight recorder keeps: a few steps of a large model's, about a MiB."""
 """Every rank's environment names its node's run directory, for scripts that write events."""
 
 Entry = Literal["trainer", "script", "module"]
@@ -141,6 +143,7 @@ def plan_launch(
         ifname = None if lone else _socket_ifname(host, host_facts, config.head.address)
         run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id, rank)
         env = _environment(host, backend, devices, ifname, run_dir, debug)
+        env |= _flight_recorder(host, host_facts, backend, run_dir)
         argv = _torchrun_argv(
             host,
             config,
@@ -262,6 +265,25 @@ def _environment(
     if debug:
         env.update(DEBUG_ENV)
     return env
+
+
+def _flight_recorder(
+    host: HostConfig, facts: HostFacts, backend: str, run_dir: str
+) -> dict[str, str]:
+    """torch's flight recorder on, under the names the host's torch reads: each rank's last
+    collectives, dumped into the run directory (by NCCL's watchdog on a timeout, by
+    ``ddptui dump`` otherwise). The host's own settings win."""
+    names = facts.torch.flight_recorder
+    wanted = {
+        "buffer": str(FLIGHT_RECORDER_ENTRIES),
+        "file": layout.flight_prefix(run_dir),
+        **({"dump_on_timeout": "1"} if backend == "nccl" else {}),
+    }
+    return {
+        names[role]: value
+        for role, value in wanted.items()
+        if role in names and names[role] not in host.env
+    }
 
 
 def _torchrun_argv(

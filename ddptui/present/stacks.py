@@ -64,11 +64,17 @@ def dump_lines(dump: StackDump) -> list[Text]:
     notes = dict.fromkeys(f"{stack.host}: {stack.note}" for stack in dump.stacks if stack.note)
     lines += [Text(note, "dim") for note in notes]
     lines += [Text(f"no answer from {why}", "yellow") for why in dump.unanswered]
+    if dump.flight:
+        lines.append(Text("flight recorder (each rank's last collectives):", "bold"))
+        lines += [
+            Text(f"  {finding.text}", "red" if finding.odd_ranks else "") for finding in dump.flight
+        ]
+    lines += [Text(error, "yellow") for error in dump.flight_errors]
     if not dump.stacks and not dump.unanswered:
-        lines.append(Text("no rank of the run is running on its hosts"))
+        lines.insert(0, Text("no rank of the run is running on its hosts"))
     if len(dump.attempts) > 1:
         attempts = ", ".join(str(number) for number in dump.attempts)
         lines.append(Text(f"the hosts' ranks belong to different attempts: {attempts}", "yellow"))
     if dump.saved_in is not None:
-        lines.append(Text(f"every rank's stacks, as sent: {dump.saved_in}", "dim"))
+        lines.append(Text(f"kept as the hosts sent them: {dump.saved_in}", "dim"))
     return lines

@@ -89,6 +89,9 @@ class TorchFacts:
     device_count: Maybe[int] = NA
     nccl_version: Maybe[str] = NA
     gloo_available: Maybe[bool] = NA
+    flight_recorder: Mapping[str, str] = field(default_factory=dict)
+    """The flight recorder's settings this torch reads, by role (``buffer``,
+    ``dump_on_timeout``, ``file``) → variable name; empty when it has none or could not say."""
 
     @property
     def ok(self) -> bool:
@@ -362,7 +365,24 @@ def _torch(data: Any) -> TorchFacts:
         device_count=_get(data, "device_count", int),
         nccl_version=_get(data, "nccl", str),
         gloo_available=_get(data, "gloo_available", bool),
+        flight_recorder=_flight_recorder(data.get("flight_recorder")),
     )
+
+
+FLIGHT_RECORDER_ROLES = ("buffer", "dump_on_timeout", "file")
+
+
+def _flight_recorder(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {
+        role: name
+        for role in FLIGHT_RECORDER_ROLES
+        if isinstance(name := value.get(role), str)
+        and name.startswith("TORCH_")
+        and len(name) <= 64
+        and all(char.isascii() and (char.isupper() or char == "_") for char in name)
+    }
 
 
 def _gpus(data: Mapping[str, Any]) -> GpuInventory:

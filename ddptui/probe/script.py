@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import importlib.util
 import json
 import os
@@ -52,6 +53,31 @@ def guarded(fn):
     except Exception:
         return None
 
+# torch's flight recorder: each setting under the names this torch reads, newest first (they
+# changed from TORCH_NCCL_* to TORCH_FR_*); looked for in its libraries rather than guessed.
+FLIGHT_RECORDER = {
+    "buffer": ["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"],
+    "dump_on_timeout": ["TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"],
+    "file": ["TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"],
+}
+
+def flight_recorder():
+    import mmap, os
+    found = {}
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for library in ("libtorch_cpu.so", "libtorch_cuda.so"):
+        path = os.path.join(lib, library)
+        if not os.path.isfile(path):
+            continue
+        with open(path, "rb") as handle, mmap.mmap(
+            handle.fileno(), 0, access=mmap.ACCESS_READ
+        ) as text:
+            for role, names in FLIGHT_RECORDER.items():
+                for name in names:
+                    if role not in found and text.find(name.encode() + b"\0") >= 0:
+                        found[role] = name
+    return found
+
 def nccl_version():
     version = torch.cuda.nccl.version()
     if isinstance(version, int):
@@ -67,6 +93,7 @@ print(json.dumps({
     "nccl": guarded(nccl_version),
     "nccl_available": guarded(torch.distributed.is_nccl_available),
     "gloo_available": guarded(torch.distributed.is_gloo_available),
+    "flight_recorder": guarded(flight_recorder),
 }))
 """
 
@@ -279,6 +306,9 @@ def torch_fingerprint() -> dict[str, Any] | None:
     watched = (package / "__init__.py", package / "version.py", package / "lib", package.parent)
     driver = maybe(lambda: Path("/proc/driver/nvidia/version").read_text().splitlines()[:1])
     return {
+        # What the snippet asks torch changes with ddptui: kept answers to older questions lack
+        # the newer facts.
+        "snippet": hashlib.sha256(TORCH_SNIPPET.encode()).hexdigest(),
         "host": socket.gethostname(),
         "executable": os.path.realpath(sys.executable),
         "python": sys.version,

@@ -34,7 +34,8 @@ Commands:
   ``py-spy dump`` where it is installed and allowed, else from the handler :data:`STACK_SITE`
   registered in the rank (signalled only once its ready file says the handler is in place),
   within SECONDS: ``{"attempt": N, "ranks": [{"rank", "pid", "name", "via", "text", "error",
-  "note"}]}`` (``note``: why py-spy was not used where it is installed).
+  "note"}], "flight": [[rank, size], ...]}`` (``note``: why py-spy was not used where it is
+  installed; ``flight``: the ranks' flight-recorder dumps in ``node/``).
 - ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
   :data:`SENT` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
   killed.
@@ -80,6 +81,7 @@ MAX_STACK_BYTES = 64 * 1024
 """Per rank: a deep stack of all threads is a few KiB; the answer of a host stays far below the
 head's 1 MiB even with 16 ranks there."""
 PY_SPY_S = 10.0
+MAX_FLIGHT_FILES = 256
 
 # Put first on every rank's PYTHONPATH, so any Python script (the trainer or the user's own)
 # registers it before its first line runs. It must never break the process it runs in, and a
@@ -140,6 +142,7 @@ except Exception:
 _ddptui_next_sitecustomize()
 """
 ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
+FLIGHT_FILE = re.compile(r"^flight_(\d{1,6})$")
 
 # The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
 # command ended; the command itself gets the default dispositions back at exec.
@@ -395,7 +398,14 @@ def dump(run_dir: Path, seconds: float) -> int:
                 waiting[rank] = (path, before, now, time.monotonic())
     for rank in waiting:
         reports[rank]["error"] = f"no stack within {seconds:g} s of the signal"
-    emit({"attempt": attempt, "ranks": [reports[rank] for rank in sorted(reports)]})
+    flight = []
+    for entry in sorted((run_dir / "node").glob("flight_*"))[:MAX_FLIGHT_FILES]:
+        match = FLIGHT_FILE.match(entry.name)
+        if match and entry.is_file():
+            flight.append([int(match.group(1)), entry.stat().st_size])
+    emit(
+        {"attempt": attempt, "ranks": [reports[rank] for rank in sorted(reports)], "flight": flight}
+    )
     return 0
 
 

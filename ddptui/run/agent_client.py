@@ -25,7 +25,8 @@ from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import MIB, CodeTree
-from ddptui.run.layout import code_dir
+from ddptui.run.flight import MAX_DUMP_BYTES
+from ddptui.run.layout import code_dir, flight_prefix
 from ddptui.run.progress import MAX_RANKS
 from ddptui.run.stacks import RankStack, parse_stacks
 from ddptui.untrusted import count, finite, plain, whole
@@ -359,16 +360,46 @@ async def send_signal(
     return reached
 
 
+@dataclass(frozen=True)
+class HostDump:
+    """What one host's agent answered to ``dump``."""
+
+    attempt: int
+    stacks: list[RankStack]
+    flight: dict[int, int]
+    """Global rank → size of its flight-recorder dump in the node's directory."""
+
+
 async def dump(
     remote: RemoteCluster, host: HostConfig, node_rank: int, run_dir: str, *, attempts: int
-) -> tuple[int, list[RankStack]]:
-    """The latest attempt on ``host`` and each of its ranks' Python stacks (or why not)."""
+) -> HostDump:
+    """The latest attempt on ``host``, each of its ranks' Python stacks (or why not), and the
+    flight-recorder dumps there."""
     answer = await agent(remote, host, "dump", run_dir, f"{DUMP_S:g}", timeout=DUMP_S + 15)
     attempt = count(answer.document.get("attempt"), attempts)
     found = _rank_stacks(answer.document.get("ranks"), host.name, node_rank)
-    if attempt is None or found is None:
+    flight = _flight(answer.document.get("flight"))
+    if attempt is None or found is None or flight is None:
         raise answer.garbage()
-    return attempt, found
+    return HostDump(attempt, found, flight)
+
+
+async def read_flight(remote: RemoteCluster, host: HostConfig, run_dir: str, rank: int) -> bytes:
+    """Rank ``rank``'s flight-recorder dump on ``host``, as it is there (base64 on the way:
+    sessions carry text), at most :data:`~ddptui.run.flight.MAX_DUMP_BYTES`."""
+    path = flight_prefix(run_dir) + str(rank)
+    result = await remote.run(
+        host, ["base64", path], timeout=AGENT_TIMEOUT_S, max_stdout=MAX_DUMP_BYTES * 4 // 3 + 2**20
+    )
+    if result.reach is not None:
+        raise NodeError(f"{host.name}: {plain(result.reach.detail)}")
+    if result.exit_status != 0:
+        why = "it is larger than ddptui reads" if result.overflow else "it cannot be read"
+        raise NodeError(f"{host.name}: the flight-recorder dump {path}: {why}")
+    try:
+        return base64.b64decode(result.stdout)
+    except ValueError:
+        raise NodeError(f"{host.name}: the flight-recorder dump {path} came garbled") from None
 
 
 async def request(remote: RemoteCluster, host: HostConfig, run_dir: str, what: str) -> None:
@@ -473,6 +504,20 @@ def _rank_stacks(value: Any, host: str, node_rank: int) -> list[RankStack] | Non
             )
         )
     return stacks
+
+
+def _flight(value: Any) -> dict[int, int] | None:
+    if not isinstance(value, list):
+        return None
+    found = {}
+    for item in value[:MAX_PROCESSES]:
+        if not (isinstance(item, list) and len(item) == 2):
+            return None
+        rank, size = count(item[0], MAX_RANKS - 1), count(item[1], 2**62)
+        if rank is None or size is None:
+            return None
+        found[rank] = size
+    return found
 
 
 def _pid(value: Any) -> int | None:

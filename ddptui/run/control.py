@@ -438,10 +438,9 @@ class RunControl:
         return await Attachment(self, record, position=0, say=say, steps=steps).open()
 
     async def dump(self, run_id: str | None) -> StackDump:
-        """Every rank's Python stacks, from every host at once, saved in the run's store."""
+        """Every rank's Python stacks, from every host at once, and the ranks' flight-recorder
+        dumps, saved in the run's store (of a finished run, the flight recorders alone)."""
         record, config = self.open(run_id)
-        if record.state.final:
-            raise ControlError(f"run {record.id} is {record.state.value}: no rank runs to dump")
         return stack_dump.save(
             await stack_dump.take(config, record), self.store.files(record.id).dumps
         )

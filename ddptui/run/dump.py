@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
+from ddptui.run.flight import FlightDumpError, FlightFinding, analyse, read_dump
 from ddptui.run.stacks import RankStack, StackGroup, group
 from ddptui.run.store import RunRecord
 
@@ -30,6 +32,11 @@ class StackDump:
     attempts: tuple[int, ...] = ()
     """The attempts the hosts' ranks belong to (one, unless a host lags behind a restart)."""
     saved_in: Path | None = None
+    flight: tuple[FlightFinding, ...] = ()
+    """What the ranks' flight recorders say, where any was dumped."""
+    flight_dumps: Mapping[int, bytes] = field(default_factory=dict)
+    """Global rank → its flight-recorder dump as the host holds it (saved beside the stacks)."""
+    flight_errors: tuple[str, ...] = ()
 
     @property
     def groups(self) -> list[StackGroup]:
@@ -61,6 +68,11 @@ class StackDump:
                 for stack in self.stackless
             ],
             "unanswered": list(self.unanswered),
+            "flight_recorder": [
+                {"group": finding.group, "ranks": list(finding.odd_ranks), "text": finding.text}
+                for finding in self.flight
+            ],
+            "flight_recorder_errors": list(self.flight_errors),
         }
 
 
@@ -80,26 +92,43 @@ async def take(config: Config, record: RunRecord, remote: RemoteCluster | None =
     stacks: list[RankStack] = []
     unanswered: list[str] = []
     seen: set[int] = set()
+    dumps: dict[int, bytes] = {}
+    errors: list[str] = []
 
     async def one(name: str, node_rank: int, run_dir: str) -> None:
+        host = config.host(name)
         try:
-            attempt, found = await nodes.dump(
-                remote, config.host(name), node_rank, run_dir, attempts=attempts
-            )
+            answer = await nodes.dump(remote, host, node_rank, run_dir, attempts=attempts)
         except nodes.NodeError as error:
             unanswered.append(nodes.described(name, error))
             return
-        if found:
-            seen.add(attempt)
-        stacks.extend(found)
+        if answer.stacks:
+            seen.add(answer.attempt)
+        stacks.extend(answer.stacks)
+        for rank in answer.flight:
+            try:
+                dumps[rank] = await nodes.read_flight(remote, host, run_dir, rank)
+            except nodes.NodeError as error:
+                errors.append(f"rank {rank}: {error}")
 
     await asyncio.gather(*(one(node.host, node.node_rank, node.run_dir) for node in record.nodes))
+    findings, traces = [], []
+    for rank, data in sorted(dumps.items()):
+        try:
+            traces.append(read_dump(rank, data))
+        except FlightDumpError as error:
+            errors.append(f"rank {rank}'s flight-recorder dump: {error}")
+    if traces:
+        findings = analyse(traces, record.world_size)
     return StackDump(
         record.id,
         taken_at,
         tuple(sorted(stacks, key=_by_rank)),
         tuple(sorted(unanswered)),
         tuple(sorted(seen)),
+        flight=tuple(findings),
+        flight_dumps=dumps,
+        flight_errors=tuple(errors),
     )
 
 
@@ -115,6 +144,6 @@ def save(dump: StackDump, directory: Path) -> StackDump:
     for stack in dump.stacks:
         name = f"node{stack.node_rank}-rank{stack.rank}.txt"
         (target / name).write_text(stack.text or f"(no stack: {stack.error})\n")
-    return StackDump(
-        dump.run_id, dump.taken_at, dump.stacks, dump.unanswered, dump.attempts, target
-    )
+    for rank, data in dump.flight_dumps.items():
+        (target / f"flight_{rank}").write_bytes(data)
+    return replace(dump, saved_in=target)

@@ -16,6 +16,8 @@ node's part of the run in ``<workdir>/runs/<run id>/node<N>/``, its own even the
     control/stop, control/save
     logs/attempt-<N>/<torchrun id>/attempt_0/<local rank>/{stdout,stderr}.log, error.json
     node/attempt-<N>.{pgid,out,exit}   the wrapper's session, torchrun's console, its exit status
+    node/flight_<R>           rank R's flight recorder, dumped by torch (NCCL's watchdog on a
+                              timeout) or on ``ddptui dump``
     node/stacks/              the ranks' stack handler (site/sitecustomize.py), and per
                               process <pid>.ready (it is in place) and <pid>.txt (its stacks)
 
@@ -131,6 +133,11 @@ def code_dir(run_dir: str) -> str:
     if NODE_DIR.fullmatch(name):
         return posixpath.join(parent, "code")
     return posixpath.join(run_dir, "code")
+
+
+def flight_prefix(run_dir: str) -> str:
+    """Where a rank's flight recorder is dumped: torch appends the global rank."""
+    return posixpath.join(run_dir, "node", "flight_")
 
 
 def code_cache_dir(run_dir: str) -> str:

@@ -430,6 +430,7 @@ class Supervisor:
                 self.remote, self.config, self.record, grace=FAILED_GRACE_S, skip=silent
             )
             self._note_cleanup(report)
+            await self._keep_flight_recorders()
         await self._end_following()
         self._ended()
 
@@ -499,6 +500,22 @@ class Supervisor:
 
         def note(record: RunRecord) -> None:
             record.attempt.detail = "; ".join([record.attempt.detail, *lines]).strip("; ")
+
+        self._change(note)
+
+    async def _keep_flight_recorders(self) -> None:
+        """After a failure, the ranks' flight-recorder dumps (written by NCCL's watchdog on a
+        timeout, or by the trainer on a failed collective) to the head, read."""
+        taken = await stack_dump.take(self.config, self.record, self.remote)
+        if not taken.flight_dumps:
+            return
+        saved = stack_dump.save(taken, self.files.dumps)
+        said = "; ".join(finding.text for finding in saved.flight) or "nothing odd in them"
+        kept = f"flight recorders kept in {saved.saved_in}: {said}"
+        log.warning("%s", kept)
+
+        def note(record: RunRecord) -> None:
+            record.attempt.detail = "; ".join([record.attempt.detail, kept]).strip("; ")
 
         self._change(note)
 

@@ -4,14 +4,23 @@ for it in a collective, as a hung run is; and the user's own sitecustomize still
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import signal
+import sys
 import time
 from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
-from tests.run.bed import Cli, run_processes, write_hosts
+from tests.run.bed import Cli, run_pid, run_processes, wait_for_step, write_hosts
 from tests.testbed import TestBed
 from tests.ui.pilot import open_from_runs, until
 
@@ -95,3 +104,42 @@ async def _on_the_console(hosts_file: Path, cli: Cli, run_id: str) -> None:
         await pilot.pause()
         text = str(screen.query_one("#stacks-text", Static).content)
         assert "rank 4 on node2 (pid " in text and "in stuck_in_here" in text, text
+
+
+def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_one(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    # Rank 1 frozen for good: its peers' all_reduce times out after 10 s, each of them dumps
+    # its flight recorder as it fails (gloo has no watchdog to do it), the frozen rank cannot.
+    hosts = testbed.hosts[:3]
+    hosts_file = write_hosts(testbed, tmp_path)
+    started = cli.run(
+        "launch", str(hosts_file), "--detach", "--", "--max-steps", "100000", "--dist-timeout", "10"
+    )
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    wait_for_step(testbed, hosts, run_id, 10)
+    os.kill(run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGSTOP)
+    deadline = time.monotonic() + 90
+    while "flight recorders kept in" not in (detail := _attempt_detail(cli, run_id)):
+        assert time.monotonic() < deadline, detail
+        time.sleep(1)
+    assert "no flight-recorder dump from rank 1: " in detail, detail
+    assert re.search(
+        r"ranks 0, 2 entered #\d+ \(gloo:all_reduce \[\[5508\]\], called from _step", detail
+    )
+    dumped = cli.run("dump", run_id)
+    assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+    lines = dumped.stdout.splitlines()
+    assert lines[:2] == [
+        "no rank of the run is running on its hosts",
+        "flight recorder (each rank's last collectives):",
+    ]
+    assert lines[2].startswith("  no flight-recorder dump from rank 1: ")
+    saved = Path(lines[-1].rpartition(": ")[2])
+    assert sorted(path.name for path in saved.iterdir()) == ["flight_0", "flight_2"]
+
+
+def _attempt_detail(cli: Cli, run_id: str) -> str:
+    record = tomllib.loads((cli.store / run_id / "run.toml").read_text())
+    return str(record["attempts"][-1].get("detail", ""))

@@ -9,6 +9,9 @@ from ddptui.run import agent, layout
 def test_the_agent_follows_and_counts_the_files_the_layout_names() -> None:
     assert agent.FOLLOWED.pattern == layout.FOLLOWED.pattern
     assert agent.ATTEMPT_FILE.pattern == layout.ATTEMPT_FILE.pattern
+    flight = layout.flight_prefix("/w/runs/r/node0")
+    assert flight.startswith("/w/runs/r/node0/node/")
+    assert agent.FLIGHT_FILE.match(flight.rpartition("/")[2] + "12")
 
 
 def test_every_file_the_watch_reads_is_one_the_agent_streams() -> None:

@@ -91,7 +91,7 @@ def test_ranks_without_a_stack_and_hosts_without_an_answer_are_named() -> None:
     lines = [line.plain for line in dump_lines(dump)]
     assert "rank 3 on node1 (pid 77): no stack handler in this process: not signalled" in lines
     assert "no answer from node2: connection refused" in lines
-    assert lines[-1] == "every rank's stacks, as sent: /state/r1/dumps/t"
+    assert lines[-1] == "kept as the hosts sent them: /state/r1/dumps/t"
 
 
 def test_rank_spans() -> None:

@@ -155,6 +155,11 @@ def test_real_host_with_real_torch(tmp_path: Path) -> None:
     assert facts.torch.cuda_build is None
     assert facts.torch.cuda_available is False
     assert facts.torch.gloo_available is True
+    # Read from this torch's libraries: the CPU build has no NCCL watchdog to dump on timeout.
+    assert facts.torch.flight_recorder == {
+        "buffer": "TORCH_FR_BUFFER_SIZE",
+        "file": "TORCH_FR_DUMP_TEMP_FILE",
+    }
     assert facts.hostname == socket.gethostname()
     assert facts.python.executable == sys.executable
     assert facts.interfaces is not NA
@@ -220,8 +225,11 @@ def test_torch_facts_are_kept_until_what_they_depend_on_changes(tmp_path: Path) 
     assert probe(CUDA_VISIBLE_DEVICES="1")[1] == 2
     (tmp_path / "site" / "torch" / "version.py").write_text("cuda = '12.4'\n")
     assert probe()[1] == 3
+    # A newer ddptui asks torch more: what an older one kept is not reused.
+    kept.write_text(kept.read_text().replace('"snippet": "', '"snippet": "0'))
+    assert probe()[1] == 4
     # The driver gone: two GPUs kept but none listed, so torch is asked each time.
-    for expected in (4, 5):
+    for expected in (5, 6):
         gone, imported = probe("no_driver")
         assert imported == expected and gone.torch.ok
 

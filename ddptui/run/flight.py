@@ -1,0 +1,225 @@
+"""torch's flight recorder, read: which collective each rank entered last, and which ranks
+never entered the one the others wait in (or entered a different one).
+
+Pure. A dump comes from a host, so it is untrusted: torch writes it as a pickle (the NCCL
+watchdog's dump on timeout, ``_dump_fr_trace``) or as JSON (``_dump_fr_trace_json``); the pickle
+is read by an unpickler that builds plain containers only (any class is refused: a pickle that
+names one could run code on the head), within a size cap, and every field is checked.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddptui.run.stacks import rank_spans
+from ddptui.untrusted import count, plain
+
+MAX_DUMP_BYTES = 32 * 1024 * 1024
+"""A recorder of 2,000 entries with stacks is a few MiB."""
+MAX_ENTRIES = 20_000
+MAX_TEXT = 200
+MAX_SEQ = 2**53
+
+
+class FlightDumpError(ValueError):
+    """Why a dump cannot be read (said as it is, next to the rank)."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    group: str
+    """The process group, as ``name (description)``."""
+    seq: int
+    op: str
+    sizes: str
+    where: str
+    """The innermost frame outside torch that called it, ``function at file:line``."""
+
+    @property
+    def shape(self) -> tuple[str, str]:
+        """What the ranks must agree on at one sequence number."""
+        return self.op, self.sizes
+
+    def describe(self) -> str:
+        called = f", called from {self.where}" if self.where else ""
+        return f"#{self.seq} ({self.op} {self.sizes}{called})"
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    rank: int
+    collectives: tuple[Collective, ...]
+
+    def in_group(self, group: str) -> dict[int, Collective]:
+        return {c.seq: c for c in self.collectives if c.group == group}
+
+
+@dataclass(frozen=True)
+class FlightFinding:
+    group: str
+    text: str
+    odd_ranks: tuple[int, ...] = ()
+
+
+class _Plain(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the dump names {module}.{name}: refused")
+
+
+def read_dump(rank: int, data: bytes) -> RankTrace:
+    """One rank's dump (pickle or JSON); :class:`FlightDumpError` when it is neither."""
+    if len(data) > MAX_DUMP_BYTES:
+        raise FlightDumpError(f"over {MAX_DUMP_BYTES // 2**20} MiB")
+    try:
+        if data.lstrip()[:1] == b"{":
+            document = json.loads(data)
+        else:
+            document = _Plain(io.BytesIO(data)).load()
+    except (ValueError, pickle.UnpicklingError, EOFError, RecursionError, MemoryError) as error:
+        raise FlightDumpError(f"not a flight-recorder dump ({type(error).__name__})") from None
+    except Exception as error:  # a crafted pickle can raise from any opcode
+        raise FlightDumpError(f"not a flight-recorder dump ({type(error).__name__})") from None
+    entries = document.get("entries") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise FlightDumpError("no entries in the dump")
+    try:
+        collectives = [
+            c for entry in entries[:MAX_ENTRIES] if (c := _collective(entry)) is not None
+        ]
+    except RecursionError:
+        raise FlightDumpError("an entry nested too deep to read") from None
+    return RankTrace(rank, tuple(collectives))
+
+
+def _collective(entry: Any) -> Collective | None:
+    if not isinstance(entry, dict) or entry.get("is_p2p") is True:
+        return None
+    seq = count(entry.get("collective_seq_id"), MAX_SEQ)
+    op = entry.get("profiling_name")
+    group = entry.get("process_group")
+    if seq is None or not isinstance(op, str):
+        return None
+    if isinstance(group, (list, tuple)) and len(group) == 2:
+        name, description = (plain(str(part), limit=MAX_TEXT, one_line=True) for part in group)
+        group_text = f"{name} ({description})" if description else name
+    else:
+        group_text = "?"
+    return Collective(
+        group_text,
+        seq,
+        plain(op, limit=MAX_TEXT, one_line=True),
+        plain(_sizes(entry.get("input_sizes")), limit=MAX_TEXT, one_line=True),
+        _caller(entry.get("frames")),
+    )
+
+
+def _sizes(value: Any) -> str:
+    if not isinstance(value, list):
+        return "?"
+    return json.dumps(value[:8], separators=(",", ":"), default=str)[:MAX_TEXT]
+
+
+def _caller(frames: Any) -> str:
+    if not isinstance(frames, list):
+        return ""
+    for frame in frames[:64]:
+        if not isinstance(frame, dict):
+            continue
+        filename, name = frame.get("filename"), frame.get("name")
+        line = count(frame.get("line"), MAX_SEQ)
+        if not isinstance(filename, str) or not isinstance(name, str) or line is None:
+            continue
+        if "/torch/" in filename:
+            continue
+        where = f"{posixpath.basename(filename)}:{line}"
+        return plain(f"{name} at {where}", limit=MAX_TEXT, one_line=True)
+    return ""
+
+
+def analyse(traces: Iterable[RankTrace], world_size: int | None = None) -> list[FlightFinding]:
+    """Per process group: the ranks that stopped short of the collective the others entered,
+    and the collectives the ranks entered differently. Ranks without a dump are named."""
+    by_rank = {trace.rank: trace for trace in traces}
+    findings: list[FlightFinding] = []
+    missing = [] if world_size is None else [r for r in range(world_size) if r not in by_rank]
+    if missing:
+        findings.append(
+            FlightFinding(
+                "",
+                f"no flight-recorder dump from {_ranks(missing)}: a rank that was stopped, "
+                "killed or never reached its dump; look there first",
+                tuple(missing),
+            )
+        )
+    groups = dict.fromkeys(c.group for trace in by_rank.values() for c in trace.collectives)
+    for group in groups:
+        seen = {rank: trace.in_group(group) for rank, trace in by_rank.items()}
+        findings += _group_findings(group, seen, complete=not missing)
+    return findings
+
+
+def _group_findings(
+    group: str, seen: Mapping[int, Mapping[int, Collective]], *, complete: bool
+) -> list[FlightFinding]:
+    last = {rank: max(entered, default=0) for rank, entered in seen.items()}
+    top = max(last.values(), default=0)
+    ahead = sorted(rank for rank, seq in last.items() if seq == top)
+    found: list[FlightFinding] = []
+    mismatch = _first_mismatch(seen)
+    if mismatch is not None:
+        found.append(mismatch)
+    behind = sorted((rank for rank in last if last[rank] < top), key=lambda r: (last[r], r))
+    if not behind:
+        if mismatch is None and top:
+            sample = seen[ahead[0]][top]
+            text = (
+                f"group {group}: every rank entered {sample.describe()}; none is behind in the "
+                "recorder, so the collective itself did not complete (the network, or a rank "
+                "that died inside it)"
+                if complete
+                else f"group {group}: {_ranks(ahead)} entered {sample.describe()}"
+            )
+            found.append(FlightFinding(group, text))
+        return found
+    target = seen[ahead[0]][top]
+    for seq in sorted({last[rank] for rank in behind}):
+        ranks = [rank for rank in behind if last[rank] == seq]
+        was = seen[ranks[0]].get(seq)
+        before = f"its last was {was.describe()}" if was else "it entered none"
+        label = "rank" if len(ranks) == 1 else "ranks"
+        found.append(
+            FlightFinding(
+                group,
+                f"group {group}: {label} {rank_spans(ranks)} never entered {target.describe()}, "
+                f"which {_ranks(ahead)} wait in; {before}",
+                tuple(ranks),
+            )
+        )
+    return found
+
+
+def _first_mismatch(seen: Mapping[int, Mapping[int, Collective]]) -> FlightFinding | None:
+    common = set.intersection(*(set(entered) for entered in seen.values())) if seen else set()
+    for seq in sorted(common):
+        shapes: dict[tuple[str, str], list[int]] = {}
+        for rank, entered in sorted(seen.items()):
+            shapes.setdefault(entered[seq].shape, []).append(rank)
+        if len(shapes) > 1:
+            parts = sorted(shapes.items(), key=lambda item: (len(item[1]), item[1][0]))
+            said = "; ".join(f"{_ranks(ranks)}: {op} {sizes}" for (op, sizes), ranks in parts)
+            group = next(iter(seen.values()))[seq].group
+            odd = tuple(rank for _, ranks in parts[:-1] for rank in ranks)
+            return FlightFinding(
+                group, f"group {group}: the ranks disagree on collective #{seq}: {said}", odd
+            )
+    return None
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + rank_spans(ranks)
