@@ -7,18 +7,36 @@ sent is saved as it came, one file per rank.
 from __future__ import annotations
 
 import asyncio
+import pickle
+import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from ddptui.aio import wait_for
 from ddptui.config.model import Config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
-from ddptui.run.flight import FlightDumpError, FlightFinding, analyse, read_dump
+from ddptui.run.flight import FlightDumpError, FlightFinding, analyse, load_dump, read_dump
+from ddptui.run.layout import FLIGHT_NAME
 from ddptui.run.stacks import RankStack, StackGroup, group
 from ddptui.run.store import RunRecord
+from ddptui.untrusted import plain
+
+TORCH_ANALYSIS_FILE = "torch-fr-trace.txt"
+TORCH_ANALYSER_S = 60.0
+MAX_ANALYSIS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TorchAnalysis:
+    ok: bool
+    output: str
+    """Its output, or why it stopped (its last line)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,8 @@ class StackDump:
     flight_dumps: Mapping[int, bytes] = field(default_factory=dict)
     """Global rank → its flight-recorder dump as the host holds it (saved beside the stacks)."""
     flight_errors: tuple[str, ...] = ()
+    torch_analysis: TorchAnalysis | None = None
+    """What torch's own analyser said of the flight-recorder dumps, where the head has torch."""
 
     @property
     def groups(self) -> list[StackGroup]:
@@ -120,6 +140,7 @@ async def take(config: Config, record: RunRecord, remote: RemoteCluster | None =
             errors.append(f"rank {rank}'s flight-recorder dump: {error}")
     if traces:
         findings = analyse(traces, record.world_size)
+    torch_analysis = await analyse_with_torch(dumps) if traces else None
     return StackDump(
         record.id,
         taken_at,
@@ -129,7 +150,45 @@ async def take(config: Config, record: RunRecord, remote: RemoteCluster | None =
         flight=tuple(findings),
         flight_dumps=dumps,
         flight_errors=tuple(errors),
+        torch_analysis=torch_analysis,
     )
+
+
+async def analyse_with_torch(dumps: Mapping[int, bytes]) -> TorchAnalysis | None:
+    """torch's flight-recorder analyser (``fr_trace``) on the dumps, where this machine has
+    torch: on fresh copies of what :func:`~ddptui.run.flight.load_dump` read, since it unpickles
+    whatever it is given, and a host's pickle could name code to run here."""
+    if find_spec("torch") is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="ddptui-fr-") as work:
+        for rank, data in dumps.items():
+            try:
+                copy = pickle.dumps(load_dump(data), protocol=2)
+            except (FlightDumpError, RecursionError):
+                continue
+            (Path(work) / f"{FLIGHT_NAME}{rank}").write_bytes(copy)
+        argv = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", work]
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            "-p",
+            FLIGHT_NAME,
+            # A rank that left no dump is the usual suspect, not a reason to say nothing.
+            "--allow-incomplete-ranks",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            out, _ = await wait_for(process.communicate(), TORCH_ANALYSER_S)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+            return TorchAnalysis(False, f"did not finish in {TORCH_ANALYSER_S:g} s")
+    text = plain(out[:MAX_ANALYSIS_BYTES].decode("utf-8", "replace"))
+    lines = [line for line in text.splitlines() if line.strip() and "tabulate" not in line]
+    if process.returncode != 0:
+        return TorchAnalysis(False, lines[-1] if lines else f"exit status {process.returncode}")
+    return TorchAnalysis(True, "\n".join(lines))
 
 
 def save(dump: StackDump, directory: Path) -> StackDump:
@@ -145,5 +204,7 @@ def save(dump: StackDump, directory: Path) -> StackDump:
         name = f"node{stack.node_rank}-rank{stack.rank}.txt"
         (target / name).write_text(stack.text or f"(no stack: {stack.error})\n")
     for rank, data in dump.flight_dumps.items():
-        (target / f"flight_{rank}").write_bytes(data)
+        (target / f"{FLIGHT_NAME}{rank}").write_bytes(data)
+    if dump.torch_analysis is not None:
+        (target / TORCH_ANALYSIS_FILE).write_text(dump.torch_analysis.output + "\n")
     return replace(dump, saved_in=target)

@@ -74,6 +74,21 @@ class _Plain(pickle.Unpickler):
 
 def read_dump(rank: int, data: bytes) -> RankTrace:
     """One rank's dump (pickle or JSON); :class:`FlightDumpError` when it is neither."""
+    entries = load_dump(data).get("entries")
+    if not isinstance(entries, list):
+        raise FlightDumpError("no entries in the dump")
+    try:
+        collectives = [
+            c for entry in entries[:MAX_ENTRIES] if (c := _collective(entry)) is not None
+        ]
+    except RecursionError:
+        raise FlightDumpError("an entry nested too deep to read") from None
+    return RankTrace(rank, tuple(collectives))
+
+
+def load_dump(data: bytes) -> dict[str, Any]:
+    """A dump's document, plain containers only (what a fresh ``pickle.dumps`` of it holds can
+    run nothing, so torch's own analyser may read that copy)."""
     if len(data) > MAX_DUMP_BYTES:
         raise FlightDumpError(f"over {MAX_DUMP_BYTES // 2**20} MiB")
     try:
@@ -85,16 +100,9 @@ def read_dump(rank: int, data: bytes) -> RankTrace:
         raise FlightDumpError(f"not a flight-recorder dump ({type(error).__name__})") from None
     except Exception as error:  # a crafted pickle can raise from any opcode
         raise FlightDumpError(f"not a flight-recorder dump ({type(error).__name__})") from None
-    entries = document.get("entries") if isinstance(document, dict) else None
-    if not isinstance(entries, list):
+    if not isinstance(document, dict):
         raise FlightDumpError("no entries in the dump")
-    try:
-        collectives = [
-            c for entry in entries[:MAX_ENTRIES] if (c := _collective(entry)) is not None
-        ]
-    except RecursionError:
-        raise FlightDumpError("an entry nested too deep to read") from None
-    return RankTrace(rank, tuple(collectives))
+    return document
 
 
 def _collective(entry: Any) -> Collective | None:

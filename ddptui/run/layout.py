@@ -135,9 +135,13 @@ def code_dir(run_dir: str) -> str:
     return posixpath.join(run_dir, "code")
 
 
+FLIGHT_NAME = "flight_"
+"""A rank's flight-recorder dump is this with its global rank appended (torch appends it)."""
+
+
 def flight_prefix(run_dir: str) -> str:
-    """Where a rank's flight recorder is dumped: torch appends the global rank."""
-    return posixpath.join(run_dir, "node", "flight_")
+    """Where a rank's flight recorder is dumped on its host."""
+    return posixpath.join(run_dir, "node", FLIGHT_NAME)
 
 
 def code_cache_dir(run_dir: str) -> str:

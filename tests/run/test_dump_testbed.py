@@ -137,7 +137,13 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
     ]
     assert lines[2].startswith("  no flight-recorder dump from rank 1: ")
     saved = Path(lines[-1].rpartition(": ")[2])
-    assert sorted(path.name for path in saved.iterdir()) == ["flight_0", "flight_2"]
+    assert sorted(path.name for path in saved.iterdir()) == [
+        "flight_0",
+        "flight_2",
+        "torch-fr-trace.txt",
+    ]
+    assert "torch's own analyser (fr_trace)" in dumped.stdout
+    assert (saved / "torch-fr-trace.txt").read_text().strip()
 
 
 def _attempt_detail(cli: Cli, run_id: str) -> str:
