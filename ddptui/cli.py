@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_hosts_argument(check)
     _add_json_flag(check, "the hosts, their facts and the findings")
+    check.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help=(
+            "then measure the interconnect: all-reduce across the hosts (torchrun on each, as a "
+            "launch), and each host with its ring neighbour; name a host whose links are slow"
+        ),
+    )
 
     trust = commands.add_parser(
         "trust",

@@ -1,4 +1,5 @@
-"""``ddptui check HOSTS [--json]``: the cluster health check, as tables or one JSON document."""
+"""``ddptui check HOSTS [--json] [--bandwidth]``: the cluster health check, as tables or one JSON
+document; then, asked, the interconnect measured."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from ddptui.config import AUTO, HostConfig, load_config
 from ddptui.health import HostCheck, parity_rows
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.present import check as words
+from ddptui.present.bandwidth import bandwidth_lines
 from ddptui.probe.facts import NA, HostFacts, Maybe
+from ddptui.run.bandwidth import BandwidthError, measure
 from ddptui.untrusted import plain
 
 
@@ -45,7 +48,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         # Piped output has no terminal width to fit; wide enough that no value is cut.
         render(report, Console() if sys.stdout.isatty() else Console(width=160))
-    return 0 if report.healthy else 1
+    if not args.bandwidth:
+        return 0 if report.healthy else 1
+    if not report.healthy:
+        errors.print("not measuring the interconnect: the check found problems to fix first")
+        return 1
+    with errors.status(f"measuring the interconnect of {total} hosts…"):
+        try:
+            measured = asyncio.run(measure(config, report))
+        except BandwidthError as error:
+            errors.print(Text(f"ddptui check --bandwidth: {error}"))
+            return 1
+    out = Console(stderr=True) if args.json else Console()
+    for line in bandwidth_lines(measured):
+        out.print(line, soft_wrap=True)
+    return 1 if measured.slow else 0
 
 
 def render(report: CheckReport, console: Console) -> None:

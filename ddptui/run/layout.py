@@ -144,11 +144,20 @@ def flight_prefix(run_dir: str) -> str:
     return posixpath.join(run_dir, "node", FLIGHT_NAME)
 
 
+def workdir_of(run_dir: str) -> str:
+    """The workdir that holds ``run_dir`` (a :func:`host_run_dir`)."""
+    return posixpath.dirname(posixpath.dirname(posixpath.dirname(run_dir)))
+
+
 def code_cache_dir(run_dir: str) -> str:
     """The cache of code contents in the workdir that holds ``run_dir`` (a
     :func:`host_run_dir`), shared by its runs and by the hosts that share the workdir."""
-    workdir = posixpath.dirname(posixpath.dirname(posixpath.dirname(run_dir)))
-    return posixpath.join(workdir, "code-cache")
+    return posixpath.join(workdir_of(run_dir), "code-cache")
+
+
+def bench_path(workdir: str) -> str:
+    """The interconnect benchmark's script on a host (``check --bandwidth``)."""
+    return posixpath.join(workdir, "bandwidth", "bench.py")
 
 
 def log_dir(run_dir: str, attempt: int) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ddptui.probe.script import TORCH_CACHE_DIR
 from tests.testbed import keys, network, sshd
 from tests.testbed.host import NameResolution, PortHolder, TestHost, run_on
 
@@ -164,14 +165,30 @@ def remove_double(host: TestHost, name: str) -> None:
     (host.bin_dir / name).unlink(missing_ok=True)
 
 
+def limit_link(host: TestHost, rate: str) -> None:
+    """The host's link at ``rate`` (``tc`` rate, ``50mbit``) for what it sends: a slow NIC, a
+    bad cable, a congested switch port."""
+    argv = ["tc", "qdisc", "replace", "dev", host.ifname, "root", "tbf", "rate", rate]
+    network.run([*host.exec_prefix(), *argv, "burst", "64kb", "latency", "100ms"])
+    host.state.limited = True
+
+
+def unlimit_link(host: TestHost) -> None:
+    network.run([*host.exec_prefix(), "tc", "qdisc", "del", "dev", host.ifname, "root"])
+    host.state.limited = False
+
+
 def restore(hosts: Sequence[TestHost]) -> None:
     """Undo every fault and clear per-test state: the hosts as they were after bring-up.
 
-    Links up, nothing frozen, no held ports, original host keys, sshd running, normal name
-    resolution, no processes but sshd's listener, empty ``bin_dir``, ``workdir`` and ``home``.
+    Links up at full speed, nothing frozen, no held ports, original host keys, sshd running,
+    normal name resolution, no processes but sshd's listener, empty ``bin_dir``, ``workdir``
+    (but for the probe's kept torch facts, as a real host keeps them) and ``home``.
     """
     for host in hosts:
         thaw(host)
+        if host.state.limited:
+            unlimit_link(host)
         for holder in list(host.state.held_ports):
             holder.release()
         if host.state.firewalled:
@@ -192,13 +209,16 @@ def restore(hosts: Sequence[TestHost]) -> None:
             sshd.spawn(host)
         if host.etc_hosts.read_text() != host.etc_hosts_text("normal"):
             set_name_resolution(host, "normal")
-        for directory in (host.bin_dir, host.workdir, host.home):
+        for directory in (host.bin_dir, host.home):
             _empty(directory)
+        _empty(host.workdir, keep=TORCH_CACHE_DIR)
     sshd.wait_ready(hosts)
 
 
-def _empty(directory: Path) -> None:
+def _empty(directory: Path, keep: str | None = None) -> None:
     for child in directory.iterdir():
+        if child.name == keep:
+            continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
         else:

@@ -28,6 +28,7 @@ class HostState:
     key_rotated: bool = False
     held_ports: list[PortHolder] = field(default_factory=list)
     firewalled: bool = False
+    limited: bool = False
 
 
 @dataclass(eq=False)

@@ -1,0 +1,63 @@
+"""The interconnect's words (``ddptui check --bandwidth``): what it measured with, each size's
+time, algbw and busbw as nccl-tests gives them, each pair, and the host whose links are slow."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from ddptui.health.bandwidth import BandwidthReport
+
+GB = 1e9
+"""nccl-tests' GB/s: 10⁹ bytes a second."""
+
+
+def size_text(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def bandwidth_lines(report: BandwidthReport) -> list[Text]:
+    hosts = report.hosts
+    lines = [
+        Text(
+            f"interconnect: {report.backend}, {len(hosts)} hosts, one process each, all-reduce; "
+            f"interfaces {', '.join(report.interfaces)}",
+            "bold",
+        ),
+        Text(f"{'size':>9} {'time':>10} {'algbw':>11} {'busbw':>11}"),
+    ]
+    for row in report.sweep:
+        lines.append(
+            Text(
+                f"{size_text(row.size):>9} {row.seconds * 1e3:>7.2f} ms "
+                f"{row.algbw / GB:>6.3f} GB/s {row.busbw / GB:>6.3f} GB/s"
+            )
+        )
+    if report.pairs:
+        size = size_text(report.pairs[0].size)
+        lines.append(Text(f"pairs, {size} each, every host with its ring neighbour:", "bold"))
+        slow = {host.host for host in report.slow}
+        for pair in report.pairs:
+            odd = pair.first in slow or pair.second in slow
+            lines.append(
+                Text(
+                    f"  {pair.first} ↔ {pair.second}  {pair.algbw / GB:.3f} GB/s",
+                    "red" if odd else "",
+                )
+            )
+    for host in report.slow:
+        lines.append(
+            Text(
+                f"slow links: {host.host}: its best pair {host.best / GB:.3f} GB/s, under half the "
+                f"hosts' median {host.median / GB:.3f} GB/s. Look at its link speed (`ethtool "
+                "IFACE`), cable and switch port, and at what else uses its network",
+                "bold red",
+            )
+        )
+    if len(hosts) == 2:
+        lines.append(Text("two hosts share one pair: a slow one cannot be told from the other"))
+    elif not report.slow:
+        lines.append(Text("no host's links are slower than half the others'", "green"))
+    return lines

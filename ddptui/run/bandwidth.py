@@ -1,0 +1,121 @@
+"""``ddptui check --bandwidth``'s I/O: the interconnect benchmark (:mod:`ddptui.run.bench`)
+started by torchrun on every host at once, as a launch starts a job (the plan's backend,
+interface and environment), one process per host; node 0's result read into a
+:class:`~ddptui.health.bandwidth.BandwidthReport`."""
+
+from __future__ import annotations
+
+import asyncio
+from importlib.resources import files
+
+from ddptui.check import CheckReport
+from ddptui.config import Config
+from ddptui.errors import DdptuiError
+from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
+from ddptui.plan.launch import RUN_DIR_ENV, LaunchPlan, plan_launch
+from ddptui.remote.commands import python_argv
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run import agent_client as nodes
+from ddptui.run.layout import bench_path, workdir_of
+from ddptui.run.store import new_run_id
+from ddptui.untrusted import plain
+
+BENCH_SOURCE: str = files("ddptui.run").joinpath("bench.py").read_text(encoding="utf-8")
+KIB, MIB = 1 << 10, 1 << 20
+SIZES = {
+    "gloo": tuple(64 * KIB * 4**step for step in range(6)),
+    "nccl": tuple(MIB * 4**step for step in range(6)),
+}
+"""64 KiB to 64 MiB on gloo, 1 MiB to 1 GiB on NCCL."""
+PAIR_BYTES = {"gloo": 4 * MIB, "nccl": 64 * MIB}
+ITERATIONS = 5
+BENCH_TIMEOUT_S = 120.0
+
+
+class BandwidthError(DdptuiError):
+    """The benchmark did not run to its end (a host failed, or node 0 said nothing usable)."""
+
+
+async def measure(config: Config, report: CheckReport) -> BandwidthReport:
+    """Run the benchmark on every host of ``config`` as ``report`` found them."""
+    hosts = config.ordered_hosts
+    if len(hosts) < 2:
+        raise BandwidthError("one host: there is no interconnect to measure")
+    async with RemoteCluster.for_config(config) as remote:
+        try:
+            port = await nodes.free_port(remote, hosts[0])
+        except nodes.NodeError as error:
+            raise BandwidthError(f"no free port on node 0: {error}") from None
+        plan = plan_launch(config, report.checks, run_id=new_run_id(), master_port=port)
+        await _place_script(remote, plan)
+        results = await asyncio.gather(
+            *(
+                remote.run(
+                    node.host,
+                    _argv(plan, node.node_rank, port),
+                    # A launch's environment, less the run directory: there is no run.
+                    env={k: v for k, v in node.env.items() if k != RUN_DIR_ENV},
+                    timeout=BENCH_TIMEOUT_S,
+                )
+                for node in plan.nodes
+            )
+        )
+    failed = [
+        f"{node.host.name}: "
+        f"{_why(result.stdout + result.stderr, result.exit_status, result.timed_out)}"
+        for node, result in zip(plan.nodes, results, strict=True)
+        if result.exit_status != 0
+    ]
+    if failed:
+        raise BandwidthError("the benchmark failed on " + "; ".join(failed))
+    names = [node.host.name for node in plan.nodes]
+    interfaces = [f"{node.host.name}={node.socket_ifname or 'any'}" for node in plan.nodes]
+    try:
+        return read_result(results[0].stdout, names, PAIR_BYTES[plan.backend], interfaces)
+    except BenchError as error:
+        raise BandwidthError(str(error)) from None
+
+
+async def _place_script(remote: RemoteCluster, plan: LaunchPlan) -> None:
+    async def one(node_rank: int) -> None:
+        node = plan.nodes[node_rank]
+        path = bench_path(workdir_of(node.run_dir))
+        await nodes.agent(remote, node.host, "write", path, sent=BENCH_SOURCE)
+
+    try:
+        await asyncio.gather(*(one(node.node_rank) for node in plan.nodes))
+    except nodes.NodeError as error:
+        raise BandwidthError(f"cannot place the benchmark: {error}") from None
+
+
+def _argv(plan: LaunchPlan, node_rank: int, port: int) -> list[str]:
+    node = plan.nodes[node_rank]
+    backend = plan.backend
+    return python_argv(
+        node.host,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={len(plan.nodes)}",
+        f"--node-rank={node_rank}",
+        "--nproc-per-node=1",
+        f"--master-addr={plan.master_addr}",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        bench_path(workdir_of(node.run_dir)),
+        "--sizes",
+        ",".join(str(size) for size in SIZES[backend]),
+        "--pair-bytes",
+        str(PAIR_BYTES[backend]),
+        "--iters",
+        str(ITERATIONS),
+        "--backend",
+        backend,
+    )
+
+
+def _why(output: str, status: int | None, timed_out: bool) -> str:
+    if timed_out:
+        return f"it did not finish in {BENCH_TIMEOUT_S:g} s"
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else f"exit status {status}"
+    return plain(last, limit=300, one_line=True)
