@@ -3,6 +3,8 @@ time, algbw and busbw as nccl-tests gives them, each pair, and the host whose li
 
 from __future__ import annotations
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 
 from ddptui.health.bandwidth import BandwidthReport
@@ -61,3 +63,30 @@ def bandwidth_lines(report: BandwidthReport) -> list[Text]:
     elif not report.slow:
         lines.append(Text("no host's links are slower than half the others'", "green"))
     return lines
+
+
+def bandwidth_matrix(report: BandwidthReport) -> Group:
+    """The health screen's small form: each measured pair's GB/s in a host × host matrix, the
+    slow host in red, and the sweep's largest size in one line."""
+    hosts = report.hosts
+    slow = {host.host for host in report.slow}
+    measured: dict[tuple[str, str], float] = {}
+    for pair in report.pairs:
+        measured[pair.first, pair.second] = measured[pair.second, pair.first] = pair.algbw / GB
+    table = Table(title=f"pairs, GB/s ({report.backend})", title_justify="left", box=None)
+    table.add_column("")
+    for host in hosts:
+        table.add_column(Text(host, "bold red" if host in slow else ""), justify="right")
+    for row in hosts:
+        cells = [
+            Text(f"{measured[row, column]:.3f}" if (row, column) in measured else "·")
+            for column in hosts
+        ]
+        table.add_row(Text(row, "bold red" if row in slow else ""), *cells)
+    parts: list[Text | Table] = [table]
+    if report.sweep:
+        top = report.sweep[-1]
+        parts.append(Text(f"all-reduce {size_text(top.size)}: busbw {top.busbw / GB:.3f} GB/s"))
+    verdict = bandwidth_lines(report)[-1]
+    parts.append(verdict)
+    return Group(*parts)

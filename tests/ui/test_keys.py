@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+from rich.console import Console
 from rich.text import Text
 from textual.command import CommandPalette
 from textual.widgets import DataTable, RichLog, Static
 
+from ddptui.health.bandwidth import BandwidthReport, read_result
 from ddptui.run.diagnose import marks_error
 from ddptui.run.follow import FileLine, HostBack, HostSilent
 from ddptui.run.state import RunWatch
@@ -388,3 +392,47 @@ async def _test_a_script_that_prints_its_loss_has_it_charted_without_events() ->
         ]  # fmt: skip
         braille = [ch for ch in app.export_screenshot() if "\u2801" <= ch <= "\u28ff"]
         assert len(braille) > 40
+
+
+def test_b_measures_the_interconnect_and_shows_the_pairs_as_a_matrix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asyncio.run(_test_b_measures_the_interconnect(monkeypatch))
+
+
+async def _test_b_measures_the_interconnect(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = dataclasses.replace(scenes.health_report(), findings=())
+    names = [check.host.name for check in report.checks]
+    # What node 0's benchmark printed on a cluster whose gpu-b has a slow link.
+    document = {
+        "backend": "gloo",
+        "world_size": 3,
+        "sweep": [[64 * 1024, 0.001], [64 << 20, 0.4]],
+        "pairs": [[0, 1, 0.5], [1, 2, 0.5], [2, 0, 0.02]],
+    }
+    measured = read_result(json.dumps(document), names, 4 << 20, ["gpu-a=eth0"])
+    asked: list[object] = []
+
+    async def measure(config: object, checked: object) -> BandwidthReport:
+        asked.append(checked)
+        return measured
+
+    monkeypatch.setattr("ddptui.ui.screens.health.measure", measure)
+    app = DdptuiApp(first_screen=HealthScreen(report.config, report))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("b")
+        screen = app.screen
+        assert isinstance(screen, HealthScreen)
+        for _ in range(50):
+            if screen.bandwidth is not None:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause()
+        assert asked == [report]
+        shown = app.screen.query_one("#findings", Static).content
+        console = Console(width=100, record=True)
+        console.print(shown)
+        text = console.export_text()
+        assert "pairs, GB/s (gloo)" in text
+        assert "0.008" in text and "0.210" in text
+        assert "slow links: gpu-b" in text

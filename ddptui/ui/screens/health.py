@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -17,11 +18,14 @@ from ddptui.check import CheckReport, check_cluster
 from ddptui.config import AUTO, Config, load_config
 from ddptui.errors import ConfigError
 from ddptui.health import HostCheck, parity_rows
+from ddptui.health.bandwidth import BandwidthReport
 from ddptui.health.groups import FindingGroup
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.present import check as words
+from ddptui.present.bandwidth import bandwidth_matrix
 from ddptui.present.trust import host_key_line
 from ddptui.probe.facts import NA, HostFacts
+from ddptui.run.bandwidth import BandwidthError, measure
 from ddptui.ui.messages import CheckDone, CheckProgress
 from ddptui.ui.widgets.cells import ODD, bar, cell, in_view, odd_cell
 from ddptui.untrusted import plain
@@ -49,6 +53,7 @@ class HealthScreen(Screen[None]):
         Binding("l", "app.launch", "launch"),
         Binding("t", "trust", "trust keys"),
         Binding("R", "app.runs", "runs"),
+        Binding("b", "bandwidth", "measure the interconnect", show=False),
         Binding("question_mark", "app.help", "help"),
     ]
 
@@ -61,6 +66,8 @@ class HealthScreen(Screen[None]):
         self.report = report
         self.note = note
         self.progress: dict[str, str] = {}
+        self.bandwidth: BandwidthReport | None = None
+        """The interconnect as ``b`` last measured it."""
         self._odd_columns: list[str] = []
         """The columns whose values differ between hosts, as the table marks them."""
 
@@ -217,7 +224,25 @@ class HealthScreen(Screen[None]):
             findings.update("")
             return
         gpus.update(_gpus_text(check))
-        findings.update(_findings_text(self.report, check.host.name))
+        text = _findings_text(self.report, check.host.name)
+        findings.update(
+            text if self.bandwidth is None else Group(text, bandwidth_matrix(self.bandwidth))
+        )
+
+    @work(exclusive=True, group="bandwidth")
+    async def action_bandwidth(self) -> None:
+        if self.report is None or not self.report.healthy:
+            self.notify("measure the interconnect once the check finds nothing to fix")
+            return
+        self.notify(f"measuring the interconnect of {len(self.config.hosts)} hosts…")
+        try:
+            self.bandwidth = await measure(self.config, self.report)
+        except BandwidthError as error:
+            self.notify(plain(str(error), limit=300, one_line=True), severity="error", markup=False)
+            return
+        slow = ", ".join(host.host for host in self.bandwidth.slow)
+        self.notify(f"slow links: {slow}" if slow else "no host's links are slow")
+        self._show_detail()
 
     @work(exclusive=True, group="trust")
     async def action_trust(self) -> None:
