@@ -34,8 +34,9 @@ class Frame:
     @property
     def key(self) -> tuple[str, str]:
         """The same frame on every host: the directories differ (each node's run directory,
-        each host's Python), the file, line and function do not."""
-        return self.function, self.where
+        each host's Python), the file, line and function do not. py-spy names a function by
+        its qualified name (``_exception_logger.<locals>.wrapper``), faulthandler by its own."""
+        return self.function.rpartition(".")[2], self.where
 
 
 @dataclass(frozen=True)

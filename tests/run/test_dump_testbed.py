@@ -22,6 +22,7 @@ from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from tests.run.bed import Cli, run_pid, run_processes, wait_for_step, write_hosts
 from tests.testbed import TestBed
+from tests.testbed.faults import install_double
 from tests.ui.pilot import open_from_runs, until
 
 HANGS = """\
@@ -38,6 +39,13 @@ if dist.get_rank() == 4:
     stuck_in_here()
 dist.all_reduce(torch.ones(1))
 """
+PTRACE_REFUSED = """#!/bin/sh
+cat >&2 <<'SAID'
+Permission Denied: Try running again with elevated permissions by going 'sudo env "PATH=$PATH" !!'
+SAID
+exit 1
+"""
+"""What py-spy says where ptrace is refused (kernel.yama.ptrace_scope, a container)."""
 THEIR_SITE = 'import os\nos.environ["THEIR_SITE_RAN"] = "yes"\n'
 
 
@@ -77,6 +85,21 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
         f"node{rank // 2}-rank{rank}.txt" for rank in range(6)
     ]
     assert "in stuck_in_here" in (saved / "node2-rank4.txt").read_text()
+    # py-spy where a host has it: node2's ranks through it. node1's refuses to attach (ptrace):
+    # its ranks are asked by signal instead, and the dump says why.
+    (hosts[2].bin_dir / "py-spy").symlink_to(Path(sys.executable).parent / "py-spy")
+    install_double(hosts[1], "py-spy", PTRACE_REFUSED)
+    again = cli.run("dump", run_id)
+    assert again.returncode == 0, again.stdout + again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[1] == "rank 4 on node2: stuck_in_here ← <module> at hangs.py:6", again.stdout
+    assert any(line.startswith("ranks 0–3, 5 on node0, node1, node2: all_reduce") for line in lines)
+    assert "node1: py-spy: Permission Denied: Try running again with elevated permissions" in (
+        again.stdout
+    )
+    saved = Path(lines[-1].rpartition(": ")[2])
+    assert (saved / "node2-rank4.txt").read_text().startswith("Process ")
+    assert (saved / "node1-rank2.txt").read_text().startswith("Current thread ")
     # Dumping took nothing down: every rank still waits where it was.
     assert cli.run("status", run_id, "--json").returncode == 0
     assert len(run_processes(hosts, run_id)) >= 12

@@ -50,6 +50,18 @@ def test_faulthandler_s_threads_are_read_and_the_main_one_found() -> None:
     assert main.frames[-1].function == "<module>"
 
 
+def test_the_same_frame_from_py_spy_and_faulthandler_is_the_same() -> None:
+    spied = parse_stacks(
+        'Thread 7 (idle): "MainThread"\n'
+        "    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)\n"
+    )
+    handled = parse_stacks(
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/venv/torch/distributed/c10d_logger.py", line 83 in wrapper\n'
+    )
+    assert spied[0].frames[0].key == handled[0].frames[0].key
+
+
 def test_py_spy_s_threads_are_read_by_name() -> None:
     threads = parse_stacks(PY_SPY)
     assert [thread.name for thread in threads] == ["MainThread", "pin_memory"]
