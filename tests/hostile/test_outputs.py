@@ -351,7 +351,7 @@ def test_check_json_is_ascii(
 
     monkeypatch.setattr(check_command, "load_config", lambda path: report.config)
     monkeypatch.setattr(check_command, "check_cluster", check_cluster)
-    check_command.run(argparse.Namespace(hosts="hosts.toml", json=True))
+    check_command.run(argparse.Namespace(hosts="hosts.toml", json=True, bandwidth=False))
     out, err = capsys.readouterr()
     _assert_ascii_json_of_the_real_values(out)
     assert not LIVE.search(err)
