@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.probe.script import TORCH_CACHE_DIR
 from tests.cluster import tcp
 from tests.testbed import (
     TestBed,
@@ -24,6 +25,8 @@ from tests.testbed import (
     stop_sshd,
     thaw,
 )
+from tests.testbed.faults import limit_link
+from tests.testbed.host import run_on
 
 pytestmark = pytest.mark.cluster
 
@@ -202,6 +205,7 @@ def test_restore_undoes_every_fault_at_once(testbed: TestBed) -> None:
     occupy_port(node3, 29500)
     set_name_resolution(node3, "missing")
     install_double(node3, "nvidia-smi", "#!/bin/sh\nexit 9\n")
+    limit_link(node3, "50mbit")
     (node3.workdir / "run-state").write_text("old")
     testbed.restore()
     for host in testbed.hosts:
@@ -209,5 +213,8 @@ def test_restore_undoes_every_fault_at_once(testbed: TestBed) -> None:
         assert _resolve_self(testbed, host).returncode == 0
     assert tcp.outcome(node3.address, 29500, 2) == "refused"
     assert list(node3.bin_dir.iterdir()) == []
-    assert list(node3.workdir.iterdir()) == []
+    # The probe's torch facts stay, as on a real host; nothing else does.
+    assert {path.name for path in node3.workdir.iterdir()} <= {TORCH_CACHE_DIR}
+    qdisc = run_on(node3, ["tc", "qdisc", "show", "dev", node3.ifname]).stdout
+    assert "tbf" not in qdisc, qdisc
     assert "T" not in _states(node2)
