@@ -5,7 +5,9 @@
 #   3. benchmarks/trainer_overhead.py --device cuda, bf16, on the two models of the H200 trial
 #      (MLP 8192×4 batch 4096, and 2048×4 batch 1024; target ≥ 0.97 each);
 #   4. ddptui end to end on the GPU: check (NVML), launch, stop, resume, status, events, and the
-#      console's health screen and GPU pane (benchmarks/gpu_ddptui.py).
+#      console's health screen and GPU pane (benchmarks/gpu_ddptui.py);
+#   5. a flight-recorder dump of an NCCL process group (tests/fixtures/flight/record.py), a
+#      recording for ddptui.run.flight's tests.
 # A failing step does not stop the next; each prints its exit status and seconds.
 #
 # The host's Python needs torch (CUDA build) and ddptui's dependencies. On a machine without a
@@ -48,4 +50,5 @@ print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), torch.cu
     step overhead-2048 150 "$py" benchmarks/trainer_overhead.py --device cuda --precision bf16 \
         --width 2048 --depth 4 --batch-size 1024 --rounds 16
     step ddptui 300 "$py" benchmarks/gpu_ddptui.py "$out"
+    step flight-recorder 90 "$py" -m tests.fixtures.flight.record nccl-one-gpu --to "$out/flight"
 } 2>&1 | tee "$out/summary.txt"
