@@ -16,6 +16,9 @@ else:
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
+RUN_ON_HOSTS = {"ddptui/run/bench.py"}
+"""Sent to the hosts and run there with their torch (``check --bandwidth``); read on the head
+as text, never imported there."""
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -42,11 +45,26 @@ def _python_files(package: str) -> list[Path]:
 def test_core_never_imports_torch_and_only_ui_imports_textual() -> None:
     offenders = []
     for path in _python_files("ddptui"):
+        if str(path.relative_to(ROOT)) in RUN_ON_HOSTS:
+            continue
         imported = _top_level(_imported_modules(path))
         in_ui = path.relative_to(ROOT).parts[:2] == ("ddptui", "ui")
         if "torch" in imported or ("textual" in imported and not in_ui):
             offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_what_runs_on_hosts_is_never_imported_on_the_head() -> None:
+    modules = {".".join(Path(name).with_suffix("").parts) for name in RUN_ON_HOSTS}
+    importers = [
+        str(path.relative_to(ROOT))
+        for path in _python_files("ddptui")
+        if modules & _imported_modules(path)
+        or any(
+            f"from ddptui.run import {m.rpartition('.')[2]}" in path.read_text() for m in modules
+        )
+    ]
+    assert importers == []
 
 
 def test_trainer_never_imports_ddptui() -> None:
@@ -99,6 +117,7 @@ def test_every_core_module_imports_without_textual_or_torch() -> None:
         for path in _python_files("ddptui")
         if path.relative_to(ROOT).parts[:2] != ("ddptui", "ui")
         and path.name not in {"__main__.py", "script.py"}
+        and str(path.relative_to(ROOT)) not in RUN_ON_HOSTS
     ]
     loaded = _modules_after("\n".join(f"import {module}" for module in modules))
     assert not {"torch", "textual"} & _top_level(loaded)
