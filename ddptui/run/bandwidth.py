@@ -1,6 +1,7 @@
 """``ddptui check --bandwidth``'s I/O: the interconnect benchmark (:mod:`ddptui.run.bench`)
-started by torchrun on every host at once, as a launch starts a job (the plan's backend,
-interface and environment), one process per host; node 0's result read into a
+started on every host at once with a launch's backend, interface and environment, one process
+per host meeting at node 0's address and a free port as torchrun's ranks do; node 0's result
+read into a
 :class:`~ddptui.health.bandwidth.BandwidthReport`."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ SIZES = {
 }
 """64 KiB to 64 MiB on gloo, 1 MiB to 1 GiB on NCCL."""
 PAIR_BYTES = {"gloo": 4 * MIB, "nccl": 64 * MIB}
-ITERATIONS = 5
+ITERATIONS = 3
 BENCH_TIMEOUT_S = 120.0
 
 
@@ -52,9 +53,8 @@ async def measure(config: Config, report: CheckReport) -> BandwidthReport:
             *(
                 remote.run(
                     node.host,
-                    _argv(plan, node.node_rank, port),
-                    # A launch's environment, less the run directory: there is no run.
-                    env={k: v for k, v in node.env.items() if k != RUN_DIR_ENV},
+                    _argv(plan, node.node_rank),
+                    env=_environment(plan, node.node_rank, port),
                     timeout=BENCH_TIMEOUT_S,
                 )
                 for node in plan.nodes
@@ -88,19 +88,11 @@ async def _place_script(remote: RemoteCluster, plan: LaunchPlan) -> None:
         raise BandwidthError(f"cannot place the benchmark: {error}") from None
 
 
-def _argv(plan: LaunchPlan, node_rank: int, port: int) -> list[str]:
+def _argv(plan: LaunchPlan, node_rank: int) -> list[str]:
     node = plan.nodes[node_rank]
     backend = plan.backend
     return python_argv(
         node.host,
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={len(plan.nodes)}",
-        f"--node-rank={node_rank}",
-        "--nproc-per-node=1",
-        f"--master-addr={plan.master_addr}",
-        f"--master-port={port}",
-        "--max-restarts=0",
         bench_path(workdir_of(node.run_dir)),
         "--sizes",
         ",".join(str(size) for size in SIZES[backend]),
@@ -111,6 +103,22 @@ def _argv(plan: LaunchPlan, node_rank: int, port: int) -> list[str]:
         "--backend",
         backend,
     )
+
+
+def _environment(plan: LaunchPlan, node_rank: int, port: int) -> dict[str, str]:
+    """A launch's environment (interface, devices, the host's own settings), less the run
+    directory (there is no run), with torch's rendezvous variables: one process per host needs
+    no torchrun, whose own torch import cost every host seconds of CPU."""
+    node = plan.nodes[node_rank]
+    env = {name: value for name, value in node.env.items() if name != RUN_DIR_ENV}
+    return env | {
+        "MASTER_ADDR": plan.master_addr,
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(len(plan.nodes)),
+        "RANK": str(node_rank),
+        "LOCAL_RANK": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _why(output: str, status: int | None, timed_out: bool) -> str:

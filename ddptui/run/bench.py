@@ -1,5 +1,6 @@
-"""ddptui's interconnect benchmark: run by torchrun on every host, one process each, as a launch
-would start it (same backend, interface and environment).
+"""ddptui's interconnect benchmark: one process on every host, with a launch's backend,
+interface and environment, meeting as torchrun's ranks do (``MASTER_ADDR``, ``MASTER_PORT``,
+``RANK``, ``WORLD_SIZE``).
 
 ``python bench.py --sizes B1,B2,… --pair-bytes B --iters N --backend gloo|nccl``. It times an
 all-reduce of each size across all hosts, then one of ``--pair-bytes`` between each host and
