@@ -355,7 +355,7 @@ def dump(run_dir: Path, seconds: float) -> int:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
-    refused = []
+    refused: dict[int, str] = {}
     for rank, child in spying.items():
         try:
             out, err = child.communicate(
@@ -370,13 +370,12 @@ def dump(run_dir: Path, seconds: float) -> int:
             )
         else:
             said = err.decode("utf-8", "replace").strip().splitlines()
-            refused.append((rank, said[-1] if said else f"exit status {child.returncode}"))
+            refused[rank] = said[-1] if said else f"exit status {child.returncode}"
     waiting = {}
     for rank, (pid, _, fields) in ranks.items():
         if reports[rank]["via"]:
             continue
-        why = [text for of, text in refused if of == rank]
-        note = f"py-spy: {why[0][:300]}" if why else ""
+        note = f"py-spy: {refused[rank][:300]}" if rank in refused else ""
         sent = signal_stack_handler(run_dir, pid, fields)
         if isinstance(sent, str):
             reports[rank]["error"] = f"{note}; {sent}" if note else sent

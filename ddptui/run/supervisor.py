@@ -429,7 +429,7 @@ class Supervisor:
             report = await terminate(
                 self.remote, self.config, self.record, grace=FAILED_GRACE_S, skip=silent
             )
-            self._note_cleanup(report)
+            self._note(*report.lines())
             await self._keep_flight_recorders()
         await self._end_following()
         self._ended()
@@ -449,7 +449,7 @@ class Supervisor:
         where = f"at step {hang.step}" if hang.step is not None else "before the first step"
         stacks = f"; {self.hang_stacks}" if self.hang_stacks else ""
         self._end_attempt(RunState.FAILED, f"hung {where}: {summary}{stacks}")
-        self._note_cleanup(report)
+        self._note(*report.lines())
         await self._end_following()
         self._ended()
 
@@ -462,7 +462,7 @@ class Supervisor:
             f"the {'staging' if was is RunState.STAGING else 'start'} was interrupted: its "
             "supervisor ended before every node had started; resume to start it again",
         )
-        self._note_cleanup(report)
+        self._note(*report.lines())
         self._ended()
 
     # --- the record ------------------------------------------------------------------------
@@ -493,8 +493,8 @@ class Supervisor:
             protocol.message(Ended(self.record.state, self.record.detail, self.judgement.attempt))
         )
 
-    def _note_cleanup(self, report: StopReport) -> None:
-        lines = report.lines()
+    def _note(self, *lines: str) -> None:
+        """``lines`` added to the current attempt's detail (what ``status`` shows of it)."""
         if not lines:
             return
 
@@ -513,11 +513,7 @@ class Supervisor:
         said = "; ".join(finding.text for finding in saved.flight) or "nothing odd in them"
         kept = f"flight recorders kept in {saved.saved_in}: {said}"
         log.warning("%s", kept)
-
-        def note(record: RunRecord) -> None:
-            record.attempt.detail = "; ".join([record.attempt.detail, kept]).strip("; ")
-
-        self._change(note)
+        self._note(kept)
 
     async def _dump_hung(self) -> None:
         """Keep what the hang looks like before anything can end it (``on_hang = "stop"`` is
@@ -533,11 +529,7 @@ class Supervisor:
         path.write_text(json.dumps(evidence, indent=2), encoding="utf-8")
         log.warning("hung: every rank's stacks kept in %s", saved.saved_in)
         self.hang_stacks = f"every rank's stacks at the hang: {saved.saved_in}"
-
-        def note(record: RunRecord) -> None:
-            record.attempt.detail = "; ".join([record.attempt.detail, self.hang_stacks]).strip("; ")
-
-        self._change(note)
+        self._note(self.hang_stacks)
 
     # --- following -------------------------------------------------------------------------
 
