@@ -535,31 +535,25 @@ class RunWatch:
         top = max((rank.step for rank in ranks if rank.step is not None), default=None)
         cpus = [cpu for _, cpu in processes.values() if cpu is not None]
         spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
-        found = []
-        for rank in ranks:
-            state, cpu = processes.get(rank.rank, (None, None))
-            found.append(
-                RankAtHang(
-                    rank.rank,
-                    rank.host,
-                    rank.step,
-                    state,
-                    cpu,
-                    self._odd(rank, state, cpu, top, spinning, bool(processes)),
-                )
-            )
-        return tuple(found)
+        seen = [(rank, *processes.get(rank.rank, (None, None))) for rank in ranks]
+        whys = [self._odd(rank, state, cpu, spinning, bool(processes)) for rank, state, cpu in seen]
+        if not any(whys):
+            whys = [_behind(rank, top) for rank in ranks]
+        return tuple(
+            RankAtHang(rank.rank, rank.host, rank.step, state, cpu, why)
+            for (rank, state, cpu), why in zip(seen, whys, strict=True)
+        )
 
     def _odd(
         self,
         rank: RankProgress,
         state: str | None,
         cpu: float | None,
-        top: int | None,
         spinning: bool,
         sampled: bool,
     ) -> str | None:
-        """Why ``rank`` differs from its peers in a hang, or None."""
+        """What about ``rank``'s host or process sets it apart from its peers in a hang, or
+        None."""
         node = self.nodes.get(rank.host)
         if node is not None and node.silent is not None:
             return "its host does not answer"
@@ -569,8 +563,6 @@ class RunWatch:
             return "no process of this rank is left on its host"
         if spinning and cpu is not None and cpu < IDLE_CPU_PCT:
             return f"idle ({cpu:.0f}% CPU) while its peers spin"
-        if top is not None and rank.step is not None and rank.step < top:
-            return f"at step {rank.step}, behind the others (step {top})"
         return None
 
     def judgement(self, record: RunRecord, hang: Hang | None = None) -> Judgement:
@@ -695,3 +687,15 @@ def _exit_text(status: int) -> str:
             name = f"signal {status - 128}"
         return f"was killed by {name} (exit {status})"
     return f"exited {status}"
+
+
+def _behind(rank: RankProgress, top: int | None) -> str | None:
+    """Why ``rank``'s step sets it apart in a hang, or None.
+
+    A collective lets some ranks finish the step that the others still wait in (a ring passes
+    on its last chunks one rank at a time), so one step event apart says nothing: the last
+    events of innocent ranks differ by that much.
+    """
+    if top is None or rank.step is None or rank.step + rank.steps_per_event >= top:
+        return None
+    return f"at step {rank.step}, behind the others (step {top})"

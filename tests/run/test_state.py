@@ -377,6 +377,34 @@ def test_only_what_tells_a_rank_apart_is_said_and_nothing_is_judged_without_even
     assert why[3] == "no process of this rank is left on its host"
 
 
+def _hung_at(steps: list[int], processes: dict[int, tuple[str, float]]) -> dict[int, str | None]:
+    """What the hang says of each rank when the ranks' last step events said ``steps``."""
+    clock = _Clock()
+    watch = _started(RunWatch(_record(), clock=clock, wall=clock))
+    for rank, last in enumerate(steps):
+        for step in range(1, last + 1):
+            watch.apply(_step("ab"[rank // 2], rank, step))
+    clock.now += 31.0
+    for host in "ab":
+        ranks = {rank: seen for rank, seen in processes.items() if "ab"[rank // 2] == host}
+        watch.apply(_beat(host, clock, ranks))
+    hang = watch.hang()
+    assert hang is not None
+    return {rank.rank: rank.why for rank in hang.ranks}
+
+
+def test_a_rank_one_step_apart_is_not_named_but_one_far_behind_is() -> None:
+    waiting = dict.fromkeys(range(4), ("S", 0.0))
+    # A ring collective let rank 2 finish the step that the others still wait in.
+    assert _hung_at([7, 7, 8, 7], waiting) == dict.fromkeys(range(4))
+    assert _hung_at([7, 7, 7, 6], waiting) == dict.fromkeys(range(4))
+    behind = _hung_at([20, 20, 20, 12], waiting)
+    assert behind == {0: None, 1: None, 2: None, 3: "at step 12, behind the others (step 20)"}
+    # The stopped rank explains the hang: how far the others' last events got says nothing.
+    stopped = _hung_at([20, 20, 20, 12], {**waiting, 1: ("T", 0.0)})
+    assert [rank for rank, why in stopped.items() if why] == [1]
+
+
 def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() -> None:
     clock = _Clock()
     watch = _started(RunWatch(_record(), clock=clock, wall=clock))
