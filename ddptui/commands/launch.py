@@ -12,6 +12,7 @@ from rich.console import Console
 from ddptui.check import CheckReport
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.config import Config, load_config
+from ddptui.errors import UsageError
 from ddptui.health import Severity
 from ddptui.plan.describe import describe_plan
 from ddptui.run.control import RunControl
@@ -20,9 +21,11 @@ from ddptui.run.store import RunRecord
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(Path(args.hosts))
+    config = load_config(Path(args.hosts), slurm=True)
     extra = list(args.passthrough)
     control = RunControl()
+    if config.slurm is not None:
+        return _slurm(control, config, args, extra)
 
     # What is uploaded is known before any host is asked: a cap exceeded fails at once.
     code = control.code(config)
@@ -74,3 +77,20 @@ def refuse(report: CheckReport) -> int:
         "anyway with --force"
     )
     return 1
+
+
+def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra: list[str]) -> int:
+    if not args.dry_run:
+        raise UsageError(
+            f"{args.hosts}: a [slurm] cluster: ddptui cannot submit and follow Slurm runs yet; "
+            "`ddptui launch --dry-run` prints the batch script to stage and submit by hand"
+        )
+    plan = control.plan_batch(config, extra_args=extra, debug=args.debug)
+    code = control.code(config)
+    sys.stdout.write(plan.script)
+    say(
+        f"run {plan.run_id}: {plan.nodes} node(s) × {plan.nproc} = {plan.world_size} ranks, "
+        f"backend {plan.backend}; the ranks run from {plan.run_root}/code, where the code "
+        f"goes: {code.describe(listed=0)[0]}"
+    )
+    return 0

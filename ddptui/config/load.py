@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.config import values
-from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
 from ddptui.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -87,13 +87,37 @@ _JOB_KEY_ORDER = (
     "hang_timeout_s",
     "on_hang",
 )
+_SLURM: dict[str, values.Validator] = {
+    "nodes": values.slurm_nodes,
+    "gpus_per_node": values.gpus_per_node,
+    "partition": values.slurm_name,
+    "time": values.slurm_time,
+    "account": values.slurm_name,
+    "qos": values.slurm_name,
+    "constraint": values.slurm_constraint,
+    "exclude": values.slurm_exclude,
+    "sbatch_args": values.sbatch_args,
+}
+_NOT_FOR_SLURM = {
+    "gpus": "Slurm picks a node's GPUs; set [slurm] gpus_per_node",
+    "master_port": "a Slurm run's port comes from its job id, so that jobs sharing a node "
+    "do not collide; leave it out",
+}
+SLURM_CLUSTER_KEYS: tuple[str, ...] = tuple(
+    key for key in (*_CLUSTER_ONLY, *MACHINE_KEYS) if key not in _NOT_FOR_SLURM
+)
+"""The ``[cluster]`` keys of a ``[slurm]`` cluster: every node's settings."""
+SLURM_NODE = "slurm-node"
+"""The name and address of ``Config.node``: a node is Slurm's to pick."""
 CLUSTER_KEYS: tuple[str, ...] = (*MACHINE_KEYS, *_CLUSTER_ONLY)
 """Every key ``[cluster]`` accepts."""
 HOST_KEYS: tuple[str, ...] = (*_HOST_ONLY, *MACHINE_KEYS)
 """Every key a ``[[hosts]]`` entry accepts."""
 JOB_KEYS: tuple[str, ...] = _JOB_KEY_ORDER
 """Every key ``[job]`` accepts."""
-_TABLES = ("cluster", "hosts", "job")
+SLURM_KEYS: tuple[str, ...] = tuple(_SLURM)
+"""Every key ``[slurm]`` accepts."""
+_TABLES = ("cluster", "hosts", "job", "slurm")
 _INTERPRETER_KEYS = ("python", "conda_env")
 _TOML_POSITION = re.compile(r"^(?P<message>.*) \(at line (?P<line>\d+), column (?P<column>\d+)\)$")
 _TOML_AT_END = " (at end of document)"
@@ -103,8 +127,9 @@ class _Problem(Exception):
     """A problem located inside the file; the file name is prefixed once, at the top."""
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate the hosts file at ``path``.
+def load_config(path: str | os.PathLike[str], *, slurm: bool = False) -> Config:
+    """Read and validate the hosts file at ``path``; a ``[slurm]`` cluster only with ``slurm``
+    (the commands that handle one say so).
 
     Raises:
         ConfigError: the file is missing or unreadable, is not UTF-8 or not TOML, or does
@@ -136,7 +161,14 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             f"{shown}:{line}:{column}: not UTF-8 text (byte 0x{data[error.start]:02x}); "
             "save the file as UTF-8"
         ) from None
-    return parse_config(text, Path(path), shown=shown)
+    config = parse_config(text, Path(path), shown=shown)
+    if config.slurm is not None and not slurm:
+        raise ConfigError(
+            f"{shown}: a [slurm] cluster: so far ddptui only prints its batch script "
+            f"(`ddptui launch {shlex.quote(shown)} --dry-run`) and its resolved settings "
+            "(`ddptui config`)"
+        )
+    return config
 
 
 def parse_config(text: str, path: Path, *, shown: str | None = None) -> Config:
@@ -201,12 +233,37 @@ def _build(document: dict[str, Any], path: Path) -> Config:
         raise _Problem(
             f"[job]: script {job.script} is not inside dir {job.dir}: the ranks run it from there"
         )
+    if "slurm" in document:
+        slurm = _slurm(document, cluster_table, job)
+        node = HostConfig(name=SLURM_NODE, address=SLURM_NODE, **defaults)
+        return Config(path=path, cluster=cluster, hosts=(), job=job, slurm=slurm, node=node)
     hosts = tuple(
         _host(entry, number, defaults, machine)
         for number, entry in enumerate(_host_entries(document), start=1)
     )
     _check_hosts_together(hosts, job)
     return Config(path=path, cluster=cluster, hosts=hosts, job=job)
+
+
+def _slurm(document: dict[str, Any], cluster: Mapping[str, Any], job: JobConfig) -> SlurmConfig:
+    if "hosts" in document:
+        raise _Problem(
+            "[slurm] and [[hosts]]: Slurm picks the nodes of a [slurm] cluster; "
+            "keep [slurm] or the [[hosts]] entries, not both"
+        )
+    table = _table(document, "slurm", "[slurm]")
+    if "nodes" not in table:
+        raise _Problem("[slurm]: nodes: missing; how many nodes each run takes")
+    for key, why in _NOT_FOR_SLURM.items():
+        if key in cluster:
+            raise _Problem(f"[cluster]: {key}: {why}")
+    slurm = SlurmConfig(**_validate(table, "[slurm]", _SLURM, _SLURM_HOMES))
+    if job.nproc_per_node == "gpus" and not slurm.gpus_per_node:
+        raise _Problem(
+            '[job]: nproc_per_node: "gpus" starts one process per GPU, but [slurm] asks for '
+            "no GPUs; set [slurm] gpus_per_node, or nproc_per_node to a number"
+        )
+    return slurm
 
 
 def _machine_validators(base_dir: Path) -> dict[str, values.Validator]:
@@ -361,15 +418,23 @@ _IN_JOB = "belongs in [job]"
 _IN_HOSTS = "is per host: set it in each [[hosts]] entry"
 _IN_A_TABLE = "must be inside a table: [cluster] (a default for every host) or a [[hosts]] entry"
 _TOP_LEVEL_HOMES = _homes(
+    (_SLURM, "must be inside the [slurm] table"),
     (MACHINE_KEYS, _IN_A_TABLE),
     (_CLUSTER_ONLY, "must be inside the [cluster] table"),
     (_HOST_ONLY, "must be inside a [[hosts]] entry"),
     (JOB_KEYS, "must be inside the [job] table"),
 )
-_CLUSTER_HOMES = _homes((_HOST_ONLY, _IN_HOSTS), (JOB_KEYS, _IN_JOB))
+_CLUSTER_HOMES = _homes(
+    (_SLURM, "is Slurm's: set it in [slurm]"), (_HOST_ONLY, _IN_HOSTS), (JOB_KEYS, _IN_JOB)
+)
 _HOST_HOMES = _homes((_CLUSTER_ONLY, _IN_CLUSTER), (JOB_KEYS, _IN_JOB))
 _JOB_HOMES = _homes(
     (MACHINE_KEYS, "is a machine setting: set it in [cluster] or a [[hosts]] entry"),
     (_CLUSTER_ONLY, _IN_CLUSTER),
     (_HOST_ONLY, _IN_HOSTS),
+)
+_SLURM_HOMES = _homes(
+    (MACHINE_KEYS, "is every node's setting: set it in [cluster]"),
+    (_CLUSTER_ONLY, _IN_CLUSTER),
+    (JOB_KEYS, _IN_JOB),
 )

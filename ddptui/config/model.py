@@ -115,13 +115,39 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """A cluster whose nodes come from a Slurm allocation (``[slurm]``) instead of a host list.
+
+    Every value is passed to ``sbatch`` as its option of the same name; ``None`` leaves the
+    site's default. ``[cluster]``'s machine settings (``python``, ``workdir``, ``env``…) apply
+    to every node, and ``workdir`` must be on a filesystem the login node shares with them.
+    """
+
+    nodes: int
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclude: tuple[str, ...] = ()
+    sbatch_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
-    """A validated hosts file. ``hosts`` keeps file order; ``head`` is node 0."""
+    """A validated hosts file. ``hosts`` keeps file order; ``head`` is node 0.
+
+    With ``slurm`` set the hosts are Slurm's to choose: ``hosts`` is empty and ``node``, every
+    node's settings (``[cluster]``'s), stands for each of them.
+    """
 
     path: Path
     cluster: ClusterConfig
     hosts: tuple[HostConfig, ...]
     job: JobConfig
+    slurm: SlurmConfig | None = None
+    node: HostConfig | None = None
 
     @property
     def head(self) -> HostConfig:

@@ -21,11 +21,26 @@ from typing import Any
 
 import tomli_w
 
-from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.config.load import SLURM_CLUSTER_KEYS
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
+
+_SLURM = frozenset(SLURM_CLUSTER_KEYS)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
     """The resolved configuration as JSON-able data, hosts in node-rank order."""
+    if config.slurm is not None:
+        assert config.node is not None
+        return {
+            "path": str(config.path),
+            "cluster": {
+                **{k: v for k, v in _fields(config.cluster, ClusterConfig).items() if k in _SLURM},
+                **_node_fields(config.node),
+            },
+            "hosts": [],
+            "job": _fields(config.job, JobConfig),
+            "slurm": _fields(config.slurm, SlurmConfig),
+        }
     return {
         "path": str(config.path),
         "cluster": _fields(config.cluster, ClusterConfig),
@@ -35,6 +50,11 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         ],
         "job": _fields(config.job, JobConfig),
     }
+
+
+def _node_fields(node: HostConfig) -> dict[str, Any]:
+    """A Slurm node's settings, as ``[cluster]`` holds them (the rest are Slurm's)."""
+    return {key: value for key, value in _fields(node, HostConfig).items() if key in _SLURM}
 
 
 def _fields(instance: object, kind: type) -> dict[str, Any]:
@@ -59,22 +79,26 @@ def config_to_toml(config: Config) -> str:
     """
     data = config_to_dict(config)
     lines = [
-        f"# {data['path']}, resolved: defaults applied, hosts in node-rank order.",
+        f"# {data['path']}, resolved: defaults applied"
+        + ("." if "slurm" in data else ", hosts in node-rank order."),
         "",
         "[cluster]",
-        *(assignment(key, value) for key, value in data["cluster"].items()),
+        *(_setting(key, value) for key, value in data["cluster"].items()),
     ]
+    if "slurm" in data:
+        lines += ["", "[slurm]", *(_setting(key, value) for key, value in data["slurm"].items())]
     for host in data["hosts"]:
         rank = host.pop("node_rank")
         role = " (the rendezvous host)" if rank == 0 else ""
         lines += ["", f"# node {rank}{role}", "[[hosts]]"]
         lines += (_host_line(key, value, host) for key, value in host.items())
     lines += ["", "[job]"]
-    lines += (
-        f"# {key}: not set" if value is None else assignment(key, value)
-        for key, value in data["job"].items()
-    )
+    lines += (_setting(key, value) for key, value in data["job"].items())
     return "\n".join(lines) + "\n"
+
+
+def _setting(key: str, value: object) -> str:
+    return f"# {key}: not set" if value is None else assignment(key, value)
 
 
 def _host_line(key: str, value: object, host: Mapping[str, object]) -> str:

@@ -390,3 +390,103 @@ def _expand_variables(text: str) -> str:
         return os.environ[variable]
 
     return _VARIABLE.sub(substitute, text)
+
+
+# Slurm's time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes and days-hours:minutes:seconds.
+_SLURM_TIME = re.compile(r"\d+(?::\d\d){0,2}|\d+-\d+(?::\d\d){0,2}", re.ASCII)
+_SLURM_NODES = re.compile(r"[A-Za-z0-9._\-\[\],]+")
+_SBATCH_OWN: dict[str, str] = {
+    "--nodes": "[slurm] nodes",
+    "-N": "[slurm] nodes",
+    "--gpus-per-node": "[slurm] gpus_per_node",
+    "--partition": "[slurm] partition",
+    "-p": "[slurm] partition",
+    "--time": "[slurm] time",
+    "-t": "[slurm] time",
+    "--account": "[slurm] account",
+    "-A": "[slurm] account",
+    "--qos": "[slurm] qos",
+    "-q": "[slurm] qos",
+    "--constraint": "[slurm] constraint",
+    "-C": "[slurm] constraint",
+    "--exclude": "[slurm] exclude",
+    "-x": "[slurm] exclude",
+}
+# Options whose value ddptui depends on: where Slurm writes the job's output, one task per node,
+# the preemption signal, requeueing and the job's working directory.
+_SBATCH_FIXED = (
+    "--ntasks-per-node",
+    "--ntasks",
+    "-n",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--signal",
+    "--requeue",
+    "--no-requeue",
+    "--chdir",
+    "-D",
+    "--parsable",
+    "--wrap",
+)
+
+
+def slurm_nodes(value: object) -> int:
+    return _integer(value, 1, None, "a number of nodes ≥ 1")
+
+
+def gpus_per_node(value: object) -> int:
+    return _integer(value, 0, None, "a number of GPUs ≥ 0")
+
+
+def slurm_name(value: object) -> str:
+    return _no_spaces(value, "a name without spaces")
+
+
+def slurm_constraint(value: object) -> str:
+    return _sbatch_word(value, 'a Slurm constraint such as "a100&ib"')
+
+
+def _sbatch_word(value: object, what: str) -> str:
+    # An #SBATCH line is split at whitespace, and sbatch's own quoting differs from a shell's.
+    text = _no_spaces(value, what)
+    if any(quote in text for quote in "\"'"):
+        raise Invalid(f"expected {what}, found {describe(value)}: no quotes")
+    return text
+
+
+def slurm_time(value: object) -> str:
+    what = 'a Slurm time limit: "MINUTES", "HH:MM:SS" or "DAYS-HH:MM:SS"'
+    if isinstance(value, str) and value.lower() in ("infinite", "unlimited"):
+        return value
+    if not isinstance(value, str) or not _SLURM_TIME.fullmatch(value):
+        raise expected(what, value)
+    return value
+
+
+def slurm_exclude(value: object) -> tuple[str, ...]:
+    """Node names or host lists (``gpu[07-09]``): one string, or an array of them."""
+    names = args([value] if isinstance(value, str) else value)
+    for position, text in enumerate(names):
+        if not _SLURM_NODES.fullmatch(text):
+            raise expected('node names such as "gpu07" or "gpu[07-09]"', text, f"[{position}]")
+    return names
+
+
+def sbatch_args(value: object) -> tuple[str, ...]:
+    """Options for ``sbatch`` beyond the ``[slurm]`` keys; those ddptui sets are refused."""
+    options = args(value)
+    for position, option in enumerate(options):
+        try:
+            _sbatch_word(option, 'one option such as "--mem=0" (no spaces or quotes)')
+        except Invalid as invalid:
+            raise Invalid(str(invalid), f"[{position}]") from None
+        # "-N3" is "-N 3": a short option's value may follow it at once.
+        flag = option.split("=", 1)[0] if option.startswith("--") else option[:2]
+        if flag in _SBATCH_OWN:
+            raise Invalid(f"{option!r}: set it with {_SBATCH_OWN[flag]}", f"[{position}]")
+        if flag in _SBATCH_FIXED:
+            raise Invalid(f"{option!r}: ddptui sets {flag} itself for every run", f"[{position}]")
+    return options

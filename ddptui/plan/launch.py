@@ -128,7 +128,7 @@ def plan_launch(
     hosts = config.ordered_hosts
     lone = len(hosts) == 1
     master_addr = "127.0.0.1" if one_machine(config) else config.head.address
-    entry: Entry = "script" if config.job.script else "module" if config.job.module else "trainer"
+    entry = job_entry(config)
     args = (*config.job.args, *extra_args)
     counts = [procs_per_node(config, host, facts[host.name]) for host in hosts]
     for host, count in zip(hosts, counts, strict=True):
@@ -142,9 +142,9 @@ def plan_launch(
         devices = _visible_devices(host, host_facts, nproc) if backend == "nccl" else None
         ifname = None if lone else _socket_ifname(host, host_facts, config.head.address)
         run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id, rank)
-        env = _environment(host, backend, devices, ifname, run_dir, debug)
+        env = rank_environment(host, backend, devices, ifname, run_dir, debug)
         env |= _flight_recorder(host, host_facts, backend, run_dir)
-        argv = _torchrun_argv(
+        argv = torchrun_argv(
             host,
             config,
             node_rank=rank,
@@ -180,6 +180,11 @@ def plan_launch(
         nodes=tuple(nodes),
         debug=debug,
     )
+
+
+def job_entry(config: Config) -> Entry:
+    """What every rank runs: the user's script or module, else the bundled trainer."""
+    return "script" if config.job.script else "module" if config.job.module else "trainer"
 
 
 def with_master_port(plan: LaunchPlan, port: int) -> LaunchPlan:
@@ -243,7 +248,7 @@ def _socket_ifname(host: HostConfig, facts: HostFacts, master_address: str) -> s
     return choose_socket_ifname(facts, master_address)
 
 
-def _environment(
+def rank_environment(
     host: HostConfig,
     backend: str,
     devices: str | None,
@@ -286,20 +291,23 @@ def _flight_recorder(
     }
 
 
-def _torchrun_argv(
+def torchrun_argv(
     host: HostConfig,
     config: Config,
     *,
-    node_rank: int,
-    nnodes: int,
+    node_rank: int | str,
+    nnodes: int | str,
     nproc: int,
     master_addr: str,
-    master_port: int | Literal["auto"],
+    master_port: int | str,
     log_dir: str,
     run_dir: str,
     entry: Entry,
     args: Sequence[str],
 ) -> tuple[str, ...]:
+    """The command line that starts torchrun on ``host``: node rank, node count and master
+    port are numbers, or words a batch script fills in (:func:`ddptui.plan.slurm.shell`);
+    ``master_port`` ``"auto"`` shows as :data:`AUTO_PORT_PLACEHOLDER` until it is known."""
     port = AUTO_PORT_PLACEHOLDER if master_port == AUTO else str(master_port)
     torchrun = [
         "-m",

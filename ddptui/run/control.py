@@ -27,6 +27,7 @@ from ddptui.check.run import Progress
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.plan.launch import LaunchPlan, plan_launch
+from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.run import dump as stack_dump
 from ddptui.run import protocol
 from ddptui.run.code import CodeTree, job_code
@@ -354,6 +355,23 @@ class RunControl:
     ) -> LaunchPlan:
         return plan_launch(
             config, report.checks, run_id=new_run_id(), extra_args=extra_args, debug=debug
+        )
+
+    def plan_batch(
+        self, config: Config, *, extra_args: Sequence[str] = (), debug: bool = False
+    ) -> BatchPlan:
+        """A new run's Slurm batch script for ``config`` (a ``[slurm]`` one), its workdir as
+        the head sees it: the nodes share it."""
+        assert config.node is not None
+        workdir = str(Path(config.node.workdir).expanduser())
+        if not workdir.startswith("/"):
+            raise UsageError(
+                f"{config.path}: [cluster] workdir {config.node.workdir!r}: a Slurm run's "
+                "workdir is shared by the login node and the nodes; give an absolute path or "
+                "one starting with ~/"
+            )
+        return plan_batch(
+            config, run_id=new_run_id(), workdir=workdir, extra_args=extra_args, debug=debug
         )
 
     def code(self, config: Config) -> CodeTree:

@@ -21,6 +21,10 @@ node's part of the run in ``<workdir>/runs/<run id>/node<N>/``, its own even the
     node/stacks/              the ranks' stack handler (site/sitecustomize.py), and per
                               process <pid>.ready (it is in place) and <pid>.txt (its stacks)
 
+A Slurm run's workdir is shared by the login node and the nodes; beside the node directories
+it has ``slurm/attempt-<N>.sh`` (the batch script of each attempt) and ``slurm/job-<id>.out``
+(Slurm's output of each job).
+
 On the head, ``$XDG_STATE_HOME/ddptui/runs/<run id>/`` (:class:`RunFiles`).
 """
 
@@ -130,9 +134,13 @@ def code_dir(run_dir: str) -> str:
     (``runs/<run id>/code``), so that hosts sharing the workdir share it, and what a rank writes
     there every node reads; inside the run directory of a run from before node directories."""
     parent, name = posixpath.split(run_dir)
-    if NODE_DIR.fullmatch(name):
-        return posixpath.join(parent, "code")
-    return posixpath.join(run_dir, "code")
+    return posixpath.join(parent if NODE_DIR.fullmatch(name) else run_dir, "code")
+
+
+def root_code_dir(root: str) -> str:
+    """The staged code of the run in ``root`` (:func:`run_root`): :func:`code_dir` of each of
+    its node directories."""
+    return posixpath.join(root, "code")
 
 
 FLIGHT_NAME = "flight_"
@@ -160,15 +168,33 @@ def bench_path(workdir: str) -> str:
     return posixpath.join(workdir, "bandwidth", "bench.py")
 
 
-def log_dir(run_dir: str, attempt: int) -> str:
-    """torchrun's ``--log-dir`` for one attempt."""
+def log_dir(run_dir: str, attempt: int | str) -> str:
+    """torchrun's ``--log-dir`` for one attempt (a number, or a batch script's reference to
+    one)."""
     return posixpath.join(run_dir, "logs", f"attempt-{attempt}")
 
 
-def host_run_dir(workdir: str, run_id: str, node_rank: int) -> str:
+def run_root(workdir: str, run_id: str) -> str:
+    """The run's directory in a workdir: its node directories, its staged code and, for a
+    Slurm run, ``slurm/`` (the batch script of each attempt, Slurm's output of each job)."""
+    return posixpath.join(workdir, "runs", run_id)
+
+
+def host_run_dir(workdir: str, run_id: str, node_rank: int | str) -> str:
     """Node ``node_rank``'s directory of the run: a directory of its own, so that hosts sharing
-    a workdir never write each other's files."""
-    return posixpath.join(workdir, "runs", run_id, f"node{node_rank}")
+    a workdir never write each other's files. ``node_rank`` may be a batch script's reference
+    to the node's rank."""
+    return posixpath.join(run_root(workdir, run_id), f"node{node_rank}")
+
+
+def slurm_script(root: str, attempt: int) -> str:
+    """The batch script submitted for ``attempt`` of the run in ``root`` (:func:`run_root`)."""
+    return posixpath.join(root, "slurm", f"attempt-{attempt}.sh")
+
+
+def slurm_output(root: str) -> str:
+    """sbatch's ``--output`` for the run in ``root``: one file per job (``%j``, its id)."""
+    return posixpath.join(root, "slurm", "job-%j.out")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,253 @@
+"""The batch script of a Slurm run (pure): a ``[slurm]`` config → what ``sbatch`` runs.
+
+One ``srun --ntasks-per-node=1 --kill-on-bad-exit=1`` step starts one ``torchrun`` per node,
+as Slurm's users write it by hand: static rendezvous on node 0 of the allocation (its
+``NodeAddr``: node names need not resolve), ``--node-rank=$SLURM_NODEID``, a master port
+derived from the job id so that two jobs sharing a node do not collide. Every node writes the
+run directory layout of an SSH run (:mod:`ddptui.run.layout`) under the shared ``workdir``:
+its own ``node<N>/``, torchrun's console in ``node/attempt-<N>.out`` and its exit status in
+``node/attempt-<N>.exit``.
+
+Slurm's ``--signal=B:USR1@90`` reaches the script before the time limit (or a preemption
+with a grace time): it asks the ranks to checkpoint and stop (``control/stop``) and requeues
+the job, whose next start resumes from that checkpoint as the next attempt.
+
+Values the script only knows on the nodes (the node rank, node 0's address…) are written into
+the shared planning functions as :func:`shell` references and become ``"$NAME"`` when the
+script is rendered, every other word quoted as it is.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ddptui.config.model import AUTO, Config, HostConfig, SlurmConfig
+from ddptui.plan.launch import RUN_ID, PlanError, job_entry, rank_environment, torchrun_argv
+from ddptui.run import layout
+
+PORT_BASE = 15000
+PORT_SPAN = 15000
+"""Master ports 15000–29999: below Linux's ephemeral range (32768–60999), so no outgoing
+connection holds one by chance."""
+SIGNAL_LEAD_S = 90
+"""How long before its time limit Slurm warns the job: time to checkpoint a large model."""
+_MARK = "\x00"
+"""Delimits a shell reference inside a word; no hosts-file value may hold it."""
+
+
+def shell(name: str) -> str:
+    """A reference to the shell variable ``name``, to place inside a word of the script."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def shell_word(word: str) -> str:
+    """``word`` as one shell word: its text quoted, its :func:`shell` references expanded."""
+    parts = word.split(_MARK)
+    quoted = [
+        f'"${{{part}}}"' if odd else shlex.quote(part)
+        for odd, part in ((index % 2 == 1, part) for index, part in enumerate(parts))
+        if odd or part
+    ]
+    return "".join(quoted) or "''"
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One Slurm job of a run: its script and where its files go."""
+
+    run_id: str
+    attempt: int
+    """The attempt the job's first start is; a requeued start is the next one."""
+    nodes: int
+    nproc: int
+    backend: Literal["nccl", "gloo"]
+    run_root: str
+    """``<workdir>/runs/<run id>``: the run's directory on the shared filesystem."""
+    script: str
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc
+
+    @property
+    def script_path(self) -> str:
+        """Where the launch keeps the script it submitted, beside the run's node directories."""
+        return layout.slurm_script(self.run_root, self.attempt)
+
+
+def plan_batch(
+    config: Config,
+    *,
+    run_id: str,
+    workdir: str,
+    attempt: int = 1,
+    extra_args: Sequence[str] = (),
+    debug: bool = False,
+) -> BatchPlan:
+    """The batch script for ``config`` (a ``[slurm]`` one); ``workdir`` is the shared workdir as
+    an absolute path (``~`` expanded on the head, whose home the nodes share)."""
+    slurm, node = config.slurm, config.node
+    if slurm is None or node is None:
+        raise PlanError(f"{config.path}: not a Slurm cluster (no [slurm] table)")
+    if not RUN_ID.fullmatch(run_id):
+        raise PlanError(f"not a run id: {run_id!r}")
+    if not workdir.startswith("/"):
+        raise PlanError(f"workdir {workdir!r} is not an absolute path")
+    wanted = config.job.nproc_per_node
+    nproc = slurm.gpus_per_node if wanted == "gpus" else wanted
+    if not nproc:
+        raise PlanError("no process to start on a node: set [job] nproc_per_node")
+    backend: Literal["nccl", "gloo"] = (
+        ("nccl" if slurm.gpus_per_node else "gloo")
+        if config.cluster.backend == AUTO
+        else config.cluster.backend
+    )
+    run_root = layout.run_root(workdir, run_id)
+    run_dir = layout.host_run_dir(workdir, run_id, shell("SLURM_NODEID"))
+    argv = torchrun_argv(
+        node,
+        config,
+        node_rank=shell("SLURM_NODEID"),
+        nnodes=shell("SLURM_NNODES"),
+        nproc=nproc,
+        master_addr=shell("MASTER_ADDR"),
+        master_port=shell("MASTER_PORT"),
+        log_dir=layout.log_dir(run_dir, shell("attempt")),
+        run_dir=run_dir,
+        entry=job_entry(config),
+        args=(*config.job.args, *extra_args),
+    )
+    env = rank_environment(node, backend, None, None, run_dir, debug)
+    text = _script(
+        slurm,
+        node,
+        run_id=run_id,
+        attempt=attempt,
+        nproc=nproc,
+        backend=backend,
+        run_root=run_root,
+        run_dir=run_dir,
+        code_dir=layout.root_code_dir(run_root),
+        env=env,
+        argv=argv,
+        resume_args=config.job.resume_args,
+    )
+    return BatchPlan(run_id, attempt, slurm.nodes, nproc, backend, run_root, text)
+
+
+def _sbatch_lines(slurm: SlurmConfig, run_id: str, run_root: str) -> list[str]:
+    options = [
+        f"--job-name=ddptui-{run_id}",
+        f"--nodes={slurm.nodes}",
+        "--ntasks-per-node=1",
+    ]
+    if slurm.gpus_per_node:
+        options.append(f"--gpus-per-node={slurm.gpus_per_node}")
+    for key in ("partition", "time", "account", "qos", "constraint"):
+        value = getattr(slurm, key)
+        if value is not None:
+            options.append(f"--{key}={value}")
+    if slurm.exclude:
+        options.append(f"--exclude={','.join(slurm.exclude)}")
+    options += [
+        f"--output={layout.slurm_output(run_root)}",
+        "--open-mode=append",
+        f"--signal=B:USR1@{SIGNAL_LEAD_S}",
+        "--requeue",
+        *slurm.sbatch_args,
+    ]
+    # The values hold no whitespace or quotes (the hosts file's validation): each option is
+    # one word as sbatch splits an #SBATCH line.
+    return [f"#SBATCH {option}" for option in options]
+
+
+def _script(
+    slurm: SlurmConfig,
+    node: HostConfig,
+    *,
+    run_id: str,
+    attempt: int,
+    nproc: int,
+    backend: str,
+    run_root: str,
+    run_dir: str,
+    code_dir: str,
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    resume_args: Sequence[str],
+) -> str:
+    per_node = f"{nproc} process{'es' if nproc != 1 else ''} per node"
+    exports = [f"export {key}={shell_word(value)}" for key, value in env.items()]
+    ifname_set = node.socket_ifname != AUTO or "GLOO_SOCKET_IFNAME" in node.env
+    if node.socket_ifname != AUTO:
+        exports.insert(0, f"export GLOO_SOCKET_IFNAME={shlex.quote(node.socket_ifname)}")
+        if backend == "nccl":
+            exports.insert(1, f"export NCCL_SOCKET_IFNAME={shlex.quote(node.socket_ifname)}")
+    command = " ".join(shell_word(word) for word in argv)
+    resume = " ".join(shlex.quote(arg) for arg in resume_args)
+    node_dir = shell_word(run_dir)
+    lines = [
+        "#!/bin/bash",
+        f"# ddptui run {run_id}: {slurm.nodes} node(s), {per_node}, backend {backend}.",
+        *_sbatch_lines(slurm, run_id, run_root),
+        "",
+        f"run={shlex.quote(run_root)}",
+        "# A requeued job starts over as the run's next attempt, from its newest checkpoint.",
+        f"export attempt=$(( {attempt} + ${{SLURM_RESTART_COUNT:-0}} ))",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# Node 0's address as Slurm has it: node names need not resolve on the nodes.",
+        "MASTER_ADDR=$(scontrol show node \"$head_node\" | tr ' ' '\\n'"
+        " | sed -n 's/^NodeAddr=//p')",
+        "export MASTER_ADDR=${MASTER_ADDR:-$head_node}",
+        f"export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))",
+        "export PYTHONUNBUFFERED=1",
+        "",
+        "# Slurm's warning before the time limit: checkpoint, stop, and come back requeued.",
+        "requeue=0",
+        "on_warning() {",
+        "    requeue=1",
+        '    for dir in "$run"/node*/control; do touch "$dir/stop"; done',
+        "}",
+        "trap on_warning USR1",
+        "",
+        "read -r -d '' node_script <<'NODE'",
+        f"node_dir={node_dir}",
+        'mkdir -p "$node_dir/node" "$node_dir/control"',
+        *(
+            []
+            if ifname_set
+            else [
+                "# The interface that holds node 0's address, or the one that reaches it.",
+                'ifname=$(ip -o addr show to "$MASTER_ADDR" 2>/dev/null'
+                " | awk '{print $2; exit}')",
+                'if [ -z "$ifname" ]; then',
+                '    ifname=$(ip -o route get "$MASTER_ADDR" 2>/dev/null'
+                " | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')",
+                "fi",
+                'if [ -n "$ifname" ] && [ "$ifname" != lo ]; then',
+                '    export GLOO_SOCKET_IFNAME="$ifname"'
+                + (' NCCL_SOCKET_IFNAME="$ifname"' if backend == "nccl" else ""),
+                "fi",
+            ]
+        ),
+        *exports,
+        f"resume=({resume})",
+        "if (( attempt == 1 )); then resume=(); fi",
+        f"cd {shlex.quote(code_dir)} || exit 1",
+        f'{command} "${{resume[@]}}" > "$node_dir/node/attempt-$attempt.out" 2>&1',
+        "status=$?",
+        'echo "$status" > "$node_dir/node/attempt-$attempt.exit"',
+        'exit "$status"',
+        "NODE",
+        "",
+        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$node_script" &',
+        "step=$!",
+        "# A trapped signal ends a wait early: wait again until the step has ended.",
+        'while wait "$step"; status=$?; kill -0 "$step" 2>/dev/null; do :; done',
+        'if (( requeue )); then scontrol requeue "$SLURM_JOB_ID"; fi',
+        'exit "$status"',
+    ]
+    return "\n".join(lines) + "\n"

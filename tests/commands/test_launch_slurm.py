@@ -1,0 +1,57 @@
+"""``ddptui launch`` on a ``[slurm]`` cluster: ``--dry-run`` prints the batch script alone on
+stdout, ready for sbatch; a launch says plainly what it cannot do yet."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ddptui.cli import main
+
+
+@pytest.fixture
+def slurm_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = tmp_path / "slurm.toml"
+    path.write_text(
+        '[cluster]\nworkdir = "~/runs"\n[slurm]\nnodes = 2\npartition = "debug"\n'
+        "[job]\nnproc_per_node = 3\n"
+    )
+    return path
+
+
+def test_dry_run_prints_only_the_script_with_the_home_expanded(
+    slurm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["launch", str(slurm_file), "--dry-run", "--", "--lr", "0.1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("#!/bin/bash\n# ddptui run ")
+    assert "#SBATCH --partition=debug\n" in out
+    assert f"{tmp_path}/home/runs/runs/" in out and "~/runs" not in out
+    assert " --lr 0.1 " in out
+    subprocess.run(["bash", "-n"], input=out, text=True, check=True)
+    assert "2 node(s) × 3 = 6 ranks, backend gloo" in err
+    assert re.search(r"the ranks run from \S+/code, where the code goes: uploads \d+ file", err)
+    # Nothing is written or submitted by a dry run.
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_launch_without_dry_run_is_refused_with_what_to_do(
+    slurm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["launch", str(slurm_file)]) == 2
+    err = capsys.readouterr().err
+    assert "a [slurm] cluster: ddptui cannot submit and follow Slurm runs yet" in err
+    assert "--dry-run" in err
+
+
+@pytest.mark.parametrize("command", ["check", "trust"])
+def test_commands_for_ssh_hosts_refuse_a_slurm_cluster_naming_what_works(
+    command: str, slurm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, str(slurm_file)]) == 2
+    err = capsys.readouterr().err
+    assert f"{slurm_file}: a [slurm] cluster: so far ddptui only prints its batch script" in err

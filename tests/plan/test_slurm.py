@@ -1,0 +1,175 @@
+"""The batch script of a Slurm run: what sbatch reads, and what each node's part runs, word for
+word, with hostile values left literal."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddptui.config import parse_config
+from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
+
+RUN = "20261202-051500-abcd"
+HOSTILE = ["--note", 'it\'s $(touch /tmp/pwned) `id` ${HOME} "q" ;|&', "--x=*"]
+
+
+def _config(tmp_path: Path, extra: str = "", python: str = "/opt/venv/bin/python") -> object:
+    text = f"""
+[cluster]
+python = "{python}"
+workdir = "{tmp_path}/shared"
+
+[slurm]
+nodes = 3
+partition = "cpu"
+time = "30"
+exclude = ["n[07-08]", "n11"]
+sbatch_args = ["--mem=0"]
+
+[job]
+nproc_per_node = 2
+args = {json.dumps(HOSTILE)}
+{extra}
+"""
+    return parse_config(text, tmp_path / "slurm.toml")
+
+
+def test_shell_words_quote_text_and_expand_only_their_references() -> None:
+    assert shell_word("plain") == "plain"
+    assert shell_word("") == "''"
+    assert shell_word("it's $HOME") == "'it'\"'\"'s $HOME'"
+    assert shell_word(f"--node-rank={shell('SLURM_NODEID')}") == '--node-rank="${SLURM_NODEID}"'
+    assert shell_word(f"/a b/node{shell('N')}/x") == "'/a b/node'\"${N}\"/x"
+
+
+def test_sbatch_reads_one_task_per_node_and_every_slurm_key(tmp_path: Path) -> None:
+    plan = plan_batch(_config(tmp_path), run_id=RUN, workdir=f"{tmp_path}/shared")  # type: ignore[arg-type]
+    assert (plan.nodes, plan.nproc, plan.world_size, plan.backend) == (3, 2, 6, "gloo")
+    options = re.findall(r"^#SBATCH (\S+)$", plan.script, re.MULTILINE)
+    assert options == [
+        f"--job-name=ddptui-{RUN}",
+        "--nodes=3",
+        "--ntasks-per-node=1",
+        "--partition=cpu",
+        "--time=30",
+        "--exclude=n[07-08],n11",
+        f"--output={tmp_path}/shared/runs/{RUN}/slurm/job-%j.out",
+        "--open-mode=append",
+        "--signal=B:USR1@90",
+        "--requeue",
+        "--mem=0",
+    ]
+    # sbatch stops reading options at the first command: every one comes before it.
+    first_command = next(
+        i for i, line in enumerate(plan.script.splitlines()) if line and not line.startswith("#")
+    )
+    assert all(
+        i < first_command
+        for i, line in enumerate(plan.script.splitlines())
+        if line.startswith("#SBATCH")
+    )
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " in plan.script
+    assert plan.script_path == f"{tmp_path}/shared/runs/{RUN}/slurm/attempt-1.sh"
+    subprocess.run(["bash", "-n"], input=plan.script, text=True, check=True)
+
+
+def test_gpus_per_node_sets_the_processes_and_nccl(tmp_path: Path) -> None:
+    config = parse_config(
+        '[cluster]\nworkdir = "/w"\nsocket_ifname = "ib0"\n[slurm]\nnodes = 2\ngpus_per_node = 4\n',
+        tmp_path / "s.toml",
+    )
+    plan = plan_batch(config, run_id=RUN, workdir="/w")
+    assert (plan.nproc, plan.backend) == (4, "nccl")
+    assert "#SBATCH --gpus-per-node=4\n" in plan.script
+    # The interface the user named, for both libraries; none is looked for on the node.
+    assert "export GLOO_SOCKET_IFNAME=ib0\nexport NCCL_SOCKET_IFNAME=ib0\n" in plan.script
+    assert "ip -o addr" not in plan.script
+
+
+def _node_part(script: str) -> str:
+    return script.split("<<'NODE'\n", 1)[1].split("\nNODE\n", 1)[0]
+
+
+@pytest.mark.parametrize(("node", "attempt", "resumed"), [("0", 1, False), ("2", 1, True)])
+def test_each_node_runs_torchrun_with_its_rank_and_the_args_as_written(
+    tmp_path: Path, node: str, attempt: int, resumed: bool
+) -> None:
+    # The host's Python, as the node finds it: a stand-in that says what it was given.
+    python = tmp_path / "python"
+    python.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), "
+        "'env': {k: os.environ.get(k) for k in ('OMP_NUM_THREADS', 'DDPTUI_RUN_DIR', "
+        "'GLOO_SOCKET_IFNAME')}}))\n"
+    )
+    python.chmod(0o755)
+    config = _config(tmp_path, python=str(python))
+    plan = plan_batch(config, run_id=RUN, workdir=f"{tmp_path}/shared", attempt=attempt)  # type: ignore[arg-type]
+    run_root = Path(plan.run_root)
+    (run_root / "code").mkdir(parents=True)
+    restarts = "1" if resumed else "0"
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_NODEID": node,
+        "SLURM_NNODES": "3",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "15042",
+        "attempt": str(attempt + int(restarts)),
+    }
+    done = subprocess.run(["bash", "-c", _node_part(plan.script)], env=env, check=False)
+    node_dir = run_root / f"node{node}"
+    assert done.returncode == 0
+    assert (node_dir / "node" / f"attempt-{env['attempt']}.exit").read_text() == "0\n"
+    seen = json.loads((node_dir / "node" / f"attempt-{env['attempt']}.out").read_text())
+    assert seen["cwd"] == str(run_root / "code")
+    # Node 0's address is on the loopback here: gloo is never told to use lo.
+    assert seen["env"] == {
+        "OMP_NUM_THREADS": "1",
+        "DDPTUI_RUN_DIR": str(node_dir),
+        "GLOO_SOCKET_IFNAME": None,
+    }
+    assert seen["argv"] == [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=3",
+        f"--node-rank={node}",
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        "--master-port=15042",
+        "--max-restarts=0",
+        f"--log-dir={node_dir}/logs/attempt-{env['attempt']}",
+        "--redirects=3",
+        "-m",
+        "trainer",
+        f"--run-dir={node_dir}",
+        "--checkpoint-every=200",
+        *HOSTILE,
+        *(["--resume", "latest"] if resumed else []),
+    ]
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_the_master_port_comes_from_the_job_id_below_the_ephemeral_ports(tmp_path: Path) -> None:
+    plan = plan_batch(_config(tmp_path), run_id=RUN, workdir="/w")  # type: ignore[arg-type]
+    (line,) = [line for line in plan.script.splitlines() if "MASTER_PORT=" in line]
+    ports = {
+        int(
+            subprocess.run(
+                ["bash", "-c", f"{line}; echo $MASTER_PORT"],
+                env={"SLURM_JOB_ID": str(job)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for job in (1, 41, 14999, 15001, 987654)
+    }
+    # Jobs 1 and 15001 share a port: 15000 jobs apart, neither is likely still running.
+    assert len(ports) == 4
+    assert all(PORT_BASE <= port < PORT_BASE + PORT_SPAN < 32768 for port in ports)
