@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 from dataclasses import dataclass
@@ -119,10 +120,24 @@ def dump_flight_recorder(rank: int) -> None:
 # torch's *_object_list collectives need NumPy, which a host may lack; these need only torch.
 
 
-def _encode(obj: Any) -> torch.Tensor:
+def _serialize(obj: Any) -> bytes:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    return torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
+    return buffer.getvalue()
+
+
+def _encode(obj: Any) -> torch.Tensor:
+    return torch.frombuffer(bytearray(_serialize(obj)), dtype=torch.uint8)
+
+
+def tensor_bytes(tensor: torch.Tensor, size: int | None = None) -> bytes:
+    """The first ``size`` bytes (default: all) of a CPU ``uint8`` tensor, copied in one go:
+    ``bytes(tensor.untyped_storage())`` goes element by element in Python, minutes for the
+    checkpoint of a small model."""
+    flat = tensor.detach().contiguous()
+    assert flat.dtype == torch.uint8 and flat.device.type == "cpu"
+    count = flat.numel() if size is None else min(size, flat.numel())
+    return ctypes.string_at(flat.data_ptr(), count) if count else b""
 
 
 def decode(data: bytes) -> Any:
@@ -139,12 +154,12 @@ def broadcast_bytes(data: bytes | None, group: dist.ProcessGroup | None) -> byte
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
     if payload.numel():
         dist.broadcast(payload, src=0, group=group)
-    return data if data is not None else bytes(payload.untyped_storage())
+    return data if data is not None else tensor_bytes(payload)
 
 
 def broadcast_object(obj: Any, group: dist.ProcessGroup | None) -> Any:
     """``obj`` (tensors, containers, str, numbers) from global rank 0; others pass None."""
-    data = bytes(_encode(obj).untyped_storage()) if dist.get_rank() == 0 else None
+    data = _serialize(obj) if dist.get_rank() == 0 else None
     return decode(broadcast_bytes(data, group))
 
 
@@ -157,7 +172,4 @@ def all_gather_object(obj: Any, group: dist.ProcessGroup | None) -> list[Any]:
     padded[: mine.numel()] = mine
     gathered = [torch.empty(longest, dtype=torch.uint8) for _ in sizes]
     dist.all_gather(gathered, padded, group=group)
-    return [
-        decode(bytes(t.untyped_storage())[: int(s.item())])
-        for t, s in zip(gathered, sizes, strict=True)
-    ]
+    return [decode(tensor_bytes(t, int(s.item()))) for t, s in zip(gathered, sizes, strict=True)]

@@ -19,6 +19,7 @@ script is rendered, every other word quoted as it is.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ def plan_batch(
         else config.cluster.backend
     )
     run_root = layout.run_root(workdir, run_id)
+    head_dir = layout.host_run_dir(workdir, run_id, 0)
     run_dir = layout.host_run_dir(workdir, run_id, shell("SLURM_NODEID"))
     argv = torchrun_argv(
         node,
@@ -130,6 +132,7 @@ def plan_batch(
         backend=backend,
         run_root=run_root,
         run_dir=run_dir,
+        head_dir=head_dir,
         code_dir=layout.root_code_dir(run_root),
         env=env,
         argv=argv,
@@ -174,11 +177,13 @@ def _script(
     backend: str,
     run_root: str,
     run_dir: str,
+    head_dir: str,
     code_dir: str,
     env: Mapping[str, str],
     argv: Sequence[str],
     resume_args: Sequence[str],
 ) -> str:
+    stop = layout.control_request(head_dir, "stop")
     per_node = f"{nproc} process{'es' if nproc != 1 else ''} per node"
     exports = [f"export {key}={shell_word(value)}" for key, value in env.items()]
     ifname_set = node.socket_ifname != AUTO or "GLOO_SOCKET_IFNAME" in node.env
@@ -209,7 +214,7 @@ def _script(
         "requeue=0",
         "on_warning() {",
         "    requeue=1",
-        '    for dir in "$run"/node*/control; do touch "$dir/stop"; done',
+        f"    mkdir -p {shlex.quote(posixpath.dirname(stop))} && touch {shlex.quote(stop)}",
         "}",
         "trap on_warning USR1",
         "",

@@ -187,6 +187,11 @@ def host_run_dir(workdir: str, run_id: str, node_rank: int | str) -> str:
     return posixpath.join(run_root(workdir, run_id), f"node{node_rank}")
 
 
+def control_request(run_dir: str, what: str) -> str:
+    """The file that asks the trainer to ``stop`` or ``save``; only node 0's is read."""
+    return posixpath.join(run_dir, "control", what)
+
+
 def slurm_script(root: str, attempt: int) -> str:
     """The batch script submitted for ``attempt`` of the run in ``root`` (:func:`run_root`)."""
     return posixpath.join(root, "slurm", f"attempt-{attempt}.sh")

@@ -7,6 +7,8 @@ import itertools
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -296,3 +298,44 @@ def test_device_scalars_arrive_without_a_sync() -> None:
     # The first buffer, taken again from the pool, holds the new values.
     again = DeviceScalars({"a": torch.ones((), device="cuda"), "b": loss.nan_to_num(0.5)}, pool)
     assert again.values() == {"a": 1.0, "b": 0.5}
+
+
+def test_tensor_bytes_are_the_tensor_s_bytes_up_to_the_size_asked() -> None:
+    from trainer.dist import tensor_bytes
+
+    data = bytes(range(256)) * 40
+    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    assert tensor_bytes(tensor) == data
+    assert tensor_bytes(tensor, 300) == data[:300]
+    assert tensor_bytes(tensor, 10**9) == data
+    assert tensor_bytes(tensor[::2]) == data[::2]
+    assert tensor_bytes(tensor[:0]) == b""
+
+
+def test_a_checkpoint_sized_payload_reaches_the_other_rank_whole(tmp_path: Path) -> None:
+    # Two ranks of a real gloo group: rank 1 receives 4 MiB, as a resume sends the checkpoint.
+    script = tmp_path / "pair.py"
+    script.write_text(
+        "import hashlib, os, sys\n"
+        "import torch.distributed as dist\n"
+        "from trainer.dist import broadcast_bytes, broadcast_object\n"
+        "rank = int(sys.argv[1])\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=rank,"
+        " world_size=2)\n"
+        "payload = os.urandom(4 << 20) if rank == 0 else None\n"
+        "digest = broadcast_object(hashlib.sha256(payload).hexdigest() if rank == 0 else None,"
+        " None)\n"
+        "got = broadcast_bytes(payload, None)\n"
+        "print(len(got), hashlib.sha256(got).hexdigest() == digest)\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SOURCE.parent)}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [rank.communicate(timeout=120)[0] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0]
+    assert outputs == [f"{4 << 20} True\n"] * 2
