@@ -1,6 +1,8 @@
 """Fixtures for the two SSH test tiers, and the report of which one ran.
 
 - ``testbed`` (session): a real 4-host cluster of network namespaces running OpenSSH sshd.
+- ``slurm_bed`` (session): a real Slurm (slurmctld, a slurmd per host) on 3 hosts of their own,
+  no sshd; its tests are marked ``slurm`` and leave it idle.
   Needs root; elsewhere its tests are skipped and the summary says why. Every test that uses
   it starts and ends with every fault undone (``_healthy_testbed``). Tests that build their
   own ``TestBed`` request ``testbed_capable`` to be skipped the same way.
@@ -24,10 +26,14 @@ import pytest
 from tests.run.bed import Cli, supervisors
 from tests.testbed import LocalSshServer, TestBed, TestBedBusy
 from tests.testbed.cluster import why_unavailable
+from tests.testbed.slurm import SlurmBed
+from tests.testbed.slurm import why_unavailable as slurm_unavailable
 
 TESTBED_HOSTS = 4
+SLURM_HOSTS = 3
 SKIP_REASON = "test bed unavailable: "
 _PREFIXES = ["ddpt", *(f"ddpt{i}" for i in range(1, 10))]
+_SLURM_PREFIXES = ["ddps", *(f"ddps{i}" for i in range(1, 10))]
 
 
 @dataclass
@@ -51,8 +57,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Whatever reaches the test bed, directly or through another fixture, is a cluster test,
     # so `-m "not cluster"` deselects it without every author remembering the mark.
     for item in items:
-        if "testbed_capable" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "testbed_capable" in fixtures:
             item.add_marker(pytest.mark.cluster)
+        if "slurm_bed" in fixtures:
+            item.add_marker(pytest.mark.slurm)
 
 
 @pytest.fixture(scope="session")
@@ -82,14 +91,49 @@ def testbed(
         pytest.fail(f"the test bed left behind: {', '.join(report.residue)}")
 
 
-def _start(root: Path) -> TestBed:
+def _start(root: Path, hosts: int = TESTBED_HOSTS, prefixes: list[str] = _PREFIXES) -> TestBed:
     # A concurrent session (another checkout, another engineer) holds "ddpt": take the next.
-    for prefix in _PREFIXES:
+    for prefix in prefixes:
         try:
-            return TestBed.start(TESTBED_HOSTS, root, prefix=prefix)
+            return TestBed.start(hosts, root, prefix=prefix)
         except TestBedBusy:
             continue
-    raise TestBedBusy(f"every prefix of {_PREFIXES} is in use")
+    raise TestBedBusy(f"every prefix of {prefixes} is in use")
+
+
+@pytest.fixture(scope="session")
+def slurm_bed(
+    testbed_capable: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SlurmBed]:
+    """Slurm on three hosts of their own (node0…node2), up for the session; their sshd is
+    stopped, so nothing reaches them but Slurm. Skipped, saying why, without Slurm."""
+    reason = slurm_unavailable()
+    if reason is not None:
+        pytest.skip(SKIP_REASON + reason)
+    root = tmp_path_factory.mktemp("slurm")
+    bed = _start(root / "hosts", SLURM_HOSTS, _SLURM_PREFIXES)
+    try:
+        slurm = SlurmBed.start(bed, root / "slurm")
+    except BaseException:
+        bed.stop()
+        raise
+    yield slurm
+    slurm.stop()
+    bed.stop()
+    residue = bed.residue()
+    if residue:
+        pytest.fail(f"the Slurm bed left behind: {', '.join(residue)}")
+
+
+@pytest.fixture(autouse=True)
+def _idle_slurm_bed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test that uses the Slurm bed leaves it idle: no job, every node up."""
+    if "slurm_bed" not in request.fixturenames:
+        yield
+        return
+    slurm: SlurmBed = request.getfixturevalue("slurm_bed")
+    yield
+    slurm.idle()
 
 
 @pytest.fixture(autouse=True)

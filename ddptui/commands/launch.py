@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -12,12 +13,16 @@ from rich.console import Console
 from ddptui.check import CheckReport
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.config import Config, load_config
-from ddptui.errors import UsageError
 from ddptui.health import Severity
 from ddptui.plan.describe import describe_plan
+from ddptui.plan.slurm import BatchPlan
+from ddptui.run import layout
 from ddptui.run.control import RunControl
 from ddptui.run.state import Steps
 from ddptui.run.store import RunRecord
+
+SLURM_POLL_S = 2.0
+"""How often the queue is asked while a job waits: squeue's users poll no faster."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,17 +85,51 @@ def refuse(report: CheckReport) -> int:
 
 
 def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra: list[str]) -> int:
-    if not args.dry_run:
-        raise UsageError(
-            f"{args.hosts}: a [slurm] cluster: ddptui cannot submit and follow Slurm runs yet; "
-            "`ddptui launch --dry-run` prints the batch script to stage and submit by hand"
-        )
     plan = control.plan_batch(config, extra_args=extra, debug=args.debug)
     code = control.code(config)
-    sys.stdout.write(plan.script)
-    say(
+    summary = (
         f"run {plan.run_id}: {plan.nodes} node(s) × {plan.nproc} = {plan.world_size} ranks, "
-        f"backend {plan.backend}; the ranks run from {plan.run_root}/code, where the code "
-        f"goes: {code.describe(listed=0)[0]}"
+        f"backend {plan.backend}"
     )
-    return 0
+    if args.dry_run:
+        sys.stdout.write(plan.script)
+        say(
+            f"{summary}; the ranks run from {layout.root_code_dir(plan.run_root)}, where the "
+            f"code goes: {code.describe(listed=0)[0]}"
+        )
+        return 0
+    job_id = control.submit_batch(plan, code)
+    say(f"{summary}: Slurm job {job_id}; its files are in {plan.run_root}")
+    if args.detach:
+        print(job_id)
+        return 0
+    return _until_running(control, plan, job_id)
+
+
+def _until_running(control: RunControl, plan: BatchPlan, job_id: str) -> int:
+    """Say the job's queue state whenever it changes, until it runs or ends."""
+    said = None
+    try:
+        while True:
+            job = control.slurm_job(job_id)
+            if job is None:
+                say(f"Slurm no longer knows job {job_id}: it ended")
+                return 1
+            line = job.describe()
+            if line != said:
+                say(line)
+                said = line
+            if job.ended:
+                say(f"Slurm's output of the job: {layout.slurm_output(plan.run_root, job_id)}")
+                return 0 if job.state == "COMPLETED" else 1
+            if job.state == "RUNNING":
+                console = layout.node_console(layout.node_dir(plan.run_root, 0), plan.attempt)
+                say(
+                    f"torchrun's output on node 0: {console}. ddptui does not follow Slurm runs "
+                    f"yet; `scancel {job_id}` ends the job"
+                )
+                return 0
+            time.sleep(SLURM_POLL_S)
+    except KeyboardInterrupt:
+        say(f"stopped watching; job {job_id} stays queued (`scancel {job_id}` cancels it)")
+        return 0

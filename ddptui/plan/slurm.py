@@ -193,7 +193,8 @@ def _script(
             exports.insert(1, f"export NCCL_SOCKET_IFNAME={shlex.quote(node.socket_ifname)}")
     command = " ".join(shell_word(word) for word in argv)
     resume = " ".join(shlex.quote(arg) for arg in resume_args)
-    node_dir = shell_word(run_dir)
+    console = shell_word(layout.node_console(run_dir, shell("attempt")))
+    exit_file = shell_word(layout.node_exit(run_dir, shell("attempt")))
     lines = [
         "#!/bin/bash",
         f"# ddptui run {run_id}: {slurm.nodes} node(s), {per_node}, backend {backend}.",
@@ -219,8 +220,7 @@ def _script(
         "trap on_warning USR1",
         "",
         "read -r -d '' node_script <<'NODE'",
-        f"node_dir={node_dir}",
-        'mkdir -p "$node_dir/node" "$node_dir/control"',
+        f"mkdir -p {shell_word(posixpath.dirname(layout.node_console(run_dir, 0)))}",
         *(
             []
             if ifname_set
@@ -242,9 +242,10 @@ def _script(
         f"resume=({resume})",
         "if (( attempt == 1 )); then resume=(); fi",
         f"cd {shlex.quote(code_dir)} || exit 1",
-        f'{command} "${{resume[@]}}" > "$node_dir/node/attempt-$attempt.out" 2>&1',
+        f'{command} "${{resume[@]}}" > {console} 2>&1',
         "status=$?",
-        'echo "$status" > "$node_dir/node/attempt-$attempt.exit"',
+        "# Whole or absent for a reader: written aside, then renamed.",
+        f'echo "$status" > {exit_file}.tmp && mv {exit_file}.tmp {exit_file}',
         'exit "$status"',
         "NODE",
         "",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -205,3 +206,35 @@ def _sha256(path: Path) -> str:
 
 def _executable(path: Path) -> bool:
     return bool(path.stat().st_mode & stat.S_IXUSR)
+
+
+def stage_tree(tree: CodeTree, directory: Path) -> None:
+    """Copy every file of ``tree`` into ``directory`` (which must not exist), each checked
+    against its SHA-256 as it is copied, then rename the whole into place: a reader of
+    ``directory`` finds all of the code or none. For a workdir the nodes share (a Slurm run's),
+    where the head stages the code itself."""
+    partial = directory.with_name(f"{directory.name}.{os.getpid()}.partial")
+    try:
+        for file in tree.files:
+            target = partial / file.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _copy_checked(file, target)
+        partial.replace(directory)
+    except OSError as error:
+        raise CodeError(
+            f"cannot stage the code in {directory}: {error.strerror or error}"
+        ) from None
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _copy_checked(file: CodeFile, target: Path) -> None:
+    digest = hashlib.sha256()
+    with file.source.open("rb") as source, target.open("xb") as copy:
+        for chunk in iter(lambda: source.read(READ_CHUNK), b""):
+            digest.update(chunk)
+            copy.write(chunk)
+    if digest.hexdigest() != file.sha256:
+        raise CodeError(f"{file.source} changed while it was staged; launch again")
+    target.chmod(0o755 if file.executable else 0o644)

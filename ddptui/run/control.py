@@ -29,7 +29,7 @@ from ddptui.errors import DdptuiError, UsageError
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.run import dump as stack_dump
-from ddptui.run import protocol
+from ddptui.run import protocol, slurm
 from ddptui.run.code import CodeTree, job_code
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import (
@@ -54,6 +54,7 @@ from ddptui.run.protocol import (
     Request,
     Said,
 )
+from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Judgement, RunWatch, Steps
 from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore, new_run_id
 from ddptui.run.supervisor import BUSY
@@ -373,6 +374,14 @@ class RunControl:
         return plan_batch(
             config, run_id=new_run_id(), workdir=workdir, extra_args=extra_args, debug=debug
         )
+
+    def submit_batch(self, plan: BatchPlan, code: CodeTree) -> str:
+        """Stage ``code`` where ``plan``'s nodes read it and submit its script; the job id."""
+        return slurm.submit(plan, code)
+
+    def slurm_job(self, job_id: str) -> SlurmJob | None:
+        """What Slurm says of job ``job_id`` now; None once it has forgotten it."""
+        return slurm.job(job_id)
 
     def code(self, config: Config) -> CodeTree:
         """What a launch of ``config`` uploads; :class:`~ddptui.run.code.CodeError` saying what

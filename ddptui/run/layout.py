@@ -184,7 +184,22 @@ def host_run_dir(workdir: str, run_id: str, node_rank: int | str) -> str:
     """Node ``node_rank``'s directory of the run: a directory of its own, so that hosts sharing
     a workdir never write each other's files. ``node_rank`` may be a batch script's reference
     to the node's rank."""
-    return posixpath.join(run_root(workdir, run_id), f"node{node_rank}")
+    return node_dir(run_root(workdir, run_id), node_rank)
+
+
+def node_dir(root: str, node_rank: int | str) -> str:
+    """Node ``node_rank``'s directory of the run in ``root`` (:func:`run_root`)."""
+    return posixpath.join(root, f"node{node_rank}")
+
+
+def node_console(run_dir: str, attempt: int | str) -> str:
+    """torchrun's console (stdout and stderr) of ``attempt`` on the node of ``run_dir``."""
+    return posixpath.join(run_dir, "node", f"attempt-{attempt}.out")
+
+
+def node_exit(run_dir: str, attempt: int | str) -> str:
+    """torchrun's exit status of ``attempt``, written as it ends."""
+    return posixpath.join(run_dir, "node", f"attempt-{attempt}.exit")
 
 
 def control_request(run_dir: str, what: str) -> str:
@@ -197,9 +212,10 @@ def slurm_script(root: str, attempt: int) -> str:
     return posixpath.join(root, "slurm", f"attempt-{attempt}.sh")
 
 
-def slurm_output(root: str) -> str:
-    """sbatch's ``--output`` for the run in ``root``: one file per job (``%j``, its id)."""
-    return posixpath.join(root, "slurm", "job-%j.out")
+def slurm_output(root: str, job: str = "%j") -> str:
+    """Slurm's output of job ``job`` of the run in ``root``; by default sbatch's ``--output``
+    pattern (``%j``: each job's id)."""
+    return posixpath.join(root, "slurm", f"job-{job}.out")
 
 
 @dataclass(frozen=True)

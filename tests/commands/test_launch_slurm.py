@@ -1,5 +1,6 @@
 """``ddptui launch`` on a ``[slurm]`` cluster: ``--dry-run`` prints the batch script alone on
-stdout, ready for sbatch; a launch says plainly what it cannot do yet."""
+stdout, ready for sbatch; without Slurm, and for the commands that need SSH hosts, one line
+says what to do. (Submitting for real: ``tests/run/test_slurm_bed.py``.)"""
 
 from __future__ import annotations
 
@@ -39,13 +40,17 @@ def test_dry_run_prints_only_the_script_with_the_home_expanded(
     assert not (tmp_path / "home").exists()
 
 
-def test_a_launch_without_dry_run_is_refused_with_what_to_do(
-    slurm_file: Path, capsys: pytest.CaptureFixture[str]
+def test_a_launch_where_slurm_is_not_installed_says_where_to_run_it(
+    slurm_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert main(["launch", str(slurm_file)]) == 2
     err = capsys.readouterr().err
-    assert "a [slurm] cluster: ddptui cannot submit and follow Slurm runs yet" in err
-    assert "--dry-run" in err
+    assert "sbatch is not on PATH: run ddptui on a machine that submits Slurm jobs" in err
+    assert not (tmp_path / "home").exists()
 
 
 @pytest.mark.parametrize("command", ["check", "trust"])
@@ -54,4 +59,5 @@ def test_commands_for_ssh_hosts_refuse_a_slurm_cluster_naming_what_works(
 ) -> None:
     assert main([command, str(slurm_file)]) == 2
     err = capsys.readouterr().err
-    assert f"{slurm_file}: a [slurm] cluster: so far ddptui only prints its batch script" in err
+    assert f"{slurm_file}: a [slurm] cluster: so far ddptui submits its runs" in err
+    assert "this command needs [[hosts]]" in err

@@ -56,6 +56,7 @@ MODULES = (
     "ddptui.run.layout",
     "ddptui.run.logloss",
     "ddptui.run.protocol",
+    "ddptui.run.slurm_job",
     "ddptui.run.state",
     "ddptui.untrusted",
 )
@@ -96,6 +97,9 @@ HOST_PATTERNS = frozenset(
         "run.logloss._LOSS_PATTERNS",
         "run.logloss._STEP",
         "run.protocol._UNESCAPE",
+        "run.slurm_job._FIELDS",
+        "run.slurm_job._JOB_ID",
+        "run.slurm_job._STATE",
         "run.state._STEP",
         "untrusted._UNSAFE",
         "untrusted._UNSAFE_ONE_LINE",

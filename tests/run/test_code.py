@@ -213,3 +213,24 @@ def test_a_file_that_changes_while_it_is_uploaded_is_named(
 
     with pytest.raises(NodeError, match=r"datautils\.py changed while it was uploaded"):
         asyncio.run(upload())
+
+
+def test_staging_on_a_shared_workdir_puts_every_file_in_place_or_none(tmp_path: Path) -> None:
+    root = _project(tmp_path / "project")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    tree = job_code(JobConfig(script=root / "multinode.py", exclude=("runs/",)))
+    staged = tmp_path / "runs" / "r" / "code"
+    staged.parent.mkdir(parents=True)
+    code.stage_tree(tree, staged)
+    for file in tree.files:
+        assert (staged / file.path).read_bytes() == file.source.read_bytes()
+    assert (staged / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (staged / "multinode.py").stat().st_mode & 0o777 == 0o644
+    # A file edited between the listing and the copy: nothing is staged, nothing is left.
+    (root / "multinode.py").write_text("print('edited')\n")
+    again = tmp_path / "runs" / "s" / "code"
+    again.parent.mkdir(parents=True)
+    with pytest.raises(CodeError, match=r"multinode\.py changed while it was staged"):
+        code.stage_tree(tree, again)
+    assert list(again.parent.iterdir()) == []

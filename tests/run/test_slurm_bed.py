@@ -1,0 +1,122 @@
+"""Runs through a real Slurm (the Slurm bed: 3 nodes, no sshd on them): ``ddptui launch``
+submits the batch script and says the job's queue state until it runs, every node's torchrun
+trains, and Slurm's warning before the time limit checkpoints and requeues the job, whose next
+start resumes bit for bit."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from tests.run.bed import Cli
+from tests.testbed import sshd
+from tests.testbed.slurm import PARTITION, SlurmBed
+
+NODES, PROCS = 3, 2
+STEPS = 80
+SMALL = ("--width", "64", "--depth", "2")
+"""A model whose steps are quick on two shared cores: the bed runs six ranks at once."""
+
+
+def _hosts_file(tmp_path: Path, *args: str) -> Path:
+    document = {
+        "cluster": {"python": sys.executable, "workdir": str(tmp_path / "shared")},
+        "slurm": {"nodes": NODES, "partition": PARTITION, "time": "10"},
+        "job": {"nproc_per_node": PROCS, "args": [*SMALL, *args]},
+    }
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "slurm.toml"
+    path.write_text(tomli_w.dumps(document))
+    return path
+
+
+def _slurm_cli(cli: Cli, slurm: SlurmBed) -> Cli:
+    cli.env["SLURM_CONF"] = str(slurm.conf)
+    return cli
+
+
+def _events(run_root: Path) -> dict[int, list[dict[str, Any]]]:
+    """Every rank's events, by global rank, from every node's directory."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted(run_root.glob("node*/events/rank*.jsonl")):
+        rank = int(path.stem.removeprefix("rank"))
+        found[rank] = [json.loads(line) for line in path.read_text().splitlines()]
+    return found
+
+
+def _losses(events: list[dict[str, Any]], after: int = 0) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["step"] > after}
+
+
+def _submitted(cli: Cli, hosts_file: Path, *flags: str) -> tuple[str, Path]:
+    done = cli.run("launch", str(hosts_file), *flags)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stderr.splitlines() if ": Slurm job " in line)
+    job_id = line.split(": Slurm job ", 1)[1].split(";", 1)[0]
+    run_root = Path(line.rsplit("its files are in ", 1)[1])
+    return job_id, run_root
+
+
+def _check_trained(run_root: Path, job_id: str, events: dict[int, list[dict[str, Any]]]) -> None:
+    """Every rank of an uninterrupted run started in its node's directory and completed."""
+    assert sorted(events) == list(range(NODES * PROCS))
+    for rank, seen in events.items():
+        node = rank // PROCS
+        assert (run_root / f"node{node}" / "events" / f"rank{rank}.jsonl").exists()
+        start = next(e for e in seen if e["type"] == "start")
+        assert (start["world_size"], start["node_rank"]) == (NODES * PROCS, node)
+        assert seen[-1]["type"] == "done" and seen[-1]["reason"] == "completed"
+        assert max(_losses(seen)) == STEPS
+    for node in range(NODES):
+        assert (run_root / f"node{node}" / "node" / "attempt-1.exit").read_text() == "0\n"
+    # The ranks ran the code staged for the run, not the checkout's.
+    assert (run_root / "code" / "trainer" / "__main__.py").is_file()
+    assert (run_root / "slurm" / "attempt-1.sh").read_text().startswith("#!/bin/bash\n")
+    assert (run_root / "slurm" / f"job-{job_id}.out").exists()
+
+
+def test_runs_train_through_slurm_and_its_warning_requeues_one_that_resumes_bit_for_bit(
+    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+) -> None:
+    cli = _slurm_cli(cli, slurm_bed)
+    # Two runs at once (each node has room for both): one uninterrupted, followed until it
+    # runs; one warned as a time limit nears.
+    reference_id, reference = _submitted(
+        cli, _hosts_file(tmp_path / "reference", "--max-steps", str(STEPS))
+    )
+    job_id, run_root = _submitted(
+        cli, _hosts_file(tmp_path / "warned", "--max-steps", str(STEPS)), "--detach"
+    )
+    deadline = time.monotonic() + 180
+    while max(_losses(_events(run_root).get(0, [])), default=0) < 15:
+        assert time.monotonic() < deadline, "no step 15 in 180 s"
+        time.sleep(0.5)
+    # What --signal=B:USR1@90 sends 90 s before the time limit: to the batch script alone.
+    slurm_bed.run("scancel", "--batch", "--signal=USR1", job_id)
+    requeued = slurm_bed.wait_for_job(job_id, ["PENDING"], 120)
+    assert requeued["Restarts"] == "1", requeued
+    for job in (job_id, reference_id):
+        ended = slurm_bed.wait_for_job(job, ["COMPLETED", "FAILED", "CANCELLED"], 300)
+        assert ended["JobState"] == "COMPLETED", ended
+    uninterrupted = _events(reference)
+    _check_trained(reference, reference_id, uninterrupted)
+    events = _events(run_root)
+    first = events[0]
+    stopped = next(e for e in first if e["type"] == "done")
+    assert stopped["reason"] == "stopped" and 15 <= stopped["step"] < STEPS
+    starts = [e for e in first if e["type"] == "start"]
+    assert [s["start_step"] for s in starts] == [0, stopped["step"]]
+    assert starts[1]["resumed_from"].endswith(f"ckpt-{stopped['step']:09d}.pt")
+    for node in range(NODES):
+        exits = run_root / f"node{node}" / "node"
+        assert (exits / "attempt-1.exit").read_text() == (exits / "attempt-2.exit").read_text()
+    for rank in range(NODES * PROCS):
+        resumed = _losses(events[rank], after=stopped["step"])
+        assert len(resumed) == STEPS - stopped["step"]
+        assert resumed == _losses(uninterrupted[rank], after=stopped["step"]), rank
+    assert not any(sshd.running(host) for host in slurm_bed.bed.hosts)

@@ -1,0 +1,80 @@
+"""What Slurm says of a job, read from its real answers (tests/fixtures/slurm) and from
+answers it never gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddptui.run.slurm_job import SlurmAnswerError, SlurmJob, parse_job, parse_job_id, reason_words
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
+
+
+def _recorded(name: str) -> SlurmJob:
+    return parse_job((FIXTURES / f"scontrol-job-{name}.txt").read_text())
+
+
+def test_a_running_job_names_its_nodes_and_not_the_nodes_it_asked_for() -> None:
+    job = _recorded("running")
+    assert (job.id, job.state, job.reason, job.nodes, job.restarts) == (
+        "3",
+        "RUNNING",
+        None,
+        "node[0-2]",
+        0,
+    )
+    assert not job.ended and not job.pending
+    assert job.describe() == "job 3 running on node[0-2]"
+
+
+def test_a_completed_job_has_ended_cleanly() -> None:
+    job = _recorded("completed")
+    assert job.ended and job.state == "COMPLETED" and job.exit_code == "0:0"
+    assert job.describe() == "job 3 completed on node[0-2]"
+
+
+def test_a_pending_job_says_why_in_plain_words() -> None:
+    job = _recorded("pending")
+    assert job.pending and job.nodes is None
+    assert job.describe() == (
+        "job 4 pending: Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "priority partitions"
+    )
+    assert reason_words("ReqNodeNotAvail,_UnavailableNodes:node1") == (
+        "a node it may use is down, drained or reserved (ReqNodeNotAvail: UnavailableNodes:node1)"
+    )
+    assert reason_words("Priority") == "other jobs come first (Priority)"
+
+
+def test_a_failed_job_gives_its_exit_code() -> None:
+    line = "JobId=9 JobState=FAILED Reason=NonZeroExitCode NodeList=n[1-2] ExitCode=1:0"
+    assert parse_job(line).describe() == "job 9 failed: NonZeroExitCode on n[1-2], exit code 1:0"
+
+
+@pytest.mark.parametrize("answer", ["42\n", "42;cluster-a\n", "7_3"])
+def test_sbatch_s_parsable_answer_is_the_job_id(answer: str) -> None:
+    assert parse_job_id(answer) == answer.strip().split(";")[0]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "",
+        "Submitted batch job 42",
+        "42\n43",
+        "\x1b[31m42",
+        "JobId=1",
+        "JobId=x JobState=RUNNING",
+        "JobId=1 JobState=running",
+        "JobId=1 JobState=\x1b[2J",
+    ],
+)
+def test_anything_else_is_refused_without_its_escapes(answer: str) -> None:
+    with pytest.raises(SlurmAnswerError) as raised:
+        if answer.startswith("JobId"):
+            parse_job(answer)
+        else:
+            parse_job_id(answer)
+    assert "\x1b" not in str(raised.value)
