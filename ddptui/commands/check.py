@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
@@ -15,19 +16,24 @@ from rich.table import Table
 from rich.text import Text
 
 from ddptui.check import CheckReport, check_cluster
-from ddptui.config import AUTO, HostConfig, load_config
-from ddptui.health import HostCheck, parity_rows
+from ddptui.config import AUTO, Config, HostConfig, load_config
+from ddptui.errors import UsageError
+from ddptui.health import Finding, HostCheck, parity_rows
+from ddptui.health.slurm import SlurmCheck
 from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.present import check as words
 from ddptui.present.bandwidth import bandwidth_lines
 from ddptui.probe.facts import NA, HostFacts, Maybe
+from ddptui.run import slurm
 from ddptui.run.bandwidth import BandwidthError, measure
 from ddptui.untrusted import plain
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(Path(args.hosts))
+    config = load_config(Path(args.hosts), slurm=True)
     errors = Console(stderr=True)
+    if config.slurm is not None:
+        return _slurm(config, args, errors)
     latest: dict[str, str] = {}
     total = len(config.hosts)
 
@@ -65,6 +71,26 @@ def run(args: argparse.Namespace) -> int:
     return 1 if measured.slow else 0
 
 
+def _slurm(config: Config, args: argparse.Namespace, errors: Console) -> int:
+    if args.bandwidth:
+        raise UsageError("--bandwidth measures SSH hosts; a [slurm] cluster has none yet")
+    with errors.status("asking Slurm about its nodes…"):
+        check = slurm.check(config)
+    if args.json:
+        json.dump(check.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        errors.print(words.slurm_summary(check))
+    else:
+        render_slurm(check, Console() if sys.stdout.isatty() else Console(width=160))
+    return 0 if check.healthy else 1
+
+
+def render_slurm(check: SlurmCheck, console: Console) -> None:
+    """The human report of a Slurm cluster: findings with fixes, then a summary."""
+    _render_findings(check.findings, console)
+    _print_wrapped(console, words.slurm_summary(check))
+
+
 def render(report: CheckReport, console: Console) -> None:
     """The human report: hosts, the version parity grid, findings with fixes, a summary."""
     # Titles printed apart from their tables: a table pads its title with spaces to its width.
@@ -74,15 +100,19 @@ def render(report: CheckReport, console: Console) -> None:
     if probed:
         _print_wrapped(console, Text("version parity (odd values in red)", style="table.title"))
         console.print(_parity_table(probed))
-    for group in words.listed(report.findings):
-        _print_wrapped(console, words.finding_line(group))
-        fix = words.fix_line(group)
-        if fix is not None:
-            _print_wrapped(console, fix, indent=words.FIX_INDENT)
+    _render_findings(report.findings, console)
     note = words.port_test_note(report.master_port_test)
     if note is not None:
         _print_wrapped(console, note)
     _print_wrapped(console, words.summary(report))
+
+
+def _render_findings(findings: Iterable[Finding], console: Console) -> None:
+    for group in words.listed(findings):
+        _print_wrapped(console, words.finding_line(group))
+        fix = words.fix_line(group)
+        if fix is not None:
+            _print_wrapped(console, fix, indent=words.FIX_INDENT)
 
 
 def _print_wrapped(console: Console, text: Text, indent: int = 0) -> None:

@@ -98,6 +98,16 @@ def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra:
             f"code goes: {code.describe(listed=0)[0]}"
         )
         return 0
+    check = control.check_slurm(config)
+    if check.findings:
+        from ddptui.commands.check import render_slurm
+
+        render_slurm(check, Console(stderr=True, width=160 if not sys.stderr.isatty() else None))
+    if not check.healthy and not args.force:
+        say(
+            "not launching: the check found errors (above). Fix them, or launch anyway with --force"
+        )
+        return 1
     job_id = control.submit_batch(plan, code)
     say(f"{summary}: Slurm job {job_id}; its files are in {plan.run_root}")
     if args.detach:

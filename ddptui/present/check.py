@@ -11,6 +11,7 @@ from rich.text import Text
 from ddptui.check import CheckReport, PortTest
 from ddptui.health import Code, Finding, HostCheck, Severity
 from ddptui.health.groups import FindingGroup, group_findings
+from ddptui.health.slurm import SlurmCheck
 from ddptui.untrusted import plain
 
 FIX_INDENT = 4
@@ -117,3 +118,18 @@ def _mark(severity: Severity) -> Text:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def slurm_summary(check: SlurmCheck) -> Text:
+    """``healthy: partition debug, 3 of 4 nodes usable, 1 warning`` or ``not healthy: …``."""
+    counts = Counter(group.severity for group in listed(check.findings))
+    where = f"partition {check.partition}, " if check.partition else ""
+    usable = f"{where}{len(check.usable)} of {_count(len(check.nodes), 'node')} usable"
+    parts = [
+        _count(counts[severity], severity.value)
+        for severity in (Severity.ERROR, Severity.WARNING)
+        if counts[severity]
+    ]
+    if check.healthy:
+        return Text(f"healthy: {', '.join([usable, *parts])}", style="bold green")
+    return Text(f"not healthy: {', '.join([*parts, usable])}", style="bold red")

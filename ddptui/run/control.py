@@ -26,6 +26,7 @@ from ddptui.check import CheckReport, check_cluster
 from ddptui.check.run import Progress
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError, UsageError
+from ddptui.health.slurm import SlurmCheck
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.run import dump as stack_dump
@@ -374,6 +375,11 @@ class RunControl:
         return plan_batch(
             config, run_id=new_run_id(), workdir=workdir, extra_args=extra_args, debug=debug
         )
+
+    def check_slurm(self, config: Config) -> SlurmCheck:
+        """Which nodes Slurm would give ``config``'s runs (a ``[slurm]`` config), and what
+        stands in their way."""
+        return slurm.check(config)
 
     def submit_batch(self, plan: BatchPlan, code: CodeTree) -> str:
         """Stage ``code`` where ``plan``'s nodes read it and submit its script; the job id."""

@@ -11,7 +11,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddptui.config.model import Config
 from ddptui.errors import DdptuiError, UsageError
+from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
 from ddptui.plan.slurm import BatchPlan
 from ddptui.run import layout
 from ddptui.run.code import CodeTree, stage_tree
@@ -21,6 +23,8 @@ from ddptui.untrusted import plain
 COMMAND_TIMEOUT_S = 30.0
 """sbatch and scontrol answer in well under a second; a busy controller takes seconds."""
 _ERROR_CHARS = 400
+MAX_LIST_TEXT = 8 << 20
+"""What a list of nodes may take: a line each, for the largest clusters' hundred thousand."""
 
 
 class SlurmError(DdptuiError):
@@ -66,6 +70,26 @@ def job(job_id: str) -> SlurmJob | None:
         raise SlurmError(str(error)) from None
 
 
+def check(config: Config) -> SlurmCheck:
+    """Which nodes Slurm would give ``config``'s runs (a ``[slurm]`` config), and what stands in
+    their way."""
+    assert config.slurm is not None
+    return evaluate_slurm(config.slurm, nodes(), node_names(config.slurm.exclude))
+
+
+def nodes() -> list[SlurmNode]:
+    """Every node of every partition, as ``sinfo`` lists them now."""
+    return parse_sinfo(_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%E"], limit=MAX_LIST_TEXT))
+
+
+def node_names(expressions: Sequence[str]) -> set[str]:
+    """The node names that Slurm node lists (``gpu[07-09]``) stand for."""
+    if not expressions:
+        return set()
+    answer = _slurm(["scontrol", "show", "hostnames", ",".join(expressions)], limit=MAX_LIST_TEXT)
+    return {name for name in answer.split() if name}
+
+
 def _require(command: str) -> None:
     if shutil.which(command) is None:
         raise UsageError(
@@ -74,7 +98,7 @@ def _require(command: str) -> None:
         )
 
 
-def _slurm(argv: Sequence[str], cwd: Path | None = None) -> str:
+def _slurm(argv: Sequence[str], cwd: Path | None = None, limit: int = MAX_JOB_TEXT) -> str:
     _require(argv[0])
     try:
         done = subprocess.run(
@@ -93,4 +117,4 @@ def _slurm(argv: Sequence[str], cwd: Path | None = None) -> str:
     if done.returncode != 0:
         said = plain(done.stderr.strip()[:_ERROR_CHARS]) or f"exit status {done.returncode}"
         raise SlurmError(f"{argv[0]}: {said}")
-    return done.stdout[:MAX_JOB_TEXT]
+    return done.stdout[:limit]

@@ -64,6 +64,7 @@ MODULES = (
 
 HOST_PATTERNS = frozenset(
     {
+        "health.slurm._NODE",
         "run.diagnose.lines.LAST_ERROR",
         "run.diagnose.lines.NCCL_CODE",
         "run.diagnose.lines.RANK_PREFIX",

@@ -120,3 +120,29 @@ def test_runs_train_through_slurm_and_its_warning_requeues_one_that_resumes_bit_
         assert len(resumed) == STEPS - stopped["step"]
         assert resumed == _losses(uninterrupted[rank], after=stopped["step"]), rank
     assert not any(sshd.running(host) for host in slurm_bed.bed.hosts)
+
+
+def test_a_drained_node_is_named_by_the_check_and_a_launch_needing_it_is_refused(
+    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+) -> None:
+    cli = _slurm_cli(cli, slurm_bed)
+    hosts_file = _hosts_file(tmp_path, "--max-steps", "5")
+    healthy = cli.run("check", str(hosts_file))
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "healthy: partition debug, 3 of 3 nodes usable" in healthy.stdout
+    slurm_bed.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=bad_gpu_ecc")
+    checked = cli.run("check", str(hosts_file))
+    assert checked.returncode == 1
+    assert "node1: node1 is drained in Slurm (bad_gpu_ecc)" in checked.stdout
+    assert 'exclude = ["node1"] in [slurm]' in checked.stdout
+    assert "[slurm] nodes = 3, but partition debug has 2 node(s) a job can get" in checked.stdout
+    refused = cli.run("launch", str(hosts_file))
+    assert refused.returncode == 1
+    assert "not launching: the check found errors" in refused.stderr
+    assert slurm_bed.run("squeue", "-h").stdout == ""
+    report = cli.json("check", str(hosts_file))
+    assert report["usable"] == ["node0", "node2"]
+    assert [f["code"] for f in report["findings"]] == [
+        "slurm_node_unavailable",
+        "slurm_too_few_nodes",
+    ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -25,8 +26,8 @@ from tests.testbed.host import TestHost
 from tests.testbed.network import RUNTIME_DIR, TestBedError
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "munged", "munge")
-CONTROLLER_PORT = 16817
 NODE_PORT = 16818
+"""slurmd's port, in each host's own network namespace."""
 PARTITION = "debug"
 CPUS_PER_NODE = 4
 """What each node says it has (``config_overrides``): more than this machine's two cores, so
@@ -104,7 +105,7 @@ class SlurmBed:
             "SlurmUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"SlurmctldPort={CONTROLLER_PORT}",
+            f"SlurmctldPort={_free_port(self.bed.gateway)}",
             f"SlurmdPort={NODE_PORT}",
             f"StateSaveLocation={self.directory / 'state'}",
             f"SlurmdSpoolDir={self.directory / 'spool'}/%n",
@@ -222,9 +223,8 @@ class SlurmBed:
         for host in self.bed.hosts:
             if host.name not in self._daemons:
                 self.start_node(host)
-        self.run(
-            "scontrol", "update", f"NodeName={self._node_names()}", "State=RESUME", check=False
-        )
+        names = ",".join(host.name for host in self.bed.hosts)
+        self.run("scontrol", "update", f"NodeName={names}", "State=RESUME", check=False)
         self.wait_for_nodes("idle", timeout=60)
 
     def stop(self) -> None:
@@ -241,6 +241,15 @@ class SlurmBed:
         self._daemons.clear()
         if self._started_munged:
             _stop_munged()
+
+
+def _free_port(address: str) -> int:
+    """A port free on ``address`` now: slurmctld listens in the root namespace, which another
+    bed's controller may share."""
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _ensure_munged() -> bool:

@@ -1,0 +1,173 @@
+"""The check of a Slurm cluster before a run is submitted (pure): which nodes of the partition
+Slurm can give a job, and whether they are enough.
+
+Slurm's answers (``sinfo -h -N -o "%N|%P|%T|%E"``) are read defensively and every finding names
+a node with what to do about it: the ``[slurm] exclude`` line that keeps runs off the bad ones,
+or the ``nodes`` the partition can take.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from ddptui.config.model import SlurmConfig
+from ddptui.health.findings import Code, Finding, Severity
+from ddptui.untrusted import plain
+
+MAX_NODES = 100_000
+"""Lines of ``sinfo`` read: more nodes than a cluster has."""
+_NODE = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
+UNAVAILABLE = frozenset(
+    {
+        "down",
+        "drained",
+        "draining",
+        "fail",
+        "failing",
+        "future",
+        "inval",
+        "maint",
+        "reboot_issued",
+        "reboot_requested",
+        "unknown",
+    }
+)
+"""Node states (``sinfo %T``, flags stripped) in which Slurm starts no new job there."""
+_FLAGS = "*~#!%$@^-+"
+"""What ``sinfo`` appends to a state: ``*`` not responding, ``~`` powered off, ``#`` powering
+up, ``%`` powering down, ``$`` maintenance reservation, ``@`` reboot pending…"""
+
+
+@dataclass(frozen=True)
+class SlurmCheck:
+    """The check of a Slurm cluster: the partition's nodes and what stands in a run's way."""
+
+    partition: str | None
+    """The partition the runs go to, as Slurm names it (the default one's name when the hosts
+    file names none); None when Slurm has no such partition."""
+    nodes: tuple[SlurmNode, ...]
+    """The partition's nodes."""
+    usable: tuple[str, ...]
+    """The nodes a run may get: up, and not in ``[slurm] exclude``."""
+    findings: tuple[Finding, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return not any(finding.severity is Severity.ERROR for finding in self.findings)
+
+    def to_json(self) -> dict[str, object]:
+        """``ddptui check --json`` of a Slurm cluster."""
+        return {
+            "partition": self.partition,
+            "nodes": [
+                {"name": node.name, "state": node.state, "reason": node.reason}
+                for node in self.nodes
+            ],
+            "usable": list(self.usable),
+            "findings": [finding.to_json() for finding in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node in one partition, as ``sinfo`` lists it."""
+
+    name: str
+    partition: str
+    default_partition: bool
+    state: str
+    reason: str | None
+
+    @property
+    def usable(self) -> bool:
+        """Whether Slurm would give this node to a new job (busy nodes count: they free up)."""
+        base = self.state.lower().rstrip(_FLAGS)
+        return base not in UNAVAILABLE and not self.state.endswith("*")
+
+
+def parse_sinfo(text: str) -> list[SlurmNode]:
+    """The nodes of ``sinfo -h -N -o "%N|%P|%T|%E"``; lines that are not one are skipped."""
+    nodes = []
+    for line in text.splitlines()[:MAX_NODES]:
+        fields = line.strip().split("|")
+        if len(fields) != 4:
+            continue
+        name, partition, state, reason = fields
+        default = partition.endswith("*")
+        partition = partition.removesuffix("*")
+        if not _NODE.fullmatch(name) or not _NODE.fullmatch(partition) or not state:
+            continue
+        nodes.append(
+            SlurmNode(
+                name=name,
+                partition=partition,
+                default_partition=default,
+                state=plain(state[:40]),
+                reason=None if reason in ("", "none", "(null)") else plain(reason[:200]),
+            )
+        )
+    return nodes
+
+
+def evaluate_slurm(
+    slurm: SlurmConfig, nodes: Sequence[SlurmNode], excluded: Collection[str]
+) -> SlurmCheck:
+    """What stands between ``slurm``'s runs and ``nodes`` (``excluded``: the node names
+    ``[slurm] exclude`` expands to)."""
+    partitions = sorted({node.partition for node in nodes})
+    if slurm.partition is None:
+        ours = [node for node in nodes if node.default_partition]
+        where = f"the default partition{f' ({ours[0].partition})' if ours else ''}"
+    else:
+        ours = [node for node in nodes if node.partition == slurm.partition]
+        where = f"partition {slurm.partition}"
+    if not ours:
+        known = ", ".join(partitions) or "none"
+        problem = (
+            f"Slurm has no partition {slurm.partition}"
+            if slurm.partition is not None
+            else "Slurm has no default partition"
+        )
+        missing = Finding(
+            Code.SLURM_PARTITION_MISSING,
+            Severity.ERROR,
+            None,
+            f"{problem} (partitions: {known})",
+            "set [slurm] partition to one of them (`sinfo -s` lists them)",
+        )
+        return SlurmCheck(None, (), (), (missing,))
+    candidates = [node for node in ours if node.name not in excluded]
+    bad = [node for node in candidates if not node.usable]
+    exclude_line = "exclude = " + json.dumps([*slurm.exclude, *(node.name for node in bad)])
+    findings = [
+        Finding(
+            Code.SLURM_NODE_UNAVAILABLE,
+            Severity.WARNING,
+            node.name,
+            f"{node.name} is {node.state} in Slurm"
+            + (f" ({node.reason})" if node.reason else "")
+            + ": no job starts there until an administrator returns it",
+            f"{exclude_line} in [slurm] keeps runs from waiting for it; an administrator "
+            f"returns it with `scontrol update NodeName={node.name} State=RESUME`",
+        )
+        for node in bad
+    ]
+    usable = [node.name for node in candidates if node.usable]
+    if len(usable) < slurm.nodes:
+        named = f" ({', '.join(usable)})" if usable else ""
+        findings.append(
+            Finding(
+                Code.SLURM_TOO_FEW_NODES,
+                Severity.ERROR,
+                None,
+                f"[slurm] nodes = {slurm.nodes}, but {where} has {len(usable)} node(s) a job "
+                f"can get{named}: the job would wait until more come back",
+                f"set [slurm] nodes to {len(usable)}"
+                if usable
+                else "pick another [slurm] partition, or ask an administrator",
+            )
+        )
+    return SlurmCheck(ours[0].partition, tuple(ours), tuple(usable), tuple(findings))
