@@ -5,7 +5,14 @@ Other layers import from here: ``from ddptui.config import Config, load_config``
 
 from __future__ import annotations
 
-from ddptui.config.load import CLUSTER_KEYS, HOST_KEYS, JOB_KEYS, load_config, parse_config
+from ddptui.config.load import (
+    CLUSTER_KEYS,
+    HOST_KEYS,
+    JOB_KEYS,
+    SLURM_KEYS,
+    load_config,
+    parse_config,
+)
 from ddptui.config.model import (
     AUTO,
     Backend,
@@ -16,6 +23,7 @@ from ddptui.config.model import (
     JobConfig,
     MasterPort,
     ProcsPerNode,
+    SlurmConfig,
 )
 from ddptui.config.render import config_to_dict, config_to_toml
 from ddptui.config.starter import starter_text
@@ -25,6 +33,7 @@ __all__ = [
     "CLUSTER_KEYS",
     "HOST_KEYS",
     "JOB_KEYS",
+    "SLURM_KEYS",
     "Backend",
     "ClusterConfig",
     "Config",
@@ -33,6 +42,7 @@ __all__ = [
     "JobConfig",
     "MasterPort",
     "ProcsPerNode",
+    "SlurmConfig",
     "config_to_dict",
     "config_to_toml",
     "load_config",

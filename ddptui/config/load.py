@@ -164,8 +164,8 @@ def load_config(path: str | os.PathLike[str], *, slurm: bool = False) -> Config:
     config = parse_config(text, Path(path), shown=shown)
     if config.slurm is not None and not slurm:
         raise ConfigError(
-            f"{shown}: a [slurm] cluster: so far ddptui submits its runs (`ddptui launch "
-            f"{shlex.quote(shown)}`; --dry-run prints the batch script) and shows its settings "
+            f"{shown}: a [slurm] cluster: so far ddptui checks its nodes and submits its runs "
+            f"(`ddptui check|launch {shlex.quote(shown)}`) and shows its settings "
             "(`ddptui config`); this command needs [[hosts]]"
         )
     return config

@@ -275,18 +275,55 @@ _JOB = _Table(
 )
 
 
+_SLURM = _Table(
+    "[slurm]",
+    "Or a Slurm cluster: a [slurm] table instead of the [[hosts]] entries, and Slurm picks "
+    "the nodes of every run. [cluster]'s python (or conda_env), workdir, env and "
+    "socket_ifname apply to every node; workdir must be on a filesystem this machine shares "
+    "with the nodes. Every key but nodes is passed to sbatch as its option of the same name; "
+    "unset, the site's default holds.",
+    (
+        _Key("nodes", 2, "How many nodes each run takes."),
+        _Key(
+            "gpus_per_node",
+            8,
+            'GPUs per node (--gpus-per-node); [job] nproc_per_node = "gpus" starts one process '
+            "per GPU. Unset: no GPUs, and nproc_per_node must be a number.",
+        ),
+        _Key("partition", "gpu", "The partition to submit to."),
+        _Key("time", "1-00:00:00", 'The time limit: "MINUTES", "HH:MM:SS" or "DAYS-HH:MM:SS".'),
+        _Key("account", "my-lab", "The account to charge."),
+        _Key("qos", "normal", "The quality of service."),
+        _Key("constraint", "a100&ib", "Node features to require."),
+        _Key(
+            "exclude",
+            ["gpu[07-08]"],
+            "Nodes never to use, as Slurm node lists; `ddptui check` names the lines to add.",
+        ),
+        _Key(
+            "sbatch_args",
+            ["--mem=0"],
+            "Any other sbatch options, one word each (not those above, nor --output, --signal, "
+            "--requeue or --ntasks-per-node, which ddptui sets).",
+        ),
+    ),
+)
+
+
 def starter_text() -> str:
     """The starter hosts file: valid as written, every key explained by a comment."""
     blocks = [_comment(_INTRO)]
     blocks += (_table(table) for table in (_CLUSTER, *_HOSTS, _JOB))
+    blocks.append(_table(_SLURM, active=False))
     return "\n\n".join(blocks) + "\n"
 
 
-def _table(table: _Table) -> str:
-    lines = [_comment(table.doc), table.header]
+def _table(table: _Table, *, active: bool = True) -> str:
+    """``table`` with every key explained; all of it commented out unless ``active``."""
+    lines = [_comment(table.doc), table.header if active else f"# {table.header}"]
     for key in table.keys:
         line = assignment(key.name, key.value)
-        lines += [_comment(key.doc), line if key.active else f"# {line}"]
+        lines += [_comment(key.doc), line if key.active and active else f"# {line}"]
     return "\n".join(lines)
 
 

@@ -40,24 +40,42 @@ def test_dry_run_prints_only_the_script_with_the_home_expanded(
     assert not (tmp_path / "home").exists()
 
 
-def test_a_launch_where_slurm_is_not_installed_says_where_to_run_it(
+@pytest.mark.parametrize("command", ["launch", "check"])
+def test_a_launch_or_check_where_slurm_is_not_installed_says_where_to_run_it(
+    command: str,
     slurm_file: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert main(["launch", str(slurm_file)]) == 2
+    assert main([command, str(slurm_file)]) == 2
     err = capsys.readouterr().err
-    assert "sbatch is not on PATH: run ddptui on a machine that submits Slurm jobs" in err
+    assert "sinfo is not on PATH: run ddptui on a machine that submits Slurm jobs" in err
     assert not (tmp_path / "home").exists()
 
 
-@pytest.mark.parametrize("command", ["check", "trust"])
 def test_commands_for_ssh_hosts_refuse_a_slurm_cluster_naming_what_works(
-    command: str, slurm_file: Path, capsys: pytest.CaptureFixture[str]
+    slurm_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([command, str(slurm_file)]) == 2
+    assert main(["trust", str(slurm_file)]) == 2
     err = capsys.readouterr().err
-    assert f"{slurm_file}: a [slurm] cluster: so far ddptui submits its runs" in err
+    assert (
+        f"{slurm_file}: a [slurm] cluster: so far ddptui checks its nodes and submits its runs"
+        in err
+    )
     assert "this command needs [[hosts]]" in err
+
+
+def test_the_readme_shows_what_dry_run_prints_for_its_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Slurm clusters", 1)[1]
+    example = tmp_path / "slurm.toml"
+    example.write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    shown = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert main(["launch", str(example), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    run_id = re.compile(r"\d{8}-\d{6}-[a-z0-9]{4}")
+    assert run_id.sub("RUN", printed) == run_id.sub("RUN", shown)

@@ -13,9 +13,11 @@ from ddptui.config import (
     CLUSTER_KEYS,
     HOST_KEYS,
     JOB_KEYS,
+    SLURM_KEYS,
     ClusterConfig,
     HostConfig,
     JobConfig,
+    SlurmConfig,
     load_config,
     starter_text,
 )
@@ -99,8 +101,8 @@ def _documented_keys(text: str) -> dict[str, set[str]]:
     table = ""
     lines = text.splitlines()
     for number, line in enumerate(lines):
-        if line.startswith("["):
-            table = line
+        if line.startswith(("[", "# [")):
+            table = line.removeprefix("# ")
         match = KEY_LINE.match(line)
         if match:
             above = lines[number - 1]
@@ -117,11 +119,14 @@ def _documented_keys(text: str) -> dict[str, set[str]]:
 def test_every_key_of_every_table_is_explained(text: str) -> None:
     documented = _documented_keys(text)
 
-    assert set(documented) == {"[cluster]", "[[hosts]]", "[job]"}
+    assert set(documented) == {"[cluster]", "[[hosts]]", "[job]", "[slurm]"}
     assert documented["[cluster]"] == set(CLUSTER_KEYS)
     assert documented["[job]"] == set(JOB_KEYS)
+    assert documented["[slurm]"] == set(SLURM_KEYS)
     assert {"name", "address", "rank0"} <= documented["[[hosts]]"] <= set(HOST_KEYS)
     every_field = {
-        field.name for kind in (ClusterConfig, HostConfig, JobConfig) for field in fields(kind)
+        field.name
+        for kind in (ClusterConfig, HostConfig, JobConfig, SlurmConfig)
+        for field in fields(kind)
     }
     assert every_field <= set().union(*documented.values())
