@@ -13,6 +13,7 @@ from rich.console import Console
 from ddptui.check import CheckReport
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.config import Config, load_config
+from ddptui.errors import UsageError
 from ddptui.health import Severity
 from ddptui.plan.describe import describe_plan
 from ddptui.plan.slurm import BatchPlan
@@ -85,6 +86,11 @@ def refuse(report: CheckReport) -> int:
 
 
 def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra: list[str]) -> int:
+    if args.headless:
+        raise UsageError(
+            "--headless: ddptui cannot follow a Slurm run yet; a launch says the job's queue "
+            "state until it runs (or returns at once with --detach)"
+        )
     plan = control.plan_batch(config, extra_args=extra, debug=args.debug)
     code = control.code(config)
     summary = (
