@@ -269,7 +269,7 @@ def test_launch_dry_run_shows_hostile_paths_and_interfaces_escaped(
     async def check(self: RunControl, config: Config, progress: object = None) -> CheckReport:
         return report
 
-    monkeypatch.setattr(launch_command, "load_config", lambda path: report.config)
+    monkeypatch.setattr(launch_command, "load_config", lambda path, **_: report.config)
     monkeypatch.setattr(RunControl, "check", check)
     args = argparse.Namespace(
         hosts="hosts.toml", passthrough=[], force=True, dry_run=True, debug=False, detach=False
@@ -349,7 +349,7 @@ def test_check_json_is_ascii(
     async def check_cluster(config: Config, progress: object = None) -> CheckReport:
         return report
 
-    monkeypatch.setattr(check_command, "load_config", lambda path: report.config)
+    monkeypatch.setattr(check_command, "load_config", lambda path, **_: report.config)
     monkeypatch.setattr(check_command, "check_cluster", check_cluster)
     check_command.run(argparse.Namespace(hosts="hosts.toml", json=True, bandwidth=False))
     out, err = capsys.readouterr()
