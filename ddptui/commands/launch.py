@@ -19,6 +19,7 @@ from ddptui.plan.describe import describe_plan
 from ddptui.plan.slurm import BatchPlan
 from ddptui.run import layout
 from ddptui.run.control import RunControl
+from ddptui.run.slurm import SlurmError
 from ddptui.run.state import Steps
 from ddptui.run.store import RunRecord
 
@@ -127,7 +128,16 @@ def _until_running(control: RunControl, plan: BatchPlan, job_id: str) -> int:
     said = None
     try:
         while True:
-            job = control.slurm_job(job_id)
+            try:
+                job = control.slurm_job(job_id)
+            except SlurmError as error:
+                # A controller restarting or busy: the job is queued all the same.
+                line = f"{error}; asking again in {SLURM_POLL_S:g} s"
+                if line != said:
+                    say(line)
+                    said = line
+                time.sleep(SLURM_POLL_S)
+                continue
             if job is None:
                 say(f"Slurm no longer knows job {job_id}: it ended")
                 return 1

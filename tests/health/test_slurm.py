@@ -88,3 +88,15 @@ def test_lines_that_are_not_nodes_are_skipped_and_escapes_never_shown() -> None:
     )
     assert [node.name for node in nodes] == ["n2", "n3"]
     assert "\x1b" not in nodes[0].state and "\x1b" not in (nodes[0].reason or "")
+
+
+def test_every_slurm_code_is_found_by_one_of_these_cases() -> None:
+    found = {
+        finding.code
+        for config, nodes in (
+            (SlurmConfig(nodes=3), _nodes("a|p*|idle|none", "b|p*|drained|x")),
+            (SlurmConfig(nodes=1, partition="q"), _nodes("a|p*|idle|none")),
+        )
+        for finding in evaluate_slurm(config, nodes, set()).findings
+    }
+    assert found == {code for code in Code if code.value.startswith("slurm_")}

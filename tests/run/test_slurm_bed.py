@@ -6,10 +6,11 @@ start resumes bit for bit."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import tomli_w
 
@@ -130,7 +131,7 @@ def test_a_drained_node_is_named_by_the_check_and_a_launch_needing_it_is_refused
     healthy = cli.run("check", str(hosts_file))
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert "healthy: partition debug, 3 of 3 nodes usable" in healthy.stdout
-    slurm_bed.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=bad_gpu_ecc")
+    slurm_bed.drain("node1", "bad_gpu_ecc")
     checked = cli.run("check", str(hosts_file))
     assert checked.returncode == 1
     assert "node1: node1 is drained in Slurm (bad_gpu_ecc)" in checked.stdout
@@ -146,3 +147,73 @@ def test_a_drained_node_is_named_by_the_check_and_a_launch_needing_it_is_refused
         "slurm_node_unavailable",
         "slurm_too_few_nodes",
     ]
+
+
+def _run_processes(run_root: Path, nodes: tuple[int, ...]) -> list[int]:
+    """Processes of the run on these nodes (the bed shares one PID namespace), by the node
+    directory every one of them has in its environment."""
+    marks = {f"DDPTUI_RUN_DIR={run_root}/node{node}".encode() for node in nodes}
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if marks & environ:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_node_whose_slurmd_dies_ends_the_job_on_the_others_and_the_check_names_it(
+    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+) -> None:
+    cli = _slurm_cli(cli, slurm_bed)
+    hosts_file = _hosts_file(tmp_path, "--max-steps", "100000")
+    job_id, run_root = _submitted(cli, hosts_file, "--detach")
+    deadline = time.monotonic() + 180
+    while max(_losses(_events(run_root).get(0, [])), default=0) < 5:
+        assert time.monotonic() < deadline, "no step 5 in 180 s"
+        time.sleep(0.5)
+    slurm_bed.kill_node(slurm_bed.bed.host("node1"))
+    killed = time.monotonic()
+    # Slurm notices the silent node (SlurmdTimeout, 10 s here) and ends the job on the others.
+    while _run_processes(run_root, (0, 2)) or slurm_bed.job(job_id)["JobState"] == "RUNNING":
+        assert time.monotonic() - killed < 30, (
+            _run_processes(run_root, (0, 2)),
+            slurm_bed.job(job_id),
+        )
+        time.sleep(0.5)
+    checked = cli.run("check", str(hosts_file))
+    assert checked.returncode == 1, checked.stdout
+    assert re.search(r"node1: node1 is (down|idle)\S* in Slurm", checked.stdout), checked.stdout
+    assert 'exclude = ["node1"] in [slurm]' in checked.stdout
+
+
+def _read_until(stream: IO[str], said: list[str], wanted: str) -> None:
+    for line in stream:
+        said.append(line)
+        if wanted in line:
+            return
+    raise AssertionError(f"never said {wanted!r}: {''.join(said)}")
+
+
+def test_a_waiting_launch_says_why_and_rides_out_a_controller_restart(
+    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+) -> None:
+    cli = _slurm_cli(cli, slurm_bed)
+    slurm_bed.drain("node1", "bad_gpu_ecc")
+    hosts_file = _hosts_file(tmp_path, "--max-steps", "3")
+    launcher = cli.start("launch", str(hosts_file), "--force")
+    assert launcher.stdout is not None
+    said: list[str] = []
+    _read_until(launcher.stdout, said, "pending: a node it may use is down, drained or reserved")
+    slurm_bed.stop_controller()
+    _read_until(launcher.stdout, said, "; asking again in 2 s")
+    slurm_bed.start_controller()
+    slurm_bed.resume("node1")
+    rest, _ = launcher.communicate(timeout=120)
+    text = "".join(said) + rest
+    assert launcher.returncode == 0, text
+    assert "node1: node1 is drained in Slurm (bad_gpu_ecc)" in text
+    assert re.search(r"job \d+ running on node\[0-2\]", text), text
+    assert "torchrun's output on node 0:" in text

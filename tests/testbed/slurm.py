@@ -147,9 +147,24 @@ class SlurmBed:
             ["unshare", f"--uts={self.controller_uts}", "hostname", self.controller_name],
             check=True,
         )
+        self.start_controller()
+
+    def start_controller(self) -> None:
+        """Start slurmctld (again, after :meth:`stop_controller`), from its saved state."""
         self._daemons["slurmctld"] = self._spawn(
-            ["nsenter", f"--uts={self.controller_uts}", "--"], "slurmctld", ["-i"], "slurmctld"
+            ["nsenter", f"--uts={self.controller_uts}", "--"], "slurmctld", [], "slurmctld"
         )
+        deadline = time.monotonic() + READY_S
+        while self.run("scontrol", "ping", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise TestBedError(f"slurmctld did not answer in {READY_S:g} s")
+            time.sleep(0.2)
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld as an administrator's restart does (SIGTERM: it saves its state)."""
+        daemon = self._daemons.pop("slurmctld")
+        daemon.terminate()
+        daemon.wait(timeout=30)
 
     def start_node(self, host: TestHost) -> None:
         """Start ``host``'s slurmd (again, after :meth:`kill_node`)."""
@@ -186,6 +201,23 @@ class SlurmBed:
             argv, capture_output=True, text=True, timeout=timeout, env=self.env, check=check
         )
 
+    def drain(self, name: str, reason: str) -> None:
+        """Drain node ``name`` as an administrator does."""
+        self.run("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, name: str, timeout: float = READY_S) -> None:
+        """Return node ``name`` to service, unless it is in service already (a controller that
+        restarts may lose the drain); Slurm refuses while the node has not registered again,
+        so this asks until it takes."""
+        deadline = time.monotonic() + timeout
+        update = ("scontrol", "update", f"NodeName={name}", "State=RESUME")
+        while self.node_states().get(name, "").startswith(("drain", "drng", "down")):
+            if self.run(*update, check=False).returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TestBedError(f"Slurm did not return {name} to service in {timeout:g} s")
+            time.sleep(0.3)
+
     def node_states(self) -> Mapping[str, str]:
         """Each node's state as ``sinfo`` says it (``idle``, ``alloc``, ``down*``…)."""
         answer = self.run("sinfo", "-h", "-N", "-o", "%N %t").stdout
@@ -219,6 +251,8 @@ class SlurmBed:
     def idle(self) -> None:
         """Cancel every job and wait for every node to be idle and answering: a test leaves the
         bed as it found it."""
+        if "slurmctld" not in self._daemons:
+            self.start_controller()
         self.run("scancel", "--full", "--partition", PARTITION, check=False)
         for host in self.bed.hosts:
             if host.name not in self._daemons:
