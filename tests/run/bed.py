@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,14 +135,20 @@ def run_processes(hosts: Sequence[TestHost], run_id: str) -> list[str]:
         for host in hosts
         for node in (host.workdir / "runs" / run_id).glob("node*")
     }
-    alive = []
+    return [f"{marks[mark]} pid {pid}" for pid, mark in processes_marked(marks)]
+
+
+def processes_marked(marks: Collection[bytes]) -> list[tuple[int, bytes]]:
+    """Every live process with one of ``marks`` (``NAME=value``) in its environment, and the
+    mark it has."""
+    found = []
     for entry in Path("/proc").iterdir():
         try:
             environ = set((entry / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        alive += [f"{name} pid {entry.name}" for mark, name in marks.items() if mark in environ]
-    return alive
+        found += [(int(entry.name), mark) for mark in marks if mark in environ]
+    return found
 
 
 def run_pid(host: TestHost, run_id: str, *marks: bytes) -> int:

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import tomli_w
 
-from tests.run.bed import Cli
+from tests.run.bed import Cli, processes_marked
 from tests.testbed import sshd
 from tests.testbed.slurm import PARTITION, SlurmBed
 
@@ -150,18 +150,10 @@ def test_a_drained_node_is_named_by_the_check_and_a_launch_needing_it_is_refused
 
 
 def _run_processes(run_root: Path, nodes: tuple[int, ...]) -> list[int]:
-    """Processes of the run on these nodes (the bed shares one PID namespace), by the node
-    directory every one of them has in its environment."""
+    """Processes of the run on these nodes, by the node directory each has in its
+    environment."""
     marks = {f"DDPTUI_RUN_DIR={run_root}/node{node}".encode() for node in nodes}
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            environ = set((entry / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if marks & environ:
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, _ in processes_marked(marks)]
 
 
 def test_a_node_whose_slurmd_dies_ends_the_job_on_the_others_and_the_check_names_it(
