@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import signal
 import sys
@@ -92,15 +93,22 @@ def _wind_down(control: RunControl, config: Config) -> None:
     try:
         for record in runs:
             if not record.state.final:
-                say(f"demo ending: killing run {record.id}")
-                reply = asyncio.run(control.stop(record.id, kill=True, say=say))
+                _tell(f"demo ending: killing run {record.id}")
+                reply = asyncio.run(control.stop(record.id, kill=True, say=_tell))
                 if not reply.ok:
-                    say(reply.message)
+                    _tell(reply.message)
             # Its supervisor goes with the hosts it followed, not some seconds later.
             asyncio.run(control.release(record.id))
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _tell(line: str) -> None:
+    """:func:`say`, for as long as there is someone to tell: a closed terminal (the SIGHUP
+    that ends the demo) must not cut the winding down short."""
+    with contextlib.suppress(OSError):
+        say(line)
 
 
 @contextmanager

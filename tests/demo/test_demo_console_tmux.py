@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.run.store import RunState, RunStore
+from tests.run.bed import supervisors
 from tests.ui.terminal import Terminal
 
 pytestmark = [
@@ -137,8 +139,12 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     assert re.fullmatch(r"demo-0  cpu \d+%  rss \d+ MiB", gpus[0]), text
     assert gpus[1:4:2] == ["no GPU samples"] * 2 and gpus[2].startswith("demo-1"), text
     terminal.keys("e")
-    text = terminal.wait_for("no errors", lambda t: _pane(t) == ["no errors"], 30)
-    assert _chart(text).rows >= 10, text
+    # The pane's text can be captured before the chart below it is redrawn: wait for both.
+    terminal.wait_for(
+        "no errors, and the chart in the room",
+        lambda t: _pane(t) == ["no errors"] and _chart(t).rows >= 10,
+        30,
+    )
     terminal.tmux("resize-window", "-t", "console", "-x", "120", "-y", "36")
 
     terminal.keys("s")
@@ -162,4 +168,32 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     assert "goes on" not in text
     assert store.load(record.id).state is RunState.STOPPED
     assert _run_dir_holders(tmp) == []
+    assert list(tmp.iterdir()) == []
+
+
+def test_closing_the_terminal_mid_run_ends_the_run_and_its_supervisor(
+    tmp_path: Path, terminal: Terminal
+) -> None:
+    state, tmp = tmp_path / "state", tmp_path / "tmp"
+    tmp.mkdir()
+    command = shlex.join([sys.executable, "-m", "ddptui", "demo"])
+    terminal.tmux(
+        *("new-session", "-d", "-s", "console", "-x", "120", "-y", "36"),
+        *("-e", f"XDG_STATE_HOME={state}", "-e", f"TMPDIR={tmp}", "-e", "TERM=xterm-256color"),
+        f"cd {shlex.quote(str(tmp_path))} && {command}",
+    )
+    store = RunStore(state / "ddptui" / "runs")
+    terminal.wait_for("both demo hosts checked", lambda t: len(OK.findall(t)) == 2, 120)
+    terminal.keys("l")
+    terminal.wait_for("the launch plan", lambda t: "launch this run?" in t, 60)
+    terminal.keys("y")
+    terminal.wait_for("losses", lambda t: len(RANK_ROW.findall(t)) == 4, 180)
+    # The terminal goes (its window closed, the SSH session to the head dropped): SIGHUP.
+    terminal.close()
+    (record,) = store.records()
+    deadline = time.monotonic() + 60
+    while store.load(record.id).state is not RunState.STOPPED or _run_dir_holders(tmp):
+        assert time.monotonic() < deadline, (store.load(record.id).state, _run_dir_holders(tmp))
+        time.sleep(0.5)
+    assert supervisors(store.root) == []
     assert list(tmp.iterdir()) == []
