@@ -89,18 +89,24 @@ def _run_dir_holders(tmp: Path) -> list[str]:
     return holders
 
 
-def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
-    tmp_path: Path, terminal: Terminal
-) -> None:
+def _demo(terminal: Terminal, tmp_path: Path, after: str = "") -> tuple[RunStore, Path]:
+    """``ddptui demo`` in a 120×36 tmux pane (then ``after``, shell), its state and temporary
+    files under ``tmp_path``: the demo's run store, and its TMPDIR."""
     state, tmp = tmp_path / "state", tmp_path / "tmp"
     tmp.mkdir()
     command = shlex.join([sys.executable, "-m", "ddptui", "demo"])
     terminal.tmux(
         *("new-session", "-d", "-s", "console", "-x", "120", "-y", "36"),
         *("-e", f"XDG_STATE_HOME={state}", "-e", f"TMPDIR={tmp}", "-e", "TERM=xterm-256color"),
-        f"cd {shlex.quote(str(tmp_path))} && {command}; echo demo exited $?; sleep 60",
+        f"cd {shlex.quote(str(tmp_path))} && {command}{after}",
     )
-    store = RunStore(state / "ddptui" / "runs")
+    return RunStore(state / "ddptui" / "runs"), tmp
+
+
+def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
+    tmp_path: Path, terminal: Terminal
+) -> None:
+    store, tmp = _demo(terminal, tmp_path, "; echo demo exited $?; sleep 60")
     text = terminal.wait_for("both demo hosts checked", lambda t: len(OK.findall(t)) == 2, 120)
     assert "demo-0" in text and "demo-1" in text
 
@@ -174,15 +180,7 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
 def test_closing_the_terminal_mid_run_ends_the_run_and_its_supervisor(
     tmp_path: Path, terminal: Terminal
 ) -> None:
-    state, tmp = tmp_path / "state", tmp_path / "tmp"
-    tmp.mkdir()
-    command = shlex.join([sys.executable, "-m", "ddptui", "demo"])
-    terminal.tmux(
-        *("new-session", "-d", "-s", "console", "-x", "120", "-y", "36"),
-        *("-e", f"XDG_STATE_HOME={state}", "-e", f"TMPDIR={tmp}", "-e", "TERM=xterm-256color"),
-        f"cd {shlex.quote(str(tmp_path))} && {command}",
-    )
-    store = RunStore(state / "ddptui" / "runs")
+    store, tmp = _demo(terminal, tmp_path)
     terminal.wait_for("both demo hosts checked", lambda t: len(OK.findall(t)) == 2, 120)
     terminal.keys("l")
     terminal.wait_for("the launch plan", lambda t: "launch this run?" in t, 60)
@@ -192,8 +190,9 @@ def test_closing_the_terminal_mid_run_ends_the_run_and_its_supervisor(
     terminal.close()
     (record,) = store.records()
     deadline = time.monotonic() + 60
-    while store.load(record.id).state is not RunState.STOPPED or _run_dir_holders(tmp):
-        assert time.monotonic() < deadline, (store.load(record.id).state, _run_dir_holders(tmp))
+    left = (RunState.RUNNING, ["?"], ["?"])
+    while left != (RunState.STOPPED, [], []):
+        assert time.monotonic() < deadline, left
         time.sleep(0.5)
-    assert supervisors(store.root) == []
+        left = (store.load(record.id).state, _run_dir_holders(tmp), supervisors(store.root))
     assert list(tmp.iterdir()) == []
