@@ -44,7 +44,7 @@ import tomli_w
 from ddptui.config import Config, load_config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.launcher import stage
-from ddptui.run.layout import host_run_dir
+from ddptui.run.layout import code_dir, host_run_dir
 from ddptui.run.store import NodeRecord, RunRecord
 from tests.testbed import TestBed, TestHost, cut_link, restore_link
 
@@ -160,7 +160,7 @@ class Bench:
             # The same environment marks as ddptui's, so the same check finds the processes.
             env["DDPTUI_RUN_DIR"] = f"{staged}-by-hand"
             script = (
-                f"cd {shlex.quote(str(staged))}/code && exec env "
+                f"cd {shlex.quote(code_dir(str(staged)))} && exec env "
                 + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
                 + " "
                 + shlex.join(argv)
