@@ -77,7 +77,7 @@ async def checked(control: RunControl, config: Config) -> CheckReport:
 def refuse(report: CheckReport) -> int:
     from ddptui.commands.check import render
 
-    render(report, Console(stderr=True, width=160 if not sys.stderr.isatty() else None))
+    render(report, _report_console())
     errors = sum(finding.severity is Severity.ERROR for finding in report.findings)
     say(
         f"not launching: the check found {errors} error(s) (above). Fix them, or launch "
@@ -109,7 +109,7 @@ def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra:
     if check.findings:
         from ddptui.commands.check import render_slurm
 
-        render_slurm(check, Console(stderr=True, width=160 if not sys.stderr.isatty() else None))
+        render_slurm(check, _report_console())
     if not check.healthy and not args.force:
         say(
             "not launching: the check found errors (above). Fix them, or launch anyway with --force"
@@ -132,19 +132,18 @@ def _until_running(control: RunControl, plan: BatchPlan, job_id: str) -> int:
                 job = control.slurm_job(job_id)
             except SlurmError as error:
                 # A controller restarting or busy: the job is queued all the same.
-                line = f"{error}; asking again in {SLURM_POLL_S:g} s"
-                if line != said:
-                    say(line)
-                    said = line
-                time.sleep(SLURM_POLL_S)
-                continue
-            if job is None:
-                say(f"Slurm no longer knows job {job_id}: it ended")
-                return 1
-            line = job.describe()
+                job, line = None, f"{error}; asking again in {SLURM_POLL_S:g} s"
+            else:
+                if job is None:
+                    say(f"Slurm no longer knows job {job_id}: it ended")
+                    return 1
+                line = job.describe()
             if line != said:
                 say(line)
                 said = line
+            if job is None:
+                time.sleep(SLURM_POLL_S)
+                continue
             if job.ended:
                 say(f"Slurm's output of the job: {layout.slurm_output(plan.run_root, job_id)}")
                 return 0 if job.state == "COMPLETED" else 1
@@ -159,3 +158,8 @@ def _until_running(control: RunControl, plan: BatchPlan, job_id: str) -> int:
     except KeyboardInterrupt:
         say(f"stopped watching; job {job_id} stays queued (`scancel {job_id}` cancels it)")
         return 0
+
+
+def _report_console() -> Console:
+    # Piped, stderr has no width to fit: wide enough that no value of the report is cut.
+    return Console(stderr=True, width=160 if not sys.stderr.isatty() else None)

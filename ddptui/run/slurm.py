@@ -44,9 +44,7 @@ def submit(plan: BatchPlan, code: CodeTree) -> str:
             f"cannot create {script.parent}: {error.strerror or error} (is [cluster] workdir on "
             "a filesystem this machine and the nodes share?)"
         ) from None
-    code_dir = Path(layout.root_code_dir(plan.run_root))
-    if not code_dir.exists():
-        stage_tree(code, code_dir)
+    stage_tree(code, Path(layout.root_code_dir(plan.run_root)))
     script.write_text(plan.script, encoding="utf-8")
     answer = _slurm(["sbatch", "--parsable", str(script)], cwd=root)
     try:
