@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -13,18 +12,12 @@ from rich.console import Console
 from ddptui.check import CheckReport
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.config import Config, load_config
-from ddptui.errors import UsageError
 from ddptui.health import Severity
 from ddptui.plan.describe import describe_plan
-from ddptui.plan.slurm import BatchPlan
 from ddptui.run import layout
 from ddptui.run.control import RunControl
-from ddptui.run.slurm import SlurmError
 from ddptui.run.state import Steps
 from ddptui.run.store import RunRecord
-
-SLURM_POLL_S = 2.0
-"""How often the queue is asked while a job waits: squeue's users poll no faster."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,11 +80,6 @@ def refuse(report: CheckReport) -> int:
 
 
 def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra: list[str]) -> int:
-    if args.headless:
-        raise UsageError(
-            "--headless: ddptui cannot follow a Slurm run yet; a launch says the job's queue "
-            "state until it runs (or returns at once with --detach)"
-        )
     plan = control.plan_batch(config, extra_args=extra, debug=args.debug)
     code = control.code(config)
     summary = (
@@ -115,49 +103,26 @@ def _slurm(control: RunControl, config: Config, args: argparse.Namespace, extra:
             "not launching: the check found errors (above). Fix them, or launch anyway with --force"
         )
         return 1
-    job_id = control.submit_batch(plan, code)
-    say(f"{summary}: Slurm job {job_id}; its files are in {plan.run_root}")
-    if args.detach:
-        print(job_id)
-        return 0
-    return _until_running(control, plan, job_id)
+    say(summary)
 
+    async def main(started: dict[str, RunRecord]) -> int:
+        attachment = await control.launch_slurm(
+            config, plan, extra, say=say, steps=Steps.NONE, queued=args.detach
+        )
+        started["run"] = attachment.record
+        if args.detach:
+            await attachment.close()
+            record = control.store.load(plan.run_id)
+            say(
+                f"run {plan.run_id}: Slurm job {record.job_id}; its files are in {plan.run_root}. "
+                f"{detached_hint(record)}"
+            )
+            print(plan.run_id)
+            return 0
+        say(f"run {plan.run_id} is running; Ctrl-C detaches (the run goes on)")
+        return await follow_headless(attachment)
 
-def _until_running(control: RunControl, plan: BatchPlan, job_id: str) -> int:
-    """Say the job's queue state whenever it changes, until it runs or ends."""
-    said = None
-    try:
-        while True:
-            try:
-                job = control.slurm_job(job_id)
-            except SlurmError as error:
-                # A controller restarting or busy: the job is queued all the same.
-                job, line = None, f"{error}; asking again in {SLURM_POLL_S:g} s"
-            else:
-                if job is None:
-                    say(f"Slurm no longer knows job {job_id}: it ended")
-                    return 1
-                line = job.describe()
-            if line != said:
-                say(line)
-                said = line
-            if job is None:
-                time.sleep(SLURM_POLL_S)
-                continue
-            if job.ended:
-                say(f"Slurm's output of the job: {layout.slurm_output(plan.run_root, job_id)}")
-                return 0 if job.state == "COMPLETED" else 1
-            if job.state == "RUNNING":
-                console = layout.node_console(layout.node_dir(plan.run_root, 0), plan.attempt)
-                say(
-                    f"torchrun's output on node 0: {console}. ddptui does not follow Slurm runs "
-                    f"yet; `scancel {job_id}` ends the job"
-                )
-                return 0
-            time.sleep(SLURM_POLL_S)
-    except KeyboardInterrupt:
-        say(f"stopped watching; job {job_id} stays queued (`scancel {job_id}` cancels it)")
-        return 0
+    return run_detachable(main)
 
 
 def _report_console() -> Console:

@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
                 "world_size": record.world_size,
                 "entry": record.entry,
                 "hosts": [node.host for node in record.nodes],
+                "slurm_jobs": [
+                    {"id": job.id, "attempts": job.attempts, "state": job.state or None}
+                    for job in record.slurm_jobs
+                ],
             }
             for record in catalogue.records
         ]

@@ -6,7 +6,7 @@ Loading and validation live in :mod:`ddptui.config.load`; nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypeAlias
 
@@ -164,8 +164,11 @@ class Config:
         return (head, *(host for host in self.hosts if host is not head))
 
     def host(self, name: str) -> HostConfig:
-        """The host called ``name``; ``KeyError`` if there is none."""
+        """The host called ``name``; ``KeyError`` if there is none. On a Slurm cluster every
+        node Slurm names is one, with :attr:`node`'s settings."""
         for host in self.hosts:
             if host.name == name:
                 return host
+        if self.node is not None:
+            return replace(self.node, name=name, address=name)
         raise KeyError(name)

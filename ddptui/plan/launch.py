@@ -39,6 +39,9 @@ DEBUG_ENV: Mapping[str, str] = {
 """What ``--debug`` adds to every rank's environment."""
 
 RUN_DIR_ENV = "DDPTUI_RUN_DIR"
+ATTEMPT_ENV = "DDPTUI_ATTEMPT"
+"""The attempt a process of the run belongs to (the node agent's ``ATTEMPT_MARK``): its start
+sets it on SSH hosts, the batch script on Slurm's nodes."""
 FLIGHT_RECORDER_ENTRIES = 2000
 """Collectives each rank's flight recorder keeps: a few steps of a large model's, about a MiB."""
 """Every rank's environment names its node's run directory, for scripts that write events."""

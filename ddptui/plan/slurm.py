@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ddptui.config.model import AUTO, Config, HostConfig, SlurmConfig
-from ddptui.plan.launch import RUN_ID, PlanError, job_entry, rank_environment, torchrun_argv
+from ddptui.plan.launch import (
+    ATTEMPT_ENV,
+    RUN_ID,
+    PlanError,
+    job_entry,
+    rank_environment,
+    torchrun_argv,
+)
 from ddptui.run import layout
 
 PORT_BASE = 15000
@@ -37,6 +44,12 @@ SIGNAL_LEAD_S = 90
 """How long before its time limit Slurm warns the job: time to checkpoint a large model."""
 _MARK = "\x00"
 """Delimits a shell reference inside a word; no hosts-file value may hold it."""
+
+
+def master_port(job_id: str) -> int:
+    """The master port the batch script of job ``job_id`` derives (``SLURM_JOB_ID``: the part
+    before an array index)."""
+    return PORT_BASE + int(job_id.split("_", 1)[0]) % PORT_SPAN
 
 
 def shell(name: str) -> str:
@@ -68,6 +81,8 @@ class BatchPlan:
     run_root: str
     """``<workdir>/runs/<run id>``: the run's directory on the shared filesystem."""
     script: str
+    debug: bool = False
+    """NCCL's and torch.distributed's debug output asked for (``--debug``)."""
 
     @property
     def world_size(self) -> int:
@@ -138,7 +153,7 @@ def plan_batch(
         argv=argv,
         resume_args=config.job.resume_args,
     )
-    return BatchPlan(run_id, attempt, slurm.nodes, nproc, backend, run_root, text)
+    return BatchPlan(run_id, attempt, slurm.nodes, nproc, backend, run_root, text, debug)
 
 
 def _sbatch_lines(slurm: SlurmConfig, run_id: str, run_root: str) -> list[str]:
@@ -221,6 +236,10 @@ def _script(
         "",
         "read -r -d '' node_script <<'NODE'",
         f"mkdir -p {shell_word(posixpath.dirname(layout.node_console(run_dir, 0)))}",
+        "# How the node agent finds this attempt's processes, and that it started here.",
+        f'export {ATTEMPT_ENV}="$attempt"',
+        f"session={shell_word(layout.node_session(run_dir, shell('attempt')))}",
+        'echo "$$" > "$session.tmp" && mv "$session.tmp" "$session"',
         *(
             []
             if ifname_set

@@ -48,6 +48,17 @@ def started(record: RunRecord) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
 
 
+def _where(record: RunRecord) -> str:
+    """The run's hosts; a Slurm run's jobs first, with how Slurm says the last one ended."""
+    hosts = ", ".join(node.host for node in record.nodes)
+    jobs = record.slurm_jobs
+    if not jobs:
+        return hosts
+    ended = f" ({jobs[-1].state})" if jobs[-1].state else ""
+    named = f"job{'s' if len(jobs) > 1 else ''} {', '.join(job.id for job in jobs)}{ended}"
+    return f"{named} on {hosts}" if hosts else named
+
+
 def run_row(record: RunRecord, now: float) -> RunRow:
     demo = " (demo)" if record.demo else ""
     return RunRow(
@@ -57,5 +68,5 @@ def run_row(record: RunRecord, now: float) -> RunRow:
         took=Text(duration(duration_s(record, now))),
         tries=Text(str(len(record.attempts))),
         ranks=Text(str(record.world_size)),
-        hosts=Text(plain(", ".join(node.host for node in record.nodes), one_line=True)),
+        hosts=Text(plain(_where(record), one_line=True)),
     )

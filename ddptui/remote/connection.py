@@ -20,10 +20,10 @@ from ddptui.aio import wait_for
 from ddptui.config.model import Config, HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote import failures
-from ddptui.remote.commands import CommandResult, Overflow, command_line
+from ddptui.remote.commands import CommandResult, command_line, python_argv
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
 from ddptui.remote.status import Reach, Reachability
-from ddptui.remote.stream import RemoteStream, close_within
+from ddptui.remote.stream import Capped, RemoteStream, close_within, drain_both
 from ddptui.remote.target import SshTarget, check_host_key, resolve_target
 
 _T = TypeVar("_T")
@@ -155,6 +155,10 @@ class RemoteCluster:
     ) -> None:
         await self.close()
 
+    def python(self, host: HostConfig, *args: str) -> list[str]:
+        """``host``'s Python with ``args`` (:func:`~ddptui.remote.commands.python_argv`)."""
+        return python_argv(host, *args)
+
     async def connect(self, host: HostConfig) -> Reachability:
         """Connect to ``host``, or reuse its live connection. Never raises for network,
         authentication or host-key problems: they come back as the returned value."""
@@ -206,7 +210,7 @@ class RemoteCluster:
             with contextlib.suppress(asyncssh.Error, OSError):
                 process.stdin.write(input.encode("utf-8"))
                 process.stdin.write_eof()
-        stdout, stderr = _Capped(max_stdout, "stdout"), _Capped(max_stderr, "stderr")
+        stdout, stderr = Capped(max_stdout, "stdout"), Capped(max_stderr, "stderr")
         try:
             await wait_for(_drain_both(process, stdout, stderr), timeout)
         except asyncio.TimeoutError:
@@ -252,7 +256,7 @@ class RemoteCluster:
         except (asyncssh.Error, OSError, _Stalled) as error:
             reason = failures.remote_reason(str(error))
             raise RemoteError(f"copying from {source.name} to {target.name}: {reason}") from None
-        stdout, stderr = _Capped(MAX_STDOUT_BYTES, "stdout"), _Capped(MAX_STDERR_BYTES, "stderr")
+        stdout, stderr = Capped(MAX_STDOUT_BYTES, "stdout"), Capped(MAX_STDERR_BYTES, "stderr")
 
         async def pipe() -> None:
             while chunk := await sender.stdout.read(RELAY_CHUNK):
@@ -506,42 +510,7 @@ class _Stalled(RemoteError):
     """A remote operation did not finish within its deadline."""
 
 
-class _Capped:
-    """One output stream of a command, kept up to ``limit`` bytes."""
-
-    def __init__(self, limit: int, stream: str) -> None:
-        self.limit = limit
-        self.stream = stream
-        self.data = bytearray()
-        self.overflow: Overflow | None = None
-
-    async def read_from(self, reader: asyncssh.SSHReader[bytes]) -> None:
-        while chunk := await reader.read(_CHUNK):
-            room = self.limit - len(self.data)
-            self.data += chunk[:room]
-            if len(chunk) > room:
-                self.overflow = Overflow(self.stream, self.limit)
-                return
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
-
-
 async def _drain_both(
-    process: asyncssh.SSHClientProcess[bytes], stdout: _Capped, stderr: _Capped
+    process: asyncssh.SSHClientProcess[bytes], stdout: Capped, stderr: Capped
 ) -> None:
-    """Read both streams to their end, or until one of them overflows."""
-    readers = {
-        asyncio.ensure_future(stdout.read_from(process.stdout)),
-        asyncio.ensure_future(stderr.read_from(process.stderr)),
-    }
-    try:
-        while readers:
-            done, readers = await asyncio.wait(readers, return_when=asyncio.FIRST_COMPLETED)
-            for reader in done:
-                reader.result()
-            if stdout.overflow or stderr.overflow:
-                return
-    finally:
-        for reader in readers:
-            reader.cancel()
+    await drain_both(process.stdout, process.stderr, stdout, stderr)

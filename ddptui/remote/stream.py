@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import asyncssh
 
 from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
+from ddptui.remote.commands import Overflow
 
 READ_CHUNK = 65536
 
@@ -48,11 +49,96 @@ def _connection(process: asyncssh.SSHClientProcess[Any]) -> asyncssh.SSHClientCo
     return connection if isinstance(connection, asyncssh.SSHClientConnection) else None
 
 
+class _Reader(Protocol):
+    async def read(self, n: int = -1, /) -> bytes: ...
+
+
+class Capped:
+    """One output stream of a command, kept up to ``limit`` bytes."""
+
+    def __init__(self, limit: int, stream: str) -> None:
+        self.limit = limit
+        self.stream = stream
+        self.data = bytearray()
+        self.overflow: Overflow | None = None
+
+    async def read_from(self, reader: _Reader) -> None:
+        while chunk := await reader.read(READ_CHUNK):
+            room = self.limit - len(self.data)
+            self.data += chunk[:room]
+            if len(chunk) > room:
+                self.overflow = Overflow(self.stream, self.limit)
+                return
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+async def drain_both(out: _Reader, err: _Reader, stdout: Capped, stderr: Capped) -> None:
+    """Read a command's two streams to their end, or until one of them overflows."""
+    readers = {
+        asyncio.ensure_future(stdout.read_from(out)),
+        asyncio.ensure_future(stderr.read_from(err)),
+    }
+    try:
+        while readers:
+            done, readers = await asyncio.wait(readers, return_when=asyncio.FIRST_COMPLETED)
+            for reader in done:
+                reader.result()
+            if stdout.overflow or stderr.overflow:
+                return
+    finally:
+        for reader in readers:
+            reader.cancel()
+
+
 class LineTooLong(Exception):
     """The host sent more than the allowed bytes without a newline."""
 
 
-class RemoteStream:
+class LineStream:
+    """A long-lived command's stdout read as bounded lines of bytes; what closes it is the
+    transport's (an SSH channel, a local ``srun`` process)."""
+
+    def __init__(self, host: HostConfig, stdout: _Reader, max_line: int) -> None:
+        self.host = host
+        self._stdout = stdout
+        self._max_line = max_line
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Complete stdout lines without their newline, until the command or channel ends.
+
+        Raises :class:`LineTooLong` if a line exceeds the cap: a host that does that is not
+        running our follower, and reading on would hold its output in memory.
+        """
+        pending = bytearray()
+        while True:
+            chunk = await self._stdout.read(READ_CHUNK)
+            if not chunk:
+                return
+            pending += chunk
+            start = 0
+            while (newline := pending.find(b"\n", start)) >= 0:
+                yield bytes(pending[start:newline])
+                start = newline + 1
+            del pending[:start]
+            if len(pending) > self._max_line:
+                raise LineTooLong(f"more than {self._max_line} bytes without a newline")
+
+    @property
+    def exit_status(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def why_ended(self) -> str:
+        """What the command said of its end (the last line of its errors), or ""."""
+        return ""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class RemoteStream(LineStream):
     """A remote command without a terminal: stdout read as lines, stderr kept (capped).
 
     Closing the channel ends the command's output; a command that writes regularly then dies of
@@ -67,30 +153,9 @@ class RemoteStream:
         *,
         close_timeout: float = 10.0,
     ) -> None:
-        self.host = host
+        super().__init__(host, process.stdout, max_line)
         self._process = process
-        self._max_line = max_line
         self._close_timeout = close_timeout
-
-    async def lines(self) -> AsyncIterator[bytes]:
-        """Complete stdout lines without their newline, until the command or channel ends.
-
-        Raises :class:`LineTooLong` if a line exceeds the cap: a host that does that is not
-        running our follower, and reading on would hold its output in memory.
-        """
-        pending = bytearray()
-        while True:
-            chunk = await self._process.stdout.read(READ_CHUNK)
-            if not chunk:
-                return
-            pending += chunk
-            start = 0
-            while (newline := pending.find(b"\n", start)) >= 0:
-                yield bytes(pending[start:newline])
-                start = newline + 1
-            del pending[:start]
-            if len(pending) > self._max_line:
-                raise LineTooLong(f"more than {self._max_line} bytes without a newline")
 
     @property
     def exit_status(self) -> int | None:

@@ -21,8 +21,7 @@ from typing import Any
 
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
-from ddptui.remote.commands import python_argv
-from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import Transport
 from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import MIB, CodeTree
 from ddptui.run.flight import MAX_DUMP_BYTES
@@ -106,7 +105,7 @@ def agent_source(sent: object) -> str:
 
 
 async def agent(
-    remote: RemoteCluster,
+    remote: Transport,
     host: HostConfig,
     *args: str,
     sent: object = None,
@@ -117,7 +116,7 @@ async def agent(
     command = args[0]
     result = await remote.run(
         host,
-        python_argv(host, "-", *args),
+        remote.python(host, "-", *args),
         input=AGENT_SOURCE if sent is None else agent_source(sent),
         timeout=timeout,
         max_stdout=MAX_ANSWER_BYTES,
@@ -170,9 +169,7 @@ STAGE_TIMEOUT_S = 300.0
 """Laying out and verifying 100 MiB of code on a slow disk takes seconds; this is plenty."""
 
 
-async def upload_code(
-    remote: RemoteCluster, host: HostConfig, cache_dir: str, tree: CodeTree
-) -> int:
+async def upload_code(remote: Transport, host: HostConfig, cache_dir: str, tree: CodeTree) -> int:
     """Send the host's cache of code contents what it lacks of ``tree``; the bytes sent."""
     contents = {file.sha256: file for file in tree.files}
     answer = await agent(remote, host, "have", cache_dir, sent=sorted(contents))
@@ -217,7 +214,7 @@ async def upload_code(
 
 
 async def _put(
-    remote: RemoteCluster, host: HostConfig, cache_dir: str, pieces: list[list[object]]
+    remote: Transport, host: HostConfig, cache_dir: str, pieces: list[list[object]]
 ) -> None:
     answer = await agent(remote, host, "put", cache_dir, sent=pieces, timeout=STAGE_TIMEOUT_S)
     if count(answer.document.get("stored"), len(pieces)) != len(pieces):
@@ -225,7 +222,7 @@ async def _put(
 
 
 async def stage(
-    remote: RemoteCluster, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree
+    remote: Transport, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree
 ) -> bool:
     """Lay ``tree`` out in the run's code directory from the host's cache, verified and renamed
     into place; True when a host sharing the workdir had staged it already."""
@@ -245,7 +242,7 @@ async def stage(
 
 
 async def list_files(
-    remote: RemoteCluster, host: HostConfig, directory: str, globs: Sequence[str]
+    remote: Transport, host: HostConfig, directory: str, globs: Sequence[str]
 ) -> dict[str, dict[str, Held]]:
     """Glob → path → the file as ``host`` holds it, for the regular files each glob matches in
     ``directory`` (relative paths inside it only)."""
@@ -280,7 +277,7 @@ def _held(entry: object) -> tuple[str, Held] | None:
     return path, Held(size, round(when, 3))
 
 
-async def put_record(remote: RemoteCluster, host: HostConfig, run_dir: str, text: str) -> None:
+async def put_record(remote: Transport, host: HostConfig, run_dir: str, text: str) -> None:
     """Copy the run record to the host's run directory (``run.toml``)."""
     answer = await agent(remote, host, "write", posixpath.join(run_dir, "run.toml"), sent=text)
     if count(answer.document.get("written"), len(text)) != len(text):
@@ -288,7 +285,7 @@ async def put_record(remote: RemoteCluster, host: HostConfig, run_dir: str, text
 
 
 async def start(
-    remote: RemoteCluster,
+    remote: Transport,
     host: HostConfig,
     run_dir: str,
     attempt: int,
@@ -313,7 +310,7 @@ async def start(
 
 
 async def status(
-    remote: RemoteCluster,
+    remote: Transport,
     host: HostConfig,
     run_dir: str,
     *,
@@ -340,7 +337,7 @@ async def status(
 
 
 async def send_signal(
-    remote: RemoteCluster,
+    remote: Transport,
     host: HostConfig,
     run_dir: str,
     name: str,
@@ -371,7 +368,7 @@ class HostDump:
 
 
 async def dump(
-    remote: RemoteCluster, host: HostConfig, node_rank: int, run_dir: str, *, attempts: int
+    remote: Transport, host: HostConfig, node_rank: int, run_dir: str, *, attempts: int
 ) -> HostDump:
     """The latest attempt on ``host``, each of its ranks' Python stacks (or why not), and the
     flight-recorder dumps there."""
@@ -384,7 +381,7 @@ async def dump(
     return HostDump(attempt, found, flight)
 
 
-async def read_flight(remote: RemoteCluster, host: HostConfig, run_dir: str, rank: int) -> bytes:
+async def read_flight(remote: Transport, host: HostConfig, run_dir: str, rank: int) -> bytes:
     """Rank ``rank``'s flight-recorder dump on ``host``, as it is there (base64 on the way:
     sessions carry text), at most :data:`~ddptui.run.flight.MAX_DUMP_BYTES`."""
     path = flight_prefix(run_dir) + str(rank)
@@ -402,14 +399,14 @@ async def read_flight(remote: RemoteCluster, host: HostConfig, run_dir: str, ran
         raise NodeError(f"{host.name}: the flight-recorder dump {path} came garbled") from None
 
 
-async def request(remote: RemoteCluster, host: HostConfig, run_dir: str, what: str) -> None:
+async def request(remote: Transport, host: HostConfig, run_dir: str, what: str) -> None:
     """Create ``control/<what>`` for the trainer (``stop`` or ``save``)."""
     answer = await agent(remote, host, "control", run_dir, what)
     if answer.document.get("created") != what:
         raise answer.garbage()
 
 
-async def free_port(remote: RemoteCluster, host: HostConfig, wanted: int = 0) -> int:
+async def free_port(remote: Transport, host: HostConfig, wanted: int = 0) -> int:
     """``wanted`` if it is free on ``host`` now (else :class:`NodeError`), or any free port."""
     answer = await agent(remote, host, "free-port", str(wanted))
     port = count(answer.document.get("port"), 65535)

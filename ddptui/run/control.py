@@ -30,7 +30,7 @@ from ddptui.health.slurm import SlurmCheck
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.run import dump as stack_dump
-from ddptui.run import protocol, slurm
+from ddptui.run import protocol, slurm, slurm_run
 from ddptui.run.code import CodeTree, job_code
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import (
@@ -55,7 +55,6 @@ from ddptui.run.protocol import (
     Request,
     Said,
 )
-from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Judgement, RunWatch, Steps
 from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore, new_run_id
 from ddptui.run.supervisor import BUSY
@@ -225,14 +224,17 @@ class Attachment:
         await writer.drain()
         return request.id
 
-    async def wait_started(self) -> None:
-        """Wait until a new run's first attempt runs: :class:`ControlError` with the reason if
-        staging or the start failed (a new run ends no other way before it runs)."""
+    async def wait_started(self, *, queued: bool = False) -> None:
+        """Wait until a new run's first attempt runs (``queued``: its Slurm job is submitted):
+        :class:`ControlError` with the reason if staging or the start failed (a new run ends
+        no other way before it runs)."""
         async for item in self.updates():
             if isinstance(item, Said):
                 self.say(item.line)
             state = self.judgement.state
             if state is RunState.RUNNING or state is RunState.HUNG:
+                return
+            if queued and state is RunState.STARTING:
                 return
             if state.final:
                 raise ControlError(plain(self.judgement.detail))
@@ -381,14 +383,6 @@ class RunControl:
         stands in their way."""
         return slurm.check(config)
 
-    def submit_batch(self, plan: BatchPlan, code: CodeTree) -> str:
-        """Stage ``code`` where ``plan``'s nodes read it and submit its script; the job id."""
-        return slurm.submit(plan, code)
-
-    def slurm_job(self, job_id: str) -> SlurmJob | None:
-        """What Slurm says of job ``job_id`` now; None once it has forgotten it."""
-        return slurm.job(job_id)
-
     def code(self, config: Config) -> CodeTree:
         """What a launch of ``config`` uploads; :class:`~ddptui.run.code.CodeError` saying what
         to change when it cannot (too large, no such directory)."""
@@ -400,7 +394,7 @@ class RunControl:
         """The run ``run_id`` names (default: the latest), with the hosts file it was launched
         with."""
         record = self.store.resolve(run_id)
-        return record, load_config(self.store.hosts_file(record.id))
+        return record, load_config(self.store.hosts_file(record.id), slurm=True)
 
     def catalogue(self) -> Catalogue:
         return self.store.catalogue()
@@ -426,6 +420,33 @@ class RunControl:
         attachment = await Attachment(self, record, position=0, say=say, steps=steps).open()
         try:
             await attachment.wait_started()
+        except BaseException:
+            await attachment.close()
+            raise
+        return attachment
+
+    async def launch_slurm(
+        self,
+        config: Config,
+        plan: BatchPlan,
+        extra_args: Sequence[str],
+        *,
+        say: Say = _quiet,
+        steps: Steps = Steps.EVERY,
+        queued: bool = False,
+    ) -> Attachment:
+        """Record ``plan`` as a new Slurm run and start its supervisor, which stages the code,
+        submits the job and says its queue state; returns, attached from the first line, once
+        the job runs (with ``queued``: once it is submitted). :class:`ControlError` with the
+        reason when staging or the submission failed."""
+        from ddptui.config.render import config_to_toml
+
+        record = slurm_run.new_record(config, plan, extra_args)
+        self.store.create(record, config_to_toml(config))
+        self._spawn(record.id, "--launch", *(["--debug"] if plan.debug else []))
+        attachment = await Attachment(self, record, position=0, say=say, steps=steps).open()
+        try:
+            await attachment.wait_started(queued=queued)
         except BaseException:
             await attachment.close()
             raise

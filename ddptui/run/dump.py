@@ -19,12 +19,13 @@ from typing import Any
 
 from ddptui.aio import wait_for
 from ddptui.config.model import Config
-from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run.flight import FlightDumpError, FlightFinding, analyse, load_dump, read_dump
 from ddptui.run.layout import FLIGHT_NAME
 from ddptui.run.stacks import RankStack, StackGroup, group
 from ddptui.run.store import RunRecord
+from ddptui.run.transports import transport_for
 from ddptui.untrusted import plain
 
 TORCH_ANALYSIS_FILE = "torch-fr-trace.txt"
@@ -100,13 +101,15 @@ def _by_rank(stack: RankStack) -> int:
     return stack.rank
 
 
-async def take(config: Config, record: RunRecord, remote: RemoteCluster | None = None) -> StackDump:
+async def take(config: Config, record: RunRecord, remote: Transport | None = None) -> StackDump:
     """Ask every node of the run for its ranks' stacks, in parallel (through ``remote``'s
     connections where given: the supervisor's)."""
     if remote is None:
-        hosts = [config.host(node.host) for node in record.nodes]
-        async with RemoteCluster.for_config(config, hosts) as own:
+        own = await transport_for(config, record)
+        try:
             return await take(config, record, own)
+        finally:
+            await own.close()
     taken_at = time.time()
     attempts = max(1, len(record.attempts))
     stacks: list[RankStack] = []

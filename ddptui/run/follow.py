@@ -37,12 +37,13 @@ import asyncssh
 from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
 from ddptui.probe.facts import MAX_GPUS
-from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
-from ddptui.remote.stream import LineTooLong, RemoteStream
+from ddptui.remote.stream import LineStream, LineTooLong
+from ddptui.remote.transport import Transport
 from ddptui.run.agent_client import agent_source
 from ddptui.run.layout import HostFiles
 from ddptui.run.store import NodeRecord, RunRecord
+from ddptui.run.transports import job_transport
 from ddptui.untrusted import count, finite, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
@@ -127,7 +128,7 @@ class Inbox(SizedQueue[bytes | None]):
         self.put_nowait(None)
 
 
-async def _read(stream: RemoteStream, inbox: Inbox) -> None:
+async def _read(stream: LineStream, inbox: Inbox) -> None:
     """Move the stream's lines into ``inbox``; its end once the stream ends, however it ends."""
     try:
         async for raw in stream.lines():
@@ -155,9 +156,11 @@ class HostFollower:
         offsets: Mapping[str, int] | None = None,
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
+        job_id: str | None = None,
     ) -> None:
         """``offsets``: path → where to resume (the lines taken before); ``files``: the files
-        the host's plan gives it (:meth:`of_node`), the only ones followed."""
+        the host's plan gives it (:meth:`of_node`), the only ones followed; ``job_id``: a Slurm
+        run's job, whose steps reach the node while it runs."""
         self.config = config
         self.host = host
         self.run_dir = run_dir
@@ -172,8 +175,13 @@ class HostFollower:
                 self.offsets[path] = offset
         self.silence_s = silence_s
         self._clock = clock
-        self._remote: RemoteCluster | None = None
-        self._stream: RemoteStream | None = None
+        self.job_id = job_id
+        self._last_heard = 0.0
+        self._silent = False
+        self._heard = False
+        """Whether the current channel said anything."""
+        self._remote: Transport | None = None
+        self._stream: LineStream | None = None
         self._closed = False
         self.garbled = 0
 
@@ -182,78 +190,99 @@ class HostFollower:
         cls, config: Config, record: RunRecord, node: NodeRecord, **options: Any
     ) -> HostFollower:
         """The follower of ``node``'s part of ``record``, bounded by what its plan can write."""
-        return cls(config, config.host(node.host), node.run_dir, record.host_files(node), **options)
+        return cls(
+            config,
+            config.host(node.host),
+            node.run_dir,
+            record.host_files(node),
+            job_id=record.job_id,
+            **options,
+        )
 
     async def updates(self) -> AsyncIterator[Update]:
-        last_heard = self._clock()
-        silent = False
+        self._last_heard = self._clock()
+        self._silent = False
         while not self._closed:
             try:
                 stream = await self._open()
             except (RemoteError, OSError) as error:
-                await self._reset()
-                if self._closed:
+                failure = _reason(error)
+            else:
+                async for update in self._channel(stream):
+                    yield update
+                if self._heard or self._closed:
+                    await asyncio.sleep(0.2)
+                    continue
+                # A channel that ended before it said anything never reached the agent (a step
+                # Slurm could not start on the node): as good as no channel at all.
+                failure = stream.why_ended or "the node agent ended before it answered"
+            await self._reset()
+            if self._closed:
+                return
+            quiet = self._clock() - self._last_heard
+            if not self._silent and quiet >= self.silence_s:
+                self._silent = True
+                yield HostSilent(self.host.name, quiet, failure)
+            await asyncio.sleep(min(RETRY_S, self.silence_s))
+
+    async def _channel(self, stream: LineStream) -> AsyncIterator[Update]:
+        """What one channel says, until it ends or goes quiet for the silence window."""
+        self._heard = False
+        inbox = Inbox()
+        reader = asyncio.create_task(_read(stream, inbox))
+        lines = QueueReader(inbox)
+        # A new channel gets a whole window to say something: the agent starts, then reads
+        # every file from its offset before its first line (a silent host, back after a long
+        # time, would otherwise be hung up on before it could).
+        opened = self._clock()
+        try:
+            while True:
+                since = self._clock() - max(self._last_heard, opened)
+                timeout = max(self.silence_s - since, 0.1)
+                try:
+                    raw = await lines.get(timeout)
+                except asyncio.TimeoutError:
+                    if not self._silent:
+                        self._silent = True
+                        quiet = self._clock() - self._last_heard
+                        yield HostSilent(self.host.name, quiet, "the open connection went quiet")
                     return
-                quiet = self._clock() - last_heard
-                if not silent and quiet >= self.silence_s:
-                    silent = True
-                    yield HostSilent(self.host.name, quiet, _reason(error))
-                await asyncio.sleep(min(RETRY_S, self.silence_s))
-                continue
-            inbox = Inbox()
-            reader = asyncio.create_task(_read(stream, inbox))
-            lines = QueueReader(inbox)
-            # A new channel gets a whole window to say something: the agent starts, then reads
-            # every file from its offset before its first line (a silent host, back after a
-            # long time, would otherwise be hung up on before it could).
-            opened = self._clock()
-            try:
-                while True:
-                    since = self._clock() - max(last_heard, opened)
-                    timeout = max(self.silence_s - since, 0.1)
-                    try:
-                        raw = await lines.get(timeout)
-                    except asyncio.TimeoutError:
-                        if not silent:
-                            silent = True
-                            quiet = self._clock() - last_heard
-                            yield HostSilent(
-                                self.host.name, quiet, "the open connection went quiet"
-                            )
-                        break
-                    if raw is None:
-                        break
-                    last_heard = self._clock()
-                    if silent:
-                        silent = False
-                        yield HostBack(self.host.name)
-                    update = self._parse(raw)
-                    if update is not None:
-                        yield update
-            finally:
-                await self._reset()
-                # Closing the channel ends the read; a read that ignores its cancellation must
-                # not hang whoever stops following, so it is never awaited unbounded.
-                reader.cancel()
-                await asyncio.wait({reader}, timeout=READER_STOP_S)
-            await asyncio.sleep(0.2)
+                if raw is None:
+                    return
+                self._last_heard = self._clock()
+                self._heard = True
+                if self._silent:
+                    self._silent = False
+                    yield HostBack(self.host.name)
+                update = self._parse(raw)
+                if update is not None:
+                    yield update
+        finally:
+            await self._reset()
+            # Closing the channel ends the read; a read that ignores its cancellation must not
+            # hang whoever stops following, so it is never awaited unbounded.
+            reader.cancel()
+            await asyncio.wait({reader}, timeout=READER_STOP_S)
 
     async def close(self) -> None:
         """Stop following: :meth:`updates` ends and the channel is closed."""
         self._closed = True
         await self._reset()
 
-    async def _open(self) -> RemoteStream:
-        # Keepalives every 5 s: a cut link shows as silence within the silence window.
-        self._remote = RemoteCluster.for_config(
-            self.config, [self.host], keepalive_interval=5.0, keepalive_count_max=2
-        )
+    async def _open(self) -> LineStream:
+        if self.config.slurm is not None:
+            self._remote = await job_transport(self.job_id)
+        else:
+            # Keepalives every 5 s: a cut link shows as silence within the silence window.
+            self._remote = RemoteCluster.for_config(
+                self.config, [self.host], keepalive_interval=5.0, keepalive_count_max=2
+            )
         reach = await self._remote.connect(self.host)
         if not reach.ok:
             raise HostUnreachable(self.host, reach)
         self._stream = await self._remote.open_stream(
             self.host,
-            python_argv(self.host, "-", "follow", self.run_dir),
+            self._remote.python(self.host, "-", "follow", self.run_dir),
             input=agent_source(self.offsets),
             max_line=MAX_DOCUMENT_BYTES,
         )

@@ -20,6 +20,7 @@ from ddptui.plan.launch import LaunchPlan, torchrun_flag
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster, RemoteError
+from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_client import NodeError
 from ddptui.run.checkpoints import (
@@ -100,7 +101,7 @@ def new_record(
     return record
 
 
-async def stage(remote: RemoteCluster, config: Config, record: RunRecord, *, say: Say) -> None:
+async def stage(remote: Transport, config: Config, record: RunRecord, *, say: Say) -> None:
     """Upload the code to every node's run directory (only what the host's cache lacks; each
     file verified by checksum, the directory renamed into place) with a copy of the record;
     :class:`LaunchError` naming the hosts that failed."""
@@ -146,7 +147,7 @@ def _failures(asked: Sequence[NodeRecord], results: Sequence[object]) -> dict[st
     return failed
 
 
-async def master_port(remote: RemoteCluster, config: Config, record: RunRecord) -> int:
+async def master_port(remote: Transport, config: Config, record: RunRecord) -> int:
     """The port this attempt's rendezvous uses: ``[cluster] master_port`` if it is free on
     node 0 now, or any free port there when it is ``"auto"``."""
     wanted = 0 if config.cluster.master_port == AUTO else int(config.cluster.master_port)
@@ -160,9 +161,7 @@ async def master_port(remote: RemoteCluster, config: Config, record: RunRecord) 
         ) from None
 
 
-async def end_leftovers(
-    remote: RemoteCluster, config: Config, record: RunRecord, *, say: Say
-) -> None:
+async def end_leftovers(remote: Transport, config: Config, record: RunRecord, *, say: Say) -> None:
     """End what earlier attempts left running (a host cut off while the others stopped), so a
     new attempt starts alone; :class:`LaunchError` when a host cannot be asked (or answers
     garbage) or cleared."""
@@ -260,7 +259,7 @@ async def _copy(
 
 
 async def start_attempt(
-    remote: RemoteCluster,
+    remote: Transport,
     config: Config,
     record: RunRecord,
     attempt: int,

@@ -197,6 +197,11 @@ def node_console(run_dir: str, attempt: int | str) -> str:
     return posixpath.join(run_dir, "node", f"attempt-{attempt}.out")
 
 
+def node_session(run_dir: str, attempt: int | str) -> str:
+    """The process group (session) that started ``attempt``'s torchrun on the node."""
+    return posixpath.join(run_dir, "node", f"attempt-{attempt}.pgid")
+
+
 def node_exit(run_dir: str, attempt: int | str) -> str:
     """torchrun's exit status of ``attempt``, written as it ends."""
     return posixpath.join(run_dir, "node", f"attempt-{attempt}.exit")

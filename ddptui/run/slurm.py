@@ -17,7 +17,15 @@ from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sin
 from ddptui.plan.slurm import BatchPlan
 from ddptui.run import layout
 from ddptui.run.code import CodeTree, stage_tree
-from ddptui.run.slurm_job import MAX_JOB_TEXT, SlurmAnswerError, SlurmJob, parse_job, parse_job_id
+from ddptui.run.slurm_job import (
+    MAX_JOB_TEXT,
+    NODE_NAME,
+    SlurmAnswerError,
+    SlurmJob,
+    parse_job,
+    parse_job_id,
+    parse_node_addresses,
+)
 from ddptui.untrusted import plain
 
 COMMAND_TIMEOUT_S = 30.0
@@ -31,9 +39,9 @@ class SlurmError(DdptuiError):
     """Slurm refused or did not answer; the message quotes what it said."""
 
 
-def submit(plan: BatchPlan, code: CodeTree) -> str:
-    """Stage ``code`` in the run's directory, write ``plan``'s script beside it and submit it;
-    the job's id."""
+def submit(plan: BatchPlan, code: CodeTree | None) -> str:
+    """Stage ``code`` in the run's directory (None: a later attempt's, staged already), write
+    ``plan``'s script beside it and submit it; the job's id."""
     _require("sbatch")
     root = Path(plan.run_root)
     script = Path(plan.script_path)
@@ -44,7 +52,8 @@ def submit(plan: BatchPlan, code: CodeTree) -> str:
             f"cannot create {script.parent}: {error.strerror or error} (is [cluster] workdir on "
             "a filesystem this machine and the nodes share?)"
         ) from None
-    stage_tree(code, Path(layout.root_code_dir(plan.run_root)))
+    if code is not None:
+        stage_tree(code, Path(layout.root_code_dir(plan.run_root)))
     script.write_text(plan.script, encoding="utf-8")
     answer = _slurm(["sbatch", "--parsable", str(script)], cwd=root)
     try:
@@ -66,6 +75,33 @@ def job(job_id: str) -> SlurmJob | None:
         return parse_job(answer)
     except SlurmAnswerError as error:
         raise SlurmError(str(error)) from None
+
+
+def cancel(job_id: str, signal: str | None = None) -> None:
+    """``scancel`` the job; with ``signal``, send it to the job's steps instead (their tasks:
+    the nodes' torchrun, which passes it on to its ranks)."""
+    _slurm(["scancel", *([f"--signal={signal}"] if signal else []), job_id])
+
+
+def hostnames(node_list: str) -> list[str]:
+    """The node names of a Slurm node list (``node[0-2]``) in Slurm's order: the order of
+    ``$SLURM_NODEID``."""
+    answer = _slurm(["scontrol", "show", "hostnames", node_list], limit=MAX_LIST_TEXT)
+    return [name for name in answer.split() if NODE_NAME.fullmatch(name)]
+
+
+def addresses(names: Sequence[str]) -> dict[str, str]:
+    """Each node's ``NodeAddr``, as Slurm has it (the address its batch script uses)."""
+    answer = _slurm(["scontrol", "show", "node", "-o", ",".join(names)], limit=MAX_LIST_TEXT)
+    return parse_node_addresses(answer)
+
+
+def node_states(names: Sequence[str]) -> list[SlurmNode]:
+    """``names`` as ``sinfo`` lists them now."""
+    answer = _slurm(
+        ["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N|%P|%T|%E"], limit=MAX_LIST_TEXT
+    )
+    return parse_sinfo(answer)
 
 
 def check(config: Config) -> SlurmCheck:

@@ -16,6 +16,9 @@ MAX_JOB_TEXT = 64 * 1024
 """``scontrol show job -o`` prints one line of a few hundred characters per job."""
 _JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?", re.ASCII)
 _STATE = re.compile(r"[A-Z][A-Z_]{0,31}", re.ASCII)
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+"""A node name as Slurm prints one; anything else in its answers is not used as one."""
+_ADDRESS = re.compile(r"[A-Za-z0-9:.%_-]{1,255}", re.ASCII)
 _FIELDS = {
     key: re.compile(rf"(?:^|\s){key}=(\S*)")
     for key in ("JobId", "JobState", "Reason", "NodeList", "Restarts", "ExitCode")
@@ -130,6 +133,17 @@ def parse_job(text: str) -> SlurmJob:
         restarts=int(restarts) if restarts is not None and restarts.isdigit() else 0,
         exit_code=field("ExitCode"),
     )
+
+
+def parse_node_addresses(text: str) -> dict[str, str]:
+    """Node name → ``NodeAddr`` from ``scontrol show node -o``, a line per node."""
+    found = {}
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        name, address = fields.get("NodeName", ""), fields.get("NodeAddr", "")
+        if NODE_NAME.fullmatch(name) and _ADDRESS.fullmatch(address):
+            found[name] = address
+    return found
 
 
 def reason_words(reason: str) -> str:

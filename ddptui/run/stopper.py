@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ddptui.config.model import Config, HostConfig
-from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_client import AttemptStatus, GarbledAnswer, NodeError
 from ddptui.run.store import RunRecord
@@ -94,7 +94,7 @@ def _attempts(record: RunRecord) -> int:
 
 
 async def live(
-    remote: RemoteCluster,
+    remote: Transport,
     config: Config,
     record: RunRecord,
     report: StopReport,
@@ -129,7 +129,7 @@ async def live(
 
 
 async def _wait_gone(
-    remote: RemoteCluster,
+    remote: Transport,
     config: Config,
     record: RunRecord,
     report: StopReport,
@@ -140,7 +140,7 @@ async def _wait_gone(
 
 
 async def _signal(
-    remote: RemoteCluster,
+    remote: Transport,
     config: Config,
     record: RunRecord,
     report: StopReport,
@@ -164,7 +164,7 @@ async def _signal(
 
 
 async def terminate(
-    remote: RemoteCluster,
+    remote: Transport,
     config: Config,
     record: RunRecord,
     *,
@@ -196,7 +196,7 @@ async def terminate(
 
 
 async def stop_nodes(
-    remote: RemoteCluster,
+    remote: Transport,
     config: Config,
     record: RunRecord,
     *,

@@ -126,6 +126,19 @@ class Attempt:
     ended: float | None = None
     outcome: str = ""
     detail: str = ""
+    job_id: str | None = None
+    """A Slurm run's job; a requeued job's next start is the next attempt with the same id."""
+    allocation: str = ""
+    """The Slurm nodes the attempt ran on, as Slurm lists them (``node[0-2]``)."""
+    slurm_state: str = ""
+    """How Slurm says the job ended (``COMPLETED``, ``CANCELLED``, ``NODE_FAIL``…), once known."""
+
+
+@dataclass
+class SlurmJobSummary:
+    id: str
+    attempts: list[int] = field(default_factory=list)
+    state: str = ""
 
 
 @dataclass
@@ -176,6 +189,25 @@ class RunRecord:
         return self.states[-1].detail if self.states else ""
 
     @property
+    def job_id(self) -> str | None:
+        """The Slurm job of the latest attempt; None for a run on SSH hosts (or one not
+        submitted yet)."""
+        return self.attempts[-1].job_id if self.attempts else None
+
+    @property
+    def slurm_jobs(self) -> list[SlurmJobSummary]:
+        """A Slurm run's jobs in order: each one's attempts (a requeued job has several) and how
+        Slurm says it ended ("" until known)."""
+        jobs: dict[str, SlurmJobSummary] = {}
+        for attempt in self.attempts:
+            if attempt.job_id is None:
+                continue
+            job = jobs.setdefault(attempt.job_id, SlurmJobSummary(attempt.job_id))
+            job.attempts.append(attempt.number)
+            job.state = attempt.slurm_state
+        return list(jobs.values())
+
+    @property
     def head(self) -> NodeRecord:
         return self.nodes[0]
 
@@ -224,6 +256,9 @@ class RunRecord:
                         ("ended", attempt.ended),
                         ("outcome", attempt.outcome),
                         ("detail", attempt.detail),
+                        ("job_id", attempt.job_id),
+                        ("allocation", attempt.allocation or None),
+                        ("slurm_state", attempt.slurm_state or None),
                     )
                     if value is not None
                 }
@@ -277,6 +312,9 @@ class RunRecord:
                         ended=float(attempt["ended"]) if "ended" in attempt else None,
                         outcome=str(attempt.get("outcome", "")),
                         detail=str(attempt.get("detail", "")),
+                        job_id=_optional_str(attempt, "job_id"),
+                        allocation=str(attempt.get("allocation", "")),
+                        slurm_state=str(attempt.get("slurm_state", "")),
                     )
                     for attempt in data.get("attempts", [])
                 ],

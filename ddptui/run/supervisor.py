@@ -41,17 +41,23 @@ from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import DEBUG_ENV
+from ddptui.plan.slurm import master_port
 from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import Transport
 from ddptui.run import dump as stack_dump
-from ddptui.run import launcher, protocol
+from ddptui.run import launcher, protocol, slurm_run
 from ddptui.run.follow import FileLine, Heartbeat, HostFollower, HostSilent, Update
 from ddptui.run.journal import Journal
 from ddptui.run.launcher import LaunchError
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import Attach, Ended, Hello, Judged, Reply, Request, Said
+from ddptui.run.slurm import SlurmError
+from ddptui.run.slurm_job import SlurmJob
+from ddptui.run.slurm_run import SlurmRunError
 from ddptui.run.state import Hang, Judgement, RunWatch, Steps, Verdict
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
-from ddptui.run.store import Attempt, RunRecord, RunState, RunStore
+from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState, RunStore
+from ddptui.run.transports import transport_for
 from ddptui.run.view import RunView
 
 BUSY = 75
@@ -77,6 +83,8 @@ INBOX = 10000
 INBOX_BYTES = 16 * 1024 * 1024
 """What the updates of every host waiting to be judged may hold: a line keeps up to 16,384
 characters, 64 KiB in memory when they are not ASCII, so a count alone would allow 640 MiB."""
+REQUEUED = "Slurm requeued job"
+"""How an attempt's detail says its job was requeued (said once)."""
 HEARTBEAT_BYTES = 4096
 """What a heartbeat is counted as: its GPU samples are capped (64 GPUs of a few fields)."""
 
@@ -88,11 +96,13 @@ class Job:
     """Something that changes the run, done one at a time in arrival order."""
 
     op: str
-    """launch, resume, stop, kill, conclude, hang-dump, hang-stop"""
+    """launch, resume, stop, kill, conclude, hang-dump, hang-stop; a Slurm run's job-ended,
+    requeued"""
     request: str | None = None
     viewer: Viewer | None = None
     debug: bool = False
     verdict: Verdict | None = None
+    slurm_job: SlurmJob | None = None
 
 
 class Viewer:
@@ -143,8 +153,15 @@ class Supervisor:
         self._clock = clock
         self._wall = wall
         self.journal = Journal(self.files.journal)
-        self.remote: RemoteCluster
+        self.remote: Transport
         """The current job's connections (see :meth:`_work`)."""
+        self.slurm = config.slurm is not None
+        """A Slurm run: its attempts are jobs, its nodes reached through ``srun``."""
+        self._job_alive = False
+        """A Slurm run's job is queued or runs although the run's record has ended (Slurm
+        requeued it: it comes back as the next attempt)."""
+        self._job_ending = False
+        """The end of the job is being dealt with (a ``job-ended`` is queued)."""
         self.jobs: asyncio.Queue[Job] = asyncio.Queue()
         self.queued: list[Job] = []
         """The jobs waiting in :attr:`jobs`, in order."""
@@ -183,6 +200,7 @@ class Supervisor:
             "supervising run %s (%s), pid %d", self.record.id, self.record.state.value, os.getpid()
         )
         terminated = False
+        watching: asyncio.Task[None] | None = None
         try:
             if first is not None:
                 self._enqueue(first)
@@ -191,6 +209,7 @@ class Supervisor:
             elif not self.record.state.final:
                 self._begin_following()
             work = asyncio.create_task(self._work())
+            watching = asyncio.create_task(self._watch_job()) if self.slurm else None
             # SIGTERM (a shutdown, `ddptui demo` ending) stops supervising cleanly; the run goes
             # on, and the next command that finds it live starts another supervisor.
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, work.cancel)
@@ -200,6 +219,8 @@ class Supervisor:
                 log.info("SIGTERM: no longer supervising run %s", self.record.id)
                 terminated = True
         finally:
+            if watching is not None:
+                watching.cancel()
             server.close()
             await self._end_following(settle=not terminated)
             for viewer in list(self.viewers):
@@ -223,7 +244,7 @@ class Supervisor:
             try:
                 job = await (self.jobs.get() if live else wait_for(self.jobs.get(), IDLE_EXIT_S))
             except asyncio.TimeoutError:
-                if self.jobs.empty():
+                if self.jobs.empty() and not self._job_alive:
                     return
                 continue
             self.queued.remove(job)
@@ -231,7 +252,7 @@ class Supervisor:
             self.said_in_job.clear()
             # Connections of their own for each job: one left from before a host's link was
             # cut would be tried (and time out) before a new one is opened.
-            self.remote = self._connections()
+            self.remote = await transport_for(self.config, self.record)
             try:
                 await self._do(job)
             except Exception as error:  # a bug must not leave the run unsupervised silently
@@ -260,6 +281,11 @@ class Supervisor:
             await self._stop_hung()
         elif job.op == "interrupted":
             await self._interrupted()
+        elif job.op == "job-ended":
+            await self._job_ended(job.slurm_job)
+        elif job.op == "requeued":
+            assert job.slurm_job is not None
+            await self._requeued(job.slurm_job)
         elif job.op == "crashed":
             assert self._crashed is not None
             raise self._crashed
@@ -267,10 +293,6 @@ class Supervisor:
     def _enqueue(self, job: Job) -> None:
         self.queued.append(job)
         self.jobs.put_nowait(job)
-
-    def _connections(self) -> RemoteCluster:
-        hosts = [self.config.host(node.host) for node in self.record.nodes]
-        return RemoteCluster.for_config(self.config, hosts)
 
     # --- requests --------------------------------------------------------------------------
 
@@ -304,6 +326,10 @@ class Supervisor:
     # --- jobs ------------------------------------------------------------------------------
 
     async def _launch(self, job: Job) -> None:
+        if self.slurm:
+            if await self._submit(job, 1, debug=job.debug):
+                self._reply(job, True, f"run {self.record.id} is running")
+            return
         try:
             # The port first: a fixed one that is taken stops the launch before anything
             # reaches the hosts.
@@ -327,8 +353,14 @@ class Supervisor:
             )
             return
         number = record.attempt.number + 1 if record.attempts else 1
+        if self.slurm:
+            if await self._submit(job, number, debug=job.debug):
+                self._reply(job, True, f"run {record.id} resumed (attempt {number})")
+            return
         try:
             await launcher.end_leftovers(self.remote, self.config, record, say=self._say)
+            # Copies between hosts go through this machine's SSH connections.
+            assert isinstance(self.remote, RemoteCluster)
             await launcher.carry_checkpoints(self.remote, self.config, record, say=self._say)
             port = await launcher.master_port(self.remote, self.config, record)
         except LaunchError as error:
@@ -386,14 +418,188 @@ class Supervisor:
         self._begin_following()
         return True
 
+    async def _submit(self, job: Job, number: int, *, debug: bool) -> bool:
+        """A Slurm run's attempt ``number``: its job submitted, waited for (its queue state
+        said) and followed once it runs. A stop asked meanwhile cancels the job."""
+        try:
+            job_id, script = await slurm_run.submit(self.config, self.record, number, debug=debug)
+        except SlurmRunError as error:
+            if number == 1:
+                self._end_attempt(RunState.FAILED, str(error))
+                self._ended()
+            self._reply(job, False, str(error))
+            return False
+
+        def queued(record: RunRecord) -> None:
+            record.attempts.append(
+                Attempt(
+                    number=number,
+                    started=self._wall(),
+                    master_port=master_port(job_id),
+                    job_id=job_id,
+                )
+            )
+            record.transition(
+                RunState.STARTING, f"attempt {number}: Slurm job {job_id}", now=self._wall()
+            )
+
+        root = slurm_run.run_root(self.config, self.record)
+        self._say(f"attempt {number}: Slurm job {job_id} ({script}); its files are in {root}")
+        self._change(queued)
+        try:
+            running = await slurm_run.until_running(job_id, self._say, self._stop_asked)
+            placed = await slurm_run.allocation(self.config, self.record, running)
+        except (SlurmRunError, SlurmError) as error:
+            await slurm_run.cancel(job_id)
+            stopped = self._stop_asked()
+            self._end_attempt(
+                RunState.STOPPED if stopped else RunState.FAILED,
+                f"job {job_id} cancelled while it waited to run" if stopped else str(error),
+            )
+            self._ended()
+            self._reply(job, False, str(error))
+            return False
+        self._place(running, placed)
+        return True
+
+    def _place(self, running: SlurmJob, placed: list[NodeRecord]) -> None:
+        """The running job's nodes in the record, the run running, and followed."""
+        # The journal resumes each node's files where it left them: by node rank, since a new
+        # allocation may give a node rank another machine.
+        previous = {node.node_rank: node.host for node in self.record.nodes}
+        offsets = self.journal.offsets
+        self.journal.offsets = {
+            node.host: offsets.get(previous.get(node.node_rank, node.host), {}) for node in placed
+        }
+
+        def runs(record: RunRecord) -> None:
+            record.nodes = placed
+            record.master_addr = placed[0].address
+            record.attempt.allocation = running.nodes or ""
+            record.transition(
+                RunState.RUNNING,
+                f"Slurm job {running.id} runs on {running.nodes}",
+                now=self._wall(),
+            )
+
+        self._change(runs)
+        self._begin_following()
+
+    def _stop_asked(self) -> bool:
+        return any(job.op in ("stop", "kill") for job in self.queued)
+
+    def _restarts(self) -> int:
+        """How often the latest attempt's job was requeued, as the record knows it."""
+        job_id = self.record.job_id
+        return sum(attempt.job_id == job_id for attempt in self.record.attempts) - 1
+
+    async def _watch_job(self) -> None:
+        """A Slurm run's job, asked after while the supervisor lives: its end while the run
+        goes on, and its requeued start as the next attempt."""
+        while True:
+            await asyncio.sleep(slurm_run.POLL_S)
+            job_id = self.record.job_id
+            busy = self.current is not None and self.current.op in ("launch", "resume")
+            if job_id is None or busy or self._job_ending:
+                continue
+            try:
+                found = await slurm_run.job(job_id)
+            except SlurmError:
+                continue
+            state = self.record.state
+            requeued = found is not None and found.restarts > self._restarts()
+            if state in (RunState.RUNNING, RunState.HUNG):
+                if found is None or found.state != "RUNNING" or requeued:
+                    self._job_ending = True
+                    self._enqueue(Job("job-ended", slurm_job=found))
+            elif state.final:
+                self._job_alive = found is not None and not found.ended
+                if found is not None and found.ended and not self.record.attempt.slurm_state:
+                    self._record_slurm_state(found)
+                if requeued and REQUEUED not in self.record.attempt.detail:
+                    self._note(f"{REQUEUED} {job_id}: it resumes as the next attempt")
+                if found is not None and found.state == "RUNNING" and requeued:
+                    self._job_ending = True
+                    self._enqueue(Job("requeued", slurm_job=found))
+
+    def _record_slurm_state(self, found: SlurmJob | None) -> None:
+        if found is None or not found.ended:
+            return
+
+        def record_state(record: RunRecord) -> None:
+            record.attempt.slurm_state = found.state
+
+        self._change(record_state)
+
+    async def _job_ended(self, found: SlurmJob | None) -> None:
+        """The job stopped running while the run went on: why, in the ranks' words if they
+        said, else in Slurm's (the nodes it lost, by name)."""
+        self._job_ending = False
+        record = self.record
+        job_id = record.job_id
+        assert job_id is not None
+        if record.state.final:
+            self._record_slurm_state(found)
+            return
+        lost = await slurm_run.lost_nodes([node.host for node in record.nodes])
+        verdict = None
+        if not lost:
+            # What the ranks said last (a stop on Slurm's warning, a rank's error) comes with the
+            # followers' next round; Slurm's state says less.
+            deadline = self._clock() + SETTLE_S
+            while (verdict := self._watch().verdict(stopping=self.stopping)) is None:
+                if self._clock() >= deadline:
+                    break
+                await asyncio.sleep(JUDGE_EVERY_S)
+        if lost or verdict is None:
+            state, detail = RunState.FAILED, slurm_run.ended_words(job_id, found, lost)
+        else:
+            state, detail = verdict.state, verdict.detail
+        requeued = found is not None and found.pending and found.restarts > self._restarts()
+        if state is RunState.STOPPED and requeued:
+            detail += f"; {REQUEUED} {job_id}: it resumes as the next attempt"
+        self.concluded = True
+        self._end_attempt(state, detail)
+        self._record_slurm_state(found)
+        if state is RunState.FAILED and (found is None or not found.ended):
+            # A failed run's job must not start again behind its back (Slurm requeues a job
+            # whose node failed).
+            await slurm_run.cancel(job_id)
+        self._job_alive = state is RunState.STOPPED and requeued
+        await self._end_following()
+        self._ended()
+
+    async def _requeued(self, running: SlurmJob) -> None:
+        """Slurm started the run's requeued job again: the run's next attempt, from its newest
+        checkpoint (the batch script resumes a requeued start)."""
+        self._job_ending = False
+        number = self.record.attempt.number + 1
+
+        def starting(record: RunRecord) -> None:
+            record.attempts.append(
+                Attempt(
+                    number=number,
+                    started=self._wall(),
+                    master_port=master_port(running.id),
+                    job_id=running.id,
+                )
+            )
+            record.transition(
+                RunState.STARTING,
+                f"attempt {number}: Slurm requeued job {running.id}",
+                now=self._wall(),
+            )
+
+        self._change(starting)
+        self._place(running, await slurm_run.allocation(self.config, self.record, running))
+
     async def _stop(self, job: Job) -> None:
         kill = job.op == "kill"
         was = self.record.state
         if was.final:
             self._say(f"run {self.record.id} is already {was.value}; making sure nothing is left")
-            report = await stop_nodes(
-                self.remote, self.config, self.record, kill=kill, graceful=False, say=self._say
-            )
+            report = await self._stop_nodes(kill=kill, graceful=False)
+            self._job_alive = False
         else:
             self._change(
                 lambda record: record.transition(
@@ -403,14 +609,7 @@ class Supervisor:
                 )
             )
             self.stopping = True
-            report = await stop_nodes(
-                self.remote,
-                self.config,
-                self.record,
-                kill=kill,
-                graceful=self.record.entry == "trainer",
-                say=self._say,
-            )
+            report = await self._stop_nodes(kill=kill, graceful=self.record.entry == "trainer")
             self._end_attempt(RunState.STOPPED, "killed" if kill else "stopped on request")
         self._reply(
             job, report.clean, _stop_words(self.record, report, was), _stop_data(report, was)
@@ -419,6 +618,34 @@ class Supervisor:
             await self._end_following()
             self._ended()
 
+    async def _stop_nodes(self, *, kill: bool, graceful: bool) -> StopReport:
+        if not self.slurm:
+            return await stop_nodes(
+                self.remote, self.config, self.record, kill=kill, graceful=graceful, say=self._say
+            )
+        if self.record.job_id is None:
+            return StopReport()
+        return await slurm_run.stop(
+            self.remote, self.config, self.record, kill=kill, graceful=graceful, say=self._say
+        )
+
+    async def _terminate(self, skip: set[str] | None = None) -> StopReport:
+        """End every process of the run now (after a failure or a hang): SIGTERM, then SIGKILL
+        after a grace; a Slurm run's job is cancelled."""
+        if not self.slurm:
+            return await terminate(
+                self.remote, self.config, self.record, grace=FAILED_GRACE_S, skip=skip or set()
+            )
+        job_id = self.record.job_id
+        report = StopReport()
+        if job_id is not None:
+            failed = await slurm_run.cancel(job_id)
+            if failed is None and not await slurm_run.wait_ended(job_id, slurm_run.END_WAIT_S):
+                failed = f"job {job_id} still runs after scancel"
+            if failed is not None:
+                report.left[f"Slurm job {job_id}"] = [failed]
+        return report
+
     async def _conclude(self, verdict: Verdict) -> None:
         if self.record.state.final:
             return
@@ -426,9 +653,7 @@ class Supervisor:
         self._end_attempt(verdict.state, verdict.detail)
         if verdict.state is RunState.FAILED:
             silent = {name for name, node in self._watch().nodes.items() if node.silent}
-            report = await terminate(
-                self.remote, self.config, self.record, grace=FAILED_GRACE_S, skip=silent
-            )
+            report = await self._terminate(silent)
             self._note(*report.lines())
             await self._keep_flight_recorders()
         await self._end_following()
@@ -445,7 +670,7 @@ class Supervisor:
             )
         )
         self.stopping = True
-        report = await terminate(self.remote, self.config, self.record, grace=FAILED_GRACE_S)
+        report = await self._terminate()
         where = f"at step {hang.step}" if hang.step is not None else "before the first step"
         stacks = f"; {self.hang_stacks}" if self.hang_stacks else ""
         self._end_attempt(RunState.FAILED, f"hung {where}: {summary}{stacks}")
@@ -456,7 +681,7 @@ class Supervisor:
     async def _interrupted(self) -> None:
         """A launch or resume whose supervisor died before every node started."""
         was = self.record.state
-        report = await terminate(self.remote, self.config, self.record, grace=FAILED_GRACE_S)
+        report = await self._terminate()
         self._end_attempt(
             RunState.FAILED,
             f"the {'staging' if was is RunState.STAGING else 'start'} was interrupted: its "
@@ -883,9 +1108,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         record = store.load(args.run)
-        config = load_config(files.hosts)
+        config = load_config(files.hosts, slurm=True)
         first = (
-            Job("launch")
+            Job("launch", debug=args.debug)
             if args.launch
             else Job("resume", debug=args.debug)
             if args.resume

@@ -201,6 +201,9 @@ class RunView:
                     "master_port": attempt.master_port,
                     "outcome": attempt.outcome or None,
                     "detail": attempt.detail or None,
+                    "job_id": attempt.job_id,
+                    "allocation": attempt.allocation or None,
+                    "slurm_state": attempt.slurm_state or None,
                 }
                 for attempt in record.attempts
             ],

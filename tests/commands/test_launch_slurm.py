@@ -79,11 +79,3 @@ def test_the_readme_shows_what_dry_run_prints_for_its_example(
     printed = capsys.readouterr().out
     run_id = re.compile(r"\d{8}-\d{6}-[a-z0-9]{4}")
     assert run_id.sub("RUN", printed) == run_id.sub("RUN", shown)
-
-
-def test_headless_is_refused_before_anything_is_submitted(
-    slurm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["launch", str(slurm_file), "--headless"]) == 2
-    assert "--headless: ddptui cannot follow a Slurm run yet" in capsys.readouterr().err
-    assert not (tmp_path / "home").exists()

@@ -52,6 +52,7 @@ MODULES = (
         for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}.")
     ),
     "ddptui.probe.facts",
+    "ddptui.remote.srun",
     "ddptui.run.events",
     "ddptui.run.layout",
     "ddptui.run.logloss",
@@ -101,6 +102,9 @@ HOST_PATTERNS = frozenset(
         "run.slurm_job._FIELDS",
         "run.slurm_job._JOB_ID",
         "run.slurm_job._STATE",
+        "remote.srun._JOB_GONE",
+        "run.slurm_job.NODE_NAME",
+        "run.slurm_job._ADDRESS",
         "run.state._STEP",
         "untrusted._UNSAFE",
         "untrusted._UNSAFE_ONE_LINE",

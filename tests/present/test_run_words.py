@@ -14,7 +14,7 @@ from ddptui.present.runs import run_row
 from ddptui.present.status import status_lines
 from ddptui.run.follow import HostSilent
 from ddptui.run.state import RunWatch
-from ddptui.run.store import RunRecord, RunState
+from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
@@ -115,3 +115,18 @@ def test_the_runs_list_has_one_clock_and_one_rule_for_how_long_a_run_took(tmp_pa
             return [str(cell) for cell in table.get_row_at(0)]  # type: ignore[attr-defined]
 
     assert asyncio.run(shown()) == [cell.plain for cell in row.cells()]
+
+
+def test_the_runs_list_names_a_slurm_run_s_jobs_and_how_slurm_ended_the_last() -> None:
+    record = RunRecord("20261130-120000-slrm", 0.0, "", "trainer", "gloo", "", 4, [], [])
+    record.attempts = [
+        Attempt(1, 1.0, 15041, job_id="41", slurm_state="COMPLETED"),
+        Attempt(2, 2.0, 15043, job_id="43", slurm_state="CANCELLED"),
+    ]
+    assert run_row(record, 0.0).hosts.plain == "jobs 41, 43 (CANCELLED)"
+    record.nodes = [
+        NodeRecord(name, name, rank, 2, f"/w/node{rank}", [], {})
+        for rank, name in enumerate(("gpu1", "gpu2"))
+    ]
+    record.attempts[-1].slurm_state = ""
+    assert run_row(record, 0.0).hosts.plain == "jobs 41, 43 on gpu1, gpu2"

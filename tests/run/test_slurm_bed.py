@@ -1,7 +1,9 @@
-"""Runs through a real Slurm (the Slurm bed: 3 nodes, no sshd on them): ``ddptui launch``
-submits the batch script and says the job's queue state until it runs, every node's torchrun
-trains, and Slurm's warning before the time limit checkpoints and requeues the job, whose next
-start resumes bit for bit."""
+"""Runs through a real Slurm (the Slurm bed: 3 nodes, no sshd on them), owned by ddptui as SSH
+runs are: ``ddptui launch`` submits the batch script and says the job's queue state until it
+runs; its supervisor follows every rank through ``srun`` steps; ``ddptui stop`` and ``ddptui
+resume`` end it and start it again as a new job, and Slurm's warning before the time limit
+checkpoints and requeues the job, whose next start is the run's next attempt. Both resume bit
+for bit."""
 
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from tests.testbed import sshd
 from tests.testbed.slurm import PARTITION, SlurmBed
 
 NODES, PROCS = 3, 2
-STEPS = 80
+STEPS = 400
 SMALL = ("--width", "64", "--depth", "2")
-"""A model whose steps are quick on two shared cores: the bed runs six ranks at once."""
+"""A model whose steps are quick on two shared cores: the bed runs 18 ranks at once."""
 
 
 def _hosts_file(tmp_path: Path, *args: str) -> Path:
@@ -54,16 +56,34 @@ def _losses(events: list[dict[str, Any]], after: int = 0) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in events if e["type"] == "step" and e["step"] > after}
 
 
-def _submitted(cli: Cli, hosts_file: Path, *flags: str) -> tuple[str, Path]:
-    done = cli.run("launch", str(hosts_file), *flags)
+def _submitted(cli: Cli, hosts_file: Path) -> tuple[str, str, Path]:
+    """A run launched with --detach: its id, its first job's and its files."""
+    done = cli.run("launch", str(hosts_file), "--detach")
     assert done.returncode == 0, done.stderr
-    line = next(line for line in done.stderr.splitlines() if ": Slurm job " in line)
-    job_id = line.split(": Slurm job ", 1)[1].split(";", 1)[0]
-    run_root = Path(line.rsplit("its files are in ", 1)[1])
-    return job_id, run_root
+    said = re.search(r": Slurm job (\d+); its files are in (/\S+)\. ", done.stderr)
+    assert said is not None, done.stderr
+    return done.stdout.strip(), said.group(1), Path(said.group(2))
 
 
-def _check_trained(run_root: Path, job_id: str, events: dict[int, list[dict[str, Any]]]) -> None:
+def _wait_state(cli: Cli, run_id: str, states: set[str], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = cli.json("status", run_id, "--json")
+        if status["state"] in states:
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(1)
+
+
+def _wait_step(run_root: Path, step: int, timeout: float = 180) -> None:
+    """Until rank 0 has written a step event past ``step``."""
+    deadline = time.monotonic() + timeout
+    while max(_losses(_events(run_root).get(0, [])), default=0) < step:
+        assert time.monotonic() < deadline, f"no step {step} in {timeout:g} s"
+        time.sleep(0.3)
+
+
+def _check_trained(run_root: Path, events: dict[int, list[dict[str, Any]]]) -> None:
     """Every rank of an uninterrupted run started in its node's directory and completed."""
     assert sorted(events) == list(range(NODES * PROCS))
     for rank, seen in events.items():
@@ -78,48 +98,77 @@ def _check_trained(run_root: Path, job_id: str, events: dict[int, list[dict[str,
     # The ranks ran the code staged for the run, not the checkout's.
     assert (run_root / "code" / "trainer" / "__main__.py").is_file()
     assert (run_root / "slurm" / "attempt-1.sh").read_text().startswith("#!/bin/bash\n")
-    assert (run_root / "slurm" / f"job-{job_id}.out").exists()
 
 
-def test_runs_train_through_slurm_and_its_warning_requeues_one_that_resumes_bit_for_bit(
-    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+def _check_resumed(
+    run_root: Path, uninterrupted: dict[int, list[dict[str, Any]]], attempts: int
 ) -> None:
-    cli = _slurm_cli(cli, slurm_bed)
-    # Two runs at once (each node has room for both): one uninterrupted, followed until it
-    # runs; one warned as a time limit nears.
-    reference_id, reference = _submitted(
-        cli, _hosts_file(tmp_path / "reference", "--max-steps", str(STEPS))
-    )
-    job_id, run_root = _submitted(
-        cli, _hosts_file(tmp_path / "warned", "--max-steps", str(STEPS)), "--detach"
-    )
-    deadline = time.monotonic() + 180
-    while max(_losses(_events(run_root).get(0, [])), default=0) < 15:
-        assert time.monotonic() < deadline, "no step 15 in 180 s"
-        time.sleep(0.5)
-    # What --signal=B:USR1@90 sends 90 s before the time limit: to the batch script alone.
-    slurm_bed.run("scancel", "--batch", "--signal=USR1", job_id)
-    requeued = slurm_bed.wait_for_job(job_id, ["PENDING"], 120)
-    assert requeued["Restarts"] == "1", requeued
-    for job in (job_id, reference_id):
-        ended = slurm_bed.wait_for_job(job, ["COMPLETED", "FAILED", "CANCELLED"], 300)
-        assert ended["JobState"] == "COMPLETED", ended
-    uninterrupted = _events(reference)
-    _check_trained(reference, reference_id, uninterrupted)
+    """Rank 0 stopped once with a checkpoint and its next attempt resumed from it; after the
+    stop every rank's losses equal the uninterrupted run's, bit for bit."""
     events = _events(run_root)
-    first = events[0]
-    stopped = next(e for e in first if e["type"] == "done")
+    stopped = next(e for e in events[0] if e["type"] == "done")
     assert stopped["reason"] == "stopped" and 15 <= stopped["step"] < STEPS
-    starts = [e for e in first if e["type"] == "start"]
+    starts = [e for e in events[0] if e["type"] == "start"]
     assert [s["start_step"] for s in starts] == [0, stopped["step"]]
     assert starts[1]["resumed_from"].endswith(f"ckpt-{stopped['step']:09d}.pt")
     for node in range(NODES):
         exits = run_root / f"node{node}" / "node"
-        assert (exits / "attempt-1.exit").read_text() == (exits / "attempt-2.exit").read_text()
+        assert (exits / "attempt-1.exit").read_text() == "0\n"
+        assert (exits / f"attempt-{attempts}.exit").read_text() == "0\n"
     for rank in range(NODES * PROCS):
         resumed = _losses(events[rank], after=stopped["step"])
         assert len(resumed) == STEPS - stopped["step"]
         assert resumed == _losses(uninterrupted[rank], after=stopped["step"]), rank
+
+
+def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
+    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+) -> None:
+    cli = _slurm_cli(cli, slurm_bed)
+    # Three runs at once (each node has room for all): one uninterrupted; one stopped and
+    # resumed with ddptui; one warned by Slurm as its time limit nears.
+    reference_id, _, reference = _submitted(
+        cli, _hosts_file(tmp_path / "reference", "--max-steps", str(STEPS))
+    )
+    stopped_id, first_job, stopped_root = _submitted(
+        cli, _hosts_file(tmp_path / "stopped", "--max-steps", str(STEPS))
+    )
+    warned_id, warned_job, warned_root = _submitted(
+        cli, _hosts_file(tmp_path / "warned", "--max-steps", str(STEPS))
+    )
+    _wait_step(stopped_root, 15)
+    stop = cli.run("stop", stopped_id)
+    assert stop.returncode == 0, stop.stderr
+    assert "every node stopped on its own after checkpointing" in stop.stderr
+    assert slurm_bed.job(first_job)["JobState"] == "COMPLETED"
+
+    _wait_step(warned_root, 15)
+    # What --signal=B:USR1@90 sends 90 s before the time limit: to the batch script alone.
+    slurm_bed.run("scancel", "--batch", "--signal=USR1", warned_job)
+
+    resumed = cli.run("resume", stopped_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert re.search(r"attempt 2: Slurm job (\d+)", resumed.stderr), resumed.stderr
+    for run_id in (reference_id, stopped_id, warned_id):
+        ended = _wait_state(cli, run_id, {"completed", "failed", "stopped"}, 300)
+        assert ended["state"] == "completed", (run_id, ended)
+    uninterrupted = _events(reference)
+    _check_trained(reference, uninterrupted)
+    _check_resumed(stopped_root, uninterrupted, attempts=2)
+    _check_resumed(warned_root, uninterrupted, attempts=2)
+
+    stopped = cli.json("status", stopped_id, "--json")
+    jobs = [attempt["job_id"] for attempt in stopped["attempts"]]
+    assert jobs[0] == first_job and jobs[1] not in (None, first_job), stopped["attempts"]
+    warned = cli.json("status", warned_id, "--json")
+    assert [a["job_id"] for a in warned["attempts"]] == [warned_job, warned_job]
+    assert [a["outcome"] for a in warned["attempts"]] == ["stopped", "completed"]
+    assert "Slurm requeued job" in warned["attempts"][0]["detail"]
+    listed = {run["id"]: run for run in cli.json("runs", "--json")}
+    assert [job["id"] for job in listed[stopped_id]["slurm_jobs"]] == jobs
+    assert listed[stopped_id]["slurm_jobs"][-1]["state"] == "COMPLETED"
+    table = cli.run("runs").stdout
+    assert re.search(rf"{stopped_id} +completed .*jobs {first_job}, {jobs[1]} ", table), table
     assert not any(sshd.running(host) for host in slurm_bed.bed.hosts)
 
 
@@ -156,25 +205,33 @@ def _run_processes(run_root: Path, nodes: tuple[int, ...]) -> list[int]:
     return [pid for pid, _ in processes_marked(marks)]
 
 
-def test_a_node_whose_slurmd_dies_ends_the_job_on_the_others_and_the_check_names_it(
+def test_a_node_whose_slurmd_dies_fails_the_run_naming_it_and_the_check_names_it(
     slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
 ) -> None:
     cli = _slurm_cli(cli, slurm_bed)
     hosts_file = _hosts_file(tmp_path, "--max-steps", "100000")
-    job_id, run_root = _submitted(cli, hosts_file, "--detach")
-    deadline = time.monotonic() + 180
-    while max(_losses(_events(run_root).get(0, [])), default=0) < 5:
-        assert time.monotonic() < deadline, "no step 5 in 180 s"
-        time.sleep(0.5)
+    run_id, job_id, run_root = _submitted(cli, hosts_file)
+    _wait_step(run_root, 5)
+    # Every rank's loss, followed live through srun steps.
+    live = cli.json("status", run_id, "--json")
+    assert live["state"] == "running", live
+    assert [node["host"] for node in live["nodes"]] == ["node0", "node1", "node2"]
+    assert all(node["alive"] for node in live["nodes"]), live["nodes"]
+    assert [rank["rank"] for rank in live["ranks"]] == list(range(NODES * PROCS))
+    assert all(isinstance(rank["loss"], float) for rank in live["ranks"]), live["ranks"]
     slurm_bed.kill_node(slurm_bed.bed.host("node1"))
     killed = time.monotonic()
-    # Slurm notices the silent node (SlurmdTimeout, 10 s here) and ends the job on the others.
-    while _run_processes(run_root, (0, 2)) or slurm_bed.job(job_id)["JobState"] == "RUNNING":
-        assert time.monotonic() - killed < 30, (
-            _run_processes(run_root, (0, 2)),
-            slurm_bed.job(job_id),
-        )
+    # Slurm notices the silent node (SlurmdTimeout, 10 s here) and ends the job on the others;
+    # the run's supervisor says so, naming the node.
+    failed = _wait_state(cli, run_id, {"failed", "stopped", "completed"}, 30)
+    assert time.monotonic() - killed < 30
+    assert failed["state"] == "failed", failed
+    assert re.search(r"Slurm lost node1 \(down\S*: Not responding\)", failed["detail"]), failed
+    while _run_processes(run_root, (0, 2)):
+        assert time.monotonic() - killed < 30, _run_processes(run_root, (0, 2))
         time.sleep(0.5)
+    # The job Slurm requeued after the node failed was cancelled: it never starts again.
+    assert slurm_bed.job(job_id)["JobState"] == "CANCELLED"
     checked = cli.run("check", str(hosts_file))
     assert checked.returncode == 1, checked.stdout
     assert re.search(r"node1: node1 is (down|idle)\S* in Slurm", checked.stdout), checked.stdout
@@ -208,4 +265,4 @@ def test_a_waiting_launch_says_why_and_rides_out_a_controller_restart(
     assert launcher.returncode == 0, text
     assert "node1: node1 is drained in Slurm (bad_gpu_ecc)" in text
     assert re.search(r"job \d+ running on node\[0-2\]", text), text
-    assert "torchrun's output on node 0:" in text
+    assert "completed: every node exited 0" in text

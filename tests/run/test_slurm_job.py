@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run.slurm_job import SlurmAnswerError, SlurmJob, parse_job, parse_job_id, reason_words
+from ddptui.plan.slurm import master_port
+from ddptui.run.slurm_job import (
+    SlurmAnswerError,
+    SlurmJob,
+    parse_job,
+    parse_job_id,
+    parse_node_addresses,
+    reason_words,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
 
@@ -78,3 +86,20 @@ def test_anything_else_is_refused_without_its_escapes(answer: str) -> None:
         else:
             parse_job_id(answer)
     assert "\x1b" not in str(raised.value)
+
+
+def test_node_addresses_are_read_field_by_field_and_odd_names_are_left_out() -> None:
+    answer = (
+        "NodeName=node0 Arch=x86_64 CPUTot=4 NodeAddr=10.213.0.10 NodeHostName=ddpx-node0\n"
+        "NodeName=gpu07 NodeAddr=gpu07-ib\n"
+        "NodeName=bad\x1b[2J NodeAddr=10.0.0.9\n"
+        "NodeName=node3 NodeAddr=$(reboot)\n"
+        "garbage\n"
+    )
+    assert parse_node_addresses(answer) == {"node0": "10.213.0.10", "gpu07": "gpu07-ib"}
+
+
+def test_a_job_s_master_port_is_what_its_batch_script_derives() -> None:
+    assert master_port("4") == 15004
+    assert master_port("15004") == 15004
+    assert master_port("123_7") == 15123

@@ -56,6 +56,26 @@ def test_a_record_round_trips_and_reports_its_state(tmp_path: Path) -> None:
     assert store.hosts_file(record.id).read_text() == "[cluster]\n"
 
 
+def test_a_slurm_run_s_jobs_round_trip_and_a_requeued_job_is_one_job_of_two_attempts(
+    tmp_path: Path,
+) -> None:
+    store = RunStore(tmp_path)
+    record = _record("20261130-120000-slrm")
+    record.attempts = [
+        Attempt(1, 2.0, 15041, job_id="41", allocation="node[0-1]", slurm_state="COMPLETED"),
+        Attempt(2, 3.0, 15042, job_id="42", allocation="node[0-1]"),
+        Attempt(3, 4.0, 15042, job_id="42", allocation="node[1-2]", slurm_state="COMPLETED"),
+    ]
+    store.create(record, "[cluster]\n")
+    loaded = store.load(record.id)
+    assert loaded == record and loaded.job_id == "42"
+    assert [(job.id, job.attempts, job.state) for job in loaded.slurm_jobs] == [
+        ("41", [1], "COMPLETED"),
+        ("42", [2, 3], "COMPLETED"),
+    ]
+    assert _record("20261130-120000-sshx").slurm_jobs == []
+
+
 def test_ids_resolve_latest_or_by_unique_prefix(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     with pytest.raises(RunNotFound, match="no runs yet"):

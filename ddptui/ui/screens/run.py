@@ -161,7 +161,7 @@ class RunScreen(Screen[None]):
         from ddptui.config import load_config
 
         self.say(f"reading run {self.record.id}'s files on its hosts…")
-        config = load_config(control.store.hosts_file(self.record.id))
+        config = load_config(control.store.hosts_file(self.record.id), slurm=True)
         self.run_watch = await control.read_back(self.record, config)
         self._rows, self._chart_due, self._table_due = {}, 0.0, 0.0
         self.say(f"run {self.record.id} {self.record.state.value}: as its files stand")

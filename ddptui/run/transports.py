@@ -1,0 +1,49 @@
+"""Which transport reaches a run's nodes (:mod:`ddptui.remote.transport`): SSH for a hosts
+file's hosts, ``srun`` steps for a Slurm run's nodes while its job runs, and this machine (the
+workdir is shared) once it no longer does."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ddptui.config.model import Config
+from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.srun import SrunCluster
+from ddptui.remote.transport import Transport
+from ddptui.run import slurm
+from ddptui.run.store import RunRecord
+
+
+async def transport_for(
+    config: Config,
+    record: RunRecord,
+    *,
+    keepalive_interval: float = 15.0,
+    keepalive_count_max: int = 3,
+) -> Transport:
+    """What reaches ``record``'s nodes now."""
+    if config.slurm is None:
+        hosts = [config.host(node.host) for node in record.nodes]
+        return RemoteCluster.for_config(
+            config,
+            hosts,
+            keepalive_interval=keepalive_interval,
+            keepalive_count_max=keepalive_count_max,
+        )
+    return await job_transport(record.job_id)
+
+
+async def job_transport(job_id: str | None) -> SrunCluster:
+    """Steps in job ``job_id`` while it runs; this machine otherwise."""
+    running = job_id is not None and await asyncio.to_thread(_running, job_id)
+    return SrunCluster(job_id if running else None)
+
+
+def _running(job_id: str) -> bool:
+    try:
+        job = slurm.job(job_id)
+    except slurm.SlurmError:
+        # A controller that does not answer (restarting) has not ended the job: its steps
+        # still run, and whether they can be reached is for srun to say.
+        return True
+    return job is not None and job.state == "RUNNING"
