@@ -17,12 +17,13 @@ from ddptui.aio import wait_for
 from ddptui.check.report import CheckReport, PortTest
 from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER, WORKDIR_MARKS
 from ddptui.config.model import AUTO, Config, HostConfig
-from ddptui.health import HostCheck, ProbeFailure, evaluate
+from ddptui.health import Finding, HostCheck, ProbeFailure, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
 from ddptui.probe.facts import ProbeError, clock_offset, parse_facts
 from ddptui.remote.commands import CommandResult, classify_python_failure, python_argv
 from ddptui.remote.connection import RemoteCluster, RemoteError
 from ddptui.remote.status import Reachability
+from ddptui.remote.transport import Transport
 from ddptui.untrusted import plain
 
 PROBE_TIMEOUT_S = 60.0
@@ -58,8 +59,29 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
     return CheckReport(config, tuple(checks), tuple(findings), elapsed, port_test)
 
 
+async def check_nodes(
+    config: Config, remote: Transport, progress: Progress | None = None
+) -> tuple[list[HostCheck], list[Finding]]:
+    """Probe every host of ``config`` through ``remote`` (a Slurm job's nodes, through its
+    ``srun`` steps) and evaluate them as the check does, without the port and shared-workdir
+    tests: the nodes' stacks, GPUs and network."""
+    notify = progress or (lambda host, event: None)
+    checks = await asyncio.gather(
+        *(
+            _check_host(remote, config, host, notify, port_test=False)
+            for host in config.ordered_hosts
+        )
+    )
+    return list(checks), evaluate(config, checks)
+
+
 async def _check_host(
-    remote: RemoteCluster, config: Config, host: HostConfig, notify: Progress
+    remote: Transport,
+    config: Config,
+    host: HostConfig,
+    notify: Progress,
+    *,
+    port_test: bool = True,
 ) -> HostCheck:
     reach = await remote.connect(host)
     if not reach.ok:
@@ -68,12 +90,12 @@ async def _check_host(
     notify(host.name, "connected")
     is_head = host is config.head
     port = config.cluster.master_port
-    argv = python_argv(
+    argv = remote.python(
         host,
         "-",
         *probe_args(
             host.workdir,
-            master_port=port if is_head and port != AUTO else None,
+            master_port=port if is_head and port != AUTO and port_test else None,
             master_addr=config.head.address,
         ),
     )

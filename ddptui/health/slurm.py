@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddptui.config.model import SlurmConfig
 from ddptui.health.findings import Code, Finding, Severity
@@ -112,6 +112,48 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
     return nodes
 
 
+def excluding(slurm: SlurmConfig, names: Sequence[str]) -> str:
+    """The ``[slurm] exclude`` line that also keeps runs off ``names``."""
+    kept = [*slurm.exclude, *(name for name in names if name not in slurm.exclude)]
+    return "exclude = " + json.dumps(kept)
+
+
+BUSY_STARTING = frozenset({Code.TORCH_IMPORT_TIMEOUT})
+"""Findings that inside a starting job say how busy the node is, not what is wrong with it: the
+probe runs as every rank imports torch on the same cores."""
+
+
+def in_allocation(findings: Sequence[Finding]) -> list[Finding]:
+    """The check's findings as they read inside a job that is starting: a torch import too slow
+    to finish beside the ranks' own is a warning (the ranks will say if torch is broken)."""
+    return [
+        replace(
+            finding,
+            severity=Severity.WARNING,
+            message=f"{finding.message}, while the job's ranks started beside it",
+        )
+        if finding.code in BUSY_STARTING and finding.severity is Severity.ERROR
+        else finding
+        for finding in findings
+    ]
+
+
+def allocation_errors(slurm: SlurmConfig, findings: Sequence[Finding]) -> str | None:
+    """What the check inside a job's allocation found that the run cannot go on with, in a
+    line: the errors, and the ``exclude`` line that keeps the next job off the nodes they name;
+    None when there is no error."""
+    errors = [finding for finding in findings if finding.severity is Severity.ERROR]
+    if not errors:
+        return None
+    named = sorted({finding.host for finding in errors if finding.host is not None})
+    said = "; ".join(
+        f"{finding.host}: {finding.message}" if finding.host else finding.message
+        for finding in errors
+    )
+    advice = f" ({excluding(slurm, named)} in [slurm] avoids {', '.join(named)})" if named else ""
+    return f"the check inside the allocation found {len(errors)} error(s): {said}{advice}"
+
+
 def evaluate_slurm(
     slurm: SlurmConfig, nodes: Sequence[SlurmNode], excluded: Collection[str]
 ) -> SlurmCheck:
@@ -141,7 +183,7 @@ def evaluate_slurm(
         return SlurmCheck(None, (), (), (missing,))
     candidates = [node for node in ours if node.name not in excluded]
     bad = [node for node in candidates if not node.usable]
-    exclude_line = "exclude = " + json.dumps([*slurm.exclude, *(node.name for node in bad)])
+    exclude_line = excluding(slurm, [node.name for node in bad])
     findings = [
         Finding(
             Code.SLURM_NODE_UNAVAILABLE,

@@ -278,19 +278,41 @@ def rank_environment(
 def _flight_recorder(
     host: HostConfig, facts: HostFacts, backend: str, run_dir: str
 ) -> dict[str, str]:
-    """torch's flight recorder on, under the names the host's torch reads: each rank's last
-    collectives, dumped into the run directory (by NCCL's watchdog on a timeout, by
-    ``ddptui dump`` otherwise). The host's own settings win."""
-    names = facts.torch.flight_recorder
+    """torch's flight recorder on, under the names the host's torch reads (its probe found
+    them)."""
+    found = facts.torch.flight_recorder
+    return flight_recorder_environment(
+        host, {role: (name,) for role, name in found.items()}, backend, run_dir
+    )
+
+
+FLIGHT_RECORDER_NAMES: Mapping[str, tuple[str, ...]] = {
+    "buffer": ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+    "dump_on_timeout": ("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"),
+    "file": ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+}
+"""Each flight-recorder setting under every name torch has read it by (the probe script's
+``FLIGHT_RECORDER``, which looks for them in a host's libraries): a batch script, written
+before any node is probed, sets them all; a torch ignores the names it does not read."""
+
+
+def flight_recorder_environment(
+    host: HostConfig, names: Mapping[str, Sequence[str]], backend: str, run_dir: str
+) -> dict[str, str]:
+    """torch's flight recorder on under ``names`` (role → the names to set): each rank's last
+    collectives, dumped into the run directory (by NCCL's watchdog on a timeout, by ``ddptui
+    dump`` otherwise). A setting the host's own environment gives, under any of its names,
+    is left to it."""
     wanted = {
         "buffer": str(FLIGHT_RECORDER_ENTRIES),
         "file": layout.flight_prefix(run_dir),
         **({"dump_on_timeout": "1"} if backend == "nccl" else {}),
     }
     return {
-        names[role]: value
+        name: value
         for role, value in wanted.items()
-        if role in names and names[role] not in host.env
+        if not any(name in host.env for name in FLIGHT_RECORDER_NAMES.get(role, ()))
+        for name in names.get(role, ())
     }
 
 

@@ -28,8 +28,10 @@ from typing import Literal
 from ddptui.config.model import AUTO, Config, HostConfig, SlurmConfig
 from ddptui.plan.launch import (
     ATTEMPT_ENV,
+    FLIGHT_RECORDER_NAMES,
     RUN_ID,
     PlanError,
+    flight_recorder_environment,
     job_entry,
     rank_environment,
     torchrun_argv,
@@ -138,6 +140,7 @@ def plan_batch(
         args=(*config.job.args, *extra_args),
     )
     env = rank_environment(node, backend, None, None, run_dir, debug)
+    env |= flight_recorder_environment(node, FLIGHT_RECORDER_NAMES, backend, run_dir)
     text = _script(
         slurm,
         node,

@@ -40,8 +40,11 @@ class SrunCluster:
     """Commands on the nodes of Slurm job ``job_id`` (None: the job is not running, so every
     command runs on this machine, against the shared workdir)."""
 
-    def __init__(self, job_id: str | None) -> None:
+    def __init__(self, job_id: str | None, *, here_once_ended: bool = True) -> None:
+        """``here_once_ended``: a command that finds the job ended runs here instead (it reads
+        the run's files); without it, it fails as srun did (it asks about the node itself)."""
         self.job_id = job_id
+        self.here_once_ended = here_once_ended
 
     async def __aenter__(self) -> SrunCluster:
         return self
@@ -74,7 +77,8 @@ class SrunCluster:
         """As :meth:`RemoteCluster.run`; a job found ended on the way has the command run here
         instead (its files are shared), with the Python this machine has."""
         result = await self._run(host, argv, input, timeout, env, max_stdout, max_stderr)
-        if not self.local and not result.stdout and _JOB_GONE.search(result.stderr):
+        gone = not result.stdout and _JOB_GONE.search(result.stderr)
+        if not self.local and self.here_once_ended and gone:
             self.job_id = None
             local_argv = [sys.executable, *argv[len(python_argv(host)) :]]
             result = await self._run(host, local_argv, input, timeout, env, max_stdout, max_stderr)

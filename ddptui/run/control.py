@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -55,6 +56,7 @@ from ddptui.run.protocol import (
     Request,
     Said,
 )
+from ddptui.run.slurm_job import ENDED
 from ddptui.run.state import Judgement, RunWatch, Steps
 from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore, new_run_id
 from ddptui.run.supervisor import BUSY
@@ -71,6 +73,10 @@ ANSWER_S = 15.0
 REATTACH_WAIT_S = 3.0
 """After losing its supervisor, how long a viewer waits for another command to start one
 before it starts one itself."""
+SACCT_EVERY_S = 30.0
+"""Slurm's accounting is asked no more often: a database query for the whole cluster's users."""
+SACCT_FILE = "sacct.json"
+"""In the run store: when Slurm's accounting was last asked, and what it said."""
 READ_BACK_S = 30.0
 READ_BYTES = 256 * 1024
 
@@ -397,7 +403,53 @@ class RunControl:
         return record, load_config(self.store.hosts_file(record.id), slurm=True)
 
     def catalogue(self) -> Catalogue:
-        return self.store.catalogue()
+        """Every run, with Slurm's final state of the jobs whose end no supervisor saw
+        (:meth:`settle_slurm_states`)."""
+        catalogue = self.store.catalogue()
+        if self.settle_slurm_states(catalogue.records):
+            catalogue = self.store.catalogue()
+        return catalogue
+
+    def settle_slurm_states(self, records: Iterable[RunRecord]) -> bool:
+        """Ask Slurm's accounting (``sacct``) how the last job of each ended Slurm run ended,
+        where its supervisor did not see it end, and keep the answer in the record; asked at
+        most every :data:`SACCT_EVERY_S` by every command and screen together. Whether a
+        record changed."""
+        waiting = {
+            jobs[-1].id: record.id
+            for record in records
+            if record.state.final and (jobs := record.slurm_jobs) and not jobs[-1].state
+        }
+        waiting = {job: run for job, run in waiting.items() if not self.supervised(run)}
+        if not waiting:
+            return False
+        asked = self.store.root / SACCT_FILE
+        try:
+            cached = json.loads(asked.read_text(encoding="utf-8"))
+            fresh = time.time() - float(cached["time"]) < SACCT_EVERY_S
+            states = {str(k): str(v) for k, v in cached["states"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            fresh, states = False, {}
+        if not fresh:
+            try:
+                states = slurm.accounted_states(sorted(waiting))
+            except (slurm.SlurmError, UsageError):
+                states = {}
+            asked.write_text(json.dumps({"time": time.time(), "states": states}), "utf-8")
+        changed = False
+        for job_id, run_id in waiting.items():
+            state = states.get(job_id)
+            if state is None or state not in ENDED:
+                continue
+
+            def settle(record: RunRecord, job_id: str = job_id, state: str = state) -> None:
+                for attempt in record.attempts:
+                    if attempt.job_id == job_id:
+                        attempt.slurm_state = state
+
+            self.store.update(run_id, settle)
+            changed = True
+        return changed
 
     async def launch(
         self,

@@ -25,6 +25,7 @@ from ddptui.run.slurm_job import (
     parse_job,
     parse_job_id,
     parse_node_addresses,
+    parse_sacct,
 )
 from ddptui.untrusted import plain
 
@@ -81,6 +82,16 @@ def cancel(job_id: str, signal: str | None = None) -> None:
     """``scancel`` the job; with ``signal``, send it to the job's steps instead (their tasks:
     the nodes' torchrun, which passes it on to its ranks)."""
     _slurm(["scancel", *([f"--signal={signal}"] if signal else []), job_id])
+
+
+def accounted_states(job_ids: Sequence[str]) -> dict[str, str]:
+    """Each job's state as Slurm's accounting has it (``sacct``), for jobs the controller has
+    forgotten; :class:`SlurmError` where the site keeps no accounting."""
+    answer = _slurm(
+        ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State"],
+        limit=MAX_LIST_TEXT,
+    )
+    return parse_sacct(answer)
 
 
 def hostnames(node_list: str) -> list[str]:

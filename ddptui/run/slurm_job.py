@@ -146,6 +146,18 @@ def parse_node_addresses(text: str) -> dict[str, str]:
     return found
 
 
+def parse_sacct(text: str) -> dict[str, str]:
+    """Job id → its state, from ``sacct -n -P -X -o JobID,State`` (``CANCELLED by 0`` is
+    ``CANCELLED``); lines that are not a job's are skipped."""
+    found = {}
+    for line in text.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        state = state.split(" ", 1)[0]
+        if _JOB_ID.fullmatch(job_id) and _STATE.fullmatch(state):
+            found[job_id] = state
+    return found
+
+
 def reason_words(reason: str) -> str:
     """Slurm's reason in plain words, its own name kept: ``ReqNodeNotAvail,_UnavailableNodes:n1``
     → ``a node it may use is down, drained or reserved (ReqNodeNotAvail: UnavailableNodes:n1)``.

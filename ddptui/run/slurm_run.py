@@ -11,13 +11,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from ddptui.check.run import check_nodes
 from ddptui.config.model import Config
 from ddptui.errors import DdptuiError
-from ddptui.health.slurm import SlurmNode
+from ddptui.health import Finding, HostCheck
+from ddptui.health.slurm import SlurmNode, in_allocation
 from ddptui.plan.launch import job_entry
 from ddptui.plan.slurm import BatchPlan, plan_batch
+from ddptui.remote.srun import SrunCluster
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run import layout, slurm
@@ -146,6 +150,18 @@ async def allocation(config: Config, record: RunRecord, running: SlurmJob) -> li
         )
         for rank, name in enumerate(names)
     ]
+
+
+async def check_allocation(
+    config: Config, record: RunRecord
+) -> tuple[list[HostCheck], list[Finding]]:
+    """The check inside the job's allocation: the probe on every node of ``record`` through
+    ``srun`` steps, evaluated as ``ddptui check`` evaluates hosts (node 0 at its ``NodeAddr``)."""
+    hosts = tuple(replace(config.host(node.host), address=node.address) for node in record.nodes)
+    # Never this machine in a node's stead: a job that ends meanwhile fails its probes.
+    nodes = SrunCluster(record.job_id, here_once_ended=False)
+    checks, findings = await check_nodes(replace(config, hosts=hosts), nodes)
+    return checks, in_allocation(findings)
 
 
 async def lost_nodes(names: Sequence[str]) -> list[SlurmNode]:

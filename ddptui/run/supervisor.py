@@ -40,6 +40,7 @@ from typing import IO
 from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError
+from ddptui.health.slurm import allocation_errors
 from ddptui.plan.launch import DEBUG_ENV
 from ddptui.plan.slurm import master_port
 from ddptui.remote.connection import RemoteCluster
@@ -460,7 +461,54 @@ class Supervisor:
             self._reply(job, False, str(error))
             return False
         self._place(running, placed)
+        failed = await self._check_allocation()
+        if failed:
+            self._reply(job, False, failed)
+            return False
         return True
+
+    async def _check_allocation(self) -> str | None:
+        """The check inside the allocation, as its job starts: each node's stack in the record,
+        warnings said; an error fails the run (and cancels its job), naming the nodes with the
+        ``exclude`` line that avoids them. What failed, or None."""
+        assert self.config.slurm is not None
+        count = len(self.record.nodes)
+        self._say(f"checking the allocation's {count} node(s) (the probe on each, through srun)")
+        checks, findings = await slurm_run.check_allocation(self.config, self.record)
+        stacks = {check.host.name: launcher.versions(check.facts) for check in checks}
+
+        def versions(record: RunRecord) -> None:
+            for node in record.nodes:
+                node.versions = stacks.get(node.host, {})
+
+        self._change(versions)
+        for finding in findings:
+            where = f"{finding.host}: " if finding.host else ""
+            self._say(f"{finding.severity.value}: {where}{finding.message}")
+        failed = allocation_errors(self.config.slurm, findings)
+        if failed is None:
+            self._say(
+                f"the allocation's nodes can run it ({len(findings)} finding(s) above)"
+                if findings
+                else "the allocation's nodes: nothing to report"
+            )
+            return None
+        job_id = self.record.job_id
+        assert job_id is not None
+        with contextlib.suppress(SlurmError):
+            found = await slurm_run.job(job_id)
+            if found is None or found.state != "RUNNING":
+                # What the check could not ask of a job that ended meanwhile is no finding:
+                # the run's own end (the ranks' words) says how it went.
+                self._say(f"job {job_id} ended before every node could be checked")
+                return None
+        if not self.record.state.final:
+            self.concluded = True
+            self._end_attempt(RunState.FAILED, failed)
+            await self._terminate()
+            await self._end_following()
+            self._ended()
+        return failed
 
     def _place(self, running: SlurmJob, placed: list[NodeRecord]) -> None:
         """The running job's nodes in the record, the run running, and followed."""
@@ -592,6 +640,7 @@ class Supervisor:
 
         self._change(starting)
         self._place(running, await slurm_run.allocation(self.config, self.record, running))
+        await self._check_allocation()
 
     async def _stop(self, job: Job) -> None:
         kill = job.op == "kill"

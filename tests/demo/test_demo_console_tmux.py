@@ -89,12 +89,12 @@ def _run_dir_holders(tmp: Path) -> list[str]:
     return holders
 
 
-def _demo(terminal: Terminal, tmp_path: Path, after: str = "") -> tuple[RunStore, Path]:
-    """``ddptui demo`` in a 120×36 tmux pane (then ``after``, shell), its state and temporary
-    files under ``tmp_path``: the demo's run store, and its TMPDIR."""
+def _demo(terminal: Terminal, tmp_path: Path, after: str = "", *args: str) -> tuple[RunStore, Path]:
+    """``ddptui demo ARGS`` in a 120×36 tmux pane (then ``after``, shell), its state and
+    temporary files under ``tmp_path``: the demo's run store, and its TMPDIR."""
     state, tmp = tmp_path / "state", tmp_path / "tmp"
     tmp.mkdir()
-    command = shlex.join([sys.executable, "-m", "ddptui", "demo"])
+    command = shlex.join([sys.executable, "-m", "ddptui", "demo", *args])
     terminal.tmux(
         *("new-session", "-d", "-s", "console", "-x", "120", "-y", "36"),
         *("-e", f"XDG_STATE_HOME={state}", "-e", f"TMPDIR={tmp}", "-e", "TERM=xterm-256color"),
@@ -140,7 +140,8 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
         line.startswith("[0] ") for line in log
     ), text
     terminal.keys("g")
-    text = terminal.wait_for("the GPUs", lambda t: _pane(t)[:1] != log[:1], 30)
+    # Not the pane half redrawn (empty): its first host's line.
+    text = terminal.wait_for("the GPUs", lambda t: _pane(t)[:1] != log[:1] and _pane(t), 30)
     gpus = _pane(text)
     assert re.fullmatch(r"demo-0  cpu \d+%  rss \d+ MiB", gpus[0]), text
     assert gpus[1:4:2] == ["no GPU samples"] * 2 and gpus[2].startswith("demo-1"), text
@@ -180,7 +181,8 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
 def test_closing_the_terminal_mid_run_ends_the_run_and_its_supervisor(
     tmp_path: Path, terminal: Terminal
 ) -> None:
-    store, tmp = _demo(terminal, tmp_path)
+    # A run far longer than the test: it can only end stopped, by the hang-up.
+    store, tmp = _demo(terminal, tmp_path, "", "--steps", "1000000")
     terminal.wait_for("both demo hosts checked", lambda t: len(OK.findall(t)) == 2, 120)
     terminal.keys("l")
     terminal.wait_for("the launch plan", lambda t: "launch this run?" in t, 60)

@@ -3,6 +3,7 @@ word, with hostile values left literal."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.config import parse_config
+from ddptui.plan.launch import FLIGHT_RECORDER_NAMES
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
 
 RUN = "20261202-051500-abcd"
@@ -173,3 +175,29 @@ def test_the_master_port_comes_from_the_job_id_below_the_ephemeral_ports(tmp_pat
     # Jobs 1 and 15001 share a port: 15000 jobs apart, neither is likely still running.
     assert len(ports) == 4
     assert all(PORT_BASE <= port < PORT_BASE + PORT_SPAN < 32768 for port in ports)
+
+
+def test_every_flight_recorder_name_torch_has_read_is_set_unless_the_nodes_env_sets_it(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(
+        '[cluster]\nworkdir = "/w"\nenv = { TORCH_NCCL_TRACE_BUFFER_SIZE = "500" }\n'
+        "[slurm]\nnodes = 2\ngpus_per_node = 4\n",
+        tmp_path / "s.toml",
+    )
+    script = plan_batch(config, run_id=RUN, workdir="/w").script
+    prefix = f'/w/runs/{RUN}/node"${{SLURM_NODEID}}"/node/flight_'
+    assert f"export TORCH_FR_DUMP_TEMP_FILE={prefix}\n" in script
+    assert f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}\n" in script
+    assert "export TORCH_FR_DUMP_ON_TIMEOUT=1\nexport TORCH_NCCL_DUMP_ON_TIMEOUT=1\n" in script
+    # The nodes' own buffer size stands, under whichever name it was given.
+    assert "export TORCH_NCCL_TRACE_BUFFER_SIZE=500\n" in script
+    assert "TORCH_FR_BUFFER_SIZE" not in script
+
+
+def test_the_names_are_those_the_probe_looks_for_in_torch_s_libraries() -> None:
+    source = (Path(__file__).parents[2] / "ddptui" / "probe" / "script.py").read_text()
+    found = re.search(r"^FLIGHT_RECORDER = (\{.*?^\})", source, re.MULTILINE | re.DOTALL)
+    assert found is not None
+    probed = ast.literal_eval(found.group(1))
+    assert {role: tuple(names) for role, names in probed.items()} == FLIGHT_RECORDER_NAMES

@@ -7,6 +7,7 @@ for bit."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import sys
@@ -15,6 +16,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 from tests.run.bed import Cli, processes_marked
 from tests.testbed import sshd
@@ -149,6 +155,12 @@ def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
     resumed = cli.run("resume", stopped_id)
     assert resumed.returncode == 0, resumed.stderr
     assert re.search(r"attempt 2: Slurm job (\d+)", resumed.stderr), resumed.stderr
+    # The check inside the new allocation: the probe on every node, through srun.
+    assert "checking the allocation's 3 node(s) (the probe on each, through srun)" in resumed.stderr
+    assert re.search(r"the allocation's nodes(: nothing to report| can run it)", resumed.stderr)
+    record = tomllib.loads((cli.store / stopped_id / "run.toml").read_text())
+    torch_version = importlib.metadata.version("torch")
+    assert [node["versions"]["torch"] for node in record["nodes"]] == [torch_version] * NODES
     for run_id in (reference_id, stopped_id, warned_id):
         ended = _wait_state(cli, run_id, {"completed", "failed", "stopped"}, 300)
         assert ended["state"] == "completed", (run_id, ended)

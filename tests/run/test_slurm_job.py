@@ -14,6 +14,7 @@ from ddptui.run.slurm_job import (
     parse_job,
     parse_job_id,
     parse_node_addresses,
+    parse_sacct,
     reason_words,
 )
 
@@ -103,3 +104,8 @@ def test_a_job_s_master_port_is_what_its_batch_script_derives() -> None:
     assert master_port("4") == 15004
     assert master_port("15004") == 15004
     assert master_port("123_7") == 15123
+
+
+def test_sacct_s_states_are_read_per_job_and_odd_lines_skipped() -> None:
+    answer = "41|COMPLETED\n43|CANCELLED by 0\n44_2|NODE_FAIL\nbatch|COMPLETED\n45|\x1b[31mX\n"
+    assert parse_sacct(answer) == {"41": "COMPLETED", "43": "CANCELLED", "44_2": "NODE_FAIL"}
