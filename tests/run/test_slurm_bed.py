@@ -176,6 +176,15 @@ def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
     assert [a["job_id"] for a in warned["attempts"]] == [warned_job, warned_job]
     assert [a["outcome"] for a in warned["attempts"]] == ["stopped", "completed"]
     assert "Slurm requeued job" in warned["attempts"][0]["detail"]
+    # The run's files, read back once its jobs have ended: every rank's steps of both attempts.
+    logs = cli.run("logs", stopped_id, "--events")
+    assert logs.returncode == 0, logs.stderr
+    stepped: dict[int, set[int]] = {}
+    for line in logs.stdout.splitlines():
+        said = re.match(r"node\d rank (\d) event \| (.*)$", line)
+        if said and json.loads(said.group(2))["type"] == "step":
+            stepped.setdefault(int(said.group(1)), set()).add(json.loads(said.group(2))["step"])
+    assert stepped == {rank: set(range(1, STEPS + 1)) for rank in range(NODES * PROCS)}
     listed = {run["id"]: run for run in cli.json("runs", "--json")}
     assert [job["id"] for job in listed[stopped_id]["slurm_jobs"]] == jobs
     assert listed[stopped_id]["slurm_jobs"][-1]["state"] == "COMPLETED"
