@@ -39,6 +39,8 @@ DEBUG_ENV: Mapping[str, str] = {
 """What ``--debug`` adds to every rank's environment."""
 
 RUN_DIR_ENV = "DDPTUI_RUN_DIR"
+STACKS_ENV = "DDPTUI_STACKS_DIR"
+"""Where a rank's stack handler writes (the node agent's ``STACKS_MARK``)."""
 ATTEMPT_ENV = "DDPTUI_ATTEMPT"
 """The attempt a process of the run belongs to (the node agent's ``ATTEMPT_MARK``): its start
 sets it on SSH hosts, the batch script on Slurm's nodes."""

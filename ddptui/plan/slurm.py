@@ -30,6 +30,7 @@ from ddptui.plan.launch import (
     ATTEMPT_ENV,
     FLIGHT_RECORDER_NAMES,
     RUN_ID,
+    STACKS_ENV,
     PlanError,
     flight_recorder_environment,
     job_entry,
@@ -241,6 +242,9 @@ def _script(
         f"mkdir -p {shell_word(posixpath.dirname(layout.node_console(run_dir, 0)))}",
         "# How the node agent finds this attempt's processes, and that it started here.",
         f'export {ATTEMPT_ENV}="$attempt"',
+        "# The ranks' stack handler (ddptui dump, a hang's evidence), put in place at submission.",
+        f"stacks={shell_word(layout.node_stacks(run_dir))}",
+        f'export {STACKS_ENV}="$stacks" PYTHONPATH="$stacks/site${{PYTHONPATH:+:$PYTHONPATH}}"',
         f"session={shell_word(layout.node_session(run_dir, shell('attempt')))}",
         'echo "$$" > "$session.tmp" && mv "$session.tmp" "$session"',
         *(

@@ -156,11 +156,11 @@ class SrunCluster:
         try:
             await wait_for(drain_both(process.stdout, process.stderr, stdout, stderr), timeout)
         except asyncio.TimeoutError:
-            await end(process)
+            await _end_unread(process)
             return CommandResult(None, stdout.text(), stderr.text(), timed_out=True)
         overflow = stdout.overflow or stderr.overflow
         if overflow is not None:
-            await end(process)
+            await _end_unread(process)
             return CommandResult(None, stdout.text(), stderr.text(), overflow=overflow)
         await process.wait()
         return CommandResult(process.returncode, stdout.text(), stderr.text())
@@ -177,6 +177,21 @@ async def end(process: asyncio.subprocess.Process) -> None:
             return
         except asyncio.TimeoutError:
             continue
+
+
+async def _end_unread(process: asyncio.subprocess.Process) -> None:
+    """End a command whose output is no longer read, and read what is left of it: its pipes
+    close only at their end, and left open they outlive the event loop."""
+    await end(process)
+    assert process.stdout is not None and process.stderr is not None
+    for reader in (process.stdout, process.stderr):
+        with contextlib.suppress(asyncio.TimeoutError):
+            await wait_for(_discard(reader), STOP_S)
+
+
+async def _discard(reader: asyncio.StreamReader) -> None:
+    while await reader.read(1 << 20):
+        pass
 
 
 class ProcessStream(LineStream):

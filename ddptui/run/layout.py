@@ -197,6 +197,12 @@ def node_console(run_dir: str, attempt: int | str) -> str:
     return posixpath.join(run_dir, "node", f"attempt-{attempt}.out")
 
 
+def node_stacks(run_dir: str) -> str:
+    """The ranks' stack handler on the node of ``run_dir``: ``site/sitecustomize.py``, and the
+    stacks it writes."""
+    return posixpath.join(run_dir, "node", "stacks")
+
+
 def node_session(run_dir: str, attempt: int | str) -> str:
     """The process group (session) that started ``attempt``'s torchrun on the node."""
     return posixpath.join(run_dir, "node", f"attempt-{attempt}.pgid")

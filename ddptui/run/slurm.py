@@ -16,6 +16,7 @@ from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
 from ddptui.plan.slurm import BatchPlan
 from ddptui.run import layout
+from ddptui.run.agent import stack_site
 from ddptui.run.code import CodeTree, stage_tree
 from ddptui.run.slurm_job import (
     MAX_JOB_TEXT,
@@ -55,6 +56,9 @@ def submit(plan: BatchPlan, code: CodeTree | None) -> str:
         ) from None
     if code is not None:
         stage_tree(code, Path(layout.root_code_dir(plan.run_root)))
+    for rank in range(plan.nodes):
+        # The node agent's start puts it in place on an SSH host; here the workdir is shared.
+        stack_site(Path(layout.node_dir(plan.run_root, rank)))
     script.write_text(plan.script, encoding="utf-8")
     answer = _slurm(["sbatch", "--parsable", str(script)], cwd=root)
     try:

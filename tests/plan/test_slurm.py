@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.config import parse_config
-from ddptui.plan.launch import FLIGHT_RECORDER_NAMES
+from ddptui.plan.launch import ATTEMPT_ENV, FLIGHT_RECORDER_NAMES, RUN_DIR_ENV, STACKS_ENV
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
+from ddptui.run import agent, layout
 
 RUN = "20261202-051500-abcd"
 HOSTILE = ["--note", 'it\'s $(touch /tmp/pwned) `id` ${HOME} "q" ;|&', "--x=*"]
@@ -201,3 +202,12 @@ def test_the_names_are_those_the_probe_looks_for_in_torch_s_libraries() -> None:
     assert found is not None
     probed = ast.literal_eval(found.group(1))
     assert {role: tuple(names) for role, names in probed.items()} == FLIGHT_RECORDER_NAMES
+
+
+def test_the_node_script_marks_its_processes_as_the_node_agent_looks_for_them() -> None:
+    assert (RUN_DIR_ENV, ATTEMPT_ENV, STACKS_ENV) == (
+        agent.RUN_MARK,
+        agent.ATTEMPT_MARK,
+        agent.STACKS_MARK,
+    )
+    assert layout.node_stacks("/w/runs/r/node1") == str(agent.stacks_dir(Path("/w/runs/r/node1")))

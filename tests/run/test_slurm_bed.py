@@ -240,6 +240,13 @@ def test_a_node_whose_slurmd_dies_fails_the_run_naming_it_and_the_check_names_it
     assert all(node["alive"] for node in live["nodes"]), live["nodes"]
     assert [rank["rank"] for rank in live["ranks"]] == list(range(NODES * PROCS))
     assert all(isinstance(rank["loss"], float) for rank in live["ranks"]), live["ranks"]
+    # Every rank's stacks, through srun steps and the handler the batch script put in place.
+    dumped = cli.run("dump", run_id)
+    assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+    saved = Path(dumped.stdout.splitlines()[-1].rpartition(": ")[2])
+    names = [f"node{rank // PROCS}-rank{rank}.txt" for rank in range(NODES * PROCS)]
+    assert sorted(path.name for path in saved.iterdir()) == names, dumped.stdout
+    assert "most recent call first" in (saved / "node1-rank2.txt").read_text()
     slurm_bed.kill_node(slurm_bed.bed.host("node1"))
     killed = time.monotonic()
     # Slurm notices the silent node (SlurmdTimeout, 10 s here) and ends the job on the others;
