@@ -46,12 +46,6 @@ class SrunCluster:
         self.job_id = job_id
         self.here_once_ended = here_once_ended
 
-    async def __aenter__(self) -> SrunCluster:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     @property
     def local(self) -> bool:
         return self.job_id is None
@@ -88,11 +82,7 @@ class SrunCluster:
         self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
     ) -> LineStream:
         process = await self._start(host, argv, None)
-        assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(input.encode("utf-8"))
-        with contextlib.suppress(OSError):
-            await process.stdin.drain()
-        process.stdin.close()
+        await _send(process, input)
         return ProcessStream(host, process, max_line)
 
     async def close(self) -> None:
@@ -144,14 +134,8 @@ class SrunCluster:
             process = await self._start(host, argv, env)
         except RemoteError as error:
             return CommandResult(None, "", str(error), reach=Reachability(Reach.ERROR, str(error)))
-        assert process.stdin is not None and process.stdout is not None
-        assert process.stderr is not None
-        if input is not None:
-            process.stdin.write(input.encode("utf-8"))
-        # A command may exit without reading its input: what counts then is its exit status.
-        with contextlib.suppress(OSError):
-            await process.stdin.drain()
-        process.stdin.close()
+        assert process.stdout is not None and process.stderr is not None
+        await _send(process, input)
         stdout, stderr = Capped(max_stdout, "stdout"), Capped(max_stderr, "stderr")
         try:
             await wait_for(drain_both(process.stdout, process.stderr, stdout, stderr), timeout)
@@ -164,6 +148,17 @@ class SrunCluster:
             return CommandResult(None, stdout.text(), stderr.text(), overflow=overflow)
         await process.wait()
         return CommandResult(process.returncode, stdout.text(), stderr.text())
+
+
+async def _send(process: asyncio.subprocess.Process, text: str | None) -> None:
+    """``text`` (if any) on the command's stdin, then its end."""
+    assert process.stdin is not None
+    if text is not None:
+        process.stdin.write(text.encode("utf-8"))
+    # A command may exit without reading its input: what counts then is its exit status.
+    with contextlib.suppress(OSError):
+        await process.stdin.drain()
+    process.stdin.close()
 
 
 async def end(process: asyncio.subprocess.Process) -> None:

@@ -373,7 +373,7 @@ class RunControl:
         """A new run's Slurm batch script for ``config`` (a ``[slurm]`` one), its workdir as
         the head sees it: the nodes share it."""
         assert config.node is not None
-        workdir = str(Path(config.node.workdir).expanduser())
+        workdir = slurm_run.workdir(config)
         if not workdir.startswith("/"):
             raise UsageError(
                 f"{config.path}: [cluster] workdir {config.node.workdir!r}: a Slurm run's "
@@ -464,18 +464,8 @@ class RunControl:
         """Record ``plan`` as a new run, start its supervisor (which stages and starts it) and
         attach from the first line; returns once every node runs (:class:`ControlError` with
         the reason when staging or the start failed). ``steps``: see :class:`Attachment`."""
-        from ddptui.config.render import config_to_toml
-
         record = new_record(config, report, plan, demo=demo)
-        self.store.create(record, config_to_toml(config))
-        self._spawn(record.id, "--launch")
-        attachment = await Attachment(self, record, position=0, say=say, steps=steps).open()
-        try:
-            await attachment.wait_started()
-        except BaseException:
-            await attachment.close()
-            raise
-        return attachment
+        return await self._supervise_new(config, record, (), say=say, steps=steps)
 
     async def launch_slurm(
         self,
@@ -491,11 +481,27 @@ class RunControl:
         submits the job and says its queue state; returns, attached from the first line, once
         the job runs (with ``queued``: once it is submitted). :class:`ControlError` with the
         reason when staging or the submission failed."""
+        record = slurm_run.new_record(config, plan, extra_args)
+        debug = ("--debug",) if plan.debug else ()
+        return await self._supervise_new(config, record, debug, say=say, steps=steps, queued=queued)
+
+    async def _supervise_new(
+        self,
+        config: Config,
+        record: RunRecord,
+        options: Sequence[str],
+        *,
+        say: Say,
+        steps: Steps,
+        queued: bool = False,
+    ) -> Attachment:
+        """Keep ``record`` (and ``config``, as the run's own hosts file), start the run's
+        supervisor to launch it (with ``options``) and attach from the first line; once it runs
+        (``queued``: its Slurm job is submitted)."""
         from ddptui.config.render import config_to_toml
 
-        record = slurm_run.new_record(config, plan, extra_args)
         self.store.create(record, config_to_toml(config))
-        self._spawn(record.id, "--launch", *(["--debug"] if plan.debug else []))
+        self._spawn(record.id, "--launch", *options)
         attachment = await Attachment(self, record, position=0, say=say, steps=steps).open()
         try:
             await attachment.wait_started(queued=queued)

@@ -37,13 +37,13 @@ import asyncssh
 from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
 from ddptui.probe.facts import MAX_GPUS
-from ddptui.remote.connection import HostUnreachable, RemoteCluster, RemoteError
+from ddptui.remote.connection import HostUnreachable, RemoteError
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.transport import Transport
 from ddptui.run.agent_client import agent_source
 from ddptui.run.layout import HostFiles
 from ddptui.run.store import NodeRecord, RunRecord
-from ddptui.run.transports import job_transport
+from ddptui.run.transports import transport
 from ddptui.untrusted import count, finite, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
@@ -270,13 +270,10 @@ class HostFollower:
         await self._reset()
 
     async def _open(self) -> LineStream:
-        if self.config.slurm is not None:
-            self._remote = await job_transport(self.job_id)
-        else:
-            # Keepalives every 5 s: a cut link shows as silence within the silence window.
-            self._remote = RemoteCluster.for_config(
-                self.config, [self.host], keepalive_interval=5.0, keepalive_count_max=2
-            )
+        # Keepalives every 5 s: a cut link shows as silence within the silence window.
+        self._remote = await transport(
+            self.config, [self.host], self.job_id, keepalive_interval=5.0, keepalive_count_max=2
+        )
         reach = await self._remote.connect(self.host)
         if not reach.ok:
             raise HostUnreachable(self.host, reach)

@@ -5,8 +5,9 @@ workdir is shared) once it no longer does."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
-from ddptui.config.model import Config
+from ddptui.config.model import Config, HostConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.srun import SrunCluster
 from ddptui.remote.transport import Transport
@@ -14,27 +15,28 @@ from ddptui.run import slurm
 from ddptui.run.store import RunRecord
 
 
-async def transport_for(
+async def transport_for(config: Config, record: RunRecord) -> Transport:
+    """What reaches ``record``'s nodes now."""
+    return await transport(config, [config.host(node.host) for node in record.nodes], record.job_id)
+
+
+async def transport(
     config: Config,
-    record: RunRecord,
+    hosts: Sequence[HostConfig],
+    job_id: str | None,
     *,
     keepalive_interval: float = 15.0,
     keepalive_count_max: int = 3,
 ) -> Transport:
-    """What reaches ``record``'s nodes now."""
+    """What reaches ``hosts`` now: SSH for a hosts file's hosts (with these keepalives); for a
+    Slurm run's nodes, steps in job ``job_id`` while it runs, this machine otherwise."""
     if config.slurm is None:
-        hosts = [config.host(node.host) for node in record.nodes]
         return RemoteCluster.for_config(
             config,
             hosts,
             keepalive_interval=keepalive_interval,
             keepalive_count_max=keepalive_count_max,
         )
-    return await job_transport(record.job_id)
-
-
-async def job_transport(job_id: str | None) -> SrunCluster:
-    """Steps in job ``job_id`` while it runs; this machine otherwise."""
     running = job_id is not None and await asyncio.to_thread(_running, job_id)
     return SrunCluster(job_id if running else None)
 
