@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ddptui.run.dump import TORCH_ANALYSIS_FILE, StackDump
+from ddptui.run.dump import StackDump
 from ddptui.run.stacks import Frame, RankStack, StackGroup, rank_spans
 
 CHAIN_FRAMES = 4
@@ -70,11 +70,6 @@ def dump_lines(dump: StackDump) -> list[Text]:
             Text(f"  {finding.text}", "red" if finding.odd_ranks else "") for finding in dump.flight
         ]
     lines += [Text(error, "yellow") for error in dump.flight_errors]
-    analysis = dump.torch_analysis
-    if analysis is not None and analysis.ok:
-        lines.append(Text(f"torch's own analyser (fr_trace): in {TORCH_ANALYSIS_FILE}", "dim"))
-    elif analysis is not None:
-        lines.append(Text(f"torch's own analyser (fr_trace) stopped: {analysis.output}", "dim"))
     if not dump.stacks and not dump.unanswered:
         lines.insert(0, Text("no rank of the run is running on its hosts"))
     if len(dump.attempts) > 1:

@@ -21,6 +21,7 @@ from ddptui.config.model import Config, HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote import failures
 from ddptui.remote.commands import CommandResult, command_line, python_argv
+from ddptui.remote.files import read_remote
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import Capped, RemoteStream, close_within, drain_both
@@ -324,6 +325,12 @@ class RemoteCluster:
             reason = failures.remote_reason(str(error))
             raise RemoteError(f"{failures.where(host)}: cannot start a command: {reason}") from None
         return RemoteStream(host, process, max_line, close_timeout=self.connect_timeout)
+
+    async def read_file(
+        self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
+    ) -> bytes:
+        """``path`` on ``host`` whole; raises :class:`~ddptui.remote.files.UnreadableFile`."""
+        return await read_remote(self, host, path, max_bytes=max_bytes, timeout=timeout)
 
     async def close(self) -> None:
         """Close every connection and wait (at most the connect timeout) for them to go; any

@@ -50,6 +50,13 @@ class Transport(Protocol):
         Raises :class:`~ddptui.remote.connection.RemoteError` if it cannot be started."""
         ...
 
+    async def read_file(
+        self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
+    ) -> bytes:
+        """``path`` on ``host`` whole, at most ``max_bytes`` of it. Raises
+        :class:`~ddptui.remote.files.UnreadableFile`."""
+        ...
+
     async def close(self) -> None:
         """Let go of everything this transport holds."""
         ...

@@ -21,6 +21,7 @@ from typing import Any
 
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
+from ddptui.remote.files import UnreadableFile
 from ddptui.remote.transport import Transport
 from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import MIB, CodeTree
@@ -381,22 +382,18 @@ async def dump(
     return HostDump(attempt, found, flight)
 
 
-async def read_flight(remote: Transport, host: HostConfig, run_dir: str, rank: int) -> bytes:
-    """Rank ``rank``'s flight-recorder dump on ``host``, as it is there (base64 on the way:
-    sessions carry text), at most :data:`~ddptui.run.flight.MAX_DUMP_BYTES`."""
+async def read_flight(
+    remote: Transport, host: HostConfig, run_dir: str, rank: int, *, max_bytes: int
+) -> bytes:
+    """Rank ``rank``'s flight-recorder dump on ``host``, as it is there, at most
+    ``max_bytes`` (and never more than :data:`~ddptui.run.flight.MAX_DUMP_BYTES`)."""
     path = flight_prefix(run_dir) + str(rank)
-    result = await remote.run(
-        host, ["base64", path], timeout=AGENT_TIMEOUT_S, max_stdout=MAX_DUMP_BYTES * 4 // 3 + 2**20
-    )
-    if result.reach is not None:
-        raise NodeError(f"{host.name}: {plain(result.reach.detail)}")
-    if result.exit_status != 0:
-        why = "it is larger than ddptui reads" if result.overflow else "it cannot be read"
-        raise NodeError(f"{host.name}: the flight-recorder dump {path}: {why}")
     try:
-        return base64.b64decode(result.stdout)
-    except ValueError:
-        raise NodeError(f"{host.name}: the flight-recorder dump {path} came garbled") from None
+        return await remote.read_file(
+            host, path, max_bytes=min(max_bytes, MAX_DUMP_BYTES), timeout=AGENT_TIMEOUT_S
+        )
+    except UnreadableFile as error:
+        raise NodeError(f"{host.name}: the flight-recorder dump {path}: {error}") from None
 
 
 async def request(remote: Transport, host: HostConfig, run_dir: str, what: str) -> None:

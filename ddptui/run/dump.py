@@ -1,43 +1,40 @@
 """``ddptui dump``'s I/O: every rank's Python stacks from every host at once, kept on the head.
 
-Each host's node agent answers for its ranks (:func:`ddptui.run.agent_client.dump`); what they
-sent is saved as it came, one file per rank.
+Each host's node agent answers for its ranks (:func:`ddptui.run.agent_client.dump`). A host is
+heard for its own ranks only (any other it names is set aside, said), within a budget of flight
+recorder bytes, and whatever goes wrong with one host's answer is that host's evidence lost,
+never the others'. Flight-recorder dumps are read by :mod:`ddptui.run.flight` alone: torch's
+analyser evaluates fields of a dump, so no dump from a host reaches it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import pickle
-import sys
-import tempfile
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from ddptui.aio import wait_for
 from ddptui.config.model import Config
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
-from ddptui.run.flight import FlightDumpError, FlightFinding, analyse, load_dump, read_dump
-from ddptui.run.layout import FLIGHT_NAME
+from ddptui.run.flight import FlightDumpError, FlightFinding, RankTrace, analyse, read_dump
 from ddptui.run.stacks import RankStack, StackGroup, group
-from ddptui.run.store import RunRecord
+from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.run.transports import transport_for
-from ddptui.untrusted import plain
 
-TORCH_ANALYSIS_FILE = "torch-fr-trace.txt"
-TORCH_ANALYSER_S = 60.0
-MAX_ANALYSIS_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class TorchAnalysis:
-    ok: bool
-    output: str
-    """Its output, or why it stopped (its last line)."""
+HOST_FLIGHT_BYTES = 64 * 1024 * 1024
+"""Flight-recorder bytes read from one host per dump: 8 ranks' recorders of 2,000 collectives
+with their stacks are about 24 MiB."""
+FLIGHT_BYTES = 512 * 1024 * 1024
+"""From all hosts together, per dump."""
+FLIGHT_READING = "flight-recorder.json"
+"""What ddptui read of the dumps, saved beside them: the collectives, as plain JSON."""
+HOST_BYTES_SUFFIX = ".from-host"
+"""The name's end of a dump saved as its host sent it: not torch's ``flight_<rank>``, so
+torch's analyser (which unpickles, then evaluates fields) is not pointed at it by habit."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +51,10 @@ class StackDump:
     flight: tuple[FlightFinding, ...] = ()
     """What the ranks' flight recorders say, where any was dumped."""
     flight_dumps: Mapping[int, bytes] = field(default_factory=dict)
-    """Global rank → its flight-recorder dump as the host holds it (saved beside the stacks)."""
+    """Global rank → its flight-recorder dump as the host sent it (saved beside the stacks)."""
+    flight_traces: tuple[RankTrace, ...] = ()
+    """What :mod:`~ddptui.run.flight` read of each dump."""
     flight_errors: tuple[str, ...] = ()
-    torch_analysis: TorchAnalysis | None = None
-    """What torch's own analyser said of the flight-recorder dumps, where the head has torch."""
 
     @property
     def groups(self) -> list[StackGroup]:
@@ -111,103 +108,140 @@ async def take(config: Config, record: RunRecord, remote: Transport | None = Non
         finally:
             await own.close()
     taken_at = time.time()
-    attempts = max(1, len(record.attempts))
-    stacks: list[RankStack] = []
-    unanswered: list[str] = []
-    seen: set[int] = set()
-    dumps: dict[int, bytes] = {}
-    errors: list[str] = []
-
-    async def one(name: str, node_rank: int, run_dir: str) -> None:
-        host = config.host(name)
-        try:
-            answer = await nodes.dump(remote, host, node_rank, run_dir, attempts=attempts)
-        except nodes.NodeError as error:
-            unanswered.append(nodes.described(name, error))
-            return
-        if answer.stacks:
-            seen.add(answer.attempt)
-        stacks.extend(answer.stacks)
-        for rank in answer.flight:
-            try:
-                dumps[rank] = await nodes.read_flight(remote, host, run_dir, rank)
-            except nodes.NodeError as error:
-                errors.append(f"rank {rank}: {error}")
-
-    await asyncio.gather(*(one(node.host, node.node_rank, node.run_dir) for node in record.nodes))
-    findings, traces = [], []
+    budget = _Budget(FLIGHT_BYTES)
+    heard = await asyncio.gather(
+        *(_hear(config, record, remote, node, budget) for node in record.nodes)
+    )
+    stacks = [stack for host in heard for stack in host.stacks]
+    dumps = {rank: data for host in heard for rank, data in host.flight.items()}
+    errors = [error for host in heard for error in host.errors]
+    traces: list[RankTrace] = []
     for rank, data in sorted(dumps.items()):
         try:
-            traces.append(read_dump(rank, data))
+            traces.append(await asyncio.to_thread(read_dump, rank, data))
         except FlightDumpError as error:
             errors.append(f"rank {rank}'s flight-recorder dump: {error}")
-    if traces:
-        findings = analyse(traces, record.world_size)
-    torch_analysis = await analyse_with_torch(dumps) if traces else None
     return StackDump(
         record.id,
         taken_at,
         tuple(sorted(stacks, key=_by_rank)),
-        tuple(sorted(unanswered)),
-        tuple(sorted(seen)),
-        flight=tuple(findings),
+        tuple(sorted(host.unanswered for host in heard if host.unanswered)),
+        tuple(sorted({host.attempt for host in heard if host.stacks and host.attempt})),
+        flight=tuple(analyse(traces, record.world_size) if traces else ()),
         flight_dumps=dumps,
+        flight_traces=tuple(traces),
         flight_errors=tuple(errors),
-        torch_analysis=torch_analysis,
     )
 
 
-async def analyse_with_torch(dumps: Mapping[int, bytes]) -> TorchAnalysis | None:
-    """torch's flight-recorder analyser (``fr_trace``) on the dumps, where this machine has
-    torch: on fresh copies of what :func:`~ddptui.run.flight.load_dump` read, since it unpickles
-    whatever it is given, and a host's pickle could name code to run here."""
-    if find_spec("torch") is None:
-        return None
-    with tempfile.TemporaryDirectory(prefix="ddptui-fr-") as work:
-        for rank, data in dumps.items():
-            try:
-                copy = pickle.dumps(load_dump(data), protocol=2)
-            except (FlightDumpError, RecursionError):
-                continue
-            (Path(work) / f"{FLIGHT_NAME}{rank}").write_bytes(copy)
-        argv = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", work]
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            "-p",
-            FLIGHT_NAME,
-            # A rank that left no dump is the usual suspect, not a reason to say nothing.
-            "--allow-incomplete-ranks",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+@dataclass
+class _Budget:
+    left: int
+
+
+@dataclass
+class _Heard:
+    """One host's part of a dump."""
+
+    stacks: list[RankStack] = field(default_factory=list)
+    attempt: int = 0
+    flight: dict[int, bytes] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    unanswered: str = ""
+
+
+async def _hear(
+    config: Config, record: RunRecord, remote: Transport, node: NodeRecord, budget: _Budget
+) -> _Heard:
+    heard = _Heard()
+    try:
+        await _ask(config, record, remote, node, budget, heard)
+    except Exception as error:  # one host's answer, whatever it does, costs that host's alone
+        heard.unanswered = nodes.described(node.host, error)
+    return heard
+
+
+async def _ask(
+    config: Config,
+    record: RunRecord,
+    remote: Transport,
+    node: NodeRecord,
+    budget: _Budget,
+    heard: _Heard,
+) -> None:
+    host = config.host(node.host)
+    answer = await nodes.dump(
+        remote, host, node.node_rank, node.run_dir, attempts=max(1, len(record.attempts))
+    )
+    own = record.ranks_of(node)
+    strays = sorted(
+        {stack.rank for stack in answer.stacks if stack.rank not in own}
+        | {rank for rank in answer.flight if rank not in own}
+    )
+    if strays:
+        heard.errors.append(
+            f"{node.host} answered for ranks {_listed(strays)}, which are not its own "
+            f"({_listed(list(own))}): set aside"
         )
+    firsts = {stack.rank: stack for stack in reversed(answer.stacks) if stack.rank in own}
+    heard.stacks, heard.attempt = list(firsts.values()), answer.attempt
+    host_left = HOST_FLIGHT_BYTES
+    for rank in sorted(rank for rank in answer.flight if rank in own):
+        room = min(host_left, budget.left)
+        if room <= 0:
+            heard.errors.append(
+                f"rank {rank}'s flight-recorder dump on {node.host}: not read, past the "
+                f"{HOST_FLIGHT_BYTES // 2**20} MiB read of a host (or "
+                f"{FLIGHT_BYTES // 2**20} MiB of all) for one dump"
+            )
+            continue
         try:
-            out, _ = await wait_for(process.communicate(), TORCH_ANALYSER_S)
-        except asyncio.TimeoutError:
-            process.kill()
-            await process.wait()
-            return TorchAnalysis(False, f"did not finish in {TORCH_ANALYSER_S:g} s")
-    text = plain(out[:MAX_ANALYSIS_BYTES].decode("utf-8", "replace"))
-    lines = [line for line in text.splitlines() if line.strip() and "tabulate" not in line]
-    if process.returncode != 0:
-        return TorchAnalysis(False, lines[-1] if lines else f"exit status {process.returncode}")
-    return TorchAnalysis(True, "\n".join(lines))
+            data = await nodes.read_flight(remote, host, node.run_dir, rank, max_bytes=room)
+        except nodes.NodeError as error:
+            heard.errors.append(f"rank {rank}: {error}")
+            continue
+        host_left -= len(data)
+        budget.left -= len(data)
+        heard.flight[rank] = data
+
+
+def _listed(ranks: list[int]) -> str:
+    shown = ", ".join(str(rank) for rank in ranks[:8])
+    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
 def save(dump: StackDump, directory: Path) -> StackDump:
-    """Each rank's text as its host sent it, under ``directory``/<time>/."""
+    """Each rank's text as its host sent it, under ``directory``/<time>/; each flight recorder
+    as its host sent it (``rank<R>.from-host``, never to be unpickled) and as ddptui read it
+    (:data:`FLIGHT_READING`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(dump.taken_at))
     target = directory / stamp
     suffix = 1
     while target.exists():
         suffix += 1
         target = directory / f"{stamp}-{suffix}"
-    target.mkdir(parents=True)
+    target.mkdir(parents=True, mode=0o700)
     for stack in dump.stacks:
         name = f"node{stack.node_rank}-rank{stack.rank}.txt"
         (target / name).write_text(stack.text or f"(no stack: {stack.error})\n")
     for rank, data in dump.flight_dumps.items():
-        (target / f"{FLIGHT_NAME}{rank}").write_bytes(data)
-    if dump.torch_analysis is not None:
-        (target / TORCH_ANALYSIS_FILE).write_text(dump.torch_analysis.output + "\n")
+        (target / f"flight-rank{rank}{HOST_BYTES_SUFFIX}").write_bytes(data)
+    if dump.flight_traces:
+        reading = [
+            {
+                "rank": trace.rank,
+                "collectives": [
+                    {
+                        "group": c.group,
+                        "seq": c.seq,
+                        "op": c.op,
+                        "sizes": c.sizes,
+                        "called_from": c.where,
+                    }
+                    for c in trace.collectives
+                ],
+            }
+            for trace in dump.flight_traces
+        ]
+        (target / FLIGHT_READING).write_text(json.dumps(reading, indent=1) + "\n")
     return replace(dump, saved_in=target)

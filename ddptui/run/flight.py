@@ -2,29 +2,36 @@
 never entered the one the others wait in (or entered a different one).
 
 Pure. A dump comes from a host, so it is untrusted: torch writes it as a pickle (the NCCL
-watchdog's dump on timeout, ``_dump_fr_trace``) or as JSON (``_dump_fr_trace_json``); the pickle
-is read by an unpickler that builds plain containers only (any class is refused: a pickle that
-names one could run code on the head), within a size cap, and every field is checked.
+watchdog's dump on timeout, ``_dump_fr_trace``) or as JSON (``_dump_fr_trace_json``). The pickle
+is read by :mod:`ddptui.run.flight_pickle` (plain containers, a budget of values, never
+:mod:`pickle`), the JSON within the same budget, and then only the fields below are taken, each
+of its type and within its bounds (:func:`read_dump`): no walk over the rest, which shared
+references could make endless, and nothing of it reaches another tool. torch's own analyser
+(``fr_trace``) ``eval``s a field of the dump, so it never sees one.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import pickle
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.run import flight_pickle
 from ddptui.run.stacks import rank_spans
 from ddptui.untrusted import count, plain
 
 MAX_DUMP_BYTES = 32 * 1024 * 1024
 """A recorder of 2,000 entries with stacks is a few MiB."""
 MAX_ENTRIES = 20_000
+MAX_FRAMES = 64
+"""Frames looked through for the user's call, innermost first."""
+MAX_SIZES = 8
+"""Tensors of a collective, and dimensions of each, that its description shows."""
 MAX_TEXT = 200
 MAX_SEQ = 2**53
+MAX_SIZE = 2**62
 
 
 class FlightDumpError(ValueError):
@@ -67,38 +74,30 @@ class FlightFinding:
     odd_ranks: tuple[int, ...] = ()
 
 
-class _Plain(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"the dump names {module}.{name}: refused")
-
-
 def read_dump(rank: int, data: bytes) -> RankTrace:
     """One rank's dump (pickle or JSON); :class:`FlightDumpError` when it is neither."""
-    entries = load_dump(data).get("entries")
+    entries = _document(data).get("entries")
     if not isinstance(entries, list):
         raise FlightDumpError("no entries in the dump")
-    try:
-        collectives = [
-            c for entry in entries[:MAX_ENTRIES] if (c := _collective(entry)) is not None
-        ]
-    except RecursionError:
-        raise FlightDumpError("an entry nested too deep to read") from None
+    collectives = [c for entry in entries[:MAX_ENTRIES] if (c := _collective(entry)) is not None]
     return RankTrace(rank, tuple(collectives))
 
 
-def load_dump(data: bytes) -> dict[str, Any]:
-    """A dump's document, plain containers only (what a fresh ``pickle.dumps`` of it holds can
-    run nothing, so torch's own analyser may read that copy)."""
+def _document(data: bytes) -> dict[Any, Any]:
     if len(data) > MAX_DUMP_BYTES:
         raise FlightDumpError(f"over {MAX_DUMP_BYTES // 2**20} MiB")
     try:
         if data.lstrip()[:1] == b"{":
+            # Every container or item JSON builds costs at least one of these bytes.
+            if sum(data.count(mark) for mark in (b"[", b"{", b",")) > flight_pickle.MAX_ITEMS:
+                raise FlightDumpError(f"more than {flight_pickle.MAX_ITEMS:,} values")
             document = json.loads(data)
         else:
-            document = _Plain(io.BytesIO(data)).load()
-    except (ValueError, pickle.UnpicklingError, EOFError, RecursionError, MemoryError) as error:
-        raise FlightDumpError(f"not a flight-recorder dump ({type(error).__name__})") from None
-    except Exception as error:  # a crafted pickle can raise from any opcode
+            document = flight_pickle.load(data)
+    except flight_pickle.PickleRefused as error:
+        raise FlightDumpError(f"not a flight-recorder dump ({error})") from None
+    except (ValueError, RecursionError, MemoryError) as error:
+        # ValueError covers JSON's errors and its integers of more than 4,300 digits.
         raise FlightDumpError(f"not a flight-recorder dump ({type(error).__name__})") from None
     if not isinstance(document, dict):
         raise FlightDumpError("no entries in the dump")
@@ -110,33 +109,45 @@ def _collective(entry: Any) -> Collective | None:
         return None
     seq = count(entry.get("collective_seq_id"), MAX_SEQ)
     op = entry.get("profiling_name")
-    group = entry.get("process_group")
     if seq is None or not isinstance(op, str):
         return None
-    if isinstance(group, (list, tuple)) and len(group) == 2:
-        name, description = (plain(str(part), limit=MAX_TEXT, one_line=True) for part in group)
-        group_text = f"{name} ({description})" if description else name
-    else:
-        group_text = "?"
     return Collective(
-        group_text,
+        _group(entry.get("process_group")),
         seq,
         plain(op, limit=MAX_TEXT, one_line=True),
-        plain(_sizes(entry.get("input_sizes")), limit=MAX_TEXT, one_line=True),
+        _sizes(entry.get("input_sizes")),
         _caller(entry.get("frames")),
     )
 
 
+def _group(value: Any) -> str:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return "?"
+    if not all(isinstance(part, str) for part in value):
+        return "?"
+    name, description = (plain(part, limit=MAX_TEXT, one_line=True) for part in value)
+    return f"{name} ({description})" if description else name
+
+
 def _sizes(value: Any) -> str:
+    """``[[1024],[16,16]]``: each tensor's dimensions, as torch lists them."""
     if not isinstance(value, list):
         return "?"
-    return json.dumps(value[:8], separators=(",", ":"), default=str)[:MAX_TEXT]
+    shown = []
+    for shape in value[:MAX_SIZES]:
+        if not isinstance(shape, list):
+            return "?"
+        dims = [count(dim, MAX_SIZE) for dim in shape[:MAX_SIZES]]
+        if any(dim is None for dim in dims):
+            return "?"
+        shown.append("[" + ",".join(str(dim) for dim in dims) + "]")
+    return "[" + ",".join(shown) + "]"
 
 
 def _caller(frames: Any) -> str:
     if not isinstance(frames, list):
         return ""
-    for frame in frames[:64]:
+    for frame in frames[:MAX_FRAMES]:
         if not isinstance(frame, dict):
             continue
         filename, name = frame.get("filename"), frame.get("name")
@@ -145,8 +156,8 @@ def _caller(frames: Any) -> str:
             continue
         if "/torch/" in filename:
             continue
-        where = f"{posixpath.basename(filename)}:{line}"
-        return plain(f"{name} at {where}", limit=MAX_TEXT, one_line=True)
+        where = f"{posixpath.basename(filename[-4096:])}:{line}"
+        return plain(f"{name[:MAX_TEXT]} at {where}", limit=MAX_TEXT, one_line=True)
     return ""
 
 

@@ -4,6 +4,7 @@ for it in a collective, as a hung run is; and the user's own sitecustomize still
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -162,12 +163,12 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
     assert lines[2].startswith("  no flight-recorder dump from rank 1: ")
     saved = Path(lines[-1].rpartition(": ")[2])
     assert sorted(path.name for path in saved.iterdir()) == [
-        "flight_0",
-        "flight_2",
-        "torch-fr-trace.txt",
+        "flight-rank0.from-host",
+        "flight-rank2.from-host",
+        "flight-recorder.json",
     ]
-    assert "torch's own analyser (fr_trace)" in dumped.stdout
-    assert (saved / "torch-fr-trace.txt").read_text().strip()
+    read = json.loads((saved / "flight-recorder.json").read_text())
+    assert [trace["rank"] for trace in read] == [0, 2]
 
 
 def _attempt_detail(cli: Cli, run_id: str) -> str:

@@ -3,7 +3,6 @@ hostile host could send instead."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pickle
 import struct
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.run.dump import analyse_with_torch
 from ddptui.run.flight import FlightDumpError, analyse, read_dump
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "flight"
@@ -86,14 +84,14 @@ def _key(text: str) -> bytes:
     return b"X" + struct.pack("<I", len(text)) + text.encode()
 
 
-def test_an_entry_nested_too_deep_is_refused() -> None:
+def test_an_entry_nested_deep_is_read_without_recursion() -> None:
     depth = 200_000
     nested = b"]" * depth + b"a" * (depth - 1)
     entry = b"}" + _key("collective_seq_id") + b"K\x01s" + _key("profiling_name") + _key("x")
     entry += b"s" + _key("input_sizes") + nested + b"s"
     data = b"\x80\x02}" + _key("entries") + b"]" + entry + b"as."
-    with pytest.raises(FlightDumpError, match="nested too deep"):
-        read_dump(0, data)
+    (collective,) = read_dump(0, data).collectives
+    assert collective.sizes == "?"
 
 
 @given(st.binary(max_size=2000))
@@ -103,15 +101,3 @@ def test_any_bytes_are_a_trace_or_an_error(data: bytes) -> None:
     except FlightDumpError:
         return
     assert all(collective.seq >= 0 for collective in trace.collectives)
-
-
-def test_torch_s_own_analyser_reads_plain_copies_and_its_failure_is_said() -> None:
-    marker = Path("/tmp/ddptui-flight-pwned")
-    marker.unlink(missing_ok=True)
-    dumps = {rank: (RECORDED / "rank-behind" / f"rank_{rank}").read_bytes() for rank in range(3)}
-    dumps[3] = pickle.dumps({"entries": [_Runs()]})
-    analysis = asyncio.run(analyse_with_torch(dumps))
-    assert analysis is not None
-    # torch 2.13's fr_trace cannot place gloo's default group: said in its own words.
-    assert not analysis.ok and "KeyError" in analysis.output, analysis.output
-    assert not marker.exists()
