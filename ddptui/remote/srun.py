@@ -5,7 +5,12 @@ that shares the node with the run's own, so the node agent follows, reports and 
 as it does over SSH, and no node needs an SSH server or a key. Once the job has ended there is
 no allocation to run a step in; the run's files are still on the workdir the login node shares
 with the nodes, so the agent then runs here and reads them (it finds no process of the run on
-this machine, which is so: Slurm ended them).
+this machine, which is so: Slurm ended them), and a file is read straight from the disk.
+
+Whether the job has ended is Slurm's word (``job_ended``, asked of the controller), never what
+a failed step printed: a node's task writes to srun's stderr too, and could say "Invalid job
+id" to have the next command run here. Only the node agent runs here in a node's stead: it is
+ddptui's own code, sent on stdin, and only reads.
 """
 
 from __future__ import annotations
@@ -13,16 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
-from ddptui.remote.commands import CommandResult, python_argv
+from ddptui.remote.commands import HEAD_CWD, CommandResult, head_python, python_argv
 from ddptui.remote.connection import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, RemoteError
 from ddptui.remote.failures import remote_reason
+from ddptui.remote.files import UnreadableFile, read_local, read_remote
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import Capped, LineStream, drain_both
 
@@ -30,21 +34,20 @@ STREAM_ERROR_BYTES = 16 * 1024
 """What a stream keeps of its command's stderr: enough for srun's reason it could not start."""
 STOP_S = 2.0
 """How long an srun that was asked to end (SIGTERM: it ends its step) gets before SIGKILL."""
-_JOB_GONE = re.compile(
-    r"has expired|already completing or completed|Invalid job id|is not running", re.IGNORECASE
-)
-"""What srun says for a job that has ended: its steps cannot start any more."""
+JobEnded = Callable[[str], bool]
+"""Whether Slurm says job J has ended (asked of the controller; blocking)."""
 
 
 class SrunCluster:
-    """Commands on the nodes of Slurm job ``job_id`` (None: the job is not running, so every
-    command runs on this machine, against the shared workdir)."""
+    """Commands on the nodes of Slurm job ``job_id`` (None: the job is not running, so the
+    node agent runs on this machine, against the shared workdir)."""
 
-    def __init__(self, job_id: str | None, *, here_once_ended: bool = True) -> None:
-        """``here_once_ended``: a command that finds the job ended runs here instead (it reads
-        the run's files); without it, it fails as srun did (it asks about the node itself)."""
+    def __init__(self, job_id: str | None, *, job_ended: JobEnded | None = None) -> None:
+        """``job_ended``: how to ask Slurm whether the job has ended, when a step fails; if it
+        has, the node agent runs here from then on (it reads the run's files). Without it, a
+        command fails as srun did (it asks about the node itself)."""
         self.job_id = job_id
-        self.here_once_ended = here_once_ended
+        self.job_ended = job_ended
 
     @property
     def local(self) -> bool:
@@ -52,7 +55,7 @@ class SrunCluster:
 
     def python(self, host: HostConfig, *args: str) -> list[str]:
         # Here, the login node's own Python runs the agent: the nodes' may not exist on it.
-        return [sys.executable, *args] if self.local else python_argv(host, *args)
+        return head_python(*args) if self.local else python_argv(host, *args)
 
     async def connect(self, host: HostConfig) -> Reachability:
         return Reachability(Reach.OK, "this machine" if self.local else f"job {self.job_id}")
@@ -68,15 +71,39 @@ class SrunCluster:
         max_stdout: int = MAX_STDOUT_BYTES,
         max_stderr: int = MAX_STDERR_BYTES,
     ) -> CommandResult:
-        """As :meth:`RemoteCluster.run`; a job found ended on the way has the command run here
-        instead (its files are shared), with the Python this machine has."""
+        """As :meth:`RemoteCluster.run`. A step that fails once Slurm says the job has ended
+        has the node agent run here instead (its files are shared), with this machine's
+        Python; any other command fails as srun said."""
         result = await self._run(host, argv, input, timeout, env, max_stdout, max_stderr)
-        gone = not result.stdout and _JOB_GONE.search(result.stderr)
-        if not self.local and self.here_once_ended and gone:
+        if self.local or result.ok or result.stdout or not await self._ended_now():
+            return result
+        node_python = python_argv(host)
+        if list(argv[: len(node_python)]) != node_python:
+            return result
+        here = self.python(host, *argv[len(node_python) :])
+        return await self._run(host, here, input, timeout, env, max_stdout, max_stderr)
+
+    async def read_file(
+        self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
+    ) -> bytes:
+        """``path`` on ``host``: from the shared workdir here once the job has ended."""
+        if not self.local:
+            try:
+                return await read_remote(self, host, path, max_bytes=max_bytes, timeout=timeout)
+            except UnreadableFile:
+                # The step's failure asked Slurm: still remote, the job runs.
+                if not self.local:
+                    raise
+        return await read_local(path, max_bytes=max_bytes)
+
+    async def _ended_now(self) -> bool:
+        """Whether the job has ended, as Slurm says (asked once a step failed); from then on
+        this transport is local."""
+        if self.job_ended is None or self.job_id is None:
+            return False
+        if await asyncio.to_thread(self.job_ended, self.job_id):
             self.job_id = None
-            local_argv = [sys.executable, *argv[len(python_argv(host)) :]]
-            result = await self._run(host, local_argv, input, timeout, env, max_stdout, max_stderr)
-        return result
+        return self.local
 
     async def open_stream(
         self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
@@ -90,6 +117,12 @@ class SrunCluster:
 
     def _argv(self, host: HostConfig, argv: Sequence[str]) -> list[str]:
         if self.local:
+            own = head_python()
+            if list(argv[: len(own)]) != own:
+                raise RemoteError(
+                    f"{host.name}: Slurm ended the job, and only the node agent runs on this "
+                    "machine in a node's stead"
+                )
             return list(argv)
         return [
             "srun",
@@ -112,6 +145,7 @@ class SrunCluster:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, **env} if env else None,
+                cwd=HEAD_CWD,
                 # A group of its own: ending it never reaches the supervisor that started it.
                 start_new_session=True,
             )

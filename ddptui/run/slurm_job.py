@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ddptui.untrusted import plain
+from ddptui.untrusted import plain, whole
 
 MAX_JOB_TEXT = 64 * 1024
 """``scontrol show job -o`` prints one line of a few hundred characters per job."""
@@ -130,7 +130,7 @@ def parse_job(text: str) -> SlurmJob:
         state=state,
         reason=None if reason in (None, "", "None") else reason,
         nodes=None if nodes in (None, "", "(null)") else nodes,
-        restarts=int(restarts) if restarts is not None and restarts.isdigit() else 0,
+        restarts=whole(restarts) or 0,
         exit_code=field("ExitCode"),
     )
 

@@ -159,7 +159,7 @@ async def check_allocation(
     ``srun`` steps, evaluated as ``ddptui check`` evaluates hosts (node 0 at its ``NodeAddr``)."""
     hosts = tuple(replace(config.host(node.host), address=node.address) for node in record.nodes)
     # Never this machine in a node's stead: a job that ends meanwhile fails its probes.
-    nodes = SrunCluster(record.job_id, here_once_ended=False)
+    nodes = SrunCluster(record.job_id)
     checks, findings = await check_nodes(replace(config, hosts=hosts), nodes)
     return checks, in_allocation(findings)
 

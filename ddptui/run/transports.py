@@ -37,15 +37,16 @@ async def transport(
             keepalive_interval=keepalive_interval,
             keepalive_count_max=keepalive_count_max,
         )
-    running = job_id is not None and await asyncio.to_thread(_running, job_id)
-    return SrunCluster(job_id if running else None)
+    running = job_id is not None and not await asyncio.to_thread(job_ended, job_id)
+    return SrunCluster(job_id if running else None, job_ended=job_ended)
 
 
-def _running(job_id: str) -> bool:
+def job_ended(job_id: str) -> bool:
+    """Whether Slurm says job ``job_id`` no longer runs (its steps can start no more)."""
     try:
         job = slurm.job(job_id)
     except slurm.SlurmError:
         # A controller that does not answer (restarting) has not ended the job: its steps
         # still run, and whether they can be reached is for srun to say.
-        return True
-    return job is not None and job.state == "RUNNING"
+        return False
+    return job is None or job.state != "RUNNING"

@@ -102,7 +102,6 @@ HOST_PATTERNS = frozenset(
         "run.slurm_job._FIELDS",
         "run.slurm_job._JOB_ID",
         "run.slurm_job._STATE",
-        "remote.srun._JOB_GONE",
         "run.slurm_job.NODE_NAME",
         "run.slurm_job._ADDRESS",
         "run.state._STEP",
