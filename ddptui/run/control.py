@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.slurm import SlurmCheck
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.plan.slurm import BatchPlan, plan_batch
+from ddptui.remote.commands import HEAD_CWD, head_python
 from ddptui.run import dump as stack_dump
 from ddptui.run import protocol, slurm, slurm_run
 from ddptui.run.code import CodeTree, job_code
@@ -671,8 +671,10 @@ class RunControl:
 
     def _spawn(self, run_id: str, *args: str) -> None:
         """Start ``run_id``'s supervisor, detached in a session of its own."""
+        root = str(self.store.root.resolve())
         subprocess.run(
-            [sys.executable, "-m", "ddptui.run.supervisor", str(self.store.root), run_id, *args],
+            head_python("-m", "ddptui.run.supervisor", root, run_id, *args),
+            cwd=HEAD_CWD,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

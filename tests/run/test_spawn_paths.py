@@ -1,0 +1,62 @@
+"""The interpreters ddptui starts on the head import nothing from the directory it was started
+in: run from a folder another user can write (``/tmp``, a shared project), whose ``json.py`` or
+``ddptui/run/supervisor.py`` would otherwise run as the user."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import HostConfig
+from ddptui.remote.srun import SrunCluster
+from ddptui.run.control import RunControl
+from ddptui.run.store import RunStore
+
+PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor.py")
+
+
+def plant(directory: Path, marker: Path) -> None:
+    for name in PLANTED:
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n")
+    (directory / "ddptui" / "run" / "__init__.py").write_text("")
+
+
+@pytest.fixture
+def hostile_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    marker = tmp_path / "imported-from-cwd"
+    cwd = tmp_path / "shared"
+    plant(cwd, marker)
+    monkeypatch.chdir(cwd)
+    return marker
+
+
+def test_the_supervisor_starts_from_ddptui_s_own_files(hostile_cwd: Path, tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    (store.root / "20990101-000000-none").mkdir(parents=True)
+    RunControl(store)._spawn("20990101-000000-none")
+    # The real supervisor finds no run and ends; wait for it, then for any planted import.
+    log = store.files("20990101-000000-none").supervisor_log
+    deadline = time.monotonic() + 20
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert log.exists(), "the supervisor never started"
+    assert not hostile_cwd.exists(), hostile_cwd.read_text()
+
+
+def test_the_node_agent_run_here_for_an_ended_job_imports_the_standard_library(
+    hostile_cwd: Path,
+) -> None:
+    node = HostConfig("node1", "node1")
+    here = SrunCluster(None)
+    argv = here.python(node, "-", "x")
+    result = asyncio.run(
+        here.run(node, argv, input="import json; print(json.dumps(1))", timeout=30)
+    )
+    assert (result.exit_status, result.stdout) == (0, "1\n"), result.stderr
+    assert not hostile_cwd.exists(), hostile_cwd.read_text()
