@@ -24,7 +24,7 @@ from ddptui.remote.commands import CommandResult, classify_python_failure, pytho
 from ddptui.remote.connection import RemoteCluster, RemoteError
 from ddptui.remote.status import Reachability
 from ddptui.remote.transport import Transport
-from ddptui.untrusted import plain
+from ddptui.untrusted import plain, whole
 
 PROBE_TIMEOUT_S = 60.0
 """The probe imports torch (bounded by its own timeout) and lists packages: seconds, not minutes."""
@@ -34,7 +34,7 @@ WORKDIR_MARK_TIMEOUT_S = 15.0
 
 STDERR_TAIL_LINES = 5
 
-_READY = re.compile(r"ready (\d{1,5})")
+_READY = re.compile(r"ready ([0-9]{1,5})")
 """What the port-test listener prints once it listens (scripts.LISTENER)."""
 _MAX_LINES_BEFORE_READY = 50
 
@@ -168,7 +168,8 @@ async def _find_shared_workdirs(
     await asyncio.gather(*(step("unmark", rank) for rank in ranks))
     seen: dict[int, tuple[str, ...]] = {}
     for rank, result in zip(ranks, listed, strict=True):
-        others = {int(word) for word in result.stdout.split() if word.isdigit()} - {rank}
+        others = {number for word in result.stdout.split() if (number := whole(word)) is not None}
+        others.discard(rank)
         seen[rank] = tuple(checks[other].host.name for other in sorted(others) if other in ranks)
     return [
         dataclasses.replace(check, workdir_shared_with=seen[rank]) if seen.get(rank) else check

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ddptui.untrusted import whole
+
 MAX_LINE_CHARS = 1000
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _LOSS_PATTERNS = (
@@ -63,4 +65,4 @@ def _logged(step: str | None, loss: str) -> LoggedLoss | None:
         value = float(loss)
     except ValueError:
         return None
-    return LoggedLoss(int(step) if step is not None and step.isdigit() else None, value)
+    return LoggedLoss(whole(step, digits=12), value)

@@ -33,7 +33,7 @@ class LogLine:
     text: str
 
 
-RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
+RANK_PREFIX = re.compile(r"^\[rank([0-9]{1,9})\]:\s?")
 # glog (torchrun's Python logging) and c10d's C++ log prefixes.
 _GLOG_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
 _C10D_PREFIX = re.compile(r"^\[[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] (?:\[c10d\] )?")
@@ -120,7 +120,7 @@ _NCCL_CODES: Final = {
 }
 LAST_ERROR = re.compile(r"^Last error:\s*(.*)$")
 
-_SIGNAL_TEXT = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID")
+_SIGNAL_TEXT = re.compile(r"Signal ([0-9]{1,3}) \((SIG\w+)\) received by PID")
 _LOOPBACK = re.compile(r"\b127\.\d+\.\d+\.\d+\b")
 
 # Normalisation: what differs between ranks and runs of the same failure.

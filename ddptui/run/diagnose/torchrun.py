@@ -21,16 +21,16 @@ from ddptui.run.diagnose.limits import (
 )
 from ddptui.run.diagnose.lines import Finding, classify, killed, python_error
 
-TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?[0-9]{1,9})\) local_rank: ([0-9]{1,9})")
 # torchrun ending its other workers: their deaths by these signals are its doing.
 TORCHRUN_CLOSING = re.compile(
-    r"Sending process (\d+) closing signal|Unable to shutdown process (\d+) via"
+    r"Sending process ([0-9]{1,9}) closing signal|Unable to shutdown process ([0-9]{1,9}) via"
 )
 
 _BLOCK_FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
 _BLOCK_ENTRY = re.compile(r"^\[\d+\]:\s*$")
-_BLOCK_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
-_BLOCK_EXIT = re.compile(r"^(-?\d+)(?: \(pid: (\d+)\))?")
+_BLOCK_RANK = re.compile(r"^([0-9]{1,9}) \(local_rank: ([0-9]{1,9})\)")
+_BLOCK_EXIT = re.compile(r"^(-?[0-9]{1,9})(?: \(pid: ([0-9]{1,9})\))?")
 
 
 @dataclass
