@@ -27,6 +27,7 @@ from ddptui.plan.resources import (
 from ddptui.probe.facts import HostFacts
 from ddptui.remote.commands import python_argv
 from ddptui.run import layout
+from ddptui.untrusted import plain
 
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9]{4}")
 """``YYYYMMDD-HHMMSS-xxxx``: sortable by start time, unique enough, safe in any path or shell."""
@@ -108,6 +109,22 @@ class LaunchPlan:
         raise KeyError(host_name)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def trainer_args(config: Config, extra_args: Sequence[str]) -> tuple[str, ...]:
+    """``[job] args`` then the arguments given after ``--``, which may hold no control
+    character: a newline would end the batch script's here-document early, and what follows
+    it would run as the script (the hosts file's values are checked as they are read)."""
+    for arg in extra_args:
+        if _CONTROL.search(arg):
+            raise PlanError(
+                f"the trainer argument {plain(arg, limit=80, one_line=True)!r} after -- holds a "
+                "control character (a newline, a tab or an escape): give it without one"
+            )
+    return (*config.job.args, *extra_args)
+
+
 def plan_launch(
     config: Config,
     checks: Sequence[HostCheck],
@@ -134,7 +151,7 @@ def plan_launch(
     lone = len(hosts) == 1
     master_addr = "127.0.0.1" if one_machine(config) else config.head.address
     entry = job_entry(config)
-    args = (*config.job.args, *extra_args)
+    args = trainer_args(config, extra_args)
     counts = [procs_per_node(config, host, facts[host.name]) for host in hosts]
     for host, count in zip(hosts, counts, strict=True):
         if count < 1:

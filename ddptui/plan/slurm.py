@@ -36,6 +36,7 @@ from ddptui.plan.launch import (
     job_entry,
     rank_environment,
     torchrun_argv,
+    trainer_args,
 )
 from ddptui.run import layout
 
@@ -138,7 +139,7 @@ def plan_batch(
         log_dir=layout.log_dir(run_dir, shell("attempt")),
         run_dir=run_dir,
         entry=job_entry(config),
-        args=(*config.job.args, *extra_args),
+        args=trainer_args(config, extra_args),
     )
     env = rank_environment(node, backend, None, None, run_dir, debug)
     env |= flight_recorder_environment(node, FLIGHT_RECORDER_NAMES, backend, run_dir)

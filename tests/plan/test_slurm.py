@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from ddptui.config import parse_config
-from ddptui.plan.launch import ATTEMPT_ENV, FLIGHT_RECORDER_NAMES, RUN_DIR_ENV, STACKS_ENV
+from ddptui.plan.launch import (
+    ATTEMPT_ENV,
+    FLIGHT_RECORDER_NAMES,
+    RUN_DIR_ENV,
+    STACKS_ENV,
+    PlanError,
+)
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
 from ddptui.run import agent, layout
 
@@ -211,3 +217,20 @@ def test_the_node_script_marks_its_processes_as_the_node_agent_looks_for_them() 
         agent.STACKS_MARK,
     )
     assert layout.node_stacks("/w/runs/r/node1") == str(agent.stacks_dir(Path("/w/runs/r/node1")))
+
+
+@pytest.mark.parametrize("arg", ["x\nNODE\ntouch /tmp/pwned-by-args", "tab\there", "\x1b]0;t\x07"])
+def test_an_argument_after_the_double_dash_with_a_control_character_is_refused(
+    tmp_path: Path, arg: str
+) -> None:
+    # A newline ends the node script's here-document early: what follows ran in the script.
+    with pytest.raises(PlanError, match="after -- holds a control character"):
+        plan_batch(_config(tmp_path), run_id=RUN, workdir=f"{tmp_path}/shared", extra_args=[arg])  # type: ignore[arg-type]
+    plain_args = ["--note", "a b 'c'"]
+    plan = plan_batch(
+        _config(tmp_path),  # type: ignore[arg-type]
+        run_id=RUN,
+        workdir=f"{tmp_path}/shared",
+        extra_args=plain_args,
+    )
+    assert "NODE\n" in plan.script
