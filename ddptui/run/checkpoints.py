@@ -3,9 +3,11 @@
 The common pattern (rank 0 saves ``snapshot.pt`` where it runs; every rank loads it if it is
 there) diverges on resume without shared storage: only node 0 holds the file, so the other
 ranks start again from scratch. ``[job] checkpoint_files`` names those files (globs relative to
-the working directory, the run's code directory); before a resume, each is copied from the node
-that holds the newest copy (node 0's unless another's is newer) to every node that lacks it or
-holds an older one: through this machine, checksummed end to end, renamed into place. Without
+the working directory, the run's code directory); before a resume, each is copied from node 0
+(where rank 0 saved it; the lowest node rank that holds it where node 0 does not) to every node
+that lacks it or holds another copy: through this machine, checksummed end to end, renamed into
+place. Which copy is newer is never asked of the hosts: a node that claimed a later mtime would
+have its file, whatever it holds, loaded by every rank. Without
 the key, a resume whose node 0 holds checkpoint-like files some node lacks is warned about.
 
 :func:`copies` and :func:`only_on_node_0` are pure; :data:`SEND` and :data:`RECEIVE` are the two
@@ -88,18 +90,16 @@ class Copy:
 
 
 def copies(listings: Mapping[int, Mapping[str, Held]]) -> list[Copy]:
-    """What to copy, by node rank: each file from the node with the newest copy (node 0's
-    unless another's is newer) to every node that lacks it or holds another copy."""
+    """What to copy, by node rank: each file from node 0, or the lowest node rank that holds
+    it, to every node that lacks it or holds another copy."""
     planned = []
     for path in sorted({path for listing in listings.values() for path in listing}):
         holders = {rank: listing[path] for rank, listing in listings.items() if path in listing}
-        source = min(holders, key=lambda rank: (-holders[rank].mtime, rank))
-        newest = holders[source]
-        if 0 in holders and holders[0].mtime >= newest.mtime:
-            source, newest = 0, holders[0]
-        targets = tuple(rank for rank in sorted(listings) if holders.get(rank) != newest)
+        source = min(holders)
+        held = holders[source]
+        targets = tuple(rank for rank in sorted(listings) if holders.get(rank) != held)
         if targets:
-            planned.append(Copy(path, source, targets, newest))
+            planned.append(Copy(path, source, targets, held))
     return planned
 
 

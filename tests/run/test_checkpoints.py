@@ -20,11 +20,16 @@ from tests.testbed import LocalSshServer
 OLD, NEW = Held(10, 100.0), Held(12, 200.0)
 
 
-def test_the_newest_copy_goes_to_every_node_without_it_node_0_first_on_a_tie() -> None:
+def test_node_0_s_copy_goes_to_every_node_whatever_mtime_another_claims() -> None:
+    # Node 2 says its copy is newer: a host's word, and its file would be loaded everywhere.
     listings = {0: {"snapshot.pt": OLD}, 1: {}, 2: {"snapshot.pt": NEW}, 3: {"snapshot.pt": NEW}}
-    assert copies(listings) == [Copy("snapshot.pt", 2, (0, 1), NEW)]
-    tie = {0: {"a.pt": NEW}, 1: {"a.pt": Held(99, 200.0)}, 2: {"a.pt": NEW}}
-    assert copies(tie) == [Copy("a.pt", 0, (1,), NEW)]
+    assert copies(listings) == [Copy("snapshot.pt", 0, (1, 2, 3), OLD)]
+    same = {0: {"a.pt": NEW}, 1: {"a.pt": Held(99, 200.0)}, 2: {"a.pt": NEW}}
+    assert copies(same) == [Copy("a.pt", 0, (1,), NEW)]
+    # Where node 0 has none, the lowest node rank that holds one.
+    assert copies({0: {}, 1: {}, 2: {"b.pt": OLD}, 3: {"b.pt": NEW}}) == [
+        Copy("b.pt", 2, (0, 1, 3), OLD)
+    ]
     # Hosts that share the directory list the same file: nothing to copy.
     assert copies({0: {"a.pt": NEW}, 1: {"a.pt": NEW}}) == []
 
