@@ -10,6 +10,7 @@ from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Sever
 from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
+from ddptui.health.workdir import workdir_findings
 from ddptui.plan.resources import present_gpus, procs_per_node
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import TRUST_ADVICE, Reach
@@ -65,6 +66,7 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
         )
     yield from _torch_findings(host, facts)
     yield from _disk_findings(config, host, facts)
+    yield from workdir_findings(host, facts)
     yield from _process_findings(config, host, facts)
     if check.workdir_shared_with:
         yield _shared_workdir(check, facts)

@@ -67,6 +67,7 @@ class Code(str, enum.Enum):
     NPROC_OVER_FREE_MEMORY = "nproc_over_free_memory"
     NPROC_OVER_CPUS = "nproc_over_cpus"
     WORKDIR_SHARED = "workdir_shared"
+    WORKDIR_UNSAFE = "workdir_unsafe"
     SLURM_PARTITION_MISSING = "slurm_partition_missing"
     SLURM_NODE_UNAVAILABLE = "slurm_node_unavailable"
     SLURM_TOO_FEW_NODES = "slurm_too_few_nodes"

@@ -12,9 +12,10 @@ import enum
 import ipaddress
 import json
 import math
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Any, Final, Literal, TypeAlias, TypeGuard, TypeVar
 
 from ddptui.untrusted import count, plain
 
@@ -31,6 +32,14 @@ MAX_GPU_MIB: Final = 2**30
 """More memory (MiB) than any GPU has, by far: a larger figure is not a GPU's."""
 MAX_PID: Final = 2**22
 """Linux's ``PID_MAX_LIMIT``."""
+MAX_PATH_ENTRIES: Final = 64
+"""The most directories and links the probe records on the way to the workdir."""
+MAX_PATH_CHARS: Final = 4096
+"""Linux's ``PATH_MAX``: no path the probe looked up is longer."""
+MAX_UID: Final = 2**32 - 1
+"""Linux's uids and gids are 32 bits."""
+MAX_MODE: Final = 0o177777
+"""``st_mode`` is 16 bits: the file's type and its permissions."""
 
 _T = TypeVar("_T")
 
@@ -144,6 +153,45 @@ class DiskFacts:
     total_bytes: Maybe[int] = NA
 
 
+PathKind: TypeAlias = Literal["directory", "link", "other"]
+
+
+@dataclass(frozen=True)
+class PathEntry:
+    """A directory or link on the way to the workdir, as ``lstat`` saw it."""
+
+    path: str
+    uid: int
+    """Its owner."""
+    gid: int
+    """Its group."""
+    mode: int
+    """Its permission bits, the sticky bit among them (``stat.S_IMODE``)."""
+    kind: PathKind
+
+
+@dataclass(frozen=True)
+class WorkdirSafety:
+    """Who could change what the workdir holds: the run's code, and the ranks' stack handler
+    (a ``sitecustomize.py`` every rank imports first)."""
+
+    path: str
+    """The workdir, ``~`` expanded on the host."""
+    uid: int
+    """The user the probe ran as, whom the run's processes run as."""
+    private_gid: int | None
+    """The user's primary group when no one else is in it (named after the user, no other
+    members): its write access is the user's own. ``None`` otherwise."""
+    exists: bool
+    entries: tuple[PathEntry, ...]
+    """From ``/``, every directory and link a lookup of the workdir passes through, links
+    followed as the kernel follows them."""
+    target: PathEntry | None
+    """The workdir, or, when it does not exist yet, the directory it would be created in;
+    ``None`` when the probe stopped short of both (a directory it may not search, a link loop,
+    a path too deep): the entries are then only part of the way."""
+
+
 @dataclass(frozen=True)
 class PortFacts:
     port: int
@@ -177,6 +225,8 @@ class HostFacts:
     torch: TorchFacts = TorchFacts(status="error", detail="not reported")
     gpus: GpuInventory = GpuInventory()
     disk: DiskFacts = DiskFacts()
+    workdir: Maybe[WorkdirSafety] = NA
+    """``NA`` when the probe could not say (or is older than this fact)."""
     cpu_count: Maybe[int] = NA
     memory_total_bytes: Maybe[int] = NA
     memory_available_bytes: Maybe[int] = NA
@@ -247,6 +297,7 @@ def parse_facts(text: str) -> HostFacts:
         torch=_torch(doc.get("torch")),
         gpus=_gpus(section("gpus")),
         disk=_disk(section("disk")),
+        workdir=_workdir(doc.get("workdir"), errors),
         cpu_count=_get(system, "cpu_count", int),
         memory_total_bytes=_get(system, "memory_total_bytes", int),
         memory_available_bytes=_get(system, "memory_available_bytes", int),
@@ -452,6 +503,52 @@ def _disk(data: Mapping[str, Any]) -> DiskFacts:
         free_bytes=_get(data, "free_bytes", int),
         total_bytes=_get(data, "total_bytes", int),
     )
+
+
+def _workdir(value: Any, errors: dict[str, str]) -> Maybe[WorkdirSafety]:
+    """All or nothing: a part of the way left out could be the part another user can change."""
+    if not isinstance(value, dict):
+        return NA
+    if isinstance(value.get("error"), str):
+        errors["workdir"] = value["error"]
+        return NA
+    path, uid, exists = value.get("path"), count(value.get("uid"), MAX_UID), value.get("exists")
+    if not (_is_path(path) and uid is not None and isinstance(exists, bool)):
+        return NA
+    rows = value.get("entries")
+    if not isinstance(rows, list) or not 0 < len(rows) <= MAX_PATH_ENTRIES:
+        return NA
+    entries = tuple(_items(rows, _path_entry))
+    target = value.get("target")
+    index = None if target is None else count(target, len(entries) - 1)
+    if len(entries) != len(rows) or (target is not None and index is None):
+        return NA
+    return WorkdirSafety(
+        path=path,
+        uid=uid,
+        # Anything else is no private group: the stricter reading.
+        private_gid=count(value.get("private_gid"), MAX_UID),
+        exists=exists,
+        entries=entries,
+        target=None if index is None else entries[index],
+    )
+
+
+def _path_entry(value: Any) -> PathEntry | None:
+    if not isinstance(value, dict) or not _is_path(value.get("path")):
+        return None
+    uid, gid = count(value.get("uid"), MAX_UID), count(value.get("gid"), MAX_UID)
+    mode = count(value.get("mode"), MAX_MODE)
+    if uid is None or gid is None or mode is None:
+        return None
+    kind: PathKind = (
+        "directory" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "other"
+    )
+    return PathEntry(path=value["path"], uid=uid, gid=gid, mode=stat.S_IMODE(mode), kind=kind)
+
+
+def _is_path(value: Any) -> TypeGuard[str]:
+    return isinstance(value, str) and value.startswith("/") and len(value) <= MAX_PATH_CHARS
 
 
 def _packages(value: Any) -> Maybe[Mapping[str, str]]:

@@ -32,9 +32,11 @@ from ddptui.probe.facts import (
     HostFacts,
     Interface,
     MasterResolution,
+    PathEntry,
     PortFacts,
     PythonFacts,
     TorchFacts,
+    WorkdirSafety,
 )
 from ddptui.remote.status import TRUST_ADVICE, Reach, Reachability
 
@@ -155,6 +157,12 @@ def test_healthy_cluster_has_only_information() -> None:
     assert all(f.severity is Severity.INFO for f in findings)
     backend = next(f for f in findings if f.code is Code.BACKEND_AUTO)
     assert "nccl" in backend.message
+
+
+def _world_writable_workdir() -> WorkdirSafety:
+    root = PathEntry("/", 0, 0, 0o755, "directory")
+    work = PathEntry("/w", 1000, 1000, 0o777, "directory")
+    return WorkdirSafety("/w", 1000, 1000, True, (root, work), work)
 
 
 def _busy(s: Scenario) -> None:
@@ -557,6 +565,13 @@ CASES = [
         Severity.INFO,
         lambda s: s.shared_workdirs.update({C: (A,)}),
         "the workdir /w on gpu-c is on storage that 1 other host(s) share",
+    ),
+    Case(
+        Code.WORKDIR_UNSAFE,
+        B,
+        Severity.ERROR,
+        lambda s: s.edit(B, workdir=_world_writable_workdir()),
+        "/w (the workdir) is writable by every other user (mode 0777)",
     ),
 ]
 
