@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import pickle
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,24 +28,9 @@ from ddptui.remote.status import Reach, Reachability
 from ddptui.run import dump as stack_dump
 from ddptui.run.flight import FlightDumpError, read_dump
 from ddptui.run.store import Attempt, NodeRecord, RunRecord
+from tests.fixtures.flight.hostile import evaluating_dump, recorded
 
-RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "flight"
 RUN_DIR = "/nonexistent/ddptui-runs/20990101-000000-host/node{}"
-
-
-def recorded(scenario: str, rank: int) -> bytes:
-    return (RECORDED / scenario / f"rank_{rank}").read_bytes()
-
-
-def evaluating_dump(marker: Path) -> bytes:
-    """A real dump whose default group's ``ranks`` is a quoted expression: torch 2.13's
-    ``fr_trace`` hands it to ``eval`` (``components/builder.py``)."""
-    document = pickle.loads(recorded("rank-behind", 0))  # the fixture: trusted
-    expression = f"__import__('pathlib').Path({str(marker)!r}).touch() or [0, 1, 2]"
-    for config in document["pg_config"].values():
-        config["ranks"] = repr(expression)
-        config["desc"] = "default_pg"
-    return pickle.dumps(document, protocol=2)
 
 
 def _key(text: str) -> bytes:

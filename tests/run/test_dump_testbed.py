@@ -21,7 +21,8 @@ else:
 
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
-from tests.run.bed import Cli, run_pid, run_processes, wait_for_step, write_hosts
+from tests.fixtures.flight.hostile import evaluating_dump
+from tests.run.bed import Cli, host_run_dir, run_pid, run_processes, wait_for_step, write_hosts
 from tests.testbed import TestBed
 from tests.testbed.faults import install_double
 from tests.ui.pilot import open_from_runs, until
@@ -169,6 +170,18 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
     ]
     read = json.loads((saved / "flight-recorder.json").read_text())
     assert [trace["rank"] for trace in read] == [0, 2]
+    # Node 0 compromised: its dump now holds what torch's own analyser would evaluate.
+    marker = tmp_path / "evaluated"
+    (host_run_dir(hosts[0], run_id) / "node" / "flight_0").write_bytes(evaluating_dump(marker))
+    before = set(tmp_path.rglob("*"))
+    again = cli.run("dump", run_id)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not marker.exists()
+    assert re.search(r"#\d+ \(gloo:all_reduce \[\[5508\]\], called from _step", again.stdout)
+    resaved = Path(again.stdout.splitlines()[-1].rpartition(": ")[2])
+    assert {path for path in set(tmp_path.rglob("*")) - before if resaved not in path.parents} == {
+        resaved
+    }
 
 
 def _attempt_detail(cli: Cli, run_id: str) -> str:
