@@ -779,11 +779,17 @@ class Supervisor:
 
     async def _keep_flight_recorders(self) -> None:
         """After a failure, the ranks' flight-recorder dumps (written by NCCL's watchdog on a
-        timeout, or by the trainer on a failed collective) to the head, read."""
-        taken = await stack_dump.take(self.config, self.record, self.remote)
-        if not taken.flight_dumps:
+        timeout, or by the trainer on a failed collective) to the head, read. Evidence lost
+        is said; it never keeps the run from being concluded."""
+        try:
+            taken = await stack_dump.take(self.config, self.record, self.remote)
+            saved = stack_dump.save(taken, self.files.dumps) if taken.flight_dumps else None
+        except Exception as error:
+            log.exception("the flight recorders could not be kept")
+            self._note(f"the flight recorders could not be kept: {type(error).__name__}")
             return
-        saved = stack_dump.save(taken, self.files.dumps)
+        if saved is None:
+            return
         said = "; ".join(finding.text for finding in saved.flight) or "nothing odd in them"
         kept = f"flight recorders kept in {saved.saved_in}: {said}"
         log.warning("%s", kept)
