@@ -175,7 +175,9 @@ async def upload_code(remote: Transport, host: HostConfig, cache_dir: str, tree:
     contents = {file.sha256: file for file in tree.files}
     answer = await agent(remote, host, "have", cache_dir, sent=sorted(contents))
     missing = answer.document.get("missing")
-    if not isinstance(missing, list) or not all(digest in contents for digest in missing):
+    if not isinstance(missing, list) or not all(
+        isinstance(digest, str) and digest in contents for digest in missing
+    ):
         raise answer.garbage()
     pieces: list[list[object]] = []
     pending = sent = 0

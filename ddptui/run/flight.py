@@ -141,7 +141,7 @@ def _sizes(value: Any) -> str:
         if any(dim is None for dim in dims):
             return "?"
         shown.append("[" + ",".join(str(dim) for dim in dims) + "]")
-    return "[" + ",".join(shown) + "]"
+    return plain("[" + ",".join(shown) + "]", limit=MAX_TEXT)
 
 
 def _caller(frames: Any) -> str:

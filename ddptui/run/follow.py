@@ -412,28 +412,33 @@ def _ranks(value: dict[Any, Any]) -> dict[int, dict[str, Any]]:
 
 
 def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
-    """One GPU's row as nvidia-smi printed it, typed: whole numbers as ints, the rest finite
-    floats; an ``index`` that is no GPU's (0 to ``MAX_GPUS - 1``) is left out."""
+    """One GPU's row as nvidia-smi printed it (or as a supervisor relays it, already typed),
+    typed: whole numbers as ints, the rest finite floats; an ``index`` that is no GPU's (0 to
+    ``MAX_GPUS - 1``) is left out."""
     gpu: dict[str, int | float | str] = {}
     for key in GPU_FIELDS:
-        text = printed.get(key)
-        if not isinstance(text, str):
-            continue
-        text = text.strip()[:32]
+        value = printed.get(key)
+        text = value.strip()[:32] if isinstance(value, str) else None
         if key == "index":
-            index = whole(text, digits=2)
+            index = whole(text, digits=2) if text is not None else count(value, MAX_GPUS - 1)
             if index is not None and index < MAX_GPUS:
                 gpu[key] = index
             continue
         if key in GPU_TEXT_FIELDS:
-            gpu[key] = text
+            if text is not None:
+                gpu[key] = text
             continue
-        try:
-            number = float(text)
-        except ValueError:
-            continue
-        if not math.isfinite(number):
+        number = finite(value) if text is None else _number(text)
+        if number is None:
             continue
         # Whole numbers a float holds exactly as ints ("81559" MiB), not 1e308 as 309 digits.
         gpu[key] = int(number) if number.is_integer() and abs(number) < 2**53 else number
     return gpu
+
+
+def _number(text: str) -> float | None:
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None

@@ -36,16 +36,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-# ASCII digits only: `\d` alone also matches "٣", which a host may put in a path.
-EVENTS = re.compile(r"^events/rank(\d+)\.jsonl$", re.ASCII)
+# A number as torch and the agent write one: ASCII digits (`\d` alone also matches "٣"), no
+# leading zero and `\Z`, not `$` (which matches before a final newline): each file has one
+# name, so a host cannot make the follower keep one rank's file under many.
+_N = "(0|[1-9][0-9]{0,8})"
+EVENTS = re.compile(rf"^events/rank{_N}\.jsonl\Z", re.ASCII)
 """A rank's events: group 1 is its global rank."""
-RANK_LOG = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/(stdout|stderr)\.log$", re.ASCII)
+RANK_LOG = re.compile(rf"^logs/attempt-{_N}/.+/{_N}/(stdout|stderr)\.log\Z", re.ASCII)
 """A local rank's output: attempt, local rank, stream."""
-ERROR_FILE = re.compile(r"^logs/attempt-(\d+)/.+/(\d+)/error\.json$", re.ASCII)
+ERROR_FILE = re.compile(rf"^logs/attempt-{_N}/.+/{_N}/error\.json\Z", re.ASCII)
 """torchrun's error file of a local rank that failed: attempt, local rank."""
-NODE_OUT = re.compile(r"^node/attempt-(\d+)\.out$", re.ASCII)
+NODE_OUT = re.compile(rf"^node/attempt-{_N}\.out\Z", re.ASCII)
 """torchrun's own console of one attempt."""
-NODE_EXIT = re.compile(r"^node/attempt-(\d+)\.exit$", re.ASCII)
+NODE_EXIT = re.compile(rf"^node/attempt-{_N}\.exit\Z", re.ASCII)
 """torchrun's exit status of one attempt, written by the agent's wrapper as it ends."""
 READ_FILES = (EVENTS, RANK_LOG, ERROR_FILE, NODE_OUT, NODE_EXIT)
 """The files of :data:`FOLLOWED` the head reads (:func:`run_path`): a line of any other file
