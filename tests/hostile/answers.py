@@ -424,6 +424,10 @@ class AnsweringHost:
         assert argv[:2] == ["python3", "-"], argv
         command = argv[2]
         self.asked.append(command)
+        return self.answer(host, command)
+
+    def answer(self, host: HostConfig, command: str) -> CommandResult:
+        """What ``host`` answers the agent's ``command`` (the same on every host here)."""
         return self.answers[command]
 
     async def open_stream(

@@ -25,7 +25,6 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.run import dump as stack_dump
 from ddptui.run.flight import MAX_SEQ, MAX_TEXT, FlightDumpError, RankTrace, read_dump
-from ddptui.run.store import Attempt, NodeRecord, RunRecord
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
 from tests.hostile.answers import (
     CANARY,
@@ -39,6 +38,7 @@ from tests.hostile.answers import (
     shown_safely,
     weighted,
 )
+from tests.run.bed import two_host_record
 
 TEXTS = weighted((3, HOSTILE_TEXT), (1, st.just(CANARY)), (1, JSON_VALUES))
 SIZES = maybe(st.lists(maybe(st.lists(maybe(INTS), max_size=10)), max_size=10))
@@ -135,22 +135,12 @@ class DumpingHosts(AnsweringHost):
         return self.files[rank % len(self.files)][:max_bytes]
 
 
-HOSTS = tuple(HostConfig(name=f"ddpa{i}", address=f"192.0.2.{i + 1}") for i in range(2))
-CONFIG = Config(Path("hosts.toml"), ClusterConfig(), HOSTS, JobConfig())
-RECORD = RunRecord(
-    id="20990101-000000-abcd",
-    created=0.0,
-    hosts_file="hosts.toml",
-    entry="trainer",
-    backend="gloo",
-    master_addr=HOSTS[0].address,
-    world_size=4,
-    args=[],
-    nodes=[
-        NodeRecord(host.name, host.address, i, 2, f"/nonexistent/run/node{i}", ["torchrun"], {})
-        for i, host in enumerate(HOSTS)
-    ],
-    attempts=[Attempt(number=1, started=0.0, master_port=29500)],
+RECORD = two_host_record()
+CONFIG = Config(
+    Path("hosts.toml"),
+    ClusterConfig(),
+    tuple(HostConfig(name=node.host, address=node.address) for node in RECORD.nodes),
+    JobConfig(),
 )
 RANKS = weighted((4, st.integers(0, 3)), (1, INTS))
 STACK = st.fixed_dictionaries(

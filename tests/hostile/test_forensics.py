@@ -11,24 +11,22 @@ dumps of a real gloo job (``tests/fixtures/flight``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
-from ddptui.remote.status import Reach, Reachability
 from ddptui.run import dump as stack_dump
 from ddptui.run.flight import FlightDumpError, read_dump
 from ddptui.run.store import Attempt, NodeRecord, RunRecord
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
+from tests.hostile.answers import AnsweringHost
 
 RUN_DIR = "/nonexistent/ddptui-runs/20990101-000000-host/node{}"
 
@@ -69,37 +67,18 @@ class Played:
         return len(self.ranks) if self.nproc is None else self.nproc
 
 
-class PlayedHosts:
-    """A transport whose hosts answer as :class:`Played` says; ``base64`` reads are served
-    too, as the transport of the landed code before this change read dumps."""
+class PlayedHosts(AnsweringHost):
+    """A transport whose hosts answer ``dump`` and serve their flight files as
+    :class:`Played` says."""
 
     def __init__(self, played: Mapping[str, Played]) -> None:
+        super().__init__({})
         self.played = played
         self.reads: list[tuple[str, str, int]] = []
 
-    def python(self, host: HostConfig, *args: str) -> list[str]:
-        return ["python3", *args]
-
-    async def connect(self, host: HostConfig) -> Reachability:
-        return Reachability(Reach.OK, "played")
-
-    async def run(
-        self,
-        host: HostConfig,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        max_stdout: int = 1 << 20,
-        max_stderr: int = 1 << 20,
-    ) -> CommandResult:
+    def answer(self, host: HostConfig, command: str) -> CommandResult:
+        assert command == "dump", command
         played = self.played[host.name]
-        if argv[0] == "base64":
-            rank = int(argv[1].rpartition("_")[2])
-            data = played.flight[rank]
-            return CommandResult(0, base64.b64encode(data).decode(), "")
-        assert "dump" in argv, argv
         if played.answer is not None:
             return CommandResult(0, played.answer, "")
         claimed = played.flight if played.claimed is None else played.claimed
@@ -123,12 +102,6 @@ class PlayedHosts:
         if len(data) > max_bytes:
             raise UnreadableFile(f"it is larger than ddptui reads ({max_bytes:,} bytes)")
         return data
-
-    async def open_stream(self, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a dump follows nothing")
-
-    async def close(self) -> None:
-        pass
 
 
 def _stack(rank: int) -> str:
