@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ddptui.config.model import AUTO, Config, HostConfig
-from ddptui.errors import DdptuiError
+from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.findings import HostCheck
 from ddptui.plan.resources import (
     choose_socket_ifname,
@@ -118,8 +118,8 @@ def trainer_args(config: Config, extra_args: Sequence[str]) -> tuple[str, ...]:
     it would run as the script (the hosts file's values are checked as they are read)."""
     for arg in extra_args:
         if _CONTROL.search(arg):
-            raise PlanError(
-                f"the trainer argument {plain(arg, limit=80, one_line=True)!r} after -- holds a "
+            raise UsageError(
+                f"the trainer argument '{plain(arg, limit=80, one_line=True)}' after -- holds a "
                 "control character (a newline, a tab or an escape): give it without one"
             )
     return (*config.job.args, *extra_args)

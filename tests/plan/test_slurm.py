@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from ddptui.config import parse_config
+from ddptui.errors import UsageError
 from ddptui.plan.launch import (
     ATTEMPT_ENV,
     FLIGHT_RECORDER_NAMES,
     RUN_DIR_ENV,
     STACKS_ENV,
-    PlanError,
 )
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
 from ddptui.run import agent, layout
@@ -224,7 +224,7 @@ def test_an_argument_after_the_double_dash_with_a_control_character_is_refused(
     tmp_path: Path, arg: str
 ) -> None:
     # A newline ends the node script's here-document early: what follows ran in the script.
-    with pytest.raises(PlanError, match="after -- holds a control character"):
+    with pytest.raises(UsageError, match="after -- holds a control character"):
         plan_batch(_config(tmp_path), run_id=RUN, workdir=f"{tmp_path}/shared", extra_args=[arg])  # type: ignore[arg-type]
     plain_args = ["--note", "a b 'c'"]
     plan = plan_batch(
