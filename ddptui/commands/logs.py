@@ -17,7 +17,7 @@ from ddptui.commands.follow import say, stamped
 from ddptui.present.progress import ProgressReport
 from ddptui.present.status import diagnosis_lines
 from ddptui.run.control import Attachment, RunControl
-from ddptui.run.follow import FileLine, Heartbeat, HostSilent
+from ddptui.run.follow import FileLine, HostSilent
 from ddptui.run.protocol import Ended, Said
 from ddptui.run.state import RunWatch, Steps
 from ddptui.untrusted import plain
@@ -37,18 +37,12 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
     record, config = control.open(args.run)
     if record.state.final:
         watch = RunWatch(record)
-        beats = {node.host: 0 for node in record.nodes}
         async for update in control.lines(record, config):
             watch.apply(update)
             if isinstance(update, FileLine):
                 _write([_shown(watch, update, args)])
-            elif isinstance(update, Heartbeat):
-                beats[update.host] += 1
             elif isinstance(update, HostSilent):
                 say(f"{update.host} is not answering")
-                beats[update.host] = 2
-            if all(count >= 2 for count in beats.values()):
-                break
         _finish(watch, args)
         if args.follow:
             # Over before following began (or while a supervisor was being found): it says so

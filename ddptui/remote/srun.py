@@ -248,3 +248,8 @@ class ProcessStream(LineStream):
         with contextlib.suppress(asyncio.TimeoutError):
             await wait_for(asyncio.shield(self._reading_errors), STOP_S)
         self._reading_errors.cancel()
+        # What the process wrote that nobody read keeps its pipe, and so its transport, open
+        # past the event loop.
+        assert self._process.stdout is not None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await wait_for(_discard(self._process.stdout), STOP_S)

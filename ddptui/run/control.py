@@ -582,51 +582,68 @@ class RunControl:
         timeout: float = READ_BACK_S,
     ) -> RunWatch:
         """The run as its files on the hosts stand now, read directly (no supervisor): every
-        host followed until it has sent ``heartbeats`` heartbeats, the last with every line
-        before it sent, or stopped answering."""
+        host followed until it has caught up (:meth:`lines`), or ``timeout``."""
         watch = RunWatch(record)
-        followers = [
-            HostFollower.of_node(config, record, node, silence_s=min(SILENCE_S, timeout))
-            for node in record.nodes
-        ]
-        beats = {node.host: 0 for node in record.nodes}
 
-        async def one(follower: HostFollower) -> None:
-            async for update in follower.updates():
+        async def read() -> None:
+            silence_s = min(SILENCE_S, timeout)
+            async for update in self.lines(
+                record, config, heartbeats=heartbeats, silence_s=silence_s
+            ):
                 watch.apply(update)
-                if isinstance(update, Heartbeat):
-                    beats[update.host] += 1
-                    if beats[update.host] >= heartbeats and not update.behind:
-                        return
-                if isinstance(update, HostSilent):
-                    return
 
         with contextlib.suppress(asyncio.TimeoutError):
-            await wait_for(asyncio.gather(*(one(follower) for follower in followers)), timeout)
-        await asyncio.gather(*(follower.close() for follower in followers))
+            await wait_for(read(), timeout)
         watch.tick()
         watch.conclude(record.state)
         return watch
 
-    async def lines(self, record: RunRecord, config: Config) -> AsyncIterator[Update]:
-        """Every line of a finished run's files, read from its hosts directly."""
+    async def lines(
+        self,
+        record: RunRecord,
+        config: Config,
+        *,
+        heartbeats: int = 2,
+        silence_s: float = SILENCE_S,
+    ) -> AsyncIterator[Update]:
+        """Every line of the run's files as they stand, read from its hosts directly (no
+        supervisor); it ends once each host has caught up: sent ``heartbeats`` heartbeats, the
+        last with every line written before it sent (the agent reads a file a piece at a time,
+        so a large one takes several), or stopped answering."""
         queue: asyncio.Queue[Update | None] = asyncio.Queue(maxsize=10000)
-        followers = [HostFollower.of_node(config, record, node) for node in record.nodes]
+        followers = [
+            HostFollower.of_node(config, record, node, silence_s=silence_s) for node in record.nodes
+        ]
 
         async def pump(follower: HostFollower) -> None:
-            async for update in follower.updates():
-                await queue.put(update)
+            beats = 0
+            # Closed as it is left, so its channel is ended now, not when the loop ends.
+            updates = follower.updates()
+            try:
+                async for update in updates:
+                    await queue.put(update)
+                    if isinstance(update, Heartbeat):
+                        beats += 1
+                        if beats >= heartbeats and not update.behind:
+                            return
+                    if isinstance(update, HostSilent):
+                        return
+            finally:
+                await updates.aclose()
 
-        tasks = [asyncio.create_task(pump(follower)) for follower in followers]
+        async def pump_all() -> None:
+            await asyncio.gather(*(pump(follower) for follower in followers))
+            await queue.put(None)
+
+        task = asyncio.create_task(pump_all())
         try:
             while (item := await queue.get()) is not None:
                 yield item
         finally:
+            task.cancel()
+            await asyncio.wait([task], timeout=5.0)
             with contextlib.suppress(asyncio.TimeoutError):
                 await wait_for(asyncio.gather(*(f.close() for f in followers)), 10.0)
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks, timeout=5.0)
 
     # --- supervisors -----------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -199,7 +199,7 @@ class HostFollower:
             **options,
         )
 
-    async def updates(self) -> AsyncIterator[Update]:
+    async def updates(self) -> AsyncGenerator[Update, None]:
         self._last_heard = self._clock()
         self._silent = False
         while not self._closed:
@@ -208,8 +208,14 @@ class HostFollower:
             except (RemoteError, OSError) as error:
                 failure = _reason(error)
             else:
-                async for update in self._channel(stream):
-                    yield update
+                channel = self._channel(stream)
+                try:
+                    async for update in channel:
+                        yield update
+                finally:
+                    # Closed here, by whoever leaves: left to the loop, its close (which ends
+                    # the channel's process) runs as a task of its own, and can be cut short.
+                    await channel.aclose()
                 if self._heard or self._closed:
                     await asyncio.sleep(0.2)
                     continue
@@ -225,7 +231,7 @@ class HostFollower:
                 yield HostSilent(self.host.name, quiet, failure)
             await asyncio.sleep(min(RETRY_S, self.silence_s))
 
-    async def _channel(self, stream: LineStream) -> AsyncIterator[Update]:
+    async def _channel(self, stream: LineStream) -> AsyncGenerator[Update, None]:
         """What one channel says, until it ends or goes quiet for the silence window."""
         self._heard = False
         inbox = Inbox()
