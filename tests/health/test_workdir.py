@@ -27,7 +27,7 @@ from ddptui.probe import script as probe_script
 from ddptui.probe.facts import NA, HostFacts, Maybe, PathEntry, WorkdirSafety
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
-from tests.unit.test_probe import CUDA_TORCH, _write_package, run_probe
+from tests.helpers import CUDA_TORCH, run_probe, write_package
 
 HOST = HostConfig("gpu-b", "10.0.0.2")
 ALICE, BOB = 1000, 1001
@@ -304,7 +304,7 @@ def test_the_check_inside_a_slurm_allocation_stops_on_it(tmp_path: Path) -> None
     work = tmp_path / "work"
     work.mkdir()
     work.chmod(0o777)
-    fakes = _write_package(tmp_path / "site", {"torch/__init__.py": CUDA_TORCH})
+    fakes = write_package(tmp_path / "site", {"torch/__init__.py": CUDA_TORCH})
     node = HostConfig("node07", "127.0.0.1", workdir=str(work))
     slurm = SlurmConfig(nodes=1)
     config = Config(Path("hosts.toml"), ClusterConfig(), (node,), JobConfig(), slurm=slurm)

@@ -18,7 +18,7 @@ from ddptui.plan.launch import (
 )
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.launcher import attempt_argv
-from tests.unit.test_health import gpu, healthy_facts
+from tests.helpers import gpu, healthy_facts
 
 RUN = "20261130-120000-abcd"
 

@@ -13,55 +13,21 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddptui.config import Config, parse_config
+from ddptui.config import parse_config
 from ddptui.errors import ConfigError
 from ddptui.remote.commands import command_line
+from tests.helpers import FIELDS, HOSTS_FILE, PRINTF, TRICKY, hosts_text, nasty, remote_values
 
 SHELLS = ("dash", "bash", "fish", "tcsh")
 REPORT = (
     "import json, os, sys; "
     "print(json.dumps([sys.argv[1:], {k: v for k, v in os.environ.items() if k.startswith('X')}]))"
 )
-# The same without a Python start per run: each argument, then $X_VALUE, NUL-terminated.
-PRINTF = 'printf "%s\\0" "$@" "${X_VALUE-unset}"'
-HOSTS_FILE = Path("/nonexistent/hosts.toml")
-
-# What breaks shells: quotes, backslashes (fish reads \' inside single quotes), newlines
-# (tcsh ends the word), $ ` ! % = ; and friends, and what should be refused outright.
-nasty = st.text(
-    alphabet=st.one_of(
-        st.sampled_from([*"'\"\\\n\t$`!%=;&|<>(){}[]*?~# ", "\x1b", "\x9b", "\u202e", "é"]),
-        st.characters(exclude_categories=["Cs"]),
-    ),
-    min_size=1,
-    max_size=24,
-)
-TRICKY = [
-    "it's", "a\\'b", "x\ny", "$(id)", "`id`", "!!", "%x", "a=b", "/opt/py=3.11/bin/python",
-    "fe80::1%';id;'", "fe80::1%eth0", "~/p y", "-c", "--", "'", "\\", "\"", ";id;",
-]  # fmt: skip
-
-FIELDS = {
-    "user": "cluster",
-    "identity_file": "cluster",
-    "known_hosts": "cluster",
-    "python": "cluster",
-    "conda_env": "cluster",
-    "workdir": "cluster",
-    "socket_ifname": "cluster",
-    "env": "cluster",
-    "name": "host",
-    "address": "host",
-    "args": "job",
-}
-"""Every string-valued key of the hosts file, and the table it goes in."""
 
 
 def shell_path(name: str) -> str:
@@ -69,30 +35,6 @@ def shell_path(name: str) -> str:
     if path is None:
         pytest.skip(f"{name} is not installed (.ci/run installs it)")
     return path
-
-
-def hosts_text(field: str, value: str) -> str:
-    cluster: dict[str, Any] = {}
-    host: dict[str, Any] = {"name": "gpu-a", "address": "10.0.0.1"}
-    job: dict[str, Any] = {"nproc_per_node": 1}
-    where = {"cluster": cluster, "host": host, "job": job}[FIELDS[field]]
-    if field == "env":
-        where[field] = {"X_VALUE": value}
-    elif field == "args":
-        where[field] = ["--flag", value]
-    else:
-        where[field] = value
-    return tomli_w.dumps({"cluster": cluster, "hosts": [host], "job": job})
-
-
-def remote_values(config: Config) -> tuple[list[str], dict[str, str]]:
-    """Every string the hosts file gives one host, and its environment."""
-    (host,) = config.hosts
-    values = [host.name, host.address, host.python, host.workdir, host.socket_ifname]
-    values += [str(path) for path in (host.identity_file, host.known_hosts) if path is not None]
-    values += [text for text in (host.user, host.conda_env) if text is not None]
-    values += list(config.job.args)
-    return values, dict(host.env)
 
 
 def run_as_login_shell(shell: str, command: str, home: Path) -> subprocess.CompletedProcess[bytes]:

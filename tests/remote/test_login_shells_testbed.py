@@ -22,16 +22,8 @@ from ddptui.config import parse_config
 from ddptui.config.model import HostConfig
 from ddptui.errors import ConfigError
 from ddptui.remote.connection import RemoteCluster
+from tests.helpers import FIELDS, HOSTS_FILE, PRINTF, TRICKY, hosts_text, nasty, remote_values
 from tests.remote.hosts import bed_host
-from tests.remote.test_login_shells import (
-    FIELDS,
-    HOSTS_FILE,
-    PRINTF,
-    TRICKY,
-    hosts_text,
-    nasty,
-    remote_values,
-)
 from tests.testbed import TestBed
 
 SHELLS = {

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import json
 import time
 import tracemalloc
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from ddptui.run.diagnose import (
     normalise,
 )
 from ddptui.run.events import ErrorEvent, RankEvent, StartEvent, StepEvent, parse_event
+from tests.helpers import check_first_failure, replay, top_diagnosis
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NCCL = FIXTURES / "nccl"
@@ -36,12 +35,6 @@ def _feed_file(
 ) -> None:
     for i, text in enumerate(path.read_text().splitlines()):
         diagnoser.feed(LogLine(host, 0, rank, stream, t0 + i / 1000, text))
-
-
-def _top(diagnoser: Diagnoser) -> Diagnosis:
-    diagnoses = diagnoser.diagnoses()
-    assert diagnoses, "nothing diagnosed"
-    return diagnoses[0]
 
 
 def _by_category(diagnoser: Diagnoser) -> dict[Category, list[Diagnosis]]:
@@ -62,7 +55,7 @@ def test_bad_socket_interface_is_nccl_invalid_usage_with_nccls_last_error() -> N
     failure = diagnoser.first_failure()
     assert failure is not None
     assert (failure.category, failure.rank, failure.host) == (Category.NCCL_INVALID_USAGE, 0, "vm")
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.NCCL_INVALID_USAGE
     assert top.detail == "Bootstrap : no socket interface found"
     assert top.ranks == (0,) and top.hosts == ("vm",)
@@ -83,7 +76,7 @@ def test_duplicate_gpu_groups_both_ranks_and_takes_the_rank_from_torchruns_repor
     assert failure is not None
     # Two interleaved processes on one console: only torchrun's "Root Cause" names rank 0.
     assert (failure.category, failure.rank) == (Category.NCCL_INVALID_USAGE, 0)
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.NCCL_INVALID_USAGE and top.count == 2
     assert top.detail is not None and top.detail.startswith("Duplicate GPU detected : rank ")
     (warn,) = _by_category(diagnoser)[Category.NCCL_WARN]
@@ -98,7 +91,7 @@ def test_the_trainers_refusal_names_the_root_cause_rank() -> None:
     assert failure is not None
     # Rank 0 shows in torchrun's list with exit code -15: torchrun stopped it after rank 1 failed.
     assert (failure.category, failure.rank) == (Category.TRAINER_ERROR, 1)
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.TRAINER_ERROR
     assert (
         top.message == "TrainerError: --backend nccl needs one GPU per local rank: "
@@ -118,7 +111,7 @@ def test_the_recorded_nccl_error_event_carries_nccls_last_error() -> None:
     assert isinstance(event, ErrorEvent)
     diagnoser = Diagnoser()
     diagnoser.feed_event("vm", event)
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.NCCL_INVALID_USAGE
     assert top.detail == "Bootstrap : no socket interface found" and top.ranks == (0,)
     failure = diagnoser.first_failure()
@@ -139,51 +132,7 @@ def test_every_nccl_recording_is_covered() -> None:
 
 # --- the test-bed recordings (gloo, c10d), replayed in the order they arrived ----------------
 
-NPROC = 2
 SCENARIOS = sorted(p.name for p in GLOO.iterdir() if (p / "expected.json").exists())
-
-
-@dataclass(frozen=True)
-class Replay:
-    expected: dict[str, object]
-    hosts: list[str]
-
-
-def replay(diagnoser: Diagnoser, root: Path, *, events: bool = True, ranks: bool = True) -> Replay:
-    """Feed a recording (see tests/fixtures/gloo/README.md) as ddptui's follower would: every
-    line when it arrived.
-
-    ``events=False`` leaves out the event files, ``ranks=False`` the ranks' own log files
-    (torchrun's consoles only).
-    """
-    expected = json.loads((root / "expected.json").read_text())
-    hosts: list[str] = expected["hosts"]
-    files: dict[str, list[str]] = {}
-    for entry in map(json.loads, (root / "timeline.jsonl").read_text().splitlines()):
-        name: str = entry["file"]
-        node = int(name.split("/")[0].removeprefix("node"))
-        host, time = hosts[node], expected["recorded_at"] + entry["t"]
-        path = root / name
-        if name.endswith("error.json"):
-            if ranks:
-                local = int(path.parent.name)
-                text = path.read_text()
-                diagnoser.feed(LogLine(host, node, node * NPROC + local, "error.json", time, text))
-            continue
-        lines = files.setdefault(name, path.read_text().splitlines())
-        text = lines[entry["line"]]
-        if "/events/" in name:
-            event = parse_event(text)
-            assert event is not None, text
-            if events:
-                diagnoser.feed_event(host, event)
-        elif name.endswith("torchrun.log"):
-            diagnoser.feed(LogLine(host, node, None, "torchrun", time, text))
-        elif ranks:
-            local = int(path.parent.name)
-            stream = path.stem
-            diagnoser.feed(LogLine(host, node, node * NPROC + local, stream, time, text))
-    return Replay(expected, hosts)
 
 
 def test_the_recordings_are_all_here() -> None:
@@ -209,23 +158,10 @@ def test_each_recorded_failure_gets_its_category_and_first_failing_node(
     check_first_failure(diagnoser, replayed)
 
 
-def check_first_failure(diagnoser: Diagnoser, replayed: Replay) -> None:
-    """The first failure and the top diagnosis are what the recording's expected.json says."""
-    failure = diagnoser.first_failure()
-    assert failure is not None
-    assert failure.category.value == replayed.expected["category"]
-    if "first_node" in replayed.expected:
-        assert failure.node_rank == replayed.expected["first_node"]
-        assert failure.host == replayed.hosts[failure.node_rank]
-    if "first_rank" in replayed.expected:
-        assert failure.rank == replayed.expected["first_rank"]
-    assert _top(diagnoser).category is failure.category
-
-
 def test_a_sigkilled_rank_is_the_root_cause_and_its_peers_are_bystanders() -> None:
     diagnoser = Diagnoser()
     replay(diagnoser, GLOO / "sigkill-mid-allreduce")
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.KILLED_BY_SIGNAL
     assert top.message == "killed by SIGKILL (exit code -9)" and top.ranks == (2,)
     assert "out-of-memory killer" in top.cause
@@ -242,7 +178,7 @@ def test_the_loopback_hostname_trap_is_named_as_such() -> None:
     replay(diagnoser, GLOO / "hostname-loopback")
     failure = diagnoser.first_failure()
     assert failure is not None and failure.rank in (0, 1)
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.GLOO_CONNECT and "127.0.1.1" in top.cause
     assert "GLOO_SOCKET_IFNAME" in top.fix
 
@@ -252,7 +188,7 @@ def test_a_store_timeout_on_a_worker_names_the_worker_node() -> None:
     replay(diagnoser, GLOO / "master-unreachable")
     failure = diagnoser.first_failure()
     assert failure is not None and failure.rank is None, "no worker process ever started"
-    top = _top(diagnoser)
+    top = top_diagnosis(diagnoser)
     assert top.category is Category.STORE_TIMEOUT
     assert (
         top.message
@@ -345,7 +281,7 @@ def test_known_noise_is_no_diagnosis() -> None:
 def test_single_lines_of_other_failures(text: str, category: Category) -> None:
     diagnoser = Diagnoser()
     _feed(diagnoser, text)
-    assert _top(diagnoser).category is category
+    assert top_diagnosis(diagnoser).category is category
 
 
 def test_a_traceback_ends_at_its_exception_and_frames_are_not_findings() -> None:
@@ -640,4 +576,6 @@ def test_real_cpu_runs_are_diagnosed_from_their_events(
     failed = _diagnose_run(cpu_events["failed"])
     failure = failed.first_failure()
     assert failure is not None and (failure.category, failure.rank) == (Category.TRAINER_ERROR, 0)
-    assert _top(failed).message.startswith("TrainerError: cannot resume: unreadable manifest")
+    assert top_diagnosis(failed).message.startswith(
+        "TrainerError: cannot resume: unreadable manifest"
+    )

@@ -12,7 +12,7 @@ import pytest
 
 from ddptui.run.diagnose import Category, Diagnoser
 from tests.fixtures.gloo.record import record
-from tests.run.test_diagnose import check_first_failure, replay
+from tests.helpers import check_first_failure, replay
 from tests.testbed import TestBed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

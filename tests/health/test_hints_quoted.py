@@ -11,7 +11,7 @@ import pytest
 from ddptui.health import Code, Finding, ProbeFailure
 from ddptui.probe.facts import PythonFacts, TorchFacts
 from ddptui.remote.status import Reach, Reachability
-from tests.unit.test_health import B, Scenario
+from tests.helpers import B, Scenario
 
 HOSTILE = "/opt/it's; touch /tmp/owned #/python"
 COMMAND = re.compile(r"`([^`]*)`")

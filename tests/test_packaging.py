@@ -14,7 +14,7 @@ import pytest
 from tests.run.bed import SMALL, Cli, write_hosts
 from tests.testbed import TestBed
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 

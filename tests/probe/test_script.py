@@ -6,11 +6,10 @@ import ast
 import ipaddress
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,22 +18,11 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, HostCheck, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
 from ddptui.probe import script as probe_script
-from ddptui.probe.facts import NA, HostFacts, parse_facts
+from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import Reach, Reachability
-from tests.fixtures.gpu import DOUBLE, FIXTURES, nvidia_smi_double
+from tests.fixtures.gpu import DOUBLE, FIXTURES
+from tests.helpers import CUDA_TORCH, run_probe
 
-# Stand-ins that import instantly, so only one test pays for the real `import torch`.
-CUDA_TORCH = """
-import types
-__version__ = "2.4.1+cu121"
-version = types.SimpleNamespace(cuda="12.1")
-cuda = types.SimpleNamespace(
-    is_available=lambda: True,
-    device_count=lambda: 2,
-    nccl=types.SimpleNamespace(version=lambda: (2, 20, 5)),
-)
-distributed = types.SimpleNamespace(is_nccl_available=lambda: True, is_gloo_available=lambda: True)
-"""
 BROKEN_TORCH = 'raise ImportError("libcudart.so.12: cannot open shared object file")\n'
 HANGING_TORCH = """
 import os, sys, time
@@ -65,54 +53,6 @@ def nvmlDeviceGetComputeRunningProcesses(handle):
     return [types.SimpleNamespace(pid=4242, usedGpuMemory=None)]
 def nvmlSystemGetProcessName(pid): return b"/usr/bin/python3"
 """
-
-
-def _write_package(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Rewriting a file as it is would be an upgrade to the torch facts' cache.
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-    return root
-
-
-def run_probe(
-    tmp_path: Path,
-    *,
-    python_path: dict[str, str],
-    smi_fixture: str | None = None,
-    keep_path: bool = True,
-    extra_args: tuple[str, ...] = (),
-    torch_timeout: float = 20.0,
-    extra_env: Mapping[str, str] = {},
-) -> tuple[HostFacts, float]:
-    """Run the probe script under the venv's Python; return its facts and wall time.
-
-    Run again with the same ``tmp_path``, it finds the workdir of the runs before.
-    """
-    fakes = _write_package(tmp_path / "site", python_path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "nvidia-smi").unlink(missing_ok=True)
-    if smi_fixture is not None:
-        (bin_dir / "nvidia-smi").write_text(nvidia_smi_double(smi_fixture))
-        (bin_dir / "nvidia-smi").chmod(0o755)
-    env = dict(os.environ, PYTHONPATH=str(fakes), HANG_PID_FILE=str(tmp_path / "hang.pid"))
-    env.update(extra_env)
-    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if keep_path else str(bin_dir)
-    args = probe_args(str(tmp_path / "work"), torch_timeout=torch_timeout) + list(extra_args)
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-", *args],
-        input=PROBE_SOURCE,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    )
-    return parse_facts(done.stdout), time.monotonic() - started
 
 
 def test_source_parses_as_python_3_8() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from ddptui.aio import BURST_ITEMS, QueueReader, wait_for, wait_in_task
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 Waiter = Callable[[Awaitable[str], float], Awaitable[str]]
 

@@ -15,7 +15,7 @@ from ddptui.plan.launch import plan_launch
 from ddptui.plan.resources import one_machine
 from ddptui.probe.facts import MasterResolution
 from ddptui.remote.status import Reach, Reachability
-from tests.unit.test_health import ADDRESSES, A, B, C, Scenario, interfaces
+from tests.helpers import ADDRESSES, A, B, C, Scenario, interfaces
 
 RUN = "20261201-000000-demo"
 

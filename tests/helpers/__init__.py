@@ -1,0 +1,65 @@
+"""Builders that more than one test module uses, imported from here: ``from tests.helpers import``.
+
+- :mod:`tests.helpers.health`: a healthy three-host cluster's facts (``Scenario``) and ways to
+  break it, for the findings, the launch plan and the hints.
+- :mod:`tests.helpers.probe`: the probe script run on this machine with stand-ins for torch.
+- :mod:`tests.helpers.diagnose`: the test bed's recorded failures replayed into a ``Diagnoser``.
+- :mod:`tests.helpers.shells`: hosts-file values that break login shells, and what reaches a host.
+
+Test modules never import from one another; a builder a second module needs moves here.
+"""
+
+from tests.helpers.diagnose import Replay, check_first_failure, replay, top_diagnosis
+from tests.helpers.health import (
+    ADDRESSES,
+    A,
+    B,
+    C,
+    Scenario,
+    cpu_host,
+    gpu,
+    healthy_facts,
+    interfaces,
+    master_resolves,
+    master_unresolvable,
+    named_master,
+)
+from tests.helpers.probe import CUDA_TORCH, run_probe, write_package
+from tests.helpers.shells import (
+    FIELDS,
+    HOSTS_FILE,
+    PRINTF,
+    TRICKY,
+    hosts_text,
+    nasty,
+    remote_values,
+)
+
+__all__ = [
+    "ADDRESSES",
+    "CUDA_TORCH",
+    "FIELDS",
+    "HOSTS_FILE",
+    "PRINTF",
+    "TRICKY",
+    "A",
+    "B",
+    "C",
+    "Replay",
+    "Scenario",
+    "check_first_failure",
+    "cpu_host",
+    "gpu",
+    "healthy_facts",
+    "hosts_text",
+    "interfaces",
+    "master_resolves",
+    "master_unresolvable",
+    "named_master",
+    "nasty",
+    "remote_values",
+    "replay",
+    "run_probe",
+    "top_diagnosis",
+    "write_package",
+]
