@@ -46,6 +46,7 @@ from ddptui.run.follow import (
 from ddptui.run.launcher import new_record
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import (
+    BUSY,
     Attach,
     Ended,
     Gap,
@@ -59,7 +60,6 @@ from ddptui.run.protocol import (
 from ddptui.run.slurm_job import ENDED
 from ddptui.run.state import Judgement, RunWatch, Steps
 from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore, new_run_id
-from ddptui.run.supervisor import BUSY
 from ddptui.run.view import RunView
 from ddptui.untrusted import plain
 

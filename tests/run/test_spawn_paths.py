@@ -1,6 +1,6 @@
 """The interpreters ddptui starts on the head import nothing from the directory it was started
 in: run from a folder another user can write (``/tmp``, a shared project), whose ``json.py`` or
-``ddptui/run/supervisor.py`` would otherwise run as the user."""
+``ddptui/run/supervisor/__init__.py`` would otherwise run as the user."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ddptui.remote.srun import SrunCluster
 from ddptui.run.control import RunControl
 from ddptui.run.store import RunStore
 
-PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor.py")
+PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor/__init__.py")
 
 
 def plant(directory: Path, marker: Path) -> None:

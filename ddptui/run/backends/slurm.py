@@ -1,0 +1,232 @@
+"""A Slurm run: each attempt a batch job, its nodes reached through ``srun`` steps in it.
+
+Beyond what every backend does, this one watches the job while the supervisor lives
+(:meth:`SlurmBackend.watch`): Slurm may end the nodes under a running attempt (a node fails,
+the time limit), and may start a requeued job again, which is the run's next attempt. The
+allocation's nodes are checked as each attempt's job starts (:meth:`_check_allocation`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Collection
+
+from ddptui.health.slurm import allocation_errors
+from ddptui.plan.slurm import master_port
+from ddptui.remote.transport import Transport
+from ddptui.run import launcher, slurm_run
+from ddptui.run.backends import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
+from ddptui.run.slurm import SlurmError
+from ddptui.run.slurm_job import SlurmJob
+from ddptui.run.slurm_run import SlurmRunError
+from ddptui.run.state import Verdict
+from ddptui.run.stopper import StopReport
+from ddptui.run.store import RunRecord, RunState
+from ddptui.run.transports import transport_for
+
+REQUEUED = "Slurm requeued job"
+"""How an attempt's detail says its job was requeued (said once)."""
+SETTLE_S = 6.0
+"""How long the ranks' own words on the attempt's end are waited for once its job ended."""
+
+
+class SlurmBackend(RunBackend):
+    job_alive = False
+    """The run's job is queued or runs although the run's record has ended (Slurm requeued
+    it: it comes back as the next attempt)."""
+    _ending = False
+    """An event of the job's end was sent and is not dealt with yet."""
+
+    async def _transport(self) -> Transport:
+        return await transport_for(self.config, self.owner.record)
+
+    @property
+    def holds_run(self) -> bool:
+        return self.job_alive
+
+    async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
+        """Attempt ``number``'s job submitted, waited for (its queue state said) and followed
+        once it runs. A stop asked meanwhile cancels the job."""
+        owner = self.owner
+        try:
+            job_id, script = await slurm_run.submit(self.config, owner.record, number, debug=debug)
+        except SlurmRunError as error:
+            return StartFailed(str(error), end=RunState.FAILED if number == 1 else None)
+        root = slurm_run.run_root(self.config, owner.record)
+        owner.say(f"attempt {number}: Slurm job {job_id} ({script}); its files are in {root}")
+        owner.attempt_starting(
+            number, master_port(job_id), f"attempt {number}: Slurm job {job_id}", job_id
+        )
+        try:
+            running = await slurm_run.until_running(job_id, owner.say, owner.stop_asked)
+            placed = await slurm_run.allocation(self.config, owner.record, running)
+        except (SlurmRunError, SlurmError) as error:
+            await slurm_run.cancel(job_id)
+            stopped = owner.stop_asked()
+            return StartFailed(
+                str(error),
+                end=RunState.STOPPED if stopped else RunState.FAILED,
+                detail=f"job {job_id} cancelled while it waited to run" if stopped else "",
+            )
+        owner.attempt_running(
+            f"Slurm job {running.id} runs on {running.nodes}", placed, running.nodes or ""
+        )
+        return await self._check_allocation()
+
+    async def _check_allocation(self) -> StartFailed | None:
+        """The check inside the allocation, as its job starts: each node's stack in the record,
+        warnings said; an error fails the run, naming the nodes with the ``exclude`` line that
+        avoids them."""
+        owner, slurm = self.owner, self.config.slurm
+        assert slurm is not None
+        count = len(owner.record.nodes)
+        owner.say(f"checking the allocation's {count} node(s) (the probe on each, through srun)")
+        checks, findings = await slurm_run.check_allocation(self.config, owner.record)
+        stacks = {check.host.name: launcher.versions(check.facts) for check in checks}
+
+        def versions(record: RunRecord) -> None:
+            for node in record.nodes:
+                node.versions = stacks.get(node.host, {})
+
+        owner.change(versions)
+        for finding in findings:
+            where = f"{finding.host}: " if finding.host else ""
+            owner.say(f"{finding.severity.value}: {where}{finding.message}")
+        failed = allocation_errors(slurm, findings)
+        if failed is None:
+            owner.say(
+                f"the allocation's nodes can run it ({len(findings)} finding(s) above)"
+                if findings
+                else "the allocation's nodes: nothing to report"
+            )
+            return None
+        job_id = owner.record.job_id
+        assert job_id is not None
+        with contextlib.suppress(SlurmError):
+            found = await slurm_run.job(job_id)
+            if found is None or found.state != "RUNNING":
+                # What the check could not ask of a job that ended meanwhile is no finding:
+                # the run's own end (the ranks' words) says how it went.
+                owner.say(f"job {job_id} ended before every node could be checked")
+                return None
+        return StartFailed(failed, end=RunState.FAILED)
+
+    async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
+        record = self.owner.record
+        report = StopReport()
+        if record.job_id is not None:
+            report = await slurm_run.stop(
+                self.remote, self.config, record, kill=kill, graceful=graceful, say=self.owner.say
+            )
+        self.job_alive = False
+        return report
+
+    async def terminate(self, skip: Collection[str] = ()) -> StopReport:
+        """The job cancelled, and waited for: Slurm ends every node's processes."""
+        job_id = self.owner.record.job_id
+        report = StopReport()
+        if job_id is not None:
+            failed = await slurm_run.cancel(job_id)
+            if failed is None and not await slurm_run.wait_ended(job_id, slurm_run.END_WAIT_S):
+                failed = f"job {job_id} still runs after scancel"
+            if failed is not None:
+                report.left[f"Slurm job {job_id}"] = [failed]
+        return report
+
+    def _restarts(self) -> int:
+        """How often the latest attempt's job was requeued, as the record knows it."""
+        record = self.owner.record
+        return sum(attempt.job_id == record.job_id for attempt in record.attempts) - 1
+
+    async def watch(self) -> AsyncIterator[BackendEvent]:
+        """The job's end while the run goes on, and its requeued start as the next attempt."""
+        owner = self.owner
+        while True:
+            await asyncio.sleep(slurm_run.POLL_S)
+            job_id = owner.record.job_id
+            if job_id is None or owner.starting() or self._ending:
+                continue
+            try:
+                found = await slurm_run.job(job_id)
+            except SlurmError:
+                continue
+            state = owner.record.state
+            requeued = found is not None and found.restarts > self._restarts()
+            if state in (RunState.RUNNING, RunState.HUNG):
+                if found is None or found.state != "RUNNING" or requeued:
+                    self._ending = True
+                    yield NodesEnded(found)
+            elif state.final:
+                self.job_alive = found is not None and not found.ended
+                if found is not None and found.ended and not owner.record.attempt.slurm_state:
+                    self._record_state(found)
+                if requeued and REQUEUED not in owner.record.attempt.detail:
+                    owner.note(f"{REQUEUED} {job_id}: it resumes as the next attempt")
+                if found is not None and found.state == "RUNNING" and requeued:
+                    self._ending = True
+                    yield Restarted(found)
+
+    def _record_state(self, found: SlurmJob | None) -> None:
+        if found is None or not found.ended:
+            return
+
+        def record_state(record: RunRecord) -> None:
+            record.attempt.slurm_state = found.state
+
+        self.owner.change(record_state)
+
+    async def ending(self, event: NodesEnded) -> Verdict | None:
+        """Why the job stopped running while the run went on: in the ranks' words if they
+        said, else in Slurm's (the nodes it lost, by name)."""
+        self._ending = False
+        owner, found = self.owner, event.found
+        record = owner.record
+        job_id = record.job_id
+        assert job_id is not None
+        if record.state.final:
+            self._record_state(found)
+            return None
+        lost = await slurm_run.lost_nodes([node.host for node in record.nodes])
+        # What the ranks said last (a stop on Slurm's warning, a rank's error) comes with the
+        # followers' next round; Slurm's state says less.
+        verdict = None if lost else await owner.verdict_within(SETTLE_S)
+        if verdict is None:
+            verdict = Verdict(RunState.FAILED, slurm_run.ended_words(job_id, found, lost))
+        if verdict.state is RunState.STOPPED and self._requeued(found):
+            verdict = Verdict(
+                verdict.state,
+                f"{verdict.detail}; {REQUEUED} {job_id}: it resumes as the next attempt",
+                verdict.host,
+            )
+        return verdict
+
+    def _requeued(self, found: SlurmJob | None) -> bool:
+        return found is not None and found.pending and found.restarts > self._restarts()
+
+    async def ended(self, event: NodesEnded, state: RunState) -> None:
+        found = event.found
+        self._record_state(found)
+        job_id = self.owner.record.job_id
+        if state is RunState.FAILED and job_id is not None and (found is None or not found.ended):
+            # A failed run's job must not start again behind its back (Slurm requeues a job
+            # whose node failed).
+            await slurm_run.cancel(job_id)
+        self.job_alive = state is RunState.STOPPED and self._requeued(found)
+
+    async def restart(self, event: Restarted) -> StartFailed | None:
+        """Slurm started the run's requeued job again: the run's next attempt, from its newest
+        checkpoint (the batch script resumes a requeued start)."""
+        self._ending = False
+        owner, running = self.owner, event.found
+        number = owner.record.attempt.number + 1
+        owner.attempt_starting(
+            number,
+            master_port(running.id),
+            f"attempt {number}: Slurm requeued job {running.id}",
+            running.id,
+        )
+        placed = await slurm_run.allocation(self.config, owner.record, running)
+        owner.attempt_running(
+            f"Slurm job {running.id} runs on {running.nodes}", placed, running.nodes or ""
+        )
+        return await self._check_allocation()

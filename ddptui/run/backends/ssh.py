@@ -1,0 +1,76 @@
+"""A hosts file's run: its nodes reached over SSH, its attempts started by ddptui's agent."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ddptui.plan.launch import DEBUG_ENV
+from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import Transport
+from ddptui.run import launcher
+from ddptui.run.backends import RunBackend, StartFailed
+from ddptui.run.launcher import LaunchError
+from ddptui.run.stopper import StopReport, stop_nodes, terminate
+from ddptui.run.store import RunState
+from ddptui.run.transports import transport_for
+
+FAILED_GRACE_S = 5.0
+"""After a failure the other nodes' ranks wait in collectives: they cannot checkpoint."""
+
+
+class SshBackend(RunBackend):
+    async def _transport(self) -> Transport:
+        return await transport_for(self.config, self.owner.record)
+
+    async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
+        owner, config = self.owner, self.config
+        try:
+            if resume:
+                await launcher.end_leftovers(self.remote, config, owner.record, say=owner.say)
+                # Copies between hosts go through this machine's SSH connections.
+                assert isinstance(self.remote, RemoteCluster)
+                await launcher.carry_checkpoints(self.remote, config, owner.record, say=owner.say)
+            # The port before staging: a fixed one that is taken stops the launch before
+            # anything reaches the hosts.
+            port = await launcher.master_port(self.remote, config, owner.record)
+            if not resume:
+                await launcher.stage(self.remote, config, owner.record, say=owner.say)
+        except LaunchError as error:
+            if resume:
+                return StartFailed(f"cannot resume: {error}", data={"exit_code": error.exit_code})
+            return StartFailed(str(error), end=RunState.FAILED)
+        owner.attempt_starting(
+            number,
+            port,
+            f"starting attempt {number} on {len(owner.record.nodes)} host(s)",
+        )
+        try:
+            await launcher.start_attempt(
+                self.remote,
+                config,
+                owner.record,
+                number,
+                port,
+                say=owner.say,
+                extra_args=config.job.resume_args if resume else (),
+                extra_env=DEBUG_ENV if resume and debug else None,
+            )
+        except LaunchError as error:
+            return StartFailed(str(error), end=RunState.FAILED)
+        owner.attempt_running("every node started")
+        return None
+
+    async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
+        return await stop_nodes(
+            self.remote,
+            self.config,
+            self.owner.record,
+            kill=kill,
+            graceful=graceful,
+            say=self.owner.say,
+        )
+
+    async def terminate(self, skip: Collection[str] = ()) -> StopReport:
+        return await terminate(
+            self.remote, self.config, self.owner.record, grace=FAILED_GRACE_S, skip=skip
+        )

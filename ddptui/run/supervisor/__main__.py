@@ -1,0 +1,5 @@
+import sys
+
+from ddptui.run.supervisor.process import main
+
+sys.exit(main())

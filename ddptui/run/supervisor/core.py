@@ -1,0 +1,497 @@
+"""The supervisor: the one owner of a run while it lives, doing one job at a time.
+
+Why did my run end? Each attempt's end is recorded here, by :meth:`Supervisor.end_attempt`,
+from exactly one of four places, each a phase move (:mod:`ddptui.run.supervisor.phase`):
+
+- **judged** (RUNNING → CONCLUDING): the run's model says the ranks finished, failed, or a
+  node went silent while the others stopped stepping (:func:`~.judging.judge`, then
+  :meth:`Supervisor._conclude`); a failure also ends the other nodes and keeps the flight
+  recorders;
+- **the backend saw the nodes end** (RUNNING → CONCLUDING): a scheduler ended the job under
+  it (:meth:`Supervisor._nodes_ended`, the words from the backend's ``ending``);
+- **the start failed** (STARTING → IDLE, or RUNNING → CONCLUDING when the nodes were already
+  followed, as a failed allocation check): :meth:`Supervisor._start_failed`;
+- **stopped** (RUNNING or CONCLUDING → STOPPING): a stop or kill asked by a viewer
+  (:meth:`Supervisor._stop`), or ``on_hang = "stop"`` (:meth:`Supervisor._stop_hung`).
+
+:meth:`Supervisor.ended` then tells viewers and moves back to IDLE. The attempt's detail in
+the record (``ddptui status``) is what was said there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable
+
+from ddptui.aio import wait_for
+from ddptui.config import Config
+from ddptui.run import protocol
+from ddptui.run.backends import NodesEnded, Restarted, RunBackend, StartFailed, backend_for
+from ddptui.run.journal import Journal
+from ddptui.run.protocol import Ended, Hello, Judged, Request
+from ddptui.run.state import Hang, Judgement, RunWatch, Verdict
+from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState, RunStore
+from ddptui.run.supervisor import evidence, judging
+from ddptui.run.supervisor.following import JUDGE_EVERY_S, Following
+from ddptui.run.supervisor.jobs import (
+    Asked,
+    Conclude,
+    Crashed,
+    DumpHang,
+    Interrupted,
+    Job,
+    Launch,
+    Resume,
+    Stop,
+    StopHang,
+    name,
+)
+from ddptui.run.supervisor.phase import Phase, Phases
+from ddptui.run.supervisor.viewers import Audience, Viewer
+from ddptui.run.view import RunView
+
+IDLE_EXIT_S = 10.0
+"""An ended run's supervisor waits this long for another request (a resume) before it exits."""
+
+log = logging.getLogger("ddptui.supervisor")
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: RunStore,
+        record: RunRecord,
+        config: Config,
+        *,
+        backend: Callable[[Config, Supervisor], RunBackend] = backend_for,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        idle_exit_s: float = IDLE_EXIT_S,
+    ) -> None:
+        self.store = store
+        self.idle_exit_s = idle_exit_s
+        self._record = record
+        self.config = config
+        self.files = store.files(record.id)
+        self._clock = clock
+        self._wall = wall
+        self.phases = Phases()
+        self.backend = backend(config, self)
+        self.journal = Journal(self.files.journal)
+        self.audience = Audience(self.journal, self._hello, self._asked)
+        self.following = Following(
+            self.journal,
+            self.audience,
+            self.backend.follower,
+            self._judge,
+            lambda error: self.enqueue(Crashed(error)),
+            clock=clock,
+            wall=wall,
+        )
+        self.jobs: asyncio.Queue[Job] = asyncio.Queue()
+        self.queued: list[Job] = []
+        """The jobs waiting in :attr:`jobs`, in order."""
+        self.current: Job | None = None
+        self.judgement = Judgement.of_record(record)
+        self.hang: Hang | None = None
+        self.hang_stacks = ""
+        """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
+
+    @property
+    def record(self) -> RunRecord:
+        return self._record
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    def first_jobs(self, first: Job | None) -> None:
+        """What a new supervisor does first: ``first``, or what the record says was cut short
+        (a start), or follow the live run."""
+        state = self.record.state
+        if first is not None:
+            self.enqueue(first)
+        elif state in (RunState.STAGING, RunState.STARTING):
+            self.phases.move(Phase.STARTING, "a start was cut short")
+            self.enqueue(Interrupted())
+        elif not state.final:
+            self._follow("a live run, found without a supervisor")
+            if state is RunState.STOPPING:
+                self.phases.move(Phase.STOPPING, "its stop was under way")
+
+    async def work(self) -> None:
+        """Do the jobs as they come, until the run has ended and nothing is asked of it for
+        :attr:`idle_exit_s` (and the backend holds nothing of it)."""
+        while True:
+            try:
+                live = not self.record.state.final
+                job = await (
+                    self.jobs.get() if live else wait_for(self.jobs.get(), self.idle_exit_s)
+                )
+            except asyncio.TimeoutError:
+                if self.jobs.empty() and not self.backend.holds_run:
+                    return
+                continue
+            self.queued.remove(job)
+            self.current = job
+            self.audience.job_began(True)
+            await self.backend.connect()
+            try:
+                await self._do(job)
+            except Exception as error:  # a bug must not leave the run unsupervised silently
+                if isinstance(job, Crashed):
+                    raise
+                log.error("%s failed: %s", name(job), traceback.format_exc())
+                if isinstance(job, (Launch, Resume, Stop)):
+                    self._reply(job.asked, False, f"{name(job)} failed in the supervisor: {error}")
+            finally:
+                self.current = None
+                self.audience.job_began(False)
+                await self.backend.disconnect()
+
+    async def watch_backend(self) -> None:
+        async for event in self.backend.watch():
+            self.enqueue(event)
+
+    async def _do(self, job: Job) -> None:
+        match job:
+            case Launch() | Resume():
+                await self._start(job)
+            case Stop():
+                await self._stop(job)
+            case Conclude(verdict=verdict):
+                await self._conclude(verdict)
+            case DumpHang():
+                await self._dump_hang()
+            case StopHang():
+                await self._stop_hung()
+            case Interrupted():
+                await self._interrupted()
+            case NodesEnded():
+                await self._nodes_ended(job)
+            case Restarted():
+                await self._restarted(job)
+            case Crashed(error=error):
+                raise error
+
+    def enqueue(self, job: Job) -> None:
+        self.queued.append(job)
+        self.jobs.put_nowait(job)
+
+    def _asked(self, viewer: Viewer, request: Request) -> None:
+        asked = Asked(viewer, request.id)
+        job: Job
+        match request.op:
+            case "snapshot":
+                self.audience.reply(viewer, request.id, True, "", self._snapshot())
+                return
+            case "resume" if (busy := self._busy_starting()) is not None:
+                self.audience.reply(viewer, request.id, False, busy)
+                return
+            case "resume":
+                job = Resume(asked, debug=request.debug)
+            case "stop" | "kill":
+                job = Stop(asked, kill=request.op == "kill")
+            case _:
+                self.audience.reply(viewer, request.id, False, f"unknown request {request.op!r}")
+                return
+        self.enqueue(job)
+        if self.current is not None:
+            self.say(f"{name(job)}: queued behind the {name(self.current)} under way")
+
+    def _busy_starting(self) -> str | None:
+        """Why a resume asked now would be one too many, or None."""
+        pending = [job for job in (self.current, *self.queued) if job is not None]
+        if any(isinstance(job, (Launch, Resume)) for job in pending):
+            attempt = len(self.record.attempts) + (
+                0 if self.record.state is RunState.STARTING else 1
+            )
+            return f"run {self.record.id}: attempt {attempt} is starting already (asked before you)"
+        return None
+
+    def _snapshot(self) -> dict[str, object]:
+        watch = self.following.watch or RunWatch(self.record, self._clock, self._wall)
+        watch.read_steps()
+        return RunView.of(self.record, watch, self.judgement).live_document()
+
+    def _hello(self) -> Hello:
+        journal = self.journal
+        return Hello(
+            self.record.id,
+            os.getpid(),
+            protocol.VERSION,
+            journal.start,
+            journal.end,
+            self.judgement,
+        )
+
+    # --- starting --------------------------------------------------------------------------
+
+    async def _start(self, job: Launch | Resume) -> None:
+        record, resume = self.record, isinstance(job, Resume)
+        if resume and not record.state.final:
+            why = (
+                f"run {record.id} is {record.state.value}; stop it first (ddptui stop {record.id})"
+            )
+            self._reply(job.asked, False, why)
+            return
+        number = record.attempt.number + 1 if resume and record.attempts else 1
+        self.phases.move(Phase.STARTING, name(job))
+        failed = await self.backend.start(number, resume=resume, debug=job.debug)
+        if failed is not None:
+            await self._start_failed(failed)
+            self._reply(job.asked, False, failed.message, dict(failed.data))
+            return
+        said = f"resumed (attempt {number})" if resume else "is running"
+        self._reply(job.asked, True, f"run {self.record.id} {said}")
+
+    async def _start_failed(self, failed: StartFailed) -> None:
+        if failed.end is None or self.record.state.final:
+            self.phases.move(Phase.IDLE, "nothing was started")
+            return
+        if not self.following.active:
+            self.phases.move(Phase.IDLE, "the start failed")
+            self.end_attempt(failed.end, failed.detail or failed.message)
+            self.ended()
+            return
+        self.phases.move(Phase.CONCLUDING, "the start failed on followed nodes")
+        self.end_attempt(failed.end, failed.detail or failed.message)
+        await self.backend.terminate()
+        await self.following.end()
+        self.ended()
+
+    async def _restarted(self, job: Restarted) -> None:
+        self.phases.move(Phase.STARTING, "the scheduler started the job again")
+        failed = await self.backend.restart(job)
+        if failed is not None:
+            await self._start_failed(failed)
+
+    async def _interrupted(self) -> None:
+        """A launch or resume whose supervisor died before every node started."""
+        was = self.record.state
+        report = await self.backend.terminate()
+        self.phases.move(Phase.IDLE, "the cut-short start is ended")
+        self.end_attempt(
+            RunState.FAILED,
+            f"the {'staging' if was is RunState.STAGING else 'start'} was interrupted: its "
+            "supervisor ended before every node had started; resume to start it again",
+        )
+        self.note(*report.lines())
+        self.ended()
+
+    # --- ending ----------------------------------------------------------------------------
+
+    async def _stop(self, job: Stop) -> None:
+        was = self.record.state
+        if was.final:
+            self.say(f"run {self.record.id} is already {was.value}; making sure nothing is left")
+            report = await self.backend.stop(kill=job.kill, graceful=False)
+        else:
+            self.phases.move(Phase.STOPPING, name(job))
+            why = "kill requested" if job.kill else "stop requested"
+            self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
+            graceful = self.record.entry == "trainer"
+            report = await self.backend.stop(kill=job.kill, graceful=graceful)
+            self.end_attempt(RunState.STOPPED, "killed" if job.kill else "stopped on request")
+        words = evidence.stop_words(self.record, report, was)
+        self._reply(job.asked, report.clean, words, evidence.stop_data(report, was))
+        if not was.final:
+            await self.following.end()
+            self.ended()
+
+    async def _conclude(self, verdict: Verdict) -> None:
+        if self.record.state.final:
+            return
+        # Recorded first: `ddptui status` says failed at once, while the others are stopped.
+        self.end_attempt(verdict.state, verdict.detail)
+        if verdict.state is RunState.FAILED:
+            nodes = self.following.model.nodes
+            report = await self.backend.terminate({n for n, node in nodes.items() if node.silent})
+            self.note(*report.lines())
+            kept = await evidence.keep_flight_recorders(self.backend, self.files)
+            if kept is not None:
+                self.note(kept)
+        await self.following.end()
+        self.ended()
+
+    async def _nodes_ended(self, job: NodesEnded) -> None:
+        verdict = await self.backend.ending(job)
+        if verdict is None:
+            return
+        self.phases.move(Phase.CONCLUDING, "the scheduler ended the nodes")
+        self.end_attempt(verdict.state, verdict.detail)
+        await self.backend.ended(job, verdict.state)
+        await self.following.end()
+        self.ended()
+
+    async def _dump_hang(self) -> None:
+        """Keep what the hang looks like before anything can end it (``on_hang = "stop"`` is
+        the next job)."""
+        if self.record.state is not RunState.HUNG or self.hang is None:
+            return
+        self.hang_stacks = await evidence.keep_hang(
+            self.backend, self.files, self.judgement, self._wall()
+        )
+        self.note(self.hang_stacks)
+
+    async def _stop_hung(self) -> None:
+        hang = self.hang
+        if self.record.state is not RunState.HUNG or hang is None:
+            return
+        summary = hang.summary(self._wall())
+        why = f"hung ({summary}): stopping, as on_hang says"
+        self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
+        report = await self.backend.terminate()
+        where = f"at step {hang.step}" if hang.step is not None else "before the first step"
+        stacks = f"; {self.hang_stacks}" if self.hang_stacks else ""
+        self.end_attempt(RunState.FAILED, f"hung {where}: {summary}{stacks}")
+        self.note(*report.lines())
+        await self.following.end()
+        self.ended()
+
+    # --- judging ---------------------------------------------------------------------------
+
+    def _judge(self) -> None:
+        watch = self.following.model
+        watch.tick()
+        if self.phases.now is not Phase.RUNNING:
+            return
+        match judging.judge(watch, self.record.state, self.config.job):
+            case judging.Conclude(verdict=verdict):
+                self.phases.move(Phase.CONCLUDING, f"judged {verdict.state.value}")
+                self.enqueue(Conclude(verdict))
+                return
+            case judging.Hung(hang=hang, newly=newly, stop=stop):
+                self.hang = hang
+                if newly:
+                    summary = hang.summary(self._wall())
+                    log.warning("hung: %s", summary)
+                    self.change(
+                        lambda record: record.transition(RunState.HUNG, summary, now=self._wall())
+                    )
+                    self.enqueue(DumpHang())
+                if stop:
+                    self.phases.move(Phase.STOPPING, 'hung, and on_hang = "stop"')
+                    self.enqueue(StopHang())
+            case judging.SteppingAgain():
+                self.hang = None
+                self.change(
+                    lambda record: record.transition(
+                        RunState.RUNNING, "stepping again", now=self._wall()
+                    )
+                )
+            case judging.GoesOn():
+                self.hang = None
+        self._publish_judgement()
+
+    def _publish_judgement(self) -> None:
+        watch = self.following.watch
+        if watch is None:
+            judgement = Judgement.of_record(self.record)
+        else:
+            hang = self.hang if self.record.state is RunState.HUNG else None
+            judgement = watch.judgement(self.record, hang)
+        if judgement != self.judgement:
+            self.judgement = judgement
+            self.audience.broadcast(protocol.message(Judged(judgement)))
+
+    async def verdict_within(self, seconds: float) -> Verdict | None:
+        deadline = self._clock() + seconds
+        stopping = self.phases.now is Phase.STOPPING
+        while (verdict := self.following.model.verdict(stopping=stopping)) is None:
+            if self._clock() >= deadline:
+                return None
+            await asyncio.sleep(JUDGE_EVERY_S)
+        return verdict
+
+    # --- the record (what a backend may do through its Owner) -------------------------------
+
+    def say(self, line: str) -> None:
+        log.info("%s", line)
+        self.audience.say(line)
+
+    def change(self, change: Callable[[RunRecord], None]) -> None:
+        self._record = self.store.update(self.record.id, change)
+        if self.following.watch is not None:
+            self.following.watch.record = self._record
+        self._publish_judgement()
+
+    def note(self, *lines: str) -> None:
+        """``lines`` added to the current attempt's detail (what ``status`` shows of it)."""
+        if not lines:
+            return
+
+        def note(record: RunRecord) -> None:
+            record.attempt.detail = "; ".join([record.attempt.detail, *lines]).strip("; ")
+
+        self.change(note)
+
+    def stop_asked(self) -> bool:
+        return any(isinstance(job, Stop) for job in self.queued)
+
+    def starting(self) -> bool:
+        return self.phases.now is Phase.STARTING
+
+    def attempt_starting(
+        self, number: int, master_port: int, detail: str, job_id: str | None = None
+    ) -> None:
+        def starting(record: RunRecord) -> None:
+            attempt = Attempt(
+                number=number, started=self._wall(), master_port=master_port, job_id=job_id
+            )
+            record.attempts.append(attempt)
+            record.transition(RunState.STARTING, detail, now=self._wall())
+
+        self.change(starting)
+
+    def attempt_running(
+        self, detail: str, placed: list[NodeRecord] | None = None, allocation: str = ""
+    ) -> None:
+        if placed is not None:
+            self.following.place(self.record, placed)
+
+        def runs(record: RunRecord) -> None:
+            if placed is not None:
+                record.nodes = placed
+                record.master_addr = placed[0].address
+                record.attempt.allocation = allocation
+            record.transition(RunState.RUNNING, detail, now=self._wall())
+
+        self.change(runs)
+        self._follow(detail)
+
+    def _follow(self, why: str) -> None:
+        self.phases.move(Phase.RUNNING, why)
+        self.hang, self.hang_stacks = None, ""
+        self.following.begin(self.record)
+        self._publish_judgement()
+
+    def end_attempt(self, state: RunState, detail: str) -> None:
+        def end(record: RunRecord) -> None:
+            if record.attempts and record.attempt.ended is None:
+                record.attempt.ended = self._wall()
+                record.attempt.outcome = state.value
+                record.attempt.detail = detail
+            record.transition(state, detail, now=self._wall())
+
+        self.change(end)
+        log.info("attempt %d %s: %s", self.judgement.attempt, state.value, detail)
+
+    def ended(self) -> None:
+        """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
+        a failure): following it is over."""
+        self.phases.move(Phase.IDLE, f"attempt {self.judgement.attempt} {self.record.state.value}")
+        if self.following.watch is not None:
+            self.following.watch.conclude(self.record.state)
+        record = self.record
+        self.audience.broadcast(
+            protocol.message(Ended(record.state, record.detail, self.judgement.attempt))
+        )
+
+    def _reply(
+        self, asked: Asked | None, ok: bool, message: str, data: dict[str, object] | None = None
+    ) -> None:
+        if asked is not None:
+            self.audience.reply(asked.viewer, asked.request, ok, message, data)

@@ -1,0 +1,71 @@
+"""What an attempt's end leaves behind for whoever asks why: the words of a stop, the ranks'
+flight recorders after a failure, every rank's stacks at a hang."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from ddptui.run import dump as stack_dump
+from ddptui.run import protocol
+from ddptui.run.backends import RunBackend
+from ddptui.run.layout import RunFiles
+from ddptui.run.state import Judgement
+from ddptui.run.stopper import StopReport
+from ddptui.run.store import RunRecord, RunState
+
+log = logging.getLogger("ddptui.supervisor")
+
+
+def stop_words(record: RunRecord, report: StopReport, was: RunState) -> str:
+    if was.final:
+        stays = f"run {record.id} stays {was.value}"
+        if report.clean:
+            return f"{stays}; nothing of it is left running"
+        return f"{stays}; not everything could be confirmed gone"
+    if not report.clean:
+        return f"run {record.id} recorded as stopped, but not everything could be confirmed gone"
+    return f"run {record.id} stopped in {report.seconds:.1f} s; nothing of it is left running"
+
+
+def stop_data(report: StopReport, was: RunState) -> dict[str, object]:
+    return {
+        "lines": report.lines(),
+        "clean": report.clean,
+        "graceful": report.graceful,
+        "seconds": report.seconds,
+        "was": was.value,
+    }
+
+
+async def keep_flight_recorders(backend: RunBackend, files: RunFiles) -> str | None:
+    """After a failure, the ranks' flight-recorder dumps (written by NCCL's watchdog on a
+    timeout, or by the trainer on a failed collective) to the head, read: what to add to the
+    attempt's detail, or None. Evidence lost is said; it never keeps the run from being
+    concluded."""
+    try:
+        taken = await backend.take_stacks()
+        saved = stack_dump.save(taken, files.dumps) if taken.flight_dumps else None
+    except Exception as error:
+        log.exception("the flight recorders could not be kept")
+        return f"the flight recorders could not be kept: {type(error).__name__}"
+    if saved is None:
+        return None
+    said = "; ".join(finding.text for finding in saved.flight) or "nothing odd in them"
+    kept = f"flight recorders kept in {saved.saved_in}: {said}"
+    log.warning("%s", kept)
+    return kept
+
+
+async def keep_hang(backend: RunBackend, files: RunFiles, judgement: Judgement, now: float) -> str:
+    """What a hang looks like, kept before anything can end it: the judgement and every rank's
+    stacks, as ``evidence/hang-<time>.json``; what to add to the attempt's detail."""
+    saved = stack_dump.save(await backend.take_stacks(), files.dumps)
+    files.evidence.mkdir(mode=0o700, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    evidence = {**protocol.judgement_document(judgement), "stacks": saved.document()}
+    path = files.evidence / f"hang-{stamp}.json"
+    path.write_text(json.dumps(evidence, indent=2), encoding="utf-8")
+    log.warning("hung: every rank's stacks kept in %s", saved.saved_in)
+    return f"every rank's stacks at the hang: {saved.saved_in}"

@@ -1,0 +1,223 @@
+"""Following the attempt: one follower per node feeding one inbox, its lines kept in the
+journal and applied to the run's model (:class:`~ddptui.run.state.RunWatch`), the rest passed
+to viewers, and the supervisor's judging called twice a second."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Mapping
+
+from ddptui.aio import QueueReader, SizedQueue, wait_for
+from ddptui.run import protocol
+from ddptui.run.backends import Follower
+from ddptui.run.follow import FileLine, Heartbeat, HostSilent, Update
+from ddptui.run.journal import Journal
+from ddptui.run.state import RunWatch, Steps
+from ddptui.run.store import NodeRecord, RunRecord
+from ddptui.run.supervisor.viewers import Audience
+
+FLUSH_EVERY_S = 0.1
+FLUSH_BYTES = 256 * 1024
+JUDGE_EVERY_S = 0.5
+"""Judging looks at every rank: twice a second, not after every burst of lines."""
+CHECKPOINT_EVERY_S = 5.0
+FOLLOW_STOP_S = 10.0
+SETTLE_S = 6.0
+"""How long following goes on after an attempt ended, for the lines its ranks wrote last."""
+INBOX = 10000
+INBOX_BYTES = 16 * 1024 * 1024
+"""What the updates of every host waiting to be judged may hold: a line keeps up to 16,384
+characters, 64 KiB in memory when they are not ASCII, so a count alone would allow 640 MiB."""
+HEARTBEAT_BYTES = 4096
+"""What a heartbeat is counted as: its GPU samples are capped (64 GPUs of a few fields)."""
+
+log = logging.getLogger("ddptui.supervisor")
+
+
+def updates_inbox() -> SizedQueue[Update]:
+    """Every host's updates waiting to be judged: full at :data:`INBOX` of them or
+    :data:`INBOX_BYTES`, whereupon the followers wait (their hosts' channels then fill)."""
+    return SizedQueue(INBOX, INBOX_BYTES, _update_size)
+
+
+def _update_size(update: Update) -> int:
+    if isinstance(update, FileLine):
+        # A str of any non-ASCII character takes up to 4 bytes a character (PEP 393).
+        return (len(update.text) if update.text.isascii() else 4 * len(update.text)) + len(
+            update.path
+        )
+    return HEARTBEAT_BYTES if isinstance(update, Heartbeat) else 0
+
+
+class Following:
+    """The followers of the current attempt and what they feed."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        audience: Audience,
+        follower: Callable[[NodeRecord, Mapping[str, int] | None], Follower],
+        judge: Callable[[], None],
+        crashed: Callable[[BaseException], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.journal = journal
+        self.audience = audience
+        self._follower = follower
+        self._judge = judge
+        self._crashed = crashed
+        self._clock = clock
+        self._wall = wall
+        self.watch: RunWatch | None = None
+        self._inbox = updates_inbox()
+        self._followers: list[Follower] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._beats_after: dict[str, int] = {}
+        self._settled = asyncio.Event()
+
+    @property
+    def model(self) -> RunWatch:
+        assert self.watch is not None, "the run is not followed"
+        return self.watch
+
+    @property
+    def active(self) -> bool:
+        return bool(self._tasks)
+
+    def begin(self, record: RunRecord) -> None:
+        """Follow ``record``'s latest attempt on its nodes, each from where the journal left
+        it."""
+        if self.watch is None:
+            watch = RunWatch(record, self._clock, self._wall, steps=Steps.LATEST)
+            # What an earlier supervisor took (earlier attempts' too) shapes the state.
+            for raw in self.journal.lines():
+                line = protocol.decode(raw)
+                if isinstance(line, FileLine):
+                    watch.apply(line)
+            self.watch = watch
+        elif self.watch.attempt != record.attempt.number:
+            self.watch.next_attempt(record)
+        self._followers = [
+            self._follower(node, self.journal.offsets.get(node.host)) for node in record.nodes
+        ]
+        self._tasks = [self._task(self._pump(follower)) for follower in self._followers]
+        self._tasks.append(self._task(self._judge_loop()))
+
+    def place(self, record: RunRecord, placed: list[NodeRecord]) -> None:
+        """The attempt's nodes chosen anew: the journal resumes each node's files by node
+        rank, since a new allocation may give a node rank another machine."""
+        previous = {node.node_rank: node.host for node in record.nodes}
+        offsets = self.journal.offsets
+        self.journal.offsets = {
+            node.host: offsets.get(previous.get(node.node_rank, node.host), {}) for node in placed
+        }
+
+    async def end(self, *, settle: bool = True) -> None:
+        """Stop following; with ``settle``, once every host that answers has sent what its run's
+        files hold now (the last lines of ranks that just ended), or after ``SETTLE_S``."""
+        followers, tasks = self._followers, self._tasks
+        if not tasks:
+            return
+        self._beats_after = dict.fromkeys(
+            (node.host for node in self.model.nodes.values() if node.silent is None), 0
+        )
+        self._settled.clear()
+        if settle and not self._all_sent():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await wait_for(self._settled.wait(), SETTLE_S)
+        self._beats_after = {}
+        self._followers, self._tasks = [], []
+        with contextlib.suppress(asyncio.TimeoutError):
+            await wait_for(asyncio.gather(*(f.close() for f in followers)), FOLLOW_STOP_S)
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=FOLLOW_STOP_S)
+        self._drain()
+        self.journal.checkpoint()
+
+    def _task(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
+        """``work`` as a task whose failure ends the supervisor, logged: a bug in following or
+        judging must not leave the run looking supervised while nothing watches it."""
+        task = asyncio.create_task(work)
+        task.add_done_callback(self._failed)
+        return task
+
+    def _failed(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        assert error is not None
+        log.critical(
+            "following failed; ending this supervisor (the next ddptui command starts "
+            "another):\n%s",
+            "".join(traceback.format_exception(error)),
+        )
+        self._crashed(error)
+
+    def _all_sent(self) -> bool:
+        """Whether every host that answered when following was to end has sent all its run's
+        files held then. The agent reads every file in each round, the run's events and logs
+        before torchrun's exit status: once a node's status has come, so has what its ranks
+        wrote before they ended; else two heartbeats from then on (each follows a round)."""
+        nodes = self.model.nodes
+        return all(
+            nodes[host].exit is not None or beats >= 2 for host, beats in self._beats_after.items()
+        )
+
+    async def _pump(self, follower: Follower) -> None:
+        async for update in follower.updates():
+            await self._inbox.put(update)
+
+    async def _judge_loop(self) -> None:
+        updates = QueueReader(self._inbox)
+        next_tick = next_checkpoint = next_flush = 0.0
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                wait = FLUSH_EVERY_S if self.journal.unwritten else JUDGE_EVERY_S
+                self._take(await updates.get(wait))
+            now = self._clock()
+            if (now >= next_flush and self._inbox.empty()) or (
+                self.journal.unwritten >= FLUSH_BYTES
+            ):
+                # Written out and sent in bursts: a write and a wake-up of every viewer for
+                # each few lines would cost more than the lines.
+                next_flush = now + FLUSH_EVERY_S
+                if self.journal.flush():
+                    self.audience.wake()
+            if now >= next_checkpoint:
+                next_checkpoint = now + CHECKPOINT_EVERY_S
+                self.journal.checkpoint()
+            if now >= next_tick:
+                next_tick = now + JUDGE_EVERY_S
+                self._judge()
+
+    def _drain(self) -> None:
+        while not self._inbox.empty():
+            self._take(self._inbox.get_nowait())
+        if self.journal.flush():
+            self.audience.wake()
+
+    def _take(self, update: Update) -> None:
+        watch = self.model
+        if isinstance(update, FileLine):
+            if self.journal.append(update):
+                watch.apply(update)
+                if self._beats_after and self._all_sent():
+                    self._settled.set()
+            return
+        watch.apply(update)
+        if isinstance(update, HostSilent):
+            log.warning("%s does not answer: %s", update.host, update.reason)
+        elif not isinstance(update, Heartbeat):
+            log.info("%s answers again", update.host)
+        if update.host in self._beats_after:
+            self._beats_after[update.host] += 2 if isinstance(update, HostSilent) else 1
+            if self._all_sent():
+                self._settled.set()
+        self.audience.update(update)

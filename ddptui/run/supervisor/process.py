@@ -1,0 +1,134 @@
+"""The supervisor as a process: started detached, holding the run's lock for its whole life,
+serving its socket until the run has ended and nothing more is asked of it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import logging
+import logging.handlers
+import os
+import resource
+import signal
+import traceback
+from pathlib import Path
+from typing import IO
+
+from ddptui.config import load_config
+from ddptui.errors import DdptuiError
+from ddptui.run import protocol
+from ddptui.run.layout import RunFiles
+from ddptui.run.protocol import BUSY
+from ddptui.run.store import RunStore
+from ddptui.run.supervisor.core import Supervisor
+from ddptui.run.supervisor.jobs import Job, Launch, Resume
+
+log = logging.getLogger("ddptui.supervisor")
+
+
+async def serve(supervisor: Supervisor, first: Job | None) -> None:
+    """Serve the run's socket and do its jobs until the supervisor's work is over, or SIGTERM
+    (a shutdown, `ddptui demo` ending): then it stops supervising cleanly; the run goes on, and
+    the next command that finds it live starts another supervisor."""
+    files, record = supervisor.files, supervisor.record
+    with protocol.socket_address(files.socket) as address:
+        server = await asyncio.start_unix_server(
+            supervisor.audience.connected, path=address, limit=protocol.MAX_MESSAGE_BYTES
+        )
+    files.socket.chmod(0o600)
+    log.info("supervising run %s (%s), pid %d", record.id, record.state.value, os.getpid())
+    terminated = False
+    watching = asyncio.create_task(supervisor.watch_backend())
+    try:
+        supervisor.first_jobs(first)
+        work = asyncio.create_task(supervisor.work())
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, work.cancel)
+        try:
+            await work
+        except asyncio.CancelledError:
+            log.info("SIGTERM: no longer supervising run %s", record.id)
+            terminated = True
+    finally:
+        watching.cancel()
+        server.close()
+        await supervisor.following.end(settle=not terminated)
+        await supervisor.audience.close()
+        supervisor.journal.close()
+        with contextlib.suppress(OSError):
+            files.socket.unlink()
+        log.info(
+            "run %s %s; supervisor exits (peak RSS %d MiB)",
+            record.id,
+            supervisor.record.state.value,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddptui.run.supervisor")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("run")
+    parser.add_argument("--launch", action="store_true", help="launch the recorded run")
+    parser.add_argument("--resume", action="store_true", help="resume the ended run")
+    parser.add_argument("--debug", action="store_true", help="with torch's debug environment")
+    parser.add_argument("--foreground", action="store_true", help="do not fork (tests)")
+    args = parser.parse_args(argv)
+    store = RunStore(args.root)
+    files = store.files(args.run)
+    if not args.foreground and os.fork():
+        # The starter waits for this first process only; the supervisor goes on as an orphan,
+        # so it leaves no zombie behind in a long-lived console.
+        return 0
+    lock = _take_lock(files)
+    if lock is None:
+        return BUSY
+    _log_to(files)
+    files.supervisor_pid.write_text(f"{os.getpid()}\n", encoding="utf-8")
+    # A closed terminal or a Ctrl-C in the shell that started it must not end it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        record = store.load(args.run)
+        config = load_config(files.hosts, slurm=True)
+        first: Job | None = None
+        if args.launch:
+            first = Launch(debug=args.debug)
+        elif args.resume:
+            first = Resume(debug=args.debug)
+        asyncio.run(serve(Supervisor(store, record, config), first))
+    except DdptuiError as error:
+        log.error("cannot supervise run %s: %s", args.run, error)
+        return 2
+    except Exception:
+        log.critical("supervisor crashed:\n%s", traceback.format_exc())
+        return 1
+    finally:
+        with contextlib.suppress(OSError):
+            files.supervisor_pid.unlink()
+    return 0
+
+
+def _take_lock(files: RunFiles) -> IO[bytes] | None:
+    """The run's supervisor lock, held until this process ends (the kernel lets go of it when
+    the process dies, so a killed supervisor never leaves a stale lock); None if it is held."""
+    handle = files.supervisor_lock.open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _log_to(files: RunFiles) -> None:
+    handler = logging.handlers.RotatingFileHandler(
+        files.supervisor_log, maxBytes=4 * 1024 * 1024, backupCount=1, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    # asyncssh logs every channel at INFO: the log would be mostly that.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)

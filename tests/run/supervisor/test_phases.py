@@ -1,0 +1,359 @@
+"""The real supervisor, driven through every phase move by in-memory hosts (fast tier).
+
+Each scenario is what a user lives through — a run that completes, fails, hangs, is stopped,
+is found live by a new supervisor, is ended or requeued by a scheduler — and checks the
+phases the supervisor went through, what it recorded and what a viewer on its socket was
+told. Together they walk every move of :data:`~ddptui.run.supervisor.phase.MOVES`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from ddptui.run.backends import NodesEnded, Restarted, StartFailed
+from ddptui.run.protocol import Ended, Reply, Said
+from ddptui.run.store import RunState, RunStore
+from ddptui.run.supervisor.jobs import Launch, Resume
+from ddptui.run.supervisor.phase import MOVES, Phase, PhaseError, Phases
+from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record, scheduler_job
+
+IDL, STA, RUN, CON, STO = "idle", "starting", "running", "concluding", "stopping"
+Scenario = Callable[[Path], Awaitable[list[tuple[str, str]]]]
+SCENARIOS: dict[str, tuple[Scenario, list[tuple[str, str]]]] = {}
+
+
+def scenario(*moves: tuple[str, str]) -> Callable[[Scenario], Scenario]:
+    def register(walk: Scenario) -> Scenario:
+        SCENARIOS[walk.__name__] = (walk, list(moves))
+        return walk
+
+    return register
+
+
+def _bed(
+    tmp_path: Path, *, attempts: int = 0, state: RunState = RunState.STAGING, **job: object
+) -> Bed:
+    store = RunStore(tmp_path / "runs")
+    return Bed(store.root, new_record(store, attempts=attempts, state=state), config(**job))
+
+
+async def _launched(bed: Bed) -> Viewer:
+    """A new run's supervisor, started to launch it, and a viewer attached."""
+    bed.serve(Launch())
+    viewer = await Viewer.attach(bed.supervisor)
+    await bed.until_state(RunState.RUNNING)
+    return viewer
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL))
+async def launch_steps_and_completes(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    viewer = await _launched(bed)
+    for step in (1, 2, 3):
+        for host in bed.backend.hosts.values():
+            host.step(step)
+    for host in bed.backend.hosts.values():
+        host.exit(0)
+    ended = await viewer.until(lambda item: isinstance(item, Ended))
+    assert isinstance(ended, Ended) and ended.state is RunState.COMPLETED
+    await bed.finish()
+    record = bed.record
+    assert record.state is RunState.COMPLETED and record.attempt.outcome == "completed"
+    # Every journal line kept: each host's two start and six step events and its exit.
+    assert len(list(bed.supervisor.journal.lines())) == 2 * (2 + 6 + 1)
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, IDL))
+async def a_start_that_fails_before_any_node_runs(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    bed.backend.refuse = StartFailed("port 29500 is taken on a", end=RunState.FAILED)
+    bed.serve(Launch())
+    await bed.finish()
+    assert bed.record.state is RunState.FAILED
+    assert bed.record.detail == "port 29500 is taken on a"
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, IDL))
+async def a_refused_resume_records_nothing(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, attempts=1, state=RunState.FAILED)
+    bed.backend.refuse = StartFailed("cannot resume: b cannot be reached", data={"exit_code": 3})
+    bed.serve(None)
+    viewer = await Viewer.attach(bed.supervisor)
+    reply = await viewer.ask("resume")
+    assert not reply.ok and reply.message == "cannot resume: b cannot be reached"
+    assert reply.data == {"exit_code": 3}
+    await bed.finish()
+    assert bed.record.state is RunState.FAILED and len(bed.record.attempts) == 1
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL))
+async def a_start_that_fails_on_followed_nodes(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    bed.backend.fail_running = StartFailed("node b: driver 535 < 550", end=RunState.FAILED)
+    bed.serve(Launch())
+    await bed.finish()
+    assert bed.record.state is RunState.FAILED and bed.record.detail == "node b: driver 535 < 550"
+    assert "terminate skip=[]" in bed.backend.asked
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL))
+async def a_rank_fails_and_the_others_are_ended(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    viewer = await _launched(bed)
+    for host in bed.backend.hosts.values():
+        host.step(1)
+    bed.backend.hosts["b"].exit(1)
+    await bed.until(lambda: bed.supervisor.following.model.nodes["b"].exit == 1)
+    # A root cause may be a moment behind the exit: nothing is judged before it settles.
+    assert bed.supervisor.phases.now is Phase.RUNNING
+    bed.clock.jump(5.0)
+    ended = await viewer.until(lambda item: isinstance(item, Ended))
+    assert isinstance(ended, Ended) and ended.state is RunState.FAILED
+    assert ended.detail == "torchrun on b (node 1) exited 1"
+    # The others are ended, and the flight recorders looked for, after the verdict is recorded.
+    assert bed.backend.asked.index("terminate skip=[]") < bed.backend.asked.index("stacks")
+    await bed.finish()
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL))
+async def a_host_that_stops_answering_fails_the_run(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    await _launched(bed)
+    bed.backend.hosts["b"].cut()
+    await bed.until_state(RunState.FAILED)
+    assert "b (node 1) stopped answering" in bed.record.detail
+    # The silent host is not asked: what answers is ended.
+    await bed.until(lambda: "terminate skip=['b']" in bed.backend.asked)
+    await bed.finish()
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, STO), (STO, IDL))
+async def a_stop_checkpoints_first(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    viewer = await _launched(bed)
+    for host in bed.backend.hosts.values():
+        host.step(1)
+    reply = await viewer.ask("stop")
+    assert reply.ok and "stopped in" in reply.message, reply
+    assert "stop kill=False graceful=True" in bed.backend.asked
+    await bed.finish()
+    assert bed.record.state is RunState.STOPPED and bed.record.detail == "stopped on request"
+    return bed.moves
+
+
+async def _hung(bed: Bed, viewer: Viewer) -> None:
+    for step in (1, 2):
+        for host in bed.backend.hosts.values():
+            host.step(step)
+    await bed.until(lambda: bed.supervisor.following.model.attempt_steps == 8)
+    bed.clock.jump(3.0)
+    await bed.until(lambda: "stacks" in bed.backend.asked)
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, STO), (STO, IDL))
+async def a_hang_is_kept_and_goes_when_the_ranks_step_again(
+    tmp_path: Path,
+) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, hang_timeout_s=2.0)
+    viewer = await _launched(bed)
+    await _hung(bed, viewer)
+    await bed.until(lambda: "every rank's stacks at the hang" in bed.record.attempt.detail)
+    assert len(list(bed.supervisor.files.evidence.glob("hang-*.json"))) == 1
+    for host in bed.backend.hosts.values():
+        host.step(3)
+    await bed.until_state(RunState.RUNNING)
+    assert bed.record.detail == "stepping again"
+    reply = await viewer.ask("kill")
+    assert reply.ok and "stop kill=True graceful=True" in bed.backend.asked
+    await bed.finish()
+    assert bed.record.detail == "killed"
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, STO), (STO, IDL))
+async def on_hang_stop_ends_a_hung_run(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, hang_timeout_s=2.0, on_hang="stop")
+    viewer = await _launched(bed)
+    await _hung(bed, viewer)
+    ended = await viewer.until(lambda item: isinstance(item, Ended))
+    assert isinstance(ended, Ended) and ended.state is RunState.FAILED
+    assert ended.detail.startswith("hung at step 2: no step for")
+    assert "every rank's stacks at the hang" in ended.detail
+    assert bed.backend.asked.index("stacks") < bed.backend.asked.index("terminate skip=[]")
+    await bed.finish()
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, STO), (STO, IDL))
+async def a_stop_asked_before_a_verdict_wins(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, hang_timeout_s=2.0)
+    viewer = await _launched(bed)
+    bed.backend.stacks_gate.clear()
+    await _hung(bed, viewer)
+    # While the hang's stacks are taken, a stop is asked, then the ranks end.
+    stop = viewer.send("stop")
+    await viewer.until(lambda item: isinstance(item, Said) and "queued behind" in item.line)
+    for host in bed.backend.hosts.values():
+        host.exit(0)
+    await bed.until(lambda: bed.supervisor.phases.now is Phase.CONCLUDING)
+    bed.backend.stacks_gate.set()
+    reply = await viewer.until(lambda item: isinstance(item, Reply) and item.id == stop)
+    assert isinstance(reply, Reply) and reply.ok
+    await bed.finish()
+    # The stop was asked first: the run stopped; the verdict behind it found it ended.
+    assert bed.record.state is RunState.STOPPED
+    return bed.moves
+
+
+@scenario((IDL, RUN), (RUN, CON), (CON, IDL))
+async def a_live_run_found_without_a_supervisor_is_followed(
+    tmp_path: Path,
+) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, attempts=1, state=RunState.RUNNING)
+    for host in bed.backend.hosts.values():
+        host.start(1)
+    bed.serve(None)
+    await bed.until(lambda: bed.supervisor.following.active)
+    for host in bed.backend.hosts.values():
+        host.exit(0)
+    await bed.finish()
+    assert bed.record.state is RunState.COMPLETED
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, IDL))
+async def a_start_cut_short_is_ended(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, attempts=1, state=RunState.STARTING)
+    bed.serve(None)
+    await bed.finish()
+    assert bed.record.state is RunState.FAILED
+    assert "the start was interrupted" in bed.record.detail
+    assert bed.backend.asked[:2] == ["connect", "terminate skip=[]"]
+    return bed.moves
+
+
+@scenario(
+    (IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL), (IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL)
+)
+async def a_scheduler_ends_the_nodes_then_requeues(tmp_path: Path) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path)
+    await _launched(bed)
+    bed.backend.events.put_nowait(NodesEnded(scheduler_job("NODE_FAIL")))
+    await bed.until_state(RunState.FAILED)
+    assert bed.record.detail == "the scheduler ended the job"
+    assert "ended failed" in bed.backend.asked
+    # The job lives on in the scheduler's queue: the supervisor waits for it, not exits.
+    bed.backend.scheduler_holds = True
+    await asyncio.sleep(1.0)
+    assert bed.task is not None and not bed.task.done()
+    bed.backend.events.put_nowait(Restarted(scheduler_job(restarts=1)))
+    await bed.until_state(RunState.RUNNING)
+    bed.backend.scheduler_holds = False
+    assert bed.record.attempt.number == 2 and bed.record.attempt.allocation == "a,b"
+    for host in bed.backend.hosts.values():
+        host.exit(0)
+    await bed.finish()
+    assert bed.record.state is RunState.COMPLETED
+    return bed.moves
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario(name: str, tmp_path: Path) -> None:
+    walk, expected = SCENARIOS[name]
+    assert asyncio.run(asyncio.wait_for(walk(tmp_path), 60.0)) == expected
+
+
+def test_the_scenarios_walk_every_move() -> None:
+    walked = {move for _, moves in SCENARIOS.values() for move in moves}
+    every = {(a.value, b.value) for a, targets in MOVES.items() for b in targets}
+    assert walked == every
+
+
+def test_a_move_the_machine_does_not_have_is_a_bug() -> None:
+    phases = Phases()
+    phases.move(Phase.STARTING, "launch")
+    with pytest.raises(PhaseError, match="no move from starting to stopping"):
+        phases.move(Phase.STOPPING, "stop")
+
+
+def test_racing_requests_are_queued_or_refused_in_order(tmp_path: Path) -> None:
+    async def race() -> None:
+        bed = _bed(tmp_path, attempts=1, state=RunState.FAILED)
+        gate = asyncio.Event()
+        start = bed.backend.start
+
+        async def slow_start(number: int, *, resume: bool, debug: bool) -> StartFailed | None:
+            await gate.wait()
+            return await start(number, resume=resume, debug=debug)
+
+        bed.backend.start = slow_start  # type: ignore[method-assign]
+        bed.serve(None)
+        first, second = await Viewer.attach(bed.supervisor), await Viewer.attach(bed.supervisor)
+        resume = first.send("resume")
+        await bed.until(lambda: bed.supervisor.current is not None)
+        refused = await second.ask("resume")
+        assert not refused.ok and "attempt 2 is starting already" in refused.message
+        second.send("stop")
+        said = await second.until(lambda item: isinstance(item, Said))
+        assert isinstance(said, Said) and said.line == "stop: queued behind the resume under way"
+        # A viewer that goes away changes nothing for the others.
+        second.close()
+        gate.set()
+        resumed = await first.until(lambda item: isinstance(item, Reply) and item.id == resume)
+        assert isinstance(resumed, Reply) and resumed.message.endswith("resumed (attempt 2)")
+        await bed.until_state(RunState.STOPPED)
+        await bed.finish()
+
+    asyncio.run(asyncio.wait_for(race(), 60.0))
+
+
+def test_a_crash_in_following_ends_the_supervisor_loudly(tmp_path: Path) -> None:
+    async def crash() -> None:
+        bed = _bed(tmp_path)
+
+        def broken(*_: object) -> None:
+            raise RuntimeError("a bug in following")
+
+        bed.supervisor.following._judge = broken  # type: ignore[method-assign]
+        bed.serve(Launch())
+        with pytest.raises(RuntimeError, match="a bug in following"):
+            await bed.finish()
+
+    asyncio.run(asyncio.wait_for(crash(), 60.0))
+
+
+def test_a_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
+    async def refused() -> None:
+        bed = _bed(tmp_path)
+        viewer = await _launched(bed)
+        reply = await viewer.ask("resume")
+        assert not reply.ok and "is running; stop it first" in reply.message
+        assert bed.supervisor.phases.now is Phase.RUNNING
+        await viewer.ask("kill")
+        await bed.finish()
+        assert bed.supervisor.phases.moves[-1] == (Phase.STOPPING, Phase.IDLE)
+
+    asyncio.run(asyncio.wait_for(refused(), 60.0))
+
+
+def test_first_jobs_resume_from_the_command_line(tmp_path: Path) -> None:
+    async def resumed() -> None:
+        bed = _bed(tmp_path, attempts=1, state=RunState.FAILED)
+        bed.serve(Resume())
+        await bed.until_state(RunState.RUNNING)
+        assert bed.backend.asked[:2] == ["connect", "start 2 resume"]
+        for host in bed.backend.hosts.values():
+            host.exit(0)
+        await bed.finish()
+        assert bed.record.state is RunState.COMPLETED
+
+    asyncio.run(asyncio.wait_for(resumed(), 60.0))
