@@ -1,12 +1,11 @@
-"""A run's state as the followed lines tell it: progress, diagnoses, a verdict, a hang.
+"""A run's state as the followed lines tell it: the run's model, for viewers and the supervisor.
 
 :class:`RunWatch` is pure (no I/O; both clocks injected): it takes the follower's updates
 (:mod:`ddptui.run.follow`) and keeps per-node and per-rank state, the diagnosis of error lines
-and bounded log tails; it decides when the attempt has ended and how (:meth:`RunWatch.verdict`),
-what a silent host means (:meth:`RunWatch.silence`) and whether the run hangs
-(:meth:`RunWatch.hang`). The supervisor (:mod:`ddptui.run.supervisor`) drives one and acts on
-what it says; viewers keep one to render what they are sent, and show the supervisor's
-:class:`Judgement` rather than judging themselves.
+and bounded log tails, and what a silent host means (:meth:`RunWatch.silence`). It judges
+nothing: how an attempt ended and whether it hangs are the supervisor's to say
+(:mod:`ddptui.run.supervisor.judging`); viewers keep one to render what they are sent, and
+show the supervisor's :class:`Judgement`.
 
 Every line comes from a host, and a host speaks only for what the plan gave it: its own ranks
 (``node_rank``, local ranks below its ``nproc``, global ranks from its ``base_rank``) and its
@@ -34,8 +33,6 @@ from __future__ import annotations
 import enum
 import math
 import re
-import signal
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -61,31 +58,8 @@ PEERS_IDLE_MIN_S = 10.0
 PEERS_IDLE_STEP_TIMES = 3.0
 """While a host is silent, the hosts that answer count as stepping until this many of the
 slowest rank's step-event intervals (and at least ``PEERS_IDLE_MIN_S``) pass without a step."""
-EXIT_SETTLE_S = 3.0
-"""After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and
-its own node's exit: torchrun ends a failed rank's peers too, and their node can report first."""
 HEARD_LATELY_S = 5.0
 """More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
-HANG_MIN_S = 30.0
-HANG_STEP_TIMES = 20.0
-"""The hang window: no step from any answering host for the larger of ``HANG_MIN_S`` and this
-many of the slowest rank's step-event intervals (``[job] hang_timeout_s`` overrides it)."""
-FIRST_STEP_HANG_S = 600.0
-"""Before an attempt's first step (imports, data, rendezvous, NCCL set-up) the window is at
-least this: NCCL's own default collective timeout, so only what it would time out counts."""
-IDLE_CPU_PCT = 5.0
-SPINNING_CPU_PCT = 50.0
-"""A rank below ``IDLE_CPU_PCT`` of a core while its peers' median is above this is idle while
-they spin (NCCL busy-waits in a collective; a rank that never reached it does not)."""
-PROCESS_STATES = {
-    "T": "its process is stopped (SIGSTOP, Ctrl-Z or a debugger): it runs nothing until SIGCONT",
-    "t": "its process is stopped by a debugger (traced)",
-    "D": "its process waits in uninterruptible I/O (a hung filesystem, NFS or device?)",
-    "Z": "its process has exited and waits to be reaped",
-}
-"""The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
-
-
 _STEP = re.compile(r'"type"\s*:\s*"step"')
 """A step event's type, as JSON writers put it: a line without it is read, whatever it is."""
 
@@ -454,7 +428,7 @@ class RunWatch:
     def silence(self) -> Silence:
         """What the hosts that still answer say of the silent ones (see :class:`Silence`)."""
         now = self._clock()
-        stepped = self._stepped_witnesses()
+        stepped = self.stepped_witnesses()
         if stepped:
             paces = [rank.pace_s for rank in self.progress.ranks if rank.pace_s is not None]
             window = max(PEERS_IDLE_MIN_S, PEERS_IDLE_STEP_TIMES * max(paces, default=0.0))
@@ -466,104 +440,47 @@ class RunWatch:
             return Silence.UNKNOWN
         # No step events (a script that writes none, or before the first step) cannot show
         # whether the silent host takes part; a host that answers shows the network works.
-        witnesses = self._witnesses()
+        witnesses = self.witnesses()
         if any(now - self._heard_at.get(host, -math.inf) <= HEARD_LATELY_S for host in witnesses):
             return Silence.FAILS
         return Silence.UNKNOWN
 
-    def _witnesses(self) -> list[str]:
+    def witnesses(self) -> list[str]:
         """The hosts that answer and have not finished: what they see tells of a silent one."""
         return [node.host for node in self.nodes.values() if node.silent is None and node.exit != 0]
 
-    def _stepped_witnesses(self) -> list[str]:
+    def stepped_witnesses(self) -> list[str]:
         """The witnesses whose ranks have stepped: whether they still do tells of a silent one."""
-        return [host for host in self._witnesses() if host in self._stepped_at]
+        return [host for host in self.witnesses() if host in self._stepped_at]
+
+    def clock(self) -> float:
+        """Now, on the clock that times what arrives (monotonic)."""
+        return self._clock()
+
+    def wall(self) -> float:
+        """Now, on the clock that dates what arrives (the ranks' clock)."""
+        return self._wall()
+
+    @property
+    def began(self) -> float:
+        """When this attempt began to be watched (:meth:`clock`)."""
+        return self._began
+
+    @property
+    def starts(self) -> Mapping[int, int]:
+        """Rank → the start events seen of it: the attempt its latest events belong to."""
+        return self._starts
+
+    @property
+    def stepped_at(self) -> Mapping[str, float]:
+        """Host → when its latest step event of this attempt arrived (:meth:`clock`)."""
+        return self._stepped_at
 
     def tick(self) -> None:
         """Bring the ranks' progress up to date and recompute what depends on time passing
         (stalled ranks)."""
         self.read_steps()
         self.progress.update_health(self._wall())
-
-    def hang_window(self, override: float | None = None) -> float:
-        """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
-        else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
-        slowest rank."""
-        if override is not None:
-            return override
-        paces = [rank.pace_s for rank in self.progress.ranks if rank.pace_s is not None]
-        return max(HANG_MIN_S, HANG_STEP_TIMES * max(paces, default=0.0))
-
-    def hang(self, override: float | None = None) -> Hang | None:
-        """The hang, when no host that answers (and has not finished) has sent a step for the
-        hang window; None while any steps, or while nothing can tell (no host answers).
-
-        Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``. Scripts
-        that write no events are never judged hung: nothing would tell a hang apart.
-        """
-        witnesses = self._witnesses()
-        if not witnesses or not self._starts or self.stopped_ranks:
-            return None
-        now = self._clock()
-        stepped = [self._stepped_at[host] for host in witnesses if host in self._stepped_at]
-        if stepped:
-            last, window = max(stepped), self.hang_window(override)
-        elif self.attempt_steps:
-            return None  # the steps came from hosts that do not answer now: theirs to judge
-        else:
-            last, window = self._began, max(self.hang_window(override), FIRST_STEP_HANG_S)
-        if now - last <= window:
-            return None
-        return Hang(
-            since=self._wall() - (now - last),
-            window_s=window,
-            step=min(
-                (rank.step for rank in self.progress.ranks if rank.step is not None),
-                default=None,
-            )
-            if self.attempt_steps
-            else None,
-            ranks=self._ranks_at_hang(),
-        )
-
-    def _ranks_at_hang(self) -> tuple[RankAtHang, ...]:
-        processes: dict[int, tuple[str | None, float | None]] = {}
-        for node in self.nodes.values():
-            for rank, seen in (node.sample.get("ranks") or {}).items():
-                processes[rank] = (seen.get("state"), seen.get("cpu_pct"))
-        ranks = self.progress.ranks
-        top = max((rank.step for rank in ranks if rank.step is not None), default=None)
-        cpus = [cpu for _, cpu in processes.values() if cpu is not None]
-        spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
-        seen = [(rank, *processes.get(rank.rank, (None, None))) for rank in ranks]
-        whys = [self._odd(rank, state, cpu, spinning, bool(processes)) for rank, state, cpu in seen]
-        if not any(whys):
-            whys = [_behind(rank, top) for rank in ranks]
-        return tuple(
-            RankAtHang(rank.rank, rank.host, rank.step, state, cpu, why)
-            for (rank, state, cpu), why in zip(seen, whys, strict=True)
-        )
-
-    def _odd(
-        self,
-        rank: RankProgress,
-        state: str | None,
-        cpu: float | None,
-        spinning: bool,
-        sampled: bool,
-    ) -> str | None:
-        """What about ``rank``'s host or process sets it apart from its peers in a hang, or
-        None."""
-        node = self.nodes.get(rank.host)
-        if node is not None and node.silent is not None:
-            return "its host does not answer"
-        if state in PROCESS_STATES:
-            return PROCESS_STATES[state]
-        if sampled and state is None and node is not None and node.sample.get("ranks"):
-            return "no process of this rank is left on its host"
-        if spinning and cpu is not None and cpu < IDLE_CPU_PCT:
-            return f"idle ({cpu:.0f}% CPU) while its peers spin"
-        return None
 
     def judgement(self, record: RunRecord, hang: Hang | None = None) -> Judgement:
         """What the supervisor tells viewers of the run: its state and why, what each silent
@@ -585,30 +502,6 @@ class RunWatch:
             progress.stepped,
         )
 
-    def _failed_exit(self, stopping: bool) -> Verdict | None:
-        """The failure that non-zero exits say, naming the node of the first failure's root
-        cause; None while there is none, or while that node's exit may be a moment behind."""
-        if stopping:
-            return None
-        failed = sorted(
-            (node for node in self.nodes.values() if node.exit not in (None, 0)),
-            key=lambda node: node.exited_at or 0.0,
-        )
-        if not failed:
-            return None
-        failure = self.diagnoser.first_failure()
-        culprit = next((node for node in failed if failure and node.host == failure.host), None)
-        root = failure is not None and failure.category.role == "root"
-        settling = self._clock() - (failed[0].exited_at or 0.0) < EXIT_SETTLE_S
-        if settling and (culprit is None or not root):
-            return None
-        node = culprit or failed[0]
-        why = f"torchrun on {node.host} (node {node.node_rank}) {_exit_text(node.exit or 0)}"
-        if failure is not None:
-            rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
-            why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
-        return Verdict(RunState.FAILED, why, node.host)
-
     def conclude(self, state: RunState) -> None:
         """The attempt ended as ``state``: each rank that did not say how it ended ends with
         it — the rank of the first failure ``killed`` (by a signal) or ``failed``, the others
@@ -629,73 +522,3 @@ class RunWatch:
                 rank.state = RankState.KILLED if killed else RankState.FAILED
             else:
                 rank.state = ended
-
-    def verdict(self, *, stopping: bool = False) -> Verdict | None:
-        """How the attempt ended, or None while it goes on.
-
-        A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then
-        a non-zero exit is the stop's doing); the verdict names the node of the first failure's
-        root cause, waiting up to ``EXIT_SETTLE_S`` for it. So does a node that stops answering
-        while the ranks on the hosts that answer stop stepping too; while they keep stepping the
-        silent host takes part in their collectives, and when no host answers (or every one
-        that does has finished) nothing can be judged until one does. All nodes exiting 0 is
-        completion, or a stop when the ranks said they stopped on request.
-        """
-        # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
-        stopping = stopping or bool(self.stopped_ranks)
-        failed = self._failed_exit(stopping)
-        if failed is not None:
-            return failed
-        for node in sorted(self.nodes.values(), key=lambda item: item.node_rank):
-            if node.vanished and node.exit is None and not stopping:
-                return Verdict(
-                    RunState.FAILED,
-                    f"the processes on {node.host} (node {node.node_rank}) are gone without an "
-                    "exit status: killed as a group (kill -9, the OOM killer?)",
-                    node.host,
-                )
-            # A host whose torchrun already exited 0 has done its part, silent or not.
-            if (
-                node.silent is not None
-                and node.exit is None
-                and not stopping
-                and self.silence() is Silence.FAILS
-            ):
-                # Only ranks that stepped before can be said to have stopped stepping.
-                stepped = self._stepped_witnesses()
-                peers = "; the other hosts' ranks stopped stepping too" if stepped else ""
-                return Verdict(
-                    RunState.FAILED,
-                    f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}{peers}",
-                    node.host,
-                )
-        if all(node.exit is not None or node.vanished for node in self.nodes.values()):
-            if not stopping and any(node.exit for node in self.nodes.values()):
-                return None  # a failure whose root cause may be a moment behind
-            if stopping:
-                return Verdict(RunState.STOPPED, "stopped on request")
-            return Verdict(RunState.COMPLETED, "every node exited 0")
-        return None
-
-
-def _exit_text(status: int) -> str:
-    # The wrapper's shell reports a command killed by signal N as 128 + N.
-    if status > 128:
-        try:
-            name = signal.Signals(status - 128).name
-        except ValueError:
-            name = f"signal {status - 128}"
-        return f"was killed by {name} (exit {status})"
-    return f"exited {status}"
-
-
-def _behind(rank: RankProgress, top: int | None) -> str | None:
-    """Why ``rank``'s step sets it apart in a hang, or None.
-
-    A collective lets some ranks finish the step that the others still wait in (a ring passes
-    on its last chunks one rank at a time), so one step event apart says nothing: the last
-    events of innocent ranks differ by that much.
-    """
-    if top is None or rank.step is None or rank.step + rank.steps_per_event >= top:
-        return None
-    return f"at step {rank.step}, behind the others (step {top})"

@@ -63,6 +63,7 @@ from ddptui.run.stacks import (
     rank_spans,
 )
 from ddptui.run.state import RunWatch, Steps
+from ddptui.run.supervisor import judging
 from ddptui.untrusted import plain
 from tests.hostile.answers import (
     FLOATS,
@@ -771,8 +772,8 @@ def test_followed_lines(lines: list[bytes], steps: Steps) -> None:
             relayed(update)
             watch.apply(update)
         watch.tick()
-        verdict = watch.verdict()
-        hang = watch.hang(override=0.0)
+        verdict = judging.verdict(watch)
+        hang = judging.hang(watch, override=0.0)
         judgement = watch.judgement(record, hang)
         line = watch.progress.format_line()
     assert verdict is None or isinstance(verdict.detail, str)

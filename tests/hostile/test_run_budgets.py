@@ -29,7 +29,7 @@ from ddptui.run.follow import (
 )
 from ddptui.run.state import LOG_LINE_CHARS, RunWatch, Steps
 from ddptui.run.store import RunState
-from ddptui.run.supervisor import INBOX, updates_inbox
+from ddptui.run.supervisor import INBOX, judging, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
 from tests.run.bed import two_host_record
 
@@ -159,7 +159,7 @@ def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> No
         # Steps in a's own file count as a's when they arrive (for its silence and hangs), as
         # its own ranks' would, and are refused once read: only the latest is.
         assert watch.attempt_steps == 2 and refused == len(lies) - 1
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
 
 

@@ -9,6 +9,7 @@ import pytest
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.state import RunWatch, Steps
 from ddptui.run.store import RunRecord, RunState
+from ddptui.run.supervisor import judging
 from tests.run.bed import two_host_record
 
 _record = two_host_record
@@ -35,9 +36,9 @@ class _Clock:
 def test_every_node_exiting_0_completes() -> None:
     watch = RunWatch(_record())
     watch.apply(_exit("a", 0))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     watch.apply(_exit("b", 0))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.COMPLETED
 
 
@@ -46,16 +47,16 @@ def test_a_non_zero_exit_fails_naming_the_node_and_the_signal() -> None:
     watch = _started(RunWatch(_record(), clock=clock))
     watch.apply(_exit("b", 137))
     # Nothing says why yet: a root cause may be a moment behind the exit.
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     clock.now += 3.0
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
     assert "torchrun on b (node 1) was killed by SIGKILL (exit 137)" in verdict.detail
     # The same exit during a stop is the stop's doing.
-    stopped = watch.verdict(stopping=True)
+    stopped = judging.verdict(watch, stopping=True)
     assert stopped is None
     watch.apply(_exit("a", 0))
-    stopped = watch.verdict(stopping=True)
+    stopped = judging.verdict(watch, stopping=True)
     assert stopped is not None and stopped.state is RunState.STOPPED
 
 
@@ -77,15 +78,15 @@ def test_without_step_events_a_silent_host_fails_the_run_while_another_answers()
     watch = RunWatch(_record(), clock=clock)
     watch.apply(Heartbeat("b", 1.0, {1: True}))
     watch.apply(HostSilent("a", 12.0, "no answer"))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and "a (node 0) stopped answering" in verdict.detail
     assert "stopped stepping" not in verdict.detail
     watch.apply(HostBack("a"))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     # b not heard from lately either: its link may be going too; nothing to judge by.
     watch.apply(HostSilent("a", 12.0, "no answer"))
     clock.now += 5.5
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
 
 
 def test_a_silent_host_that_alone_stepped_is_not_said_to_have_peers_that_stopped() -> None:
@@ -94,7 +95,7 @@ def test_a_silent_host_that_alone_stepped_is_not_said_to_have_peers_that_stopped
     watch.apply(_step("a", 0, 1))
     watch.apply(HostSilent("a", 12.0, "no answer"))
     watch.apply(Heartbeat("b", clock.now, {1: True}))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and "a (node 0) stopped answering" in verdict.detail
     assert "stopped stepping" not in verdict.detail
 
@@ -105,22 +106,22 @@ def test_a_silent_host_whose_peers_keep_stepping_trains_on_until_they_stop() -> 
     watch.apply(_step("b", 2, 1))
     watch.apply(HostSilent("a", 12.0, "no answer"))
     # The collectives of b's ranks need a's: while b steps, a trains; only its link is down.
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     note = watch.silence_note(watch.nodes["a"])
     assert note is not None and "its peers keep stepping, so it still trains" in note
     for step in range(2, 20):
         clock.now += 1.0
         watch.apply(_step("b", 2, step))
-        assert watch.verdict() is None
+        assert judging.verdict(watch) is None
     # b stops stepping: the collective waits for a. b's heartbeats go on.
     for _ in range(5):
         clock.now += 2.0
         watch.apply(Heartbeat("b", clock.now, {1: True}))
-        assert watch.verdict() is None, "failed within the 10 s window"
+        assert judging.verdict(watch) is None, "failed within the 10 s window"
     clock.now += 1.0
-    assert watch.verdict() is None, "failed before b was heard from after the window"
+    assert judging.verdict(watch) is None, "failed before b was heard from after the window"
     watch.apply(Heartbeat("b", clock.now, {1: True}))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "a"
     assert "a (node 0) stopped answering" in verdict.detail
     assert "the other hosts' ranks stopped stepping too" in verdict.detail
@@ -135,9 +136,9 @@ def test_a_host_silent_after_its_torchrun_exited_0_does_not_fail_the_run() -> No
     # b's ranks write their last checkpoint: no step for a long while, b still answers.
     clock.now += 60.0
     watch.apply(Heartbeat("b", clock.now, {1: True}))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     watch.apply(_exit("b", 0))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.COMPLETED
 
 
@@ -150,10 +151,10 @@ def test_the_peers_window_scales_with_the_slowest_rank_s_step_events() -> None:
     watch.apply(HostSilent("a", 12.0, "no answer"))
     clock.now += 59.0
     watch.apply(Heartbeat("b", clock.now, {1: True}))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     clock.now += 2.0
     watch.apply(Heartbeat("b", clock.now, {1: True}))
-    assert watch.verdict() is not None
+    assert judging.verdict(watch) is not None
 
 
 def test_with_no_host_answering_or_the_others_finished_the_run_is_not_judged() -> None:
@@ -164,28 +165,28 @@ def test_with_no_host_answering_or_the_others_finished_the_run_is_not_judged() -
     watch.apply(HostSilent("b", 12.0, "timed out"))
     clock.now += 600.0
     # The head node's own network, most likely: every host's run may go on.
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     note = watch.silence_note(watch.nodes["a"])
     assert note is not None and "the head node's own network?" in note
     watch.apply(HostBack("b"))
     watch.apply(_exit("b", 0))
     # b finished cleanly: a, silent, may have finished too; wait for it to say so.
     watch.apply(Heartbeat("b", clock.now, {1: False}))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     note = watch.silence_note(watch.nodes["a"])
     assert note is not None and note.endswith("nothing shows yet whether it still trains")
     watch.apply(HostBack("a"))
     watch.apply(_exit("a", 0))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.COMPLETED
 
 
 def test_processes_gone_without_an_exit_status_fail_after_two_heartbeats() -> None:
     watch = RunWatch(_record())
     watch.apply(Heartbeat("b", 1.0, {1: False}))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     watch.apply(Heartbeat("b", 3.0, {1: False}))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and "gone without an exit status" in verdict.detail
 
 
@@ -194,7 +195,7 @@ def test_only_this_attempt_s_files_count() -> None:
     watch = RunWatch(_record(attempts=2), clock=clock)
     watch.apply(_exit("a", 1, attempt=1))
     watch.apply(_exit("b", 1, attempt=1))
-    assert watch.verdict() is None
+    assert judging.verdict(watch) is None
     # Attempt 1's ranks stopped on request; attempt 2's have not said so yet.
     for rank in range(4):
         watch.apply(
@@ -224,7 +225,7 @@ def test_only_this_attempt_s_files_count() -> None:
         )
     watch.apply(_exit("a", 1, attempt=2))
     clock.now += 3.0
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.FAILED
 
 
@@ -235,7 +236,7 @@ def test_the_verdict_names_the_node_of_the_root_cause_even_when_a_peer_s_exit_co
     watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/0/stderr.log", 10,
                          "RuntimeError: Connection closed by peer [10.0.0.1]:41234"))  # fmt: skip
     watch.apply(_exit("b", 1))
-    assert watch.verdict() is None, "judged on a consequence"
+    assert judging.verdict(watch) is None, "judged on a consequence"
     clock.now += 0.5
     watch.apply(FileLine("a", "node/attempt-1.out", 100,
                          "exitcode  : -9 (pid: 4242)"))  # fmt: skip
@@ -243,7 +244,7 @@ def test_the_verdict_names_the_node_of_the_root_cause_even_when_a_peer_s_exit_co
     watch.apply(FileLine("a", "logs/attempt-1/x_y/attempt_0/1/error.json", 10, killed))
     clock.now += 0.5
     watch.apply(_exit("a", 1))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.host == "a", verdict
     assert verdict.detail.startswith("torchrun on a (node 0) exited 1; first failure: rank 1 on a")
 
@@ -258,7 +259,7 @@ def test_once_the_run_failed_no_rank_reads_running_beside_the_verdict() -> None:
     killed = json.dumps({"message": "Signal 9 (SIGKILL) received by PID 4242"})
     watch.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/error.json", 10, killed))
     watch.apply(_exit("b", 1))
-    verdict = watch.verdict()
+    verdict = judging.verdict(watch)
     assert verdict is not None and verdict.state is RunState.FAILED
     assert [rank.state.value for rank in watch.progress.ranks] == ["running"] * 4
     watch.conclude(verdict.state)
@@ -330,9 +331,9 @@ def test_a_run_whose_answering_hosts_all_stop_stepping_hangs_naming_the_stopped_
         clock.now += 1.0
         watch.apply(_beat("a", clock, {0: ("S", 1.0), 1: ("S", 1.0)}))
         watch.apply(_beat("b", clock, {2: ("S", 1.0), 3: ("T", 0.0)}))
-        assert watch.hang() is None, f"hung after {second + 1} s of a 30 s window"
+        assert judging.hang(watch) is None, f"hung after {second + 1} s of a 30 s window"
     clock.now += 2.0
-    hang = watch.hang()
+    hang = judging.hang(watch)
     assert hang is not None and hang.window_s == 30.0 and hang.step == 3
     assert hang.since == pytest.approx(1000.3)
     assert [(rank.rank, rank.process) for rank in hang.odd] == [(3, "T")]
@@ -341,7 +342,7 @@ def test_a_run_whose_answering_hosts_all_stop_stepping_hangs_naming_the_stopped_
     assert summary.startswith("no step for 31 s at step 3; rank 3 on b: its process is stopped")
     # A step again: no longer hung.
     watch.apply(_step("a", 0, 4))
-    assert watch.hang() is None
+    assert judging.hang(watch) is None
 
 
 def test_the_hang_window_follows_the_slowest_rank_or_the_hosts_file() -> None:
@@ -350,26 +351,26 @@ def test_the_hang_window_follows_the_slowest_rank_or_the_hosts_file() -> None:
     for step in (10, 20):
         watch.apply(_step("b", 2, step, step_time_s=0.5))
     # One event every 10 steps of 0.5 s: 5 s between events, so 20 of them are 100 s.
-    assert watch.hang_window() == 100.0
-    assert watch.hang_window(12.5) == 12.5
+    assert judging.hang_window(watch) == 100.0
+    assert judging.hang_window(watch, 12.5) == 12.5
     clock.now += 99.0
-    assert watch.hang() is None and watch.hang(12.5) is not None
+    assert judging.hang(watch) is None and judging.hang(watch, 12.5) is not None
 
 
 def test_only_what_tells_a_rank_apart_is_said_and_nothing_is_judged_without_events() -> None:
     clock = _Clock()
-    assert RunWatch(_record(), clock=clock).hang() is None
+    assert judging.hang(RunWatch(_record(), clock=clock)) is None
     clock.now += 10_000.0
     quiet = RunWatch(_record(), clock=clock)
     clock.now += 10_000.0
-    assert quiet.hang() is None, "a script without events is never hung"
+    assert judging.hang(quiet) is None, "a script without events is never hung"
     watch = _started(RunWatch(_record(), clock=clock, wall=clock))
     for rank in range(4):
         watch.apply(_step("ab"[rank // 2], rank, 7 if rank != 1 else 6))
     clock.now += 31.0
     watch.apply(_beat("a", clock, {0: ("R", 99.0), 1: ("S", 0.5)}))
     watch.apply(_beat("b", clock, {2: ("R", 98.0)}))
-    hang = watch.hang()
+    hang = judging.hang(watch)
     assert hang is not None
     why = {rank.rank: rank.why for rank in hang.ranks}
     assert why[0] is None and why[2] is None
@@ -388,7 +389,7 @@ def _hung_at(steps: list[int], processes: dict[int, tuple[str, float]]) -> dict[
     for host in "ab":
         ranks = {rank: seen for rank, seen in processes.items() if "ab"[rank // 2] == host}
         watch.apply(_beat(host, clock, ranks))
-    hang = watch.hang()
+    hang = judging.hang(watch)
     assert hang is not None
     return {rank.rank: rank.why for rank in hang.ranks}
 
@@ -409,9 +410,9 @@ def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() ->
     clock = _Clock()
     watch = _started(RunWatch(_record(), clock=clock, wall=clock))
     clock.now += 599.0
-    assert watch.hang() is None
+    assert judging.hang(watch) is None
     clock.now += 2.0
-    hang = watch.hang()
+    hang = judging.hang(watch)
     assert hang is not None and hang.window_s == 600.0 and hang.step is None
     assert hang.summary(clock.now).startswith("no step for 601 s before the first step")
     # Attempt 1 stepped; attempt 2 has only just started: its ranks get the start's window.
@@ -424,7 +425,7 @@ def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() ->
         resumed.apply(FileLine(host, f"events/rank{rank}.jsonl", 9, _event("start", rank)))
     assert [rank.state.value for rank in resumed.progress.ranks] == ["starting"] * 4
     clock.now += 100.0
-    assert resumed.hang() is None
+    assert judging.hang(resumed) is None
 
 
 def test_a_watch_that_reads_only_the_latest_steps_says_the_same_once_it_looks() -> None:
@@ -441,7 +442,7 @@ def test_a_watch_that_reads_only_the_latest_steps_says_the_same_once_it_looks() 
         for watch in (every, latest, none):
             watch.apply(line)
     # Arriving steps count at once (for hangs and silences); their numbers once it looks.
-    assert latest.attempt_steps > 0 and latest.hang() is None
+    assert latest.attempt_steps > 0 and judging.hang(latest) is None
     assert latest.progress.rank(2).step == 0  # type: ignore[union-attr]
     latest.tick()
     every.tick()

@@ -400,7 +400,7 @@ class Supervisor:
     async def verdict_within(self, seconds: float) -> Verdict | None:
         deadline = self._clock() + seconds
         stopping = self.phases.now is Phase.STOPPING
-        while (verdict := self.following.model.verdict(stopping=stopping)) is None:
+        while (verdict := judging.verdict(self.following.model, stopping=stopping)) is None:
             if self._clock() >= deadline:
                 return None
             await asyncio.sleep(JUDGE_EVERY_S)

@@ -1,18 +1,224 @@
-"""Judging a followed attempt: what the supervisor should do next, from the run's model
-(:class:`~ddptui.run.state.RunWatch`) and its record; pure, so every outcome is a unit test.
+"""Judging a followed attempt, pure: how it ended (:func:`verdict`), whether it hangs
+(:func:`hang`), and what the supervisor should do next (:func:`judge`), from the run's model
+(:class:`~ddptui.run.state.RunWatch`: what the followed lines say) and its record.
 
-The model says what it sees (a verdict, a hang); judging turns that into one decision, in
-this order: an attempt that ended is concluded before anything else; a hang is named (and
-its stacks taken) once, as the record goes from running to hung; a hung run that steps again
-is running again; ``on_hang = "stop"`` stops a hung run once."""
+The model says what it sees; judging decides, in this order: an attempt that ended is
+concluded before anything else; a hang is named (and its stacks taken) once, as the record
+goes from running to hung; a hung run that steps again is running again; ``on_hang = "stop"``
+stops a hung run once."""
 
 from __future__ import annotations
 
+import signal
+import statistics
 from dataclasses import dataclass
 
 from ddptui.config.model import JobConfig
-from ddptui.run.state import Hang, RunWatch, Verdict
+from ddptui.run.progress import RankProgress
+from ddptui.run.state import Hang, RankAtHang, RunWatch, Silence, Verdict
 from ddptui.run.store import RunState
+
+EXIT_SETTLE_S = 3.0
+"""After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and
+its own node's exit: torchrun ends a failed rank's peers too, and their node can report first."""
+HANG_MIN_S = 30.0
+HANG_STEP_TIMES = 20.0
+"""The hang window: no step from any answering host for the larger of ``HANG_MIN_S`` and this
+many of the slowest rank's step-event intervals (``[job] hang_timeout_s`` overrides it)."""
+FIRST_STEP_HANG_S = 600.0
+"""Before an attempt's first step (imports, data, rendezvous, NCCL set-up) the window is at
+least this: NCCL's own default collective timeout, so only what it would time out counts."""
+IDLE_CPU_PCT = 5.0
+SPINNING_CPU_PCT = 50.0
+"""A rank below ``IDLE_CPU_PCT`` of a core while its peers' median is above this is idle while
+they spin (NCCL busy-waits in a collective; a rank that never reached it does not)."""
+PROCESS_STATES = {
+    "T": "its process is stopped (SIGSTOP, Ctrl-Z or a debugger): it runs nothing until SIGCONT",
+    "t": "its process is stopped by a debugger (traced)",
+    "D": "its process waits in uninterruptible I/O (a hung filesystem, NFS or device?)",
+    "Z": "its process has exited and waits to be reaped",
+}
+"""The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
+
+
+def hang_window(watch: RunWatch, override: float | None = None) -> float:
+    """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
+    else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
+    slowest rank."""
+    if override is not None:
+        return override
+    paces = [rank.pace_s for rank in watch.progress.ranks if rank.pace_s is not None]
+    return max(HANG_MIN_S, HANG_STEP_TIMES * max(paces, default=0.0))
+
+
+def hang(watch: RunWatch, override: float | None = None) -> Hang | None:
+    """The hang, when no host that answers (and has not finished) has sent a step for the
+    hang window; None while any steps, or while nothing can tell (no host answers).
+
+    Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``. Scripts
+    that write no events are never judged hung: nothing would tell a hang apart.
+    """
+    witnesses = watch.witnesses()
+    if not witnesses or not watch.starts or watch.stopped_ranks:
+        return None
+    now = watch.clock()
+    stepped = [watch.stepped_at[host] for host in witnesses if host in watch.stepped_at]
+    if stepped:
+        last, window = max(stepped), hang_window(watch, override)
+    elif watch.attempt_steps:
+        return None  # the steps came from hosts that do not answer now: theirs to judge
+    else:
+        last, window = watch.began, max(hang_window(watch, override), FIRST_STEP_HANG_S)
+    if now - last <= window:
+        return None
+    return Hang(
+        since=watch.wall() - (now - last),
+        window_s=window,
+        step=min(
+            (rank.step for rank in watch.progress.ranks if rank.step is not None),
+            default=None,
+        )
+        if watch.attempt_steps
+        else None,
+        ranks=_ranks_at_hang(watch),
+    )
+
+
+def _ranks_at_hang(watch: RunWatch) -> tuple[RankAtHang, ...]:
+    processes: dict[int, tuple[str | None, float | None]] = {}
+    for node in watch.nodes.values():
+        for rank, seen in (node.sample.get("ranks") or {}).items():
+            processes[rank] = (seen.get("state"), seen.get("cpu_pct"))
+    ranks = watch.progress.ranks
+    top = max((rank.step for rank in ranks if rank.step is not None), default=None)
+    cpus = [cpu for _, cpu in processes.values() if cpu is not None]
+    spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
+    seen = [(rank, *processes.get(rank.rank, (None, None))) for rank in ranks]
+    whys = [_odd(watch, rank, state, cpu, spinning, bool(processes)) for rank, state, cpu in seen]
+    if not any(whys):
+        whys = [_behind(rank, top) for rank in ranks]
+    return tuple(
+        RankAtHang(rank.rank, rank.host, rank.step, state, cpu, why)
+        for (rank, state, cpu), why in zip(seen, whys, strict=True)
+    )
+
+
+def _odd(
+    watch: RunWatch,
+    rank: RankProgress,
+    state: str | None,
+    cpu: float | None,
+    spinning: bool,
+    sampled: bool,
+) -> str | None:
+    """What about ``rank``'s host or process sets it apart from its peers in a hang, or
+    None."""
+    node = watch.nodes.get(rank.host)
+    if node is not None and node.silent is not None:
+        return "its host does not answer"
+    if state in PROCESS_STATES:
+        return PROCESS_STATES[state]
+    if sampled and state is None and node is not None and node.sample.get("ranks"):
+        return "no process of this rank is left on its host"
+    if spinning and cpu is not None and cpu < IDLE_CPU_PCT:
+        return f"idle ({cpu:.0f}% CPU) while its peers spin"
+    return None
+
+
+def _failed_exit(watch: RunWatch, stopping: bool) -> Verdict | None:
+    """The failure that non-zero exits say, naming the node of the first failure's root
+    cause; None while there is none, or while that node's exit may be a moment behind."""
+    if stopping:
+        return None
+    failed = sorted(
+        (node for node in watch.nodes.values() if node.exit not in (None, 0)),
+        key=lambda node: node.exited_at or 0.0,
+    )
+    if not failed:
+        return None
+    failure = watch.diagnoser.first_failure()
+    culprit = next((node for node in failed if failure and node.host == failure.host), None)
+    root = failure is not None and failure.category.role == "root"
+    settling = watch.clock() - (failed[0].exited_at or 0.0) < EXIT_SETTLE_S
+    if settling and (culprit is None or not root):
+        return None
+    node = culprit or failed[0]
+    why = f"torchrun on {node.host} (node {node.node_rank}) {_exit_text(node.exit or 0)}"
+    if failure is not None:
+        rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
+        why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
+    return Verdict(RunState.FAILED, why, node.host)
+
+
+def verdict(watch: RunWatch, *, stopping: bool = False) -> Verdict | None:
+    """How the attempt ended, or None while it goes on.
+
+    A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then
+    a non-zero exit is the stop's doing); the verdict names the node of the first failure's
+    root cause, waiting up to ``EXIT_SETTLE_S`` for it. So does a node that stops answering
+    while the ranks on the hosts that answer stop stepping too; while they keep stepping the
+    silent host takes part in their collectives, and when no host answers (or every one
+    that does has finished) nothing can be judged until one does. All nodes exiting 0 is
+    completion, or a stop when the ranks said they stopped on request.
+    """
+    # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
+    stopping = stopping or bool(watch.stopped_ranks)
+    failed = _failed_exit(watch, stopping)
+    if failed is not None:
+        return failed
+    for node in sorted(watch.nodes.values(), key=lambda item: item.node_rank):
+        if node.vanished and node.exit is None and not stopping:
+            return Verdict(
+                RunState.FAILED,
+                f"the processes on {node.host} (node {node.node_rank}) are gone without an "
+                "exit status: killed as a group (kill -9, the OOM killer?)",
+                node.host,
+            )
+        # A host whose torchrun already exited 0 has done its part, silent or not.
+        if (
+            node.silent is not None
+            and node.exit is None
+            and not stopping
+            and watch.silence() is Silence.FAILS
+        ):
+            # Only ranks that stepped before can be said to have stopped stepping.
+            stepped = watch.stepped_witnesses()
+            peers = "; the other hosts' ranks stopped stepping too" if stepped else ""
+            return Verdict(
+                RunState.FAILED,
+                f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}{peers}",
+                node.host,
+            )
+    if all(node.exit is not None or node.vanished for node in watch.nodes.values()):
+        if not stopping and any(node.exit for node in watch.nodes.values()):
+            return None  # a failure whose root cause may be a moment behind
+        if stopping:
+            return Verdict(RunState.STOPPED, "stopped on request")
+        return Verdict(RunState.COMPLETED, "every node exited 0")
+    return None
+
+
+def _exit_text(status: int) -> str:
+    # The wrapper's shell reports a command killed by signal N as 128 + N.
+    if status > 128:
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = f"signal {status - 128}"
+        return f"was killed by {name} (exit {status})"
+    return f"exited {status}"
+
+
+def _behind(rank: RankProgress, top: int | None) -> str | None:
+    """Why ``rank``'s step sets it apart in a hang, or None.
+
+    A collective lets some ranks finish the step that the others still wait in (a ring passes
+    on its last chunks one rank at a time), so one step event apart says nothing: the last
+    events of innocent ranks differ by that much.
+    """
+    if top is None or rank.step is None or rank.step + rank.steps_per_event >= top:
+        return None
+    return f"at step {rank.step}, behind the others (step {top})"
 
 
 @dataclass(frozen=True)
@@ -47,12 +253,12 @@ Decision = Conclude | Hung | SteppingAgain | GoesOn
 
 def judge(watch: RunWatch, state: RunState, job: JobConfig) -> Decision:
     """What to do about the attempt the supervisor follows (its record in ``state``)."""
-    verdict = watch.verdict()
-    if verdict is not None:
-        return Conclude(verdict)
-    hang = watch.hang(job.hang_timeout_s)
-    if hang is not None:
-        return Hung(hang, newly=state is RunState.RUNNING, stop=job.on_hang == "stop")
+    ended = verdict(watch)
+    if ended is not None:
+        return Conclude(ended)
+    hung = hang(watch, job.hang_timeout_s)
+    if hung is not None:
+        return Hung(hung, newly=state is RunState.RUNNING, stop=job.on_hang == "stop")
     if state is RunState.HUNG:
         return SteppingAgain()
     return GoesOn()
