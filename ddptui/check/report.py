@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.config.model import Config
-from ddptui.health import Finding, HostCheck, Severity
+from ddptui.health import Finding, HostCheck
+from ddptui.health.cluster_check import ClusterCheck
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class PortTest:
 
 
 @dataclass(frozen=True)
-class CheckReport:
+class CheckReport(ClusterCheck):
     """Every host's check and the findings over all of them."""
 
     config: Config
@@ -29,11 +30,6 @@ class CheckReport:
     findings: tuple[Finding, ...]
     elapsed_s: float
     master_port_test: PortTest
-
-    @property
-    def healthy(self) -> bool:
-        """No finding of severity error."""
-        return not any(finding.severity is Severity.ERROR for finding in self.findings)
 
     def to_json(self) -> dict[str, Any]:
         """The ``ddptui check --json`` document (docs/architecture.md)."""

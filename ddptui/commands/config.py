@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     An invalid file raises :class:`~ddptui.errors.ConfigError`, which the CLI reports with
     exit code 2.
     """
-    config = load_config(args.hosts, slurm=True)
+    config = load_config(args.hosts)
     if args.json:
         json.dump(config_to_dict(config), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -17,8 +17,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ddptui.commands.check import checked
 from ddptui.commands.follow import follow_headless, say
-from ddptui.commands.launch import checked, refuse
+from ddptui.commands.launch import cleared
 from ddptui.config import Config, load_config
 from ddptui.demo.cluster import STEPS, demo_cluster
 from ddptui.errors import UsageError
@@ -58,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
 async def _headless(control: RunControl, config: Config) -> int:
     """``ddptui launch HOSTS --headless``'s path on the demo's hosts."""
     report = await checked(control, config)
-    if not report.healthy:
-        return refuse(report)
+    if not cleared(report):
+        return 1
     plan = control.plan(config, report)
     attachment = await control.launch(config, report, plan, demo=True, say=say, steps=Steps.NONE)
     say(f"run {attachment.record.id} is running; Ctrl-C ends the demo (and the run)")

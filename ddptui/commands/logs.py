@@ -16,8 +16,7 @@ from collections.abc import AsyncIterator
 from ddptui.commands.follow import say, stamped
 from ddptui.present.progress import ProgressReport
 from ddptui.present.status import diagnosis_lines
-from ddptui.run.control import Attachment, RunControl
-from ddptui.run.follow import FileLine, HostSilent
+from ddptui.run.control import Attachment, FileLine, HostSilent, RunControl
 from ddptui.run.protocol import Ended, Said
 from ddptui.run.state import RunWatch, Steps
 from ddptui.untrusted import plain

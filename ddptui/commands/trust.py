@@ -12,48 +12,41 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ddptui.config import load_config
+from ddptui.config import load_config, require_hosts
 from ddptui.errors import UsageError
-from ddptui.present.trust import host_key_line
-from ddptui.remote import failures
-from ddptui.remote.hostkeys import KeyState, append_lines
-from ddptui.remote.trust import HostKeyScan, lines_to_add, scan_host_keys
+from ddptui.present.trust import all_trusted, host_key_line, refusal
+from ddptui.run.control import HostKeyScan, RunControl
 
 Confirm = Callable[[str], bool]
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(Path(args.hosts))
-    scans = asyncio.run(
-        scan_host_keys(
-            config.hosts,
-            timeout=config.cluster.connect_timeout,
-            max_parallel=config.cluster.max_parallel_connects,
-        )
-    )
-    return apply(scans, confirm=_always if args.yes else _ask)
+    config = require_hosts(load_config(Path(args.hosts)), args.hosts)
+    control = RunControl()
+    scans = asyncio.run(control.scan_host_keys(config))
+    return apply(scans, confirm=_always if args.yes else _ask, control=control)
 
 
-def apply(scans: Sequence[HostKeyScan], *, confirm: Confirm) -> int:
+def apply(
+    scans: Sequence[HostKeyScan], *, confirm: Confirm, control: RunControl | None = None
+) -> int:
     """Report every host's key, add the unknown ones that ``confirm`` allows; the exit code."""
+    control = control or RunControl()
     for scan in scans:
         print(host_key_line(scan).plain)
     for scan in scans:
-        if scan.check is not None and scan.check.state in (KeyState.CHANGED, KeyState.REVOKED):
-            print(f"\n{failures.host_key_failure(scan.host, scan.check).detail}", file=sys.stderr)
+        refused = refusal(scan)
+        if refused is not None:
+            print(f"\n{refused}", file=sys.stderr)
     declined = False
-    for path, lines in lines_to_add(scans).items():
+    for path, lines in control.keys_to_add(scans).items():
         noun = "key" if len(lines) == 1 else "keys"
         if confirm(f"Add {len(lines)} {noun} to {path}? [y/N] "):
-            append_lines(path, lines)
+            control.add_host_keys(path, lines)
             print(f"added {len(lines)} {noun} to {path}")
         else:
             declined = True
-    trusted = all(
-        scan.check is not None and scan.check.state not in (KeyState.CHANGED, KeyState.REVOKED)
-        for scan in scans
-    )
-    return 0 if trusted and not declined else 1
+    return 0 if all_trusted(scans) and not declined else 1
 
 
 def _always(question: str) -> bool:

@@ -127,9 +127,10 @@ class _Problem(Exception):
     """A problem located inside the file; the file name is prefixed once, at the top."""
 
 
-def load_config(path: str | os.PathLike[str], *, slurm: bool = False) -> Config:
-    """Read and validate the hosts file at ``path``; a ``[slurm]`` cluster only with ``slurm``
-    (the commands that handle one say so).
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate the hosts file at ``path``: ``[[hosts]]`` or a ``[slurm]`` cluster,
+    as its tables say. A command that handles only SSH hosts refuses the other kind itself
+    (:func:`require_hosts`).
 
     Raises:
         ConfigError: the file is missing or unreadable, is not UTF-8 or not TOML, or does
@@ -161,14 +162,23 @@ def load_config(path: str | os.PathLike[str], *, slurm: bool = False) -> Config:
             f"{shown}:{line}:{column}: not UTF-8 text (byte 0x{data[error.start]:02x}); "
             "save the file as UTF-8"
         ) from None
-    config = parse_config(text, Path(path), shown=shown)
-    if config.slurm is not None and not slurm:
-        raise ConfigError(
-            f"{shown}: a [slurm] cluster: so far ddptui checks its nodes and submits its runs "
-            f"(`ddptui check|launch {shlex.quote(shown)}`) and shows its settings "
-            "(`ddptui config`); this command needs [[hosts]]"
-        )
-    return config
+    return parse_config(text, Path(path), shown=shown)
+
+
+def require_hosts(
+    config: Config, shown: str | os.PathLike[str] | None = None, *, what: str = "this command"
+) -> Config:
+    """``config`` when it lists ``[[hosts]]``; for a ``[slurm]`` cluster, a
+    :class:`~ddptui.errors.ConfigError` saying what ddptui does with one and that ``what``
+    needs SSH hosts. ``shown``: how to name the file (default: ``config.path``)."""
+    if config.slurm is None:
+        return config
+    named = os.fspath(config.path if shown is None else shown)
+    raise ConfigError(
+        f"{named}: a [slurm] cluster: so far ddptui checks its nodes and submits its runs "
+        f"(`ddptui check|launch {shlex.quote(named)}`) and shows its settings "
+        f"(`ddptui config`); {what} needs [[hosts]]"
+    )
 
 
 def parse_config(text: str, path: Path, *, shown: str | None = None) -> Config:

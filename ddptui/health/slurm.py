@@ -12,8 +12,10 @@ import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ddptui.config.model import SlurmConfig
+from ddptui.health.cluster_check import ClusterCheck
 from ddptui.health.findings import Code, Finding, Severity
 from ddptui.untrusted import plain
 
@@ -42,7 +44,7 @@ up, ``%`` powering down, ``$`` maintenance reservation, ``@`` reboot pending…"
 
 
 @dataclass(frozen=True)
-class SlurmCheck:
+class SlurmCheck(ClusterCheck):
     """The check of a Slurm cluster: the partition's nodes and what stands in a run's way."""
 
     partition: str | None
@@ -54,11 +56,7 @@ class SlurmCheck:
     """The nodes a run may get: up, and not in ``[slurm] exclude``."""
     findings: tuple[Finding, ...]
 
-    @property
-    def healthy(self) -> bool:
-        return not any(finding.severity is Severity.ERROR for finding in self.findings)
-
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         """``ddptui check --json`` of a Slurm cluster."""
         return {
             "partition": self.partition,

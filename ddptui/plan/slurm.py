@@ -87,6 +87,8 @@ class BatchPlan:
     script: str
     debug: bool = False
     """NCCL's and torch.distributed's debug output asked for (``--debug``)."""
+    extra_args: tuple[str, ...] = ()
+    """The arguments given at launch beyond ``[job] args`` (the run's record keeps them)."""
 
     @property
     def world_size(self) -> int:
@@ -158,7 +160,9 @@ def plan_batch(
         argv=argv,
         resume_args=config.job.resume_args,
     )
-    return BatchPlan(run_id, attempt, slurm.nodes, nproc, backend, run_root, text, debug)
+    return BatchPlan(
+        run_id, attempt, slurm.nodes, nproc, backend, run_root, text, debug, tuple(extra_args)
+    )
 
 
 def _sbatch_lines(slurm: SlurmConfig, run_id: str, run_root: str) -> list[str]:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddptui.health.bandwidth import BandwidthReport
+from ddptui.untrusted import plain
 
 GB = 1e9
 """nccl-tests' GB/s: 10⁹ bytes a second."""
@@ -90,3 +91,15 @@ def bandwidth_matrix(report: BandwidthReport) -> Group:
     verdict = bandwidth_lines(report)[-1]
     parts.append(verdict)
     return Group(*parts)
+
+
+def measuring(hosts: int) -> str:
+    """What both front ends say while the benchmark runs."""
+    return f"measuring the interconnect of {hosts} hosts…"
+
+
+def slow_note(report: BandwidthReport) -> str:
+    """The measurement's verdict in a notification's few words: the hosts whose links are slow,
+    or that none is."""
+    slow = ", ".join(plain(host.host, limit=40, one_line=True) for host in report.slow)
+    return f"slow links: {slow}" if slow else "no host's links are slow"

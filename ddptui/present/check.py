@@ -1,15 +1,23 @@
-"""The check report's words: findings with their fixes, the master-port note, the summary and a
-host's status, as ``ddptui check`` prints them and the health screen shows them."""
+"""The check report's words: findings with their fixes, the master-port note, the summary, a
+host's status and its findings, as ``ddptui check`` prints them and the health screen shows
+them (the hosts' rows are :mod:`ddptui.present.hosts`).
+
+Every entry point takes a :class:`~ddptui.health.ClusterCheck`, whichever kind of cluster was
+checked (SSH hosts' :class:`~ddptui.check.CheckReport`, Slurm's
+:class:`~ddptui.health.slurm.SlurmCheck`), and tells them apart here: the front ends do not."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
+from rich.table import Table
 from rich.text import Text
 
 from ddptui.check import CheckReport, PortTest
-from ddptui.health import Code, Finding, HostCheck, Severity
+from ddptui.config import Config
+from ddptui.health import ClusterCheck, Code, Finding, HostCheck, Severity
 from ddptui.health.groups import FindingGroup, group_findings
 from ddptui.health.slurm import SlurmCheck
 from ddptui.untrusted import plain
@@ -62,6 +70,48 @@ def fix_line(group: FindingGroup) -> Text | None:
     return Text(fix + plain(group.hint), style="dim")
 
 
+def entries(findings: Iterable[Finding]) -> list[tuple[Text, Text | None]]:
+    """Each finding as the report lists it (:func:`listed`): its line and its fix (None without
+    one), the fix to be indented by :data:`FIX_INDENT`."""
+    return [(finding_line(group), fix_line(group)) for group in listed(findings)]
+
+
+def findings_text(report: ClusterCheck, host: str) -> Text:
+    """The health screen's findings for ``host``: the report's entries that name it (``none``
+    in green without one), then the cluster-wide ones and the master-port note.
+
+    The report's own groups: a finding several hosts share reads as ``ddptui check`` says it."""
+    text = Text(f"findings for {plain(host, one_line=True)}\n", "bold")
+    groups = listed(report.findings)
+    mine = [group for group in groups if host in group.hosts]
+    if not mine:
+        text.append("none\n", "green")
+    text.append_text(_entries_text(mine))
+    shared = _entries_text([group for group in groups if not group.hosts])
+    note = port_test_note(report.master_port_test) if isinstance(report, CheckReport) else None
+    if note is not None:
+        shared.append_text(note + "\n")
+    if shared:
+        text.append("\ncluster-wide\n", "bold")
+        text.append_text(shared)
+    return text
+
+
+def error_count(report: ClusterCheck) -> int:
+    """How many errors the check found, one per host and problem (as ``--json`` lists them)."""
+    return sum(finding.severity is Severity.ERROR for finding in report.findings)
+
+
+def _entries_text(groups: list[FindingGroup]) -> Text:
+    text = Text()
+    for group in groups:
+        text.append_text(finding_line(group) + "\n")
+        fix = fix_line(group)
+        if fix is not None:
+            text.append_text(Text(" " * FIX_INDENT) + fix + "\n")
+    return text
+
+
 def port_test_note(test: PortTest) -> Text | None:
     """Why the master port test did not run, as an information line; None when it ran."""
     if test.ran:
@@ -69,10 +119,17 @@ def port_test_note(test: PortTest) -> Text | None:
     return Text.assemble(_mark(Severity.INFO), f"master port test skipped: {test.why}")
 
 
-def summary(report: CheckReport) -> Text:
-    """``healthy: 3 hosts ready, 1 warning (2.1 s)`` in green, or ``not healthy: 2 errors,
-    1 warning (2.1 s)`` in red: counted as the report lists them, one for a line that several
-    hosts share."""
+def summary(report: ClusterCheck) -> Text:
+    """The report's last line, in green when it is healthy, else in red: for SSH hosts
+    ``healthy: 3 hosts ready, 1 warning (2.1 s)`` or ``not healthy: 2 errors, 1 warning
+    (2.1 s)``, counted as the report lists them, one for a line that several hosts share; for
+    Slurm ``healthy: partition debug, 3 of 4 nodes usable, 1 warning``."""
+    if isinstance(report, SlurmCheck):
+        return _slurm_summary(report)
+    return _hosts_summary(_hosts(report))
+
+
+def _hosts_summary(report: CheckReport) -> Text:
     counts = Counter(group.severity for group in listed(report.findings))
     took = f"({report.elapsed_s:.1f} s)"
     if report.healthy:
@@ -120,7 +177,7 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
 
 
-def slurm_summary(check: SlurmCheck) -> Text:
+def _slurm_summary(check: SlurmCheck) -> Text:
     """``healthy: partition debug, 3 of 4 nodes usable, 1 warning`` or ``not healthy: …``."""
     counts = Counter(group.severity for group in listed(check.findings))
     where = f"partition {check.partition}, " if check.partition else ""
@@ -133,3 +190,72 @@ def slurm_summary(check: SlurmCheck) -> Text:
     if check.healthy:
         return Text(f"healthy: {', '.join([usable, *parts])}", style="bold green")
     return Text(f"not healthy: {', '.join([*parts, usable])}", style="bold red")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a printed report: words, wrapped to the width under ``indent``, or a
+    table."""
+
+    content: Text | Table
+    indent: int = 0
+
+
+def report_parts(report: ClusterCheck) -> list[Part]:
+    """The human report, as ``ddptui check`` prints it: for SSH hosts, the hosts table, the
+    version parity grid, the findings with their fixes, the master-port note and the summary;
+    for Slurm, the findings and the summary."""
+    # Titles apart from their tables: a table pads its title with spaces to its width.
+    parts: list[Part] = []
+    if isinstance(report, CheckReport):
+        from ddptui.present.hosts import hosts_table, parity_table
+
+        parts += [Part(Text("hosts", style="table.title")), Part(hosts_table(report))]
+        parity = parity_table(report)
+        if parity is not None:
+            parts.append(Part(Text("version parity (odd values in red)", style="table.title")))
+            parts.append(Part(parity))
+    for line, fix in entries(report.findings):
+        parts.append(Part(line))
+        if fix is not None:
+            parts.append(Part(fix, FIX_INDENT))
+    if isinstance(report, CheckReport):
+        note = port_test_note(report.master_port_test)
+        if note is not None:
+            parts.append(Part(note))
+    parts.append(Part(summary(report)))
+    return parts
+
+
+def before_launch(report: ClusterCheck, *, refused: bool) -> list[Part]:
+    """What ``ddptui launch`` shows of its check: the whole report when it refuses to launch on
+    SSH hosts (nothing otherwise: the run's own lines follow); Slurm's findings and summary
+    whenever it has findings."""
+    if isinstance(report, SlurmCheck):
+        return report_parts(report) if report.findings else []
+    return report_parts(report) if refused else []
+
+
+def refusal(report: ClusterCheck) -> str:
+    """Why ``ddptui launch`` does not launch, after :func:`before_launch`."""
+    # Slurm's findings name nodes, not the hosts a count would be of.
+    found = "errors" if isinstance(report, SlurmCheck) else f"{error_count(report)} error(s)"
+    return (
+        f"not launching: the check found {found} (above). Fix them, or launch anyway with --force"
+    )
+
+
+def checking(config: Config, latest: Mapping[str, str]) -> str:
+    """The check's progress in one line while it runs: each host's latest step
+    (:func:`ddptui.present.hosts.check_progress`), or Slurm being asked."""
+    from ddptui.present.hosts import check_progress
+
+    if config.slurm is not None:
+        return "asking Slurm about its nodes…"
+    return check_progress(latest, len(config.hosts))
+
+
+def _hosts(report: ClusterCheck) -> CheckReport:
+    if not isinstance(report, CheckReport):
+        raise TypeError(f"not a check of SSH hosts: {type(report).__name__}")
+    return report

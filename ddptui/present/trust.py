@@ -1,10 +1,14 @@
 """The trust report's words: each host's key and its verdict, as ``ddptui trust`` prints them
-and the console's ``t`` shows them before asking to add a key."""
+and the console's ``t`` shows them before asking to add a key; why a changed or revoked key is
+refused; whether every host is trusted."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 
+from ddptui.remote import failures
 from ddptui.remote.hostkeys import KeyState, fingerprint
 from ddptui.remote.trust import HostKeyScan
 from ddptui.untrusted import plain
@@ -37,3 +41,20 @@ def host_key_line(scan: HostKeyScan) -> Text:
     line.append(f"  {key.get_algorithm()} {fingerprint(key)}  ")
     line.append(verdict, style)
     return line
+
+
+_REFUSED = (KeyState.CHANGED, KeyState.REVOKED)
+
+
+def refusal(scan: HostKeyScan) -> str | None:
+    """Why a host's key is refused, at length (the recorded key, where, what to do), for a key
+    that changed or is revoked; None for any other."""
+    if scan.check is None or scan.check.state not in _REFUSED:
+        return None
+    return failures.host_key_failure(scan.host, scan.check).detail
+
+
+def all_trusted(scans: Sequence[HostKeyScan]) -> bool:
+    """Whether every host answered and none of their keys is refused (an unknown key counts as
+    trusted once added)."""
+    return all(scan.check is not None and scan.check.state not in _REFUSED for scan in scans)

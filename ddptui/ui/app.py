@@ -19,9 +19,10 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from ddptui.check import CheckReport
 from ddptui.config import Config
-from ddptui.run.control import RunControl
+from ddptui.present.check import error_count
+from ddptui.present.plan import launch_heading, plan_text
+from ddptui.run.control import ClusterCheck, RunControl
 from ddptui.run.store import RunRecord, RunStore
 from ddptui.untrusted import plain
 
@@ -50,7 +51,7 @@ class DdptuiApp(App[int]):
         super().__init__()
         self.config_path = config_path or DEFAULT_HOSTS
         self.config: Config | None = None
-        self.report: CheckReport | None = None
+        self.report: ClusterCheck | None = None
         self.store = store or RunStore()
         self.control = RunControl(self.store)
         self.demo_note = demo_note
@@ -65,7 +66,7 @@ class DdptuiApp(App[int]):
         if self.first_screen is not None:
             self.push_screen(self.first_screen)
             return
-        from ddptui.config import load_config
+        from ddptui.config import load_config, require_hosts
         from ddptui.errors import ConfigError
         from ddptui.ui.screens.first_run import FirstRunScreen
         from ddptui.ui.screens.health import HealthScreen
@@ -74,7 +75,8 @@ class DdptuiApp(App[int]):
             self.push_screen(FirstRunScreen(self.config_path))
             return
         try:
-            self.config = load_config(self.config_path)
+            # The console shows SSH hosts: a [slurm] cluster is refused as a bad file is.
+            self.config = require_hosts(load_config(self.config_path))
         except ConfigError as error:
             self.push_screen(FirstRunScreen(self.config_path, problem=str(error)))
             return
@@ -148,10 +150,7 @@ class DdptuiApp(App[int]):
 
     @work(exclusive=True, group="launch")
     async def action_launch(self) -> None:
-        from ddptui.plan.describe import describe_plan
-        from ddptui.plan.launch import PlanError
-        from ddptui.run.code import CodeError
-        from ddptui.run.control import ControlError
+        from ddptui.run.control import CodeError, ControlError, PlanError
         from ddptui.ui.screens.confirm import ConfirmScreen
         from ddptui.ui.screens.run import RunScreen
 
@@ -171,17 +170,11 @@ class DdptuiApp(App[int]):
             self._fail(error)
             return
         body = Text()
-        errors = [f for f in report.findings if f.severity.value == "error"]
+        errors = error_count(report)
         if errors:
-            body.append(f"The check found {len(errors)} error(s); launching anyway.\n\n", "red")
-        interfaces = {node.socket_ifname or "default" for node in plan.nodes}
-        body.append(
-            f"{len(plan.nodes)} host(s), {plan.world_size} ranks, backend {plan.backend}, "
-            f"master {plan.master_addr}:{plan.master_port}, "
-            f"interface {plain(', '.join(sorted(interfaces)), one_line=True)}\n\n",
-            "bold",
-        )
-        body.append(describe_plan(plan, code.describe(listed=5)))
+            body.append(f"The check found {errors} error(s); launching anyway.\n\n", "red")
+        body.append(launch_heading(plan) + "\n\n", "bold")
+        body.append(plan_text(plan, code, listed=5))
         confirm = ConfirmScreen(
             "launch", body, "launch this run?", field="extra arguments, after [job] args"
         )

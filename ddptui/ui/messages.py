@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from ddptui.check import CheckReport
+from ddptui.run.control import ClusterCheck
 from ddptui.run.state import RunWatch
 
 REDRAW_S = 0.1
@@ -16,7 +16,8 @@ REDRAW_S = 0.1
 
 
 class CheckProgress(Message):
-    """One host's check moved on (``event`` as :func:`ddptui.check.check_cluster` says it)."""
+    """One host's check moved on (``event`` as :meth:`ddptui.run.control.RunControl.check`
+    says it)."""
 
     def __init__(self, host: str, event: str) -> None:
         super().__init__()
@@ -25,7 +26,7 @@ class CheckProgress(Message):
 
 
 class CheckDone(Message):
-    def __init__(self, report: CheckReport) -> None:
+    def __init__(self, report: ClusterCheck) -> None:
         super().__init__()
         self.report = report
 

@@ -346,11 +346,11 @@ def test_check_json_is_ascii(
 ) -> None:
     report = _hostile_report()
 
-    async def check_cluster(config: Config, progress: object = None) -> CheckReport:
+    async def check(self: RunControl, config: Config, progress: object = None) -> CheckReport:
         return report
 
     monkeypatch.setattr(check_command, "load_config", lambda path, **_: report.config)
-    monkeypatch.setattr(check_command, "check_cluster", check_cluster)
+    monkeypatch.setattr(RunControl, "check", check)
     check_command.run(argparse.Namespace(hosts="hosts.toml", json=True, bandwidth=False))
     out, err = capsys.readouterr()
     _assert_ascii_json_of_the_real_values(out)

@@ -14,6 +14,7 @@ from textual.command import CommandPalette
 from textual.widgets import DataTable, RichLog, Static
 
 from ddptui.health.bandwidth import BandwidthReport, read_result
+from ddptui.run.control import RunControl
 from ddptui.run.diagnose import marks_error
 from ddptui.run.follow import FileLine, HostBack, HostSilent
 from ddptui.run.state import RunWatch
@@ -413,11 +414,11 @@ async def _test_b_measures_the_interconnect(monkeypatch: pytest.MonkeyPatch) -> 
     measured = read_result(json.dumps(document), names, 4 << 20, ["gpu-a=eth0"])
     asked: list[object] = []
 
-    async def measure(config: object, checked: object) -> BandwidthReport:
+    async def measure(control: RunControl, config: object, checked: object) -> BandwidthReport:
         asked.append(checked)
         return measured
 
-    monkeypatch.setattr("ddptui.ui.screens.health.measure", measure)
+    monkeypatch.setattr(RunControl, "measure", measure)
     app = DdptuiApp(first_screen=HealthScreen(report.config, report))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("b")

@@ -67,6 +67,175 @@ def test_what_runs_on_hosts_is_never_imported_on_the_head() -> None:
     assert importers == []
 
 
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        ("ddptui", "ddptui.errors", "ddptui.untrusted", "ddptui.aio", "ddptui.run.layout"),
+    ),
+    ("config", ("ddptui.config",)),
+    ("reach and facts", ("ddptui.remote", "ddptui.probe", "ddptui.plan.resources", "ddptui.demo")),
+    ("health", ("ddptui.health",)),
+    ("check and plan", ("ddptui.check", "ddptui.plan")),
+    ("runs", ("ddptui.run",)),
+    ("present", ("ddptui.present",)),
+    ("front ends", ("ddptui.commands", "ddptui.ui")),
+    ("entry points", ("ddptui.cli", "ddptui.__main__")),
+)
+"""docs/architecture.md's layers, lowest first: a module imports only from its own layer and
+those below it. A module belongs to the layer of its longest prefix here (``ddptui`` itself is
+only the package's ``__init__``). The doc's exceptions are modules of their own:
+``run/layout.py`` imports nothing of ddptui, so the plan takes a run's paths from it, and
+``plan/resources.py`` (pure: what a host offers a run) is below ``health``, which judges exactly
+what a launch will use. The demo's hosts (``ddptui/demo/``: a loopback sshd) sit beside
+``remote``."""
+
+FRONT_ENDS = ("ddptui.commands", "ddptui.ui", "ddptui.cli", "ddptui.__main__")
+BEHIND_RUN_CONTROL = (
+    "ddptui.check",
+    "ddptui.health",
+    "ddptui.probe",
+    "ddptui.remote",
+    "ddptui.plan",
+)
+"""What the front ends reach only through :class:`~ddptui.run.control.RunControl` (checks,
+plans, host keys) and read only through ``ddptui.present`` (their values in words)."""
+RUN_FOR_FRONT_ENDS = frozenset(
+    {
+        "ddptui.run.control",  # RunControl, Attachment, and the values its methods return
+        "ddptui.run.store",  # the run record and its state; the runs list's store
+        "ddptui.run.state",  # RunWatch: a run's state for rendering, the viewer's steps
+        "ddptui.run.protocol",  # what an attachment yields: Ended, Said
+        "ddptui.run.progress",  # each rank's progress (the rank table, the loss chart)
+        "ddptui.run.diagnose",  # the errors pane's diagnoses; which log lines mark errors
+    }
+)
+"""The modules of the runs layer a front end may import: RunControl, and values that are
+read-only to a front end. Every other one (follow, dump, bandwidth, launcher…) is behind
+RunControl, which names the values of theirs that its methods return."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _ddptui_modules() -> frozenset[str]:
+    return frozenset(_module_name(path) for path in _python_files("ddptui"))
+
+
+def _imports_of(path: Path, modules: frozenset[str]) -> set[str]:
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return _imports_in(path.read_text(encoding="utf-8"), package, modules)
+
+
+def _imports_in(source: str, package: str, modules: frozenset[str]) -> set[str]:
+    """Every ddptui module ``source`` (a module of ``package``) imports anywhere: at the top,
+    inside a function, under ``TYPE_CHECKING``. ``from ddptui.run import layout`` is
+    ``ddptui.run.layout``; a relative import is resolved."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - (node.level - 1)])
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                found.add(name if name in modules else base)
+    return {name for name in found if name == "ddptui" or name.startswith("ddptui.")}
+
+
+def _layer(module: str) -> int:
+    best: tuple[int, int] | None = None
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            within = module.startswith(prefix + ".") and prefix != "ddptui"
+            if (module == prefix or within) and (best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    assert best is not None, f"{module} is in no layer of LAYERS: place it"
+    return best[0]
+
+
+def _within(module: str, prefixes: tuple[str, ...] | frozenset[str]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    modules = _ddptui_modules()
+    upward = []
+    for path in _python_files("ddptui"):
+        module = _module_name(path)
+        for imported in sorted(_imports_of(path, modules)):
+            if _layer(imported) > _layer(module):
+                below, above = LAYERS[_layer(module)][0], LAYERS[_layer(imported)][0]
+                upward.append(f"{module} ({below}) imports {imported} ({above})")
+    assert upward == []
+
+
+ONE_PATH = ("ddptui/commands", "ddptui/ui", "ddptui/run/control.py")
+"""Where no code asks whether a cluster is Slurm's: RunControl's ``check``, ``plan`` and
+``launch`` take both kinds (``run/clusters.py`` chooses, once), and ``present`` words both."""
+
+
+def test_neither_the_front_ends_nor_run_control_ask_which_kind_of_cluster() -> None:
+    offenders = []
+    for where in ONE_PATH:
+        paths = [ROOT / where] if where.endswith(".py") else _python_files(where)
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                named = node.attr if isinstance(node, ast.Attribute) else None
+                named = node.id if isinstance(node, ast.Name) else named
+                if named is not None and named.lower().endswith("slurm"):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {named}")
+    assert offenders == []
+
+
+def test_front_ends_reach_checks_and_runs_only_through_run_control() -> None:
+    """Rendering goes through ``ddptui.present``, everything else through RunControl: no front
+    end imports the check, health, probe, remote or plan layers, nor a runs module outside
+    :data:`RUN_FOR_FRONT_ENDS`, anywhere in its source."""
+    modules = _ddptui_modules()
+    offenders = []
+    for path in _python_files("ddptui"):
+        if not _within(_module_name(path), FRONT_ENDS):
+            continue
+        for imported in sorted(_imports_of(path, modules)):
+            behind = _within(imported, BEHIND_RUN_CONTROL)
+            in_run = _within(imported, ("ddptui.run",)) and imported != "ddptui.run"
+            if behind or (in_run and imported not in RUN_FOR_FRONT_ENDS):
+                offenders.append(f"{path.relative_to(ROOT)} imports {imported}")
+    assert offenders == []
+
+
+def test_an_import_is_seen_wherever_and_however_it_is_written() -> None:
+    source = (
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "import ddptui.health\n"
+        "from ddptui.run import layout, control\n"
+        "from . import cells\n"
+        "from ..screens.run import RunScreen\n"
+        "if TYPE_CHECKING:\n"
+        "    from ddptui.check import CheckReport\n"
+        "def later() -> None:\n"
+        "    from ddptui.remote.trust import scan_host_keys\n"
+    )
+    found = _imports_in(source, "ddptui.ui.widgets", _ddptui_modules())
+    assert found == {
+        "ddptui.health",
+        "ddptui.run.layout",
+        "ddptui.run.control",
+        "ddptui.ui.widgets.cells",
+        "ddptui.ui.screens.run",
+        "ddptui.check",
+        "ddptui.remote.trust",
+    }
+
+
 def test_trainer_never_imports_ddptui() -> None:
     offenders = [
         str(path.relative_to(ROOT))

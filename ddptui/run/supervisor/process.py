@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         record = store.load(args.run)
-        config = load_config(files.hosts, slurm=True)
+        config = load_config(files.hosts)
         first: Job | None = None
         if args.launch:
             first = Launch(debug=args.debug)

@@ -14,20 +14,15 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.check import CheckReport, check_cluster
-from ddptui.config import AUTO, Config, load_config
+from ddptui.config import Config, load_config, require_hosts
 from ddptui.errors import ConfigError
-from ddptui.health import HostCheck, parity_rows
-from ddptui.health.bandwidth import BandwidthReport
-from ddptui.health.groups import FindingGroup
-from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.present import check as words
-from ddptui.present.bandwidth import bandwidth_matrix
+from ddptui.present.bandwidth import bandwidth_matrix, measuring, slow_note
+from ddptui.present.hosts import HostRow, check_progress, differing, gpus_text, host_rows
 from ddptui.present.trust import host_key_line
-from ddptui.probe.facts import NA, HostFacts
-from ddptui.run.bandwidth import BandwidthError, measure
+from ddptui.run.control import BandwidthError, BandwidthReport, ClusterCheck, RunControl
 from ddptui.ui.messages import CheckDone, CheckProgress
-from ddptui.ui.widgets.cells import ODD, bar, cell, in_view, odd_cell
+from ddptui.ui.widgets.cells import ODD, cell, in_view, odd_cell
 from ddptui.untrusted import plain
 
 COLUMNS = (
@@ -37,11 +32,11 @@ COLUMNS = (
 DECIDING = 4
 """The columns that say whether a host can take part come first: node, host, status, GPUs;
 the columns whose values differ between hosts follow them, then the rest."""
-# Table column → the parity row whose odd hosts it marks.
-PARITY_KEY = {
+# A version column → its field of the host's row (:data:`ddptui.present.hosts.VERSIONS`).
+VERSION_FIELD = {
     "python": "python",
     "torch": "torch",
-    "CUDA": "torch_cuda",
+    "CUDA": "cuda",
     "NCCL": "nccl",
     "driver": "driver",
 }
@@ -58,7 +53,7 @@ class HealthScreen(Screen[None]):
     ]
 
     def __init__(
-        self, config: Config, report: CheckReport | None = None, *, note: str | None = None
+        self, config: Config, report: ClusterCheck | None = None, *, note: str | None = None
     ) -> None:
         """``note``: a line shown under the check's summary for as long as the screen is."""
         super().__init__()
@@ -94,7 +89,7 @@ class HealthScreen(Screen[None]):
     def action_recheck(self) -> None:
         # The file as it is now: edited to fix what the last check found, most likely.
         try:
-            self.config = load_config(self.config.path)
+            self.config = require_hosts(load_config(self.config.path))
         except (ConfigError, OSError) as error:
             self.app.notify(
                 f"{plain(str(error), limit=300, one_line=True)}; checking as it was last read",
@@ -107,12 +102,21 @@ class HealthScreen(Screen[None]):
         self._show()
         self._check()
 
+    @property
+    def control(self) -> RunControl:
+        """The app's: the one way this screen checks, measures and trusts."""
+        from ddptui.ui.app import DdptuiApp
+
+        app = self.app
+        assert isinstance(app, DdptuiApp)
+        return app.control
+
     @work(exclusive=True, group="check")
     async def _check(self) -> None:
         def progress(host: str, event: str) -> None:
             self.post_message(CheckProgress(host, event))
 
-        report = await check_cluster(self.config, progress)
+        report = await self.control.check(self.config, progress)
         self.post_message(CheckDone(report))
 
     def on_check_progress(self, message: CheckProgress) -> None:
@@ -133,26 +137,17 @@ class HealthScreen(Screen[None]):
     def _show(self) -> None:
         table = self.query_one("#hosts", DataTable)
         row = table.cursor_row
-        report = self.report
-        checks = {check.host.name: check for check in report.checks} if report else {}
-        odd: dict[str, tuple[str, ...]] = {}
-        if report is not None:
-            probed = [(c.host, c.facts) for c in report.checks if c.facts is not None]
-            odd = {parity.key: parity.odd_hosts for parity in parity_rows(probed)}
-        self._odd_columns = [column for column, key in PARITY_KEY.items() if odd.get(key)]
+        rows = host_rows(self.config, self.report, self.progress)
+        odd = differing(rows)
+        self._odd_columns = [column for column, key in VERSION_FIELD.items() if key in odd]
         rest = [column for column in COLUMNS[DECIDING:] if column not in self._odd_columns]
         order = [*COLUMNS[:DECIDING], *self._odd_columns, *rest]
         # Laid out afresh: a column keeps the width of the widest value it ever held (a
         # host's progress while checking), and its place follows what differs now.
         table.clear(columns=True)
         table.add_columns(*order)
-        for rank, host in enumerate(self.config.ordered_hosts):
-            check = checks.get(host.name)
-            cells = {"node": cell(rank), "host": cell(host.name)}
-            cells["status"] = self._status(host.name, check)
-            facts = check.facts if check is not None else None
-            if facts is not None and check is not None:
-                cells.update(_fact_cells(check, facts, self.config.head.address, odd))
+        for host in rows:
+            cells = _cells(host)
             table.add_row(*(cells.get(column, Text("")) for column in order), key=host.name)
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
@@ -185,17 +180,9 @@ class HealthScreen(Screen[None]):
             summary.append("\n" + plain(self.note, one_line=True), "italic")
         self.query_one("#check-status", Static).update(summary)
 
-    def _status(self, host: str, check: HostCheck | None) -> Text:
-        if host in self.progress:
-            return Text(f"… {plain(self.progress[host], limit=20, one_line=True)}", "italic")
-        if check is None:
-            return Text("–", "dim")
-        return words.host_status(check)
-
     def _summary(self) -> Text:
         if self.progress:
-            done = sum(event == "done" for event in self.progress.values())
-            return Text(f"checking {len(self.progress)} hosts… ({done} done)", "italic")
+            return Text(check_progress(self.progress), "italic")
         report = self.report
         if report is None:
             return Text("not checked yet: c checks every host")
@@ -205,59 +192,50 @@ class HealthScreen(Screen[None]):
             summary.append(f"  ({ODD} differs between hosts: {', '.join(self._odd_columns)})")
         return summary
 
-    def _selected(self) -> HostCheck | None:
-        if self.report is None:
-            return None
-        table = self.query_one("#hosts", DataTable)
-        hosts = self.config.ordered_hosts
-        if not 0 <= table.cursor_row < len(hosts):
-            return None
-        name = hosts[table.cursor_row].name
-        return next((c for c in self.report.checks if c.host.name == name), None)
-
     def _show_detail(self) -> None:
-        check = self._selected()
         gpus = self.query_one("#gpus", Static)
         findings = self.query_one("#findings", Static)
-        if check is None or self.report is None:
+        name = self._selected()
+        shown = gpus_text(self.report, name) if self.report and name else None
+        if self.report is None or name is None or shown is None:
             gpus.update("")
             findings.update("")
             return
-        gpus.update(_gpus_text(check))
-        text = _findings_text(self.report, check.host.name)
+        gpus.update(shown)
+        text = words.findings_text(self.report, name)
         findings.update(
             text if self.bandwidth is None else Group(text, bandwidth_matrix(self.bandwidth))
         )
+
+    def _selected(self) -> str | None:
+        """The name of the host the cursor is on."""
+        table = self.query_one("#hosts", DataTable)
+        hosts = self.config.ordered_hosts
+        return hosts[table.cursor_row].name if 0 <= table.cursor_row < len(hosts) else None
 
     @work(exclusive=True, group="bandwidth")
     async def action_bandwidth(self) -> None:
         if self.report is None or not self.report.healthy:
             self.notify("measure the interconnect once the check finds nothing to fix")
             return
-        self.notify(f"measuring the interconnect of {len(self.config.hosts)} hosts…")
+        self.notify(measuring(len(self.config.hosts)), markup=False)
         try:
-            self.bandwidth = await measure(self.config, self.report)
+            self.bandwidth = await self.control.measure(self.config, self.report)
         except BandwidthError as error:
             self.notify(plain(str(error), limit=300, one_line=True), severity="error", markup=False)
             return
-        slow = ", ".join(host.host for host in self.bandwidth.slow)
-        self.notify(f"slow links: {slow}" if slow else "no host's links are slow")
+        self.notify(slow_note(self.bandwidth), markup=False)
         self._show_detail()
 
     @work(exclusive=True, group="trust")
     async def action_trust(self) -> None:
-        from ddptui.remote.hostkeys import append_lines
-        from ddptui.remote.trust import lines_to_add, scan_host_keys
         from ddptui.ui.screens.confirm import ConfirmScreen
 
         self.notify("fetching the hosts' keys…")
-        scans = await scan_host_keys(
-            self.config.hosts,
-            timeout=self.config.cluster.connect_timeout,
-            max_parallel=self.config.cluster.max_parallel_connects,
-        )
+        control = self.control
+        scans = await control.scan_host_keys(self.config)
         body = Text("\n").join(host_key_line(scan) for scan in scans)
-        additions = lines_to_add(scans)
+        additions = control.keys_to_add(scans)
         if not additions:
             await self.app.push_screen_wait(
                 ConfirmScreen("host keys", body, "no unknown key to add; close?")
@@ -267,97 +245,20 @@ class HealthScreen(Screen[None]):
         question = f"add {count} key(s) to {', '.join(str(path) for path in additions)}?"
         if await self.app.push_screen_wait(ConfirmScreen("trust host keys", body, question)):
             for path, lines in additions.items():
-                append_lines(path, lines)
+                control.add_host_keys(path, lines)
             self.notify(f"added {count} key(s); re-checking")
             self.action_recheck()
 
 
-def _fact_cells(
-    check: HostCheck, facts: HostFacts, head_address: str, odd: dict[str, tuple[str, ...]]
-) -> dict[str, Text]:
-    """The cells of the columns after status, by column."""
-    name = check.host.name
-    torch = facts.torch
-    values = {
-        "python": facts.python.version,
-        "torch": torch.version if torch.status == "ok" else torch.status,
-        "CUDA": "cpu" if torch.cuda_build is None else torch.cuda_build,
-        "NCCL": torch.nccl_version,
-        "driver": facts.gpus.driver_version,
-    }
-    cells = {"hostname": cell(facts.hostname), "GPUs": _gpu_count(check, facts)}
-    for column, value in values.items():
-        cells[column] = odd_cell(value, name in odd.get(PARITY_KEY[column], ()))
-    interface = check.host.socket_ifname
-    if interface == AUTO:
-        interface = choose_socket_ifname(facts, head_address) or "?"
-    cells["interface"] = cell(interface)
+def _cells(row: HostRow) -> dict[str, Text]:
+    """A host's row as the table's cells, by column; a version that differs between hosts is
+    marked."""
+    cells = {"node": cell(row.node), "host": cell(row.name), "status": row.status}
+    if not row.probed:
+        return cells
+    cells.update(
+        {"GPUs": row.gpus, "hostname": cell(row.hostname), "interface": cell(row.interface)}
+    )
+    for column, key in VERSION_FIELD.items():
+        cells[column] = odd_cell(getattr(row, key), key in row.odd)
     return cells
-
-
-def _gpu_count(check: HostCheck, facts: HostFacts) -> Text:
-    present = present_gpus(facts)
-    if not present:
-        return Text("none", "dim")
-    selected = selected_gpus(check.host, facts)
-    free = sum(1 for gpu in selected if is_free(gpu))
-    style = "" if free == len(selected) else "yellow"
-    return Text(f"{free}/{len(selected)} free", style)
-
-
-def _gpus_text(check: HostCheck) -> Text:
-    text = Text(f"GPUs on {plain(check.host.name, one_line=True)}\n", "bold")
-    facts = check.facts
-    if facts is None:
-        text.append(plain(check.reach.detail or "not probed", limit=400))
-        return text
-    devices = facts.gpus.devices
-    if not devices:
-        absence = words.gpu_absence(facts.gpus.problem)
-        text.append(plain(absence, limit=200, one_line=True), "dim")
-        return text
-    for gpu in devices:
-        mark = "✓ free" if is_free(gpu) else "● busy"
-        text.append(f"{gpu.index} {plain(str(gpu.name), limit=30, one_line=True)}  ")
-        text.append(f"{mark}\n", "green" if is_free(gpu) else "yellow")
-        used, total = gpu.memory_used_mib, gpu.memory_total_mib
-        if used is not NA and total is not NA:
-            text.append("  mem ")
-            text.append_text(bar(used, total))
-            text.append(f" {used}/{total} MiB\n")
-        if gpu.utilization_pct is not NA:
-            text.append(f"  util {gpu.utilization_pct}%\n")
-        if gpu.processes is not NA:
-            for process in gpu.processes:
-                held = "" if process.used_memory_mib is NA else f" {process.used_memory_mib} MiB"
-                name = plain(str(process.name), limit=40, one_line=True)
-                text.append(f"  held by {name} (pid {process.pid}){held}\n", "yellow")
-    return text
-
-
-def _findings_text(report: CheckReport, host: str) -> Text:
-    text = Text(f"findings for {plain(host, one_line=True)}\n", "bold")
-    # The report's own groups, so a finding several hosts share reads as `ddptui check` says it.
-    groups = words.listed(report.findings)
-    mine = [group for group in groups if host in group.hosts]
-    if not mine:
-        text.append("none\n", "green")
-    text.append_text(_entries(mine))
-    shared = _entries([group for group in groups if not group.hosts])
-    note = words.port_test_note(report.master_port_test)
-    if note is not None:
-        shared.append_text(note + "\n")
-    if shared:
-        text.append("\ncluster-wide\n", "bold")
-        text.append_text(shared)
-    return text
-
-
-def _entries(groups: list[FindingGroup]) -> Text:
-    text = Text()
-    for group in groups:
-        text.append_text(words.finding_line(group) + "\n")
-        fix = words.fix_line(group)
-        if fix is not None:
-            text.append_text(Text(" " * words.FIX_INDENT) + fix + "\n")
-    return text

@@ -23,8 +23,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 from textual.widgets.data_table import ColumnKey
 
 from ddptui.present.status import progress_line, state_line
-from ddptui.run.control import Attachment, ControlError, RunControl
-from ddptui.run.dump import StackDump
+from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
 from ddptui.run.progress import RankProgress
 from ddptui.run.protocol import Ended
 from ddptui.run.protocol import Said as Told
@@ -161,7 +160,7 @@ class RunScreen(Screen[None]):
         from ddptui.config import load_config
 
         self.say(f"reading run {self.record.id}'s files on its hosts…")
-        config = load_config(control.store.hosts_file(self.record.id), slurm=True)
+        config = load_config(control.store.hosts_file(self.record.id))
         self.run_watch = await control.read_back(self.record, config)
         self._rows, self._chart_due, self._table_due = {}, 0.0, 0.0
         self.say(f"run {self.record.id} {self.record.state.value}: as its files stand")

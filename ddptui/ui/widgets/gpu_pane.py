@@ -1,8 +1,9 @@
 """The run screen's GPUs: each node's newest sample and each GPU's recent use as sparklines.
 
 Every number here is a host's: a percentage is kept from 0 to 100, a value that is no finite
-number is left out (or shown as ``?``), and a GPU whose index no host can have (see
-:data:`~ddptui.probe.facts.MAX_GPUS`) is shown without a history.
+number is left out (or shown as ``?``), and a GPU without an index is shown without a history
+(a sample's reader, :func:`ddptui.run.follow.sample_of`, keeps only the indices a host can have,
+and as many GPUs).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.probe.facts import MAX_GPUS
 from ddptui.run.state import NodeState
 from ddptui.ui.widgets.cells import bar, figure, percent, share
-from ddptui.untrusted import count, finite, plain
+from ddptui.untrusted import finite, plain
 
 GPU_HISTORY = 60
 """Samples kept per GPU (one per heartbeat) for its sparklines."""
@@ -110,8 +110,9 @@ class GpuPane(VerticalScroll):
 
 
 def _index(gpu: Mapping[str, Any]) -> int | None:
-    """The GPU's index when it is one a host can have."""
-    return count(gpu.get("index"), MAX_GPUS - 1)
+    """The GPU's index, when its sample has one (one a host can have: see the module's words)."""
+    index = gpu.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
 
 
 def _spark(percentages: Iterable[float]) -> str:

@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ddptui.present.stacks import dump_lines
-from ddptui.run.dump import StackDump
+from ddptui.run.control import StackDump
 
 
 class StacksPane(VerticalScroll):
