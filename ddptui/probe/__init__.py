@@ -1,4 +1,5 @@
-"""The host probe: the script text sent to each host and the arguments it takes.
+"""The host probe: the script (:mod:`ddptui.onhost.probe`) sent to each host and the arguments it
+takes.
 
 The script runs on the host's own Python, never inside ddptui; :mod:`ddptui.probe.facts` parses
 what it prints.
@@ -6,9 +7,9 @@ what it prints.
 
 from __future__ import annotations
 
-from importlib.resources import files
+from ddptui.remote.programs import source
 
-PROBE_SOURCE: str = files(__package__).joinpath("script.py").read_text(encoding="utf-8")
+PROBE_SOURCE: str = source("probe")
 """The probe script, ready to send on stdin to ``python - *probe_args(…)``."""
 
 DEFAULT_TORCH_TIMEOUT_S = 20.0

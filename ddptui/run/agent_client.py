@@ -1,4 +1,4 @@
-"""The node agent's client: operations on one node of a run (:mod:`ddptui.run.agent`).
+"""The node agent's client: operations on one node of a run (:mod:`ddptui.onhost.agent`).
 
 Each call sends the agent to the host's Python and reads its one JSON answer, with a byte cap
 and a deadline. The answer comes from a host, so every part of it is checked against what the
@@ -16,12 +16,12 @@ import logging
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any
 
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote.files import UnreadableFile
+from ddptui.remote.programs import agent_program
 from ddptui.remote.transport import Transport
 from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import MIB, CodeTree
@@ -31,8 +31,6 @@ from ddptui.run.progress import MAX_RANKS
 from ddptui.run.stacks import RankStack, parse_stacks
 from ddptui.untrusted import count, finite, plain, whole
 
-AGENT_SOURCE: str = files("ddptui.run").joinpath("agent.py").read_text(encoding="utf-8")
-_MAIN_GUARD = '\nif __name__ == "__main__":'
 AGENT_TIMEOUT_S = 30.0
 MAX_ANSWER_BYTES = 1 << 20
 """What an agent command may print: its answer is one line far shorter, and a host that floods
@@ -96,15 +94,6 @@ def _garbage(host: str, command: str, said: str) -> GarbledAnswer:
     return GarbledAnswer(f"{host} answered garbage to {command}: {excerpt}")
 
 
-def agent_source(sent: object) -> str:
-    """The agent's source with ``sent`` as its ``SENT``: a document of any size reaches the
-    agent on its stdin, where argv would cap it at 128 KiB."""
-    before, guard, after = AGENT_SOURCE.rpartition(_MAIN_GUARD)
-    if not guard:
-        raise AssertionError("the node agent has no main guard to send a document before")
-    return f"{before}\nSENT = json.loads({json.dumps(sent)!r})\n{guard}{after}"
-
-
 async def agent(
     remote: Transport,
     host: HostConfig,
@@ -112,13 +101,13 @@ async def agent(
     sent: object = None,
     timeout: float = AGENT_TIMEOUT_S,
 ) -> Answer:
-    """Run one agent command on ``host`` (``sent``: its :data:`~ddptui.run.agent.SENT`); its
+    """Run one agent command on ``host`` (``sent``: its document too large for argv); its
     JSON answer. Raises :class:`NodeError`."""
     command = args[0]
     result = await remote.run(
         host,
         remote.python(host, "-", *args),
-        input=AGENT_SOURCE if sent is None else agent_source(sent),
+        input=agent_program(sent),
         timeout=timeout,
         max_stdout=MAX_ANSWER_BYTES,
     )

@@ -1,4 +1,4 @@
-"""``ddptui check --bandwidth``'s I/O: the interconnect benchmark (:mod:`ddptui.run.bench`)
+"""``ddptui check --bandwidth``'s I/O: the interconnect benchmark (:mod:`ddptui.onhost.bench`)
 started on every host at once with a launch's backend, interface and environment, one process
 per host meeting at node 0's address and a free port as torchrun's ranks do; node 0's result
 read into a
@@ -7,7 +7,6 @@ read into a
 from __future__ import annotations
 
 import asyncio
-from importlib.resources import files
 
 from ddptui.check import CheckReport
 from ddptui.config import Config
@@ -16,12 +15,13 @@ from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
 from ddptui.plan.launch import RUN_DIR_ENV, LaunchPlan, plan_launch
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.programs import source
 from ddptui.run import agent_client as nodes
 from ddptui.run.layout import bench_path, workdir_of
 from ddptui.run.store import new_run_id
 from ddptui.untrusted import plain
 
-BENCH_SOURCE: str = files("ddptui.run").joinpath("bench.py").read_text(encoding="utf-8")
+BENCH_SOURCE: str = source("bench")
 KIB, MIB = 1 << 10, 1 << 20
 SIZES = {
     "gloo": tuple(64 * KIB * 4**step for step in range(6)),

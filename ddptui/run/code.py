@@ -4,7 +4,7 @@ The job's directory (``[job] dir``, by default the one holding the script) goes 
 what git would leave out (its ``.gitignore`` files), ``[job] exclude`` (the same patterns, from
 the directory's top) and version-control and bytecode directories. Every file is named by its
 SHA-256, so a host that already holds a file's content is not sent it again
-(:mod:`ddptui.run.agent` keeps a cache of contents per workdir). Above ``[job] max_upload_mb``,
+(:mod:`ddptui.onhost.cache` keeps a cache of contents per workdir). Above ``[job] max_upload_mb``,
 or :data:`MAX_FILES` files, nothing is sent: the error names the largest files, since a data
 set or a checkpoint in the directory is the usual reason.
 """

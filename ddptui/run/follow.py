@@ -38,9 +38,9 @@ from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.connection import HostUnreachable, RemoteError
+from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.transport import Transport
-from ddptui.run.agent_client import agent_source
 from ddptui.run.layout import HostFiles
 from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.run.transports import transport
@@ -286,7 +286,7 @@ class HostFollower:
         self._stream = await self._remote.open_stream(
             self.host,
             self._remote.python(self.host, "-", "follow", self.run_dir),
-            input=agent_source(self.offsets),
+            input=agent_program(self.offsets),
             max_line=MAX_DOCUMENT_BYTES,
         )
         return self._stream

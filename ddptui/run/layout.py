@@ -1,7 +1,7 @@
 """Where a run's files are: its directory on each host, and its directory in the head's store.
 
 One definition of every path and file-name pattern of a run, used by the plan, the launcher,
-the follower, the judge and the commands. The node agent (:mod:`ddptui.run.agent`) is sent to
+the follower, the judge and the commands. The node agent (:mod:`ddptui.onhost.agent`) is sent to
 hosts alone and cannot import this module: it keeps its own copy of the patterns it needs, and
 ``tests/run/test_layout.py`` keeps the two in step.
 
@@ -204,6 +204,12 @@ def node_stacks(run_dir: str) -> str:
     """The ranks' stack handler on the node of ``run_dir``: ``site/sitecustomize.py``, and the
     stacks it writes."""
     return posixpath.join(run_dir, "node", "stacks")
+
+
+def stack_site_dir(run_dir: str) -> str:
+    """Where the ranks' stack handler is written as ``sitecustomize.py`` (first on each rank's
+    ``PYTHONPATH``)."""
+    return posixpath.join(node_stacks(run_dir), "site")
 
 
 def node_session(run_dir: str, attempt: int | str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.cli import main
-from ddptui.run.agent import READ_CHUNK
+from ddptui.onhost.common import READ_CHUNK
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState, RunStore, StateChange
 
 RUN = "20990101-000000-logs"

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from ddptui.health.bandwidth import BenchError, read_result
+from ddptui.onhost.bench import rounds
 from ddptui.present.bandwidth import bandwidth_lines, size_text
-from ddptui.run.bench import rounds
 
 NAMES = ["node0", "node1", "node2", "node3"]
 MIB = 1 << 20

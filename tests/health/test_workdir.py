@@ -23,7 +23,7 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, Sl
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
 from ddptui.health.slurm import allocation_errors, in_allocation
 from ddptui.health.workdir import workdir_findings
-from ddptui.probe import script as probe_script
+from ddptui.onhost import probe as probe_script
 from ddptui.probe.facts import NA, HostFacts, Maybe, PathEntry, WorkdirSafety
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability

@@ -15,6 +15,7 @@ import pytest
 
 from ddptui.config import parse_config
 from ddptui.errors import UsageError
+from ddptui.onhost import common, processes
 from ddptui.plan.launch import (
     ATTEMPT_ENV,
     FLIGHT_RECORDER_NAMES,
@@ -22,7 +23,7 @@ from ddptui.plan.launch import (
     STACKS_ENV,
 )
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
-from ddptui.run import agent, layout
+from ddptui.run import layout
 
 RUN = "20261202-051500-abcd"
 HOSTILE = ["--note", 'it\'s $(touch /tmp/pwned) `id` ${HOME} "q" ;|&', "--x=*"]
@@ -203,7 +204,7 @@ def test_every_flight_recorder_name_torch_has_read_is_set_unless_the_nodes_env_s
 
 
 def test_the_names_are_those_the_probe_looks_for_in_torch_s_libraries() -> None:
-    source = (Path(__file__).parents[2] / "ddptui" / "probe" / "script.py").read_text()
+    source = (Path(__file__).parents[2] / "ddptui" / "onhost" / "probe.py").read_text()
     found = re.search(r"^FLIGHT_RECORDER = (\{.*?^\})", source, re.MULTILINE | re.DOTALL)
     assert found is not None
     probed = ast.literal_eval(found.group(1))
@@ -212,11 +213,13 @@ def test_the_names_are_those_the_probe_looks_for_in_torch_s_libraries() -> None:
 
 def test_the_node_script_marks_its_processes_as_the_node_agent_looks_for_them() -> None:
     assert (RUN_DIR_ENV, ATTEMPT_ENV, STACKS_ENV) == (
-        agent.RUN_MARK,
-        agent.ATTEMPT_MARK,
-        agent.STACKS_MARK,
+        common.RUN_MARK,
+        common.ATTEMPT_MARK,
+        common.STACKS_MARK,
     )
-    assert layout.node_stacks("/w/runs/r/node1") == str(agent.stacks_dir(Path("/w/runs/r/node1")))
+    assert layout.node_stacks("/w/runs/r/node1") == str(
+        processes.stacks_dir(Path("/w/runs/r/node1"))
+    )
 
 
 @pytest.mark.parametrize("arg", ["x\nNODE\ntouch /tmp/pwned-by-args", "tab\there", "\x1b]0;t\x07"])

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.probe import script as probe_script
+from ddptui.onhost import probe as probe_script
 from ddptui.probe.facts import (
     MAX_PATH_CHARS,
     MAX_PATH_ENTRIES,

@@ -3,15 +3,16 @@ patterns it needs; they must stay what ddptui.run.layout says."""
 
 from __future__ import annotations
 
-from ddptui.run import agent, layout
+from ddptui.onhost import common
+from ddptui.run import layout
 
 
 def test_the_agent_follows_and_counts_the_files_the_layout_names() -> None:
-    assert agent.FOLLOWED.pattern == layout.FOLLOWED.pattern
-    assert agent.ATTEMPT_FILE.pattern == layout.ATTEMPT_FILE.pattern
+    assert common.FOLLOWED.pattern == layout.FOLLOWED.pattern
+    assert common.ATTEMPT_FILE.pattern == layout.ATTEMPT_FILE.pattern
     flight = layout.flight_prefix("/w/runs/r/node0")
     assert flight.startswith("/w/runs/r/node0/node/")
-    assert agent.FLIGHT_FILE.match(flight.rpartition("/")[2] + "12")
+    assert common.FLIGHT_FILE.match(flight.rpartition("/")[2] + "12")
 
 
 def test_every_file_the_watch_reads_is_one_the_agent_streams() -> None:
@@ -26,9 +27,11 @@ def test_every_file_the_watch_reads_is_one_the_agent_streams() -> None:
     }
     for pattern, path in paths.items():
         assert pattern.match(path), (pattern.pattern, path)
-        assert agent.FOLLOWED.match(path), path
-    assert not agent.FOLLOWED.match("node/attempt-3.pgid")
-    assert agent.ATTEMPT_FILE.match("attempt-3.pgid") and agent.ATTEMPT_FILE.match("attempt-3.exit")
+        assert common.FOLLOWED.match(path), path
+    assert not common.FOLLOWED.match("node/attempt-3.pgid")
+    assert common.ATTEMPT_FILE.match("attempt-3.pgid") and common.ATTEMPT_FILE.match(
+        "attempt-3.exit"
+    )
     # Beside the node directories: hosts that share the workdir share the code and its cwd.
     assert layout.code_dir(run_dir) == "/w/runs/20261201-120000-abcd/code"
     assert layout.code_dir("/w/runs/20261130-120000-abcd") == "/w/runs/20261130-120000-abcd/code"

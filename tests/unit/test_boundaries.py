@@ -16,9 +16,12 @@ else:
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_ON_HOSTS = {"ddptui/run/bench.py"}
-"""Sent to the hosts and run there with their torch (``check --bandwidth``); read on the head
-as text, never imported there."""
+ON_HOSTS = "ddptui/onhost"
+"""What runs in the hosts' own Pythons (the agent, the probe, the stack handler, the benchmark):
+read on the head as text and sent, never imported there."""
+HOST_PACKAGES = {"ddptui/onhost/bench.py": {"torch"}, "ddptui/onhost/probe.py": {"pynvml"}}
+"""What a host program may use of the host's own packages: the benchmark runs with its torch
+(``check --bandwidth``); the probe asks NVML where its bindings are installed."""
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -45,7 +48,7 @@ def _python_files(package: str) -> list[Path]:
 def test_core_never_imports_torch_and_only_ui_imports_textual() -> None:
     offenders = []
     for path in _python_files("ddptui"):
-        if str(path.relative_to(ROOT)) in RUN_ON_HOSTS:
+        if "torch" in HOST_PACKAGES.get(str(path.relative_to(ROOT)), ()):
             continue
         imported = _top_level(_imported_modules(path))
         in_ui = path.relative_to(ROOT).parts[:2] == ("ddptui", "ui")
@@ -55,19 +58,35 @@ def test_core_never_imports_torch_and_only_ui_imports_textual() -> None:
 
 
 def test_what_runs_on_hosts_is_never_imported_on_the_head() -> None:
-    modules = {".".join(Path(name).with_suffix("").parts) for name in RUN_ON_HOSTS}
+    modules = _ddptui_modules()
     importers = [
-        str(path.relative_to(ROOT))
+        f"{path.relative_to(ROOT)} imports {imported}"
         for path in _python_files("ddptui")
-        if modules & _imported_modules(path)
-        or any(
-            f"from ddptui.run import {m.rpartition('.')[2]}" in path.read_text() for m in modules
-        )
+        if not str(path.relative_to(ROOT)).startswith(ON_HOSTS + "/")
+        for imported in sorted(_imports_of(path, modules))
+        if _within(imported, ("ddptui.onhost",))
     ]
     assert importers == []
 
 
+def test_what_runs_on_hosts_needs_only_python_3_8_and_its_standard_library() -> None:
+    """A host has its own Python, 3.8 or later, and nothing of ddptui but what is sent: the
+    package's own modules, sent together (``ddptui.remote.programs``)."""
+    offenders = []
+    for path in _python_files(ON_HOSTS):
+        source = path.read_text(encoding="utf-8")
+        ast.parse(source, feature_version=(3, 8))
+        allowed = set(sys.stdlib_module_names) | {"__future__", "ddptui"}
+        allowed |= HOST_PACKAGES.get(str(path.relative_to(ROOT)), set())
+        for name in _imported_modules(path):
+            outside = name.split(".")[0] not in allowed
+            if outside or (name.startswith("ddptui") and not _within(name, ("ddptui.onhost",))):
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert offenders == []
+
+
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("on hosts", ("ddptui.onhost",)),
     (
         "foundation",
         ("ddptui", "ddptui.errors", "ddptui.untrusted", "ddptui.aio", "ddptui.run.layout"),
@@ -285,8 +304,8 @@ def test_every_core_module_imports_without_textual_or_torch() -> None:
         ".".join(path.relative_to(ROOT).with_suffix("").parts)
         for path in _python_files("ddptui")
         if path.relative_to(ROOT).parts[:2] != ("ddptui", "ui")
-        and path.name not in {"__main__.py", "script.py"}
-        and str(path.relative_to(ROOT)) not in RUN_ON_HOSTS
+        and path.name != "__main__.py"
+        and not str(path.relative_to(ROOT)).startswith(ON_HOSTS + "/")
     ]
     loaded = _modules_after("\n".join(f"import {module}" for module in modules))
     assert not {"torch", "textual"} & _top_level(loaded)

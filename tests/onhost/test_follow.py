@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.run import agent
-from ddptui.run.agent_client import agent_source
+from ddptui.onhost import common, processes
+from ddptui.onhost import follow as following
+from ddptui.remote.programs import agent_program
 from ddptui.run.follow import MAX_GPUS, FileLine, Heartbeat, HostFollower
 from ddptui.run.layout import HostFiles
 
@@ -34,26 +35,26 @@ def test_only_whole_lines_are_sent_and_offsets_resume_exactly(tmp_path: Path, ca
     events = tmp_path / "events" / "rank0.jsonl"
     events.parent.mkdir()
     events.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c"')
-    state = agent.Followed(0)
-    agent.read_new(tmp_path, "events/rank0.jsonl", state)
+    state = following.Followed(0)
+    following.read_new(tmp_path, "events/rank0.jsonl", state)
     assert [(d["t"], d["o"]) for d in _documents(capsys)] == [('{"a": 1}', 9), ('{"b": 2}', 18)]
     with events.open("ab") as handle:
         handle.write(b": 3}\n")
-    agent.read_new(tmp_path, "events/rank0.jsonl", state)
+    following.read_new(tmp_path, "events/rank0.jsonl", state)
     assert [d["t"] for d in _documents(capsys)] == ['{"c": 3}']
     # A follower restarted at the offset the head kept sends nothing twice.
-    again = agent.Followed(18)
-    agent.read_new(tmp_path, "events/rank0.jsonl", again)
+    again = following.Followed(18)
+    following.read_new(tmp_path, "events/rank0.jsonl", again)
     assert [d["t"] for d in _documents(capsys)] == ['{"c": 3}']
 
 
 def test_a_huge_line_is_cut_and_the_rest_skipped(tmp_path: Path, capsys: Sent) -> None:
     log = tmp_path / "big.log"
-    log.write_bytes(b"x" * (agent.MAX_LINE * 3) + b"\nnext\n")
-    state = agent.Followed(0)
-    agent.read_new(tmp_path, "big.log", state)
+    log.write_bytes(b"x" * (common.MAX_LINE * 3) + b"\nnext\n")
+    state = following.Followed(0)
+    following.read_new(tmp_path, "big.log", state)
     documents = _documents(capsys)
-    assert len(documents[0]["t"]) == agent.MAX_LINE and documents[0]["cut"] is True  # type: ignore[arg-type]
+    assert len(documents[0]["t"]) == common.MAX_LINE and documents[0]["cut"] is True  # type: ignore[arg-type]
     assert [d["t"] for d in documents[1:]] == ["next"]
     assert state.offset == log.stat().st_size
 
@@ -64,12 +65,12 @@ def test_a_last_line_without_newline_is_sent_once_the_file_settles(
     error = tmp_path / "error.json"
     error.write_bytes(b'{"message": "boom"}')
     now = [100.0]
-    monkeypatch.setattr(agent.time, "monotonic", lambda: now[0])
-    state = agent.Followed(0)
-    agent.read_new(tmp_path, "error.json", state)
+    monkeypatch.setattr(following.time, "monotonic", lambda: now[0])
+    state = following.Followed(0)
+    following.read_new(tmp_path, "error.json", state)
     assert _documents(capsys) == []
-    now[0] += agent.SETTLED_S
-    agent.read_new(tmp_path, "error.json", state)
+    now[0] += common.SETTLED_S
+    following.read_new(tmp_path, "error.json", state)
     assert [d["t"] for d in _documents(capsys)] == ['{"message": "boom"}']
 
 
@@ -86,7 +87,7 @@ def test_offsets_of_any_size_reach_the_agent_on_stdin(tmp_path: Path) -> None:
         text=True,
     ) as follower:
         assert follower.stdin is not None and follower.stdout is not None
-        follower.stdin.write(agent_source(offsets))
+        follower.stdin.write(agent_program(offsets))
         follower.stdin.close()
         try:
             lines = [json.loads(follower.stdout.readline()) for _ in range(2)]
@@ -101,7 +102,7 @@ def test_a_heartbeat_says_whether_lines_written_before_it_are_still_unsent(
 ) -> None:
     # 2.5 pieces of the agent's reading: the first heartbeat comes after the first piece.
     line = b'{"type": "step", "loss": 0.5}' + b" " * 70
-    count = (agent.READ_CHUNK * 5 // 2) // (len(line) + 1)
+    count = (common.READ_CHUNK * 5 // 2) // (len(line) + 1)
     (tmp_path / "events").mkdir()
     (tmp_path / "events" / "rank0.jsonl").write_bytes((line + b"\n") * count)
     follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), str(tmp_path), _FILES)
@@ -110,7 +111,7 @@ def test_a_heartbeat_says_whether_lines_written_before_it_are_still_unsent(
     argv = [sys.executable, "-", "follow", str(tmp_path)]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as agent_process:
         assert agent_process.stdin is not None and agent_process.stdout is not None
-        agent_process.stdin.write(agent_source(None).encode())
+        agent_process.stdin.write(agent_program(None).encode())
         agent_process.stdin.close()
         try:
             while not beats or beats[-1][1]:
@@ -138,7 +139,7 @@ def test_only_the_run_s_files_are_followed(tmp_path: Path) -> None:
     ):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("")
-    assert sorted(agent.followed_files(tmp_path)) == [
+    assert sorted(following.followed_files(tmp_path)) == [
         "events/rank3.jsonl",
         "logs/attempt-2/none_x/attempt_0/1/error.json",
         "logs/attempt-2/none_x/attempt_0/1/stderr.log",
@@ -152,7 +153,7 @@ def test_the_head_parses_what_was_sent_and_never_repeats_a_line(
 ) -> None:
     (tmp_path / "node").mkdir()
     (tmp_path / "node" / "attempt-1.exit").write_text("0\n")
-    agent.read_new(tmp_path, "node/attempt-1.exit", agent.Followed(0))
+    following.read_new(tmp_path, "node/attempt-1.exit", following.Followed(0))
     raw = capsys.readouterr().out.splitlines()[0].encode()
     follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), str(tmp_path), _FILES)
     assert follower._parse(raw) == FileLine("a", "node/attempt-1.exit", 2, "0")
@@ -164,13 +165,13 @@ def test_the_head_parses_what_was_sent_and_never_repeats_a_line(
 
 
 def test_processes_are_found_by_the_run_they_inherit(tmp_path: Path) -> None:
-    child_env = {**os.environ, agent.RUN_MARK: str(tmp_path), agent.ATTEMPT_MARK: "3"}
+    child_env = {**os.environ, common.RUN_MARK: str(tmp_path), common.ATTEMPT_MARK: "3"}
 
     with subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], env=child_env
     ) as child:
         try:
-            found = [(pid, attempt) for pid, _, attempt, _, _ in agent.run_processes(tmp_path)]
+            found = [(pid, attempt) for pid, _, attempt, _, _ in processes.run_processes(tmp_path)]
             assert found == [(child.pid, 3)]
         finally:
             child.kill()
@@ -180,7 +181,7 @@ def test_gpu_samples_arrive_typed_and_what_is_no_number_is_left_out() -> None:
     # The agent's row for the recorded H200 (tests/fixtures/gpu/h200_idle/query-gpu-extra.csv),
     # a GPU whose nvidia-smi printed no values, and a host's garbage.
     recorded = (FIXTURES / "gpu" / "h200_idle" / "query-gpu-extra.csv").read_text().strip()
-    names = agent.Sampler.GPU_QUERY.split(",")
+    names = following.Sampler.GPU_QUERY.split(",")
     h200 = dict(zip(names, (cell.strip() for cell in recorded.split(",")), strict=True))
     unsupported = {**h200, "index": "1", "power.draw": "[N/A]", "clocks.sm": "[Not Supported]"}
     hostile = {"index": "x", "memory.used": "nan", "memory.total": "inf", "pstate": "P" * 99}

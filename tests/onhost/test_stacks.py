@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run import agent
-from ddptui.run.agent_client import AGENT_SOURCE
+from ddptui.onhost import processes
+from ddptui.remote.programs import agent_program
 
 # torchrun's part: start each rank with RANK set, then wait for them.
 LAUNCHER = """\
@@ -50,7 +50,7 @@ open(os.path.join(os.environ["THEIR_MARKS"], str(os.getpid())), "w").close()
 def _agent(*args: str) -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-", *args],
-        input=AGENT_SOURCE,
+        input=agent_program(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -77,7 +77,7 @@ def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     assert isinstance(pgid, int)
     try:
         deadline = time.monotonic() + 30
-        stacks = agent.stacks_dir(run_dir)
+        stacks = processes.stacks_dir(run_dir)
         while len(list(stacks.glob("*.ready"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         yield run_dir, marks
@@ -101,7 +101,7 @@ def test_every_python_rank_s_stack_comes_back_and_other_ranks_are_left_alone(
     assert "stuck_in_here" not in by_rank[1]["text"]
     assert by_rank[2]["text"] == "" and "no stack handler" in by_rank[2]["error"]
     # Every rank lives on, the one without a handler too; a second dump sends only the new stack.
-    alive = [name for pid, name, _, _, _ in agent.run_processes(run_dir)]
+    alive = [name for pid, name, _, _, _ in processes.run_processes(run_dir)]
     assert alive.count("python3") + alive.count(Path(sys.executable).name) >= 3
     assert "sleep" in alive
     again = {report["rank"]: report for report in _agent("dump", str(run_dir), "10")["ranks"]}  # type: ignore[union-attr]
@@ -110,7 +110,7 @@ def test_every_python_rank_s_stack_comes_back_and_other_ranks_are_left_alone(
 
 def test_the_user_s_own_sitecustomize_still_runs(ranks: tuple[Path, Path]) -> None:
     run_dir, marks = ranks
-    ready = {path.stem for path in agent.stacks_dir(run_dir).glob("*.ready")}
+    ready = {path.stem for path in processes.stacks_dir(run_dir).glob("*.ready")}
     # Theirs ran in the launcher and in both Python ranks; ours registered in the ranks only.
     assert len(list(marks.iterdir())) == 3
     assert ready <= {path.name for path in marks.iterdir()} and len(ready) == 2

@@ -16,8 +16,8 @@ import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, HostCheck, evaluate
+from ddptui.onhost import probe as probe_script
 from ddptui.probe import PROBE_SOURCE, probe_args
-from ddptui.probe import script as probe_script
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import Reach, Reachability
 from tests.fixtures.gpu import DOUBLE, FIXTURES

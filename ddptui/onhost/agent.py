@@ -1,0 +1,94 @@
+"""The node agent: stdlib-only commands run by each host's Python (like the probe).
+
+The head sends this package as one program (:func:`ddptui.remote.programs.agent_program`):
+``python - COMMAND ARGS…`` with the program on stdin, and what is too large for argv
+(``SENT``, handed to :func:`main`) inside it. It needs only Python ≥ 3.8; annotations are
+never evaluated (``from __future__ import annotations``). Every command prints JSON: one
+document, or for ``follow`` one per line.
+
+Commands:
+
+- ``start RUN_DIR CODE_DIR ATTEMPT ENV_JSON CMD…``: start CMD detached (its own session and
+  process group, stdio from/to files) with cwd CODE_DIR; a small shell wrapper records
+  torchrun's exit status in ``node/attempt-N.exit``. Prints ``{"pgid": N}``.
+- ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
+  ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, and torchrun's exit status.
+- ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run.
+- ``wait RUN_DIR SECONDS``: as ``status``, once no process of the run is left or at the latest
+  after SECONDS.
+- ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
+- ``have CACHE_DIR``: which of the contents (SHA-256) in ``SENT`` the host's cache of code
+  contents lacks: ``{"missing": [...]}``. Those it holds are touched (the cache keeps what was
+  used in the last :data:`CACHE_DAYS` days).
+- ``put CACHE_DIR``: write the pieces in ``SENT`` (``[sha256, offset, base64, size or
+  null]``; a size ends the content) into the cache; an ended content is verified, then renamed
+  into place. Hosts that share the directory may write the same content at once: the same
+  bytes at the same offsets.
+- ``stage CACHE_DIR CODE_DIR``: lay out the code directory from the cache as ``SENT``
+  (path → ``[sha256, executable]``) says, verifying each file as it is copied, in a staging
+  directory renamed into place (the code is all there or not at all). A code directory that is
+  there already (a host sharing this workdir staged it) is verified instead.
+- ``write PATH``: write the text in ``SENT`` to PATH, atomically.
+- ``list-files DIR``: for each glob in ``SENT`` (relative to DIR), the regular files it
+  matches there, ``[path, size, mtime]`` each (at most 1,000 per glob).
+- ``free-port [PORT]``: a TCP port that is free on this host now (PORT itself, or an error).
+- ``dump RUN_DIR SECONDS``: every rank's Python stacks (all threads) in the latest attempt, from
+  ``py-spy dump`` where it is installed and allowed, else from the stack handler
+  registered in the rank (signalled only once its ready file says the handler is in place),
+  within SECONDS: ``{"attempt": N, "ranks": [{"rank", "pid", "name", "via", "text", "error",
+  "note"}], "flight": [[rank, size], ...]}`` (``note``: why py-spy was not used where it is
+  installed; ``flight``: the ranks' flight-recorder dumps in ``node/``).
+- ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
+  ``SENT`` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
+  killed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddptui.onhost.cache import have, list_files, put, stage, write
+from ddptui.onhost.common import emit
+from ddptui.onhost.follow import follow
+from ddptui.onhost.processes import control, free_port, send_signal, start, status, wait_gone
+from ddptui.onhost.stacks import dump
+
+
+def main(argv: list[str], sent: Any = None) -> int:
+    """Run the command ``argv`` names; ``sent``: its document too large for argv."""
+    if not argv:
+        emit({"error": "no command"})
+        return 2
+    command, args = argv[0], argv[1:]
+    if command == "start":
+        return start(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
+    if command == "status":
+        return status(Path(args[0]))
+    if command == "signal":
+        return send_signal(Path(args[0]), args[1])
+    if command == "wait":
+        return wait_gone(Path(args[0]), float(args[1]))
+    if command == "control":
+        return control(Path(args[0]), args[1])
+    if command == "dump":
+        return dump(Path(args[0]), float(args[1]))
+    if command == "have":
+        return have(Path(args[0]), sent)
+    if command == "put":
+        return put(Path(args[0]), sent)
+    if command == "stage":
+        return stage(Path(args[0]), Path(args[1]), sent)
+    if command == "write":
+        return write(Path(args[0]), sent)
+    if command == "list-files":
+        return list_files(Path(args[0]), sent)
+    if command == "free-port":
+        return free_port(int(args[0]) if args else 0)
+    if command == "follow":
+        try:
+            return follow(Path(args[0]), sent)
+        except (BrokenPipeError, KeyboardInterrupt):
+            return 0
+    emit({"error": f"unknown command {command!r}"})
+    return 2

@@ -1,0 +1,225 @@
+"""A run's processes on this host: start an attempt detached, find its processes, signal them,
+wait for them to be gone; the trainer's control files; a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from ddptui.onhost.common import (
+    ATTEMPT_FILE,
+    ATTEMPT_MARK,
+    RUN_MARK,
+    STACKS_MARK,
+    WAIT_POLL_S,
+    emit,
+    source_of,
+    write_atomic,
+)
+
+# The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
+# command ended; the command itself gets the default dispositions back at exec.
+WRAPPER = """\
+trap : TERM INT HUP
+out=$1; exit_file=$2; shift 2
+"$@" >"$out" 2>&1 </dev/null
+status=$?
+printf '%s\\n' "$status" >"$exit_file.tmp" && mv "$exit_file.tmp" "$exit_file"
+"""
+
+
+def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
+    directory = run_dir / "node"
+    directory.mkdir(parents=True, exist_ok=True)
+    pgid_file = directory / f"attempt-{attempt}.pgid"
+    if pgid_file.exists():
+        emit({"error": f"attempt {attempt} was already started on this host"})
+        return 1
+    env = dict(os.environ)
+    env.update(json.loads(env_json))
+    # Every process of the run inherits these (torchrun starts its workers in sessions of
+    # their own, so a process group would miss them): they are how the run's processes are
+    # found, signalled and counted.
+    env[RUN_MARK] = str(run_dir)
+    env[ATTEMPT_MARK] = attempt
+    site = stack_site(run_dir)
+    if site is not None:
+        env[STACKS_MARK] = str(site.parent)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(site) + (os.pathsep + path if path else "")
+    out = directory / f"attempt-{attempt}.out"
+    exit_file = directory / f"attempt-{attempt}.exit"
+    try:
+        child = subprocess.Popen(
+            ["sh", "-c", WRAPPER, "ddptui-node", str(out), str(exit_file), *command],
+            cwd=str(code_dir),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as error:
+        emit({"error": f"cannot start: {error}"})
+        return 1
+    write_atomic(pgid_file, f"{child.pid}\n")
+    emit({"pgid": child.pid})
+    return 0
+
+
+def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str], int | None]]:
+    """(pid, name, attempt, /proc stat fields after the name, global rank or None) of every
+    process of the run; torchrun gives each worker (and whatever it starts) ``RANK``."""
+    mark = f"{RUN_MARK}={run_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if mark not in environ:
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        attempt = 0
+        rank = None
+        for item in environ:
+            if item.startswith(ATTEMPT_MARK.encode() + b"="):
+                value = item.partition(b"=")[2]
+                attempt = int(value) if value.isdigit() else 0
+            elif item.startswith(b"RANK="):
+                value = item.partition(b"=")[2]
+                rank = int(value) if value.isdigit() else None
+        name_end = stat.rfind(")")
+        name = stat[stat.find("(") + 1 : name_end]
+        found.append((int(entry.name), name, attempt, stat[name_end + 2 :].split(), rank))
+    return found
+
+
+def rank_processes(
+    processes: list[tuple[int, str, int, list[str], int | None]], attempt: int
+) -> dict[int, tuple[int, str, list[str]]]:
+    """Rank → (pid, name, stat fields) of each rank's own process in ``attempt``: not what it
+    started (data loader workers inherit ``RANK``)."""
+    rank_of = {pid: rank for pid, _, _, _, rank in processes}
+    found = {}
+    for pid, name, of, fields, rank in processes:
+        if of != attempt or rank is None:
+            continue
+        try:
+            parent = int(fields[1])
+        except (IndexError, ValueError):
+            continue
+        if rank_of.get(parent) != rank:
+            found[rank] = (pid, name, fields)
+    return found
+
+
+def attempts(run_dir: Path) -> dict[int, dict[str, int]]:
+    found: dict[int, dict[str, int]] = {}
+    try:
+        entries = list((run_dir / "node").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        match = ATTEMPT_FILE.match(entry.name)
+        if not match:
+            continue
+        try:
+            value = int(entry.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        found.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return found
+
+
+def status(run_dir: Path) -> int:
+    processes = run_processes(run_dir)
+    report = {}
+    for attempt, files in sorted(attempts(run_dir).items()):
+        mine = [[pid, name] for pid, name, of, _, _ in processes if of == attempt]
+        report[str(attempt)] = {
+            "pgid": files.get("pgid"),
+            "alive": bool(mine),
+            "exit": files.get("exit"),
+            "processes": mine,
+        }
+    emit({"attempts": report, "time": time.time()})
+    return 0
+
+
+def send_signal(run_dir: Path, name: str) -> int:
+    number = getattr(signal, "SIG" + name)
+    signalled: dict[int, list[str]] = {}
+    for pid, process_name, attempt, _, _ in run_processes(run_dir):
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            continue
+        signalled.setdefault(attempt, []).append(process_name)
+    emit(
+        {
+            "signalled": [
+                {"attempt": attempt, "processes": names}
+                for attempt, names in sorted(signalled.items())
+            ]
+        }
+    )
+    return 0
+
+
+def wait_gone(run_dir: Path, seconds: float) -> int:
+    """Return once no process of the run is left, or after ``seconds``; then as ``status``.
+
+    One process watching on the host instead of the head asking every second: on a loaded
+    machine that polling competes with the very shutdown it waits for.
+    """
+    deadline = time.monotonic() + seconds
+    while run_processes(run_dir) and time.monotonic() < deadline:
+        time.sleep(WAIT_POLL_S)
+    return status(run_dir)
+
+
+def control(run_dir: Path, name: str) -> int:
+    directory = run_dir / "control"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).touch()
+    emit({"created": name})
+    return 0
+
+
+def free_port(wanted: int) -> int:
+    with socket.socket() as probe:
+        # As torchrun's store binds: connections of a run that just ended (TIME_WAIT) do not
+        # keep the port, a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", wanted))
+        except OSError as error:
+            emit({"error": f"port {wanted} is not free on this host: {error}"})
+            return 1
+        emit({"port": probe.getsockname()[1]})
+    return 0
+
+
+def stacks_dir(run_dir: Path) -> Path:
+    return run_dir / "node" / "stacks"
+
+
+def stack_site(run_dir: Path) -> Path | None:
+    """The directory holding the stack handler (:mod:`ddptui.onhost.sitecustomize`) as
+    ``sitecustomize.py``, put first on every rank's ``PYTHONPATH``; None if it cannot be written
+    (the run goes on without stack dumps rather than not at all)."""
+    site = stacks_dir(run_dir) / "site"
+    try:
+        site.mkdir(parents=True, exist_ok=True)
+        write_atomic(site / "sitecustomize.py", source_of("ddptui.onhost.sitecustomize"))
+    except OSError:
+        return None
+    return site
