@@ -13,17 +13,6 @@ import pytest
 from ddptui.cli import main
 
 
-@pytest.fixture
-def slurm_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    path = tmp_path / "slurm.toml"
-    path.write_text(
-        '[cluster]\nworkdir = "~/runs"\n[slurm]\nnodes = 2\npartition = "debug"\n'
-        "[job]\nnproc_per_node = 3\n"
-    )
-    return path
-
-
 def test_dry_run_prints_only_the_script_with_the_home_expanded(
     slurm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,18 +16,6 @@ from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.run.control import RunControl
 
 
-@pytest.fixture
-def slurm_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    path = tmp_path / "slurm.toml"
-    path.write_text(
-        '[cluster]\nworkdir = "~/runs"\n[slurm]\nnodes = 2\npartition = "debug"\n'
-        "[job]\nnproc_per_node = 3\n"
-    )
-    return path
-
-
 def _answering(monkeypatch: pytest.MonkeyPatch, check: SlurmCheck) -> list[str]:
     asked: list[str] = []
 
