@@ -39,7 +39,7 @@ async def serve(supervisor: Supervisor, first: Job | None) -> None:
         )
     files.socket.chmod(0o600)
     log.info("supervising run %s (%s), pid %d", record.id, record.state.value, os.getpid())
-    terminated = False
+    finished = False
     watching = asyncio.create_task(supervisor.watch_backend())
     try:
         supervisor.first_jobs(first)
@@ -47,13 +47,15 @@ async def serve(supervisor: Supervisor, first: Job | None) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, work.cancel)
         try:
             await work
+            finished = True
         except asyncio.CancelledError:
             log.info("SIGTERM: no longer supervising run %s", record.id)
-            terminated = True
     finally:
         watching.cancel()
         server.close()
-        await supervisor.following.end(settle=not terminated)
+        # Settling needs the judge loop: after SIGTERM or a crash the next supervisor takes
+        # the lines up from the journal's offsets instead.
+        await supervisor.following.end(settle=finished)
         await supervisor.audience.close()
         supervisor.journal.close()
         with contextlib.suppress(OSError):
