@@ -11,6 +11,8 @@ Commands:
 - ``start RUN_DIR CODE_DIR ATTEMPT ENV_JSON CMD…``: start CMD detached (its own session and
   process group, stdio from/to files) with cwd CODE_DIR; a small shell wrapper records
   torchrun's exit status in ``node/attempt-N.exit``. Prints ``{"pgid": N}``.
+- ``run RUN_DIR CODE_DIR ATTEMPT ENV_JSON CMD…``: the same, in the foreground: waits for CMD
+  and exits with its status (a Slurm job's step runs each node so).
 - ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
   ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, and torchrun's exit status.
 - ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run.
@@ -51,7 +53,15 @@ from typing import Any
 from ddptui.onhost.cache import have, list_files, put, stage, write
 from ddptui.onhost.common import emit
 from ddptui.onhost.follow import follow
-from ddptui.onhost.processes import control, free_port, send_signal, start, status, wait_gone
+from ddptui.onhost.processes import (
+    control,
+    free_port,
+    run,
+    send_signal,
+    start,
+    status,
+    wait_gone,
+)
 from ddptui.onhost.stacks import dump
 
 
@@ -63,6 +73,8 @@ def main(argv: list[str], sent: Any = None) -> int:
     command, args = argv[0], argv[1:]
     if command == "start":
         return start(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
+    if command == "run":
+        return run(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
     if command == "status":
         return status(Path(args[0]))
     if command == "signal":

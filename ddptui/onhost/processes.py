@@ -30,16 +30,50 @@ out=$1; exit_file=$2; shift 2
 "$@" >"$out" 2>&1 </dev/null
 status=$?
 printf '%s\\n' "$status" >"$exit_file.tmp" && mv "$exit_file.tmp" "$exit_file"
+exit "$status"
 """
 
 
 def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
+    """Start ``command`` detached (a session of its own) and answer its process group: how an
+    SSH host's node starts."""
+    child = _begin(run_dir, code_dir, attempt, env_json, command, detached=True)
+    if child is None:
+        return 1
+    emit({"pgid": child.pid})
+    return 0
+
+
+def run(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
+    """Start ``command`` as :func:`start` does, but in this process's session, and wait for it:
+    how a Slurm step runs a node, so the step lives as long as torchrun and Slurm's signals
+    reach it. Exits with the command's status; the signals that end the command do not end
+    this process first (it waits for the wrapper to record the status)."""
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # A handler, not SIG_IGN: the command gets the default disposition back at exec.
+        signal.signal(number, lambda *_: None)
+    child = _begin(run_dir, code_dir, attempt, env_json, command, detached=False)
+    if child is None:
+        return 1
+    status = child.wait()
+    return status if status >= 0 else 128 - status
+
+
+def _begin(
+    run_dir: Path,
+    code_dir: Path,
+    attempt: str,
+    env_json: str,
+    command: list[str],
+    *,
+    detached: bool,
+) -> subprocess.Popen[bytes] | None:
     directory = run_dir / "node"
     directory.mkdir(parents=True, exist_ok=True)
     pgid_file = directory / f"attempt-{attempt}.pgid"
     if pgid_file.exists():
         emit({"error": f"attempt {attempt} was already started on this host"})
-        return 1
+        return None
     env = dict(os.environ)
     env.update(json.loads(env_json))
     # Every process of the run inherits these (torchrun starts its workers in sessions of
@@ -62,14 +96,13 @@ def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: l
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=detached,
         )
     except OSError as error:
         emit({"error": f"cannot start: {error}"})
-        return 1
+        return None
     write_atomic(pgid_file, f"{child.pid}\n")
-    emit({"pgid": child.pid})
-    return 0
+    return child
 
 
 def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str], int | None]]:

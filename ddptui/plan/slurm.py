@@ -27,10 +27,8 @@ from typing import Literal
 
 from ddptui.config.model import AUTO, Config, HostConfig, SlurmConfig
 from ddptui.plan.launch import (
-    ATTEMPT_ENV,
     FLIGHT_RECORDER_NAMES,
     RUN_ID,
-    STACKS_ENV,
     PlanError,
     flight_recorder_environment,
     job_entry,
@@ -38,6 +36,7 @@ from ddptui.plan.launch import (
     torchrun_argv,
     trainer_args,
 )
+from ddptui.remote.commands import python_argv
 from ddptui.run import layout
 
 PORT_BASE = 15000
@@ -217,8 +216,7 @@ def _script(
             exports.insert(1, f"export NCCL_SOCKET_IFNAME={shlex.quote(node.socket_ifname)}")
     command = " ".join(shell_word(word) for word in argv)
     resume = " ".join(shlex.quote(arg) for arg in resume_args)
-    console = shell_word(layout.node_console(run_dir, shell("attempt")))
-    exit_file = shell_word(layout.node_exit(run_dir, shell("attempt")))
+    agent = python_argv(node, layout.node_agent(run_root), "run", run_dir, code_dir)
     lines = [
         "#!/bin/bash",
         f"# ddptui run {run_id}: {slurm.nodes} node(s), {per_node}, backend {backend}.",
@@ -244,14 +242,6 @@ def _script(
         "trap on_warning USR1",
         "",
         "read -r -d '' node_script <<'NODE'",
-        f"mkdir -p {shell_word(posixpath.dirname(layout.node_console(run_dir, 0)))}",
-        "# How the node agent finds this attempt's processes, and that it started here.",
-        f'export {ATTEMPT_ENV}="$attempt"',
-        "# The ranks' stack handler (ddptui dump, a hang's evidence), put in place at submission.",
-        f"stacks={shell_word(layout.node_stacks(run_dir))}",
-        f'export {STACKS_ENV}="$stacks" PYTHONPATH="$stacks/site${{PYTHONPATH:+:$PYTHONPATH}}"',
-        f"session={shell_word(layout.node_session(run_dir, shell('attempt')))}",
-        'echo "$$" > "$session.tmp" && mv "$session.tmp" "$session"',
         *(
             []
             if ifname_set
@@ -272,13 +262,10 @@ def _script(
         *exports,
         f"resume=({resume})",
         "if (( attempt == 1 )); then resume=(); fi",
-        f"cd {shlex.quote(code_dir)} || exit 1",
-        f"console={console} exit_file={exit_file}",
-        f'{command} "${{resume[@]}}" > "$console" 2>&1',
-        "status=$?",
-        "# Whole or absent for a reader: written aside, then renamed.",
-        'echo "$status" > "$exit_file.tmp" && mv "$exit_file.tmp" "$exit_file"',
-        'exit "$status"',
+        "# The node agent starts the attempt as on an SSH host (the marks its processes are found",
+        "# by, the ranks' stack handler, torchrun's exit status) and waits for it.",
+        f"exec {' '.join(shell_word(word) for word in agent)} \"$attempt\" '{{}}' {command} "
+        '"${resume[@]}"',
         "NODE",
         "",
         'srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$node_script" &',

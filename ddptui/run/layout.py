@@ -206,10 +206,9 @@ def node_stacks(run_dir: str) -> str:
     return posixpath.join(run_dir, "node", "stacks")
 
 
-def stack_site_dir(run_dir: str) -> str:
-    """Where the ranks' stack handler is written as ``sitecustomize.py`` (first on each rank's
-    ``PYTHONPATH``)."""
-    return posixpath.join(node_stacks(run_dir), "site")
+def node_agent(run_root: str) -> str:
+    """A Slurm run's node agent, as a program its nodes' Pythons run from the shared workdir."""
+    return posixpath.join(run_root, "agent.py")
 
 
 def node_session(run_dir: str, attempt: int | str) -> str:

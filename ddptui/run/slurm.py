@@ -6,7 +6,6 @@ job. The run's workdir is shared with the nodes, so the head stages the code the
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from ddptui.config.model import Config
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
 from ddptui.plan.slurm import BatchPlan
-from ddptui.remote.programs import source
+from ddptui.remote.programs import agent_program
 from ddptui.run import layout
 from ddptui.run.code import CodeTree, stage_tree
 from ddptui.run.slurm_job import (
@@ -57,12 +56,8 @@ def submit(plan: BatchPlan, code: CodeTree | None) -> str:
         ) from None
     if code is not None:
         stage_tree(code, Path(layout.root_code_dir(plan.run_root)))
-    for rank in range(plan.nodes):
-        # The node agent's start puts it in place on an SSH host; here the workdir is shared.
-        site = Path(layout.stack_site_dir(layout.node_dir(plan.run_root, rank)))
-        with contextlib.suppress(OSError):  # the run goes on without stack dumps
-            site.mkdir(parents=True, exist_ok=True)
-            (site / "sitecustomize.py").write_text(source("sitecustomize"), encoding="utf-8")
+    # Each node's step runs the node agent from the shared workdir (its `run` command).
+    Path(layout.node_agent(plan.run_root)).write_text(agent_program(), encoding="utf-8")
     script.write_text(plan.script, encoding="utf-8")
     answer = _slurm(["sbatch", "--parsable", str(script)], cwd=root)
     try:

@@ -23,6 +23,7 @@ from ddptui.plan.launch import (
     STACKS_ENV,
 )
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
+from ddptui.remote.programs import agent_program, source
 from ddptui.run import layout
 
 RUN = "20261202-051500-abcd"
@@ -110,19 +111,25 @@ def _node_part(script: str) -> str:
 def test_each_node_runs_torchrun_with_its_rank_and_the_args_as_written(
     tmp_path: Path, node: str, attempt: int, resumed: bool
 ) -> None:
-    # The host's Python, as the node finds it: a stand-in that says what it was given.
+    # The host's Python, as the node finds it: it runs the node agent, and otherwise (torchrun)
+    # is a stand-in that says what it was given.
     python = tmp_path / "python"
     python.write_text(
-        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"#!{sys.executable}\nimport json, os, runpy, sys\n"
+        "if sys.argv[1].endswith('agent.py'):\n"
+        "    sys.argv = sys.argv[1:]\n"
+        "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
         "print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), "
         "'env': {k: os.environ.get(k) for k in ('OMP_NUM_THREADS', 'DDPTUI_RUN_DIR', "
-        "'GLOO_SOCKET_IFNAME')}}))\n"
+        "'DDPTUI_ATTEMPT', 'GLOO_SOCKET_IFNAME')}}))\n"
     )
     python.chmod(0o755)
     config = _config(tmp_path, python=str(python))
     plan = plan_batch(config, run_id=RUN, workdir=f"{tmp_path}/shared", attempt=attempt)  # type: ignore[arg-type]
     run_root = Path(plan.run_root)
     (run_root / "code").mkdir(parents=True)
+    # What submitting the job puts in the shared workdir.
+    Path(layout.node_agent(plan.run_root)).write_text(agent_program())
     restarts = "1" if resumed else "0"
     env = {
         "PATH": os.environ["PATH"],
@@ -142,8 +149,12 @@ def test_each_node_runs_torchrun_with_its_rank_and_the_args_as_written(
     assert seen["env"] == {
         "OMP_NUM_THREADS": "1",
         "DDPTUI_RUN_DIR": str(node_dir),
+        "DDPTUI_ATTEMPT": env["attempt"],
         "GLOO_SOCKET_IFNAME": None,
     }
+    # The ranks' stack handler is in place, first on their PYTHONPATH.
+    site = processes.stacks_dir(node_dir) / "site" / "sitecustomize.py"
+    assert site.read_text() == source("sitecustomize")
     assert seen["argv"] == [
         "-m",
         "torch.distributed.run",

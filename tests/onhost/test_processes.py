@@ -1,0 +1,53 @@
+"""The node agent's ``run``: a Slurm step's node, started as ``start`` starts one, in the
+foreground, ending with its command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ddptui.remote.programs import agent_program
+
+
+def _run(tmp_path: Path, *command: str) -> subprocess.Popen[str]:
+    (tmp_path / "code").mkdir(exist_ok=True)
+    argv = [sys.executable, "-", "run", str(tmp_path / "run"), str(tmp_path / "code"), "2"]
+    process = subprocess.Popen(
+        [*argv, json.dumps({"FROM_HEAD": "yes"}), *command],
+        stdin=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdin is not None
+    process.stdin.write(agent_program())
+    process.stdin.close()
+    return process
+
+
+def test_run_waits_for_its_command_and_ends_with_its_status(tmp_path: Path) -> None:
+    told = 'echo "$FROM_HEAD $DDPTUI_ATTEMPT $(pwd)"; exit 3'
+    process = _run(tmp_path, "sh", "-c", told)
+    assert process.wait(timeout=30) == 3
+    node = tmp_path / "run" / "node"
+    assert (node / "attempt-2.exit").read_text() == "3\n"
+    assert (node / "attempt-2.out").read_text() == f"yes 2 {tmp_path / 'code'}\n"
+    assert (node / "attempt-2.pgid").read_text().strip().isdigit()
+
+
+def test_a_step_s_sigterm_ends_the_command_and_run_still_records_how(tmp_path: Path) -> None:
+    process = _run(tmp_path, "sleep", "60")
+    exit_file = tmp_path / "run" / "node" / "attempt-2.exit"
+    pgid_file = exit_file.with_suffix(".pgid")
+    deadline = time.monotonic() + 30
+    while not pgid_file.exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    # As scancel --signal=TERM does: every process of the step at once.
+    os.killpg(process.pid, signal.SIGTERM)
+    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    assert exit_file.read_text() == f"{128 + signal.SIGTERM}\n"
