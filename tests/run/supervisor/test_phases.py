@@ -357,3 +357,22 @@ def test_first_jobs_resume_from_the_command_line(tmp_path: Path) -> None:
         assert bed.record.state is RunState.COMPLETED
 
     asyncio.run(asyncio.wait_for(resumed(), 60.0))
+
+
+def test_a_stop_that_arrives_after_a_failure_keeps_the_failure_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    async def late() -> None:
+        bed = _bed(tmp_path)
+        viewer = await _launched(bed)
+        bed.backend.hosts["b"].exit(1)
+        bed.clock.jump(5.0)
+        await viewer.until(lambda item: isinstance(item, Ended))
+        reply = await viewer.ask("stop")
+        assert reply.ok and reply.message.endswith("stays failed; nothing of it is left running")
+        assert bed.backend.asked[-2] == "stop kill=False graceful=False"
+        await bed.finish()
+        assert bed.record.state is RunState.FAILED
+        assert bed.supervisor.phases.moves[-1] == (Phase.CONCLUDING, Phase.IDLE)
+
+    asyncio.run(asyncio.wait_for(late(), 60.0))
