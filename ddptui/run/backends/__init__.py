@@ -26,6 +26,7 @@ from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import NodeRecord, RunRecord, RunState
+from ddptui.run.transports import transport_for
 
 
 class Owner(Protocol):
@@ -119,16 +120,12 @@ class RunBackend(abc.ABC):
         return self._remote
 
     async def connect(self) -> None:
-        self._remote = await self._transport()
+        self._remote = await transport_for(self.config, self.owner.record)
 
     async def disconnect(self) -> None:
         remote, self._remote = self._remote, None
         if remote is not None:
             await remote.close()
-
-    @abc.abstractmethod
-    async def _transport(self) -> Transport:
-        """What reaches the run's nodes now."""
 
     @abc.abstractmethod
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Collection
 
 from ddptui.health.slurm import allocation_errors
 from ddptui.plan.slurm import master_port
-from ddptui.remote.transport import Transport
 from ddptui.run import launcher, slurm_run
 from ddptui.run.backends import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
 from ddptui.run.slurm import SlurmError
@@ -22,7 +21,6 @@ from ddptui.run.slurm_run import SlurmRunError
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunRecord, RunState
-from ddptui.run.transports import transport_for
 
 REQUEUED = "Slurm requeued job"
 """How an attempt's detail says its job was requeued (said once)."""
@@ -36,9 +34,6 @@ class SlurmBackend(RunBackend):
     it: it comes back as the next attempt)."""
     _ending = False
     """An event of the job's end was sent and is not dealt with yet."""
-
-    async def _transport(self) -> Transport:
-        return await transport_for(self.config, self.owner.record)
 
     @property
     def holds_run(self) -> bool:

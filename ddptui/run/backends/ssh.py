@@ -6,22 +6,17 @@ from collections.abc import Collection
 
 from ddptui.plan.launch import DEBUG_ENV
 from ddptui.remote.connection import RemoteCluster
-from ddptui.remote.transport import Transport
 from ddptui.run import launcher
 from ddptui.run.backends import RunBackend, StartFailed
 from ddptui.run.launcher import LaunchError
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 from ddptui.run.store import RunState
-from ddptui.run.transports import transport_for
 
 FAILED_GRACE_S = 5.0
 """After a failure the other nodes' ranks wait in collectives: they cannot checkpoint."""
 
 
 class SshBackend(RunBackend):
-    async def _transport(self) -> Transport:
-        return await transport_for(self.config, self.owner.record)
-
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
         owner, config = self.owner, self.config
         try:

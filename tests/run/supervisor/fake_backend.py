@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.remote.transport import Transport
 from ddptui.run import protocol
 from ddptui.run.backends import (
     BackendEvent,
@@ -142,9 +141,6 @@ class FakeBackend(RunBackend):
         self.stacks_gate = asyncio.Event()
         self.stacks_gate.set()
         self.scheduler_holds = False
-
-    async def _transport(self) -> Transport:
-        raise AssertionError("the fake backend opens no connection")
 
     async def connect(self) -> None:
         self.asked.append("connect")
