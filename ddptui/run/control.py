@@ -24,8 +24,8 @@ from ddptui.health import ClusterCheck as ClusterCheck
 from ddptui.health.bandwidth import BandwidthReport as BandwidthReport
 from ddptui.plan.launch import PlanError as PlanError
 from ddptui.remote.trust import HostKeyScan as HostKeyScan
+from ddptui.run import backends
 from ddptui.run import dump as stack_dump
-from ddptui.run import slurm_accounting
 from ddptui.run.attachment import Attachment
 from ddptui.run.bandwidth import BandwidthError as BandwidthError
 from ddptui.run.clusters import RunPlan as RunPlan
@@ -134,10 +134,10 @@ class RunControl:
         return record, load_config(self.store.hosts_file(record.id))
 
     def catalogue(self) -> Catalogue:
-        """Every run, with Slurm's final state of the jobs whose end no supervisor saw
-        (:func:`ddptui.run.slurm_accounting.settle`)."""
+        """Every run, with how those whose end no supervisor saw really ended, where their
+        backend can tell (:func:`ddptui.run.backends.settle`: Slurm's accounting)."""
         catalogue = self.store.catalogue()
-        if slurm_accounting.settle(self.store, catalogue.records, self.supervised):
+        if backends.settle(self.store, catalogue.records, self.supervised):
             catalogue = self.store.catalogue()
         return catalogue
 

@@ -13,7 +13,7 @@ nodes through ``srun``. A backend acts on the run only through its :class:`Owner
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,7 +25,7 @@ from ddptui.run.follow import HostFollower, Update
 from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import NodeRecord, RunRecord, RunState
+from ddptui.run.store import NodeRecord, RunRecord, RunState, RunStore
 from ddptui.run.transports import transport_for
 
 
@@ -151,6 +151,16 @@ class RunBackend(abc.ABC):
         """Every rank's stacks and flight recorders, read and bounded."""
         return await dump.take(self.config, self.owner.record, self.remote)
 
+    @staticmethod
+    def settle(
+        store: RunStore, records: Iterable[RunRecord], supervised: Callable[[str], bool]
+    ) -> bool:
+        """Record how the ended runs among ``records`` whose end no supervisor saw
+        (``supervised``: whether one holds a run now) really ended, where this backend has a
+        word on it; whether a record changed. Hosts reached over SSH keep nothing of a run
+        beyond its files: nothing to settle."""
+        return False
+
     @property
     def holds_run(self) -> bool:
         """Whether something of the run lives although its record has ended (the supervisor
@@ -175,6 +185,21 @@ class RunBackend(abc.ABC):
     async def restart(self, event: Restarted) -> StartFailed | None:
         """Follow the attempt the scheduler started again."""
         raise TypeError(f"{type(self).__name__} watches no scheduler: {event}")
+
+
+def settle(
+    store: RunStore, records: Iterable[RunRecord], supervised: Callable[[str], bool]
+) -> bool:
+    """What ended while nobody watched, settled by each backend (:meth:`RunBackend.settle`)
+    when the runs are listed; whether a record changed."""
+    from ddptui.run.backends.slurm import SlurmBackend
+    from ddptui.run.backends.ssh import SshBackend
+
+    changed = False
+    for backend in (SshBackend, SlurmBackend):
+        # Every backend settles its own runs: one that changed a record does not stop the next.
+        changed = backend.settle(store, records, supervised) or changed
+    return changed
 
 
 def backend_for(config: Config, owner: Owner) -> RunBackend:

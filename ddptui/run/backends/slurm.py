@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 
 from ddptui.health.slurm import allocation_errors
 from ddptui.plan.slurm import master_port
-from ddptui.run import launcher, slurm_run
+from ddptui.run import launcher, slurm_accounting, slurm_run
 from ddptui.run.backends import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
 from ddptui.run.slurm import SlurmError
 from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.slurm_run import SlurmRunError
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import RunRecord, RunState
+from ddptui.run.store import RunRecord, RunState, RunStore
 
 REQUEUED = "Slurm requeued job"
 """How an attempt's detail says its job was requeued (said once)."""
@@ -38,6 +38,13 @@ class SlurmBackend(RunBackend):
     @property
     def holds_run(self) -> bool:
         return self.job_alive
+
+    @staticmethod
+    def settle(
+        store: RunStore, records: Iterable[RunRecord], supervised: Callable[[str], bool]
+    ) -> bool:
+        """Slurm's accounting on the jobs that ended while no supervisor watched them."""
+        return slurm_accounting.settle(store, records, supervised)
 
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
         """Attempt ``number``'s job submitted, waited for (its queue state said) and followed
