@@ -59,6 +59,16 @@ class PlanError(DdptuiError):
 
 
 @dataclass(frozen=True)
+class Rendezvous:
+    """Where torchrun's nodes meet: numbers, or words a batch script fills in
+    (:func:`ddptui.plan.slurm.shell`); a port ``"auto"`` is found at launch."""
+
+    nnodes: int | str
+    master_addr: str
+    master_port: int | str
+
+
+@dataclass(frozen=True)
 class NodeLaunch:
     """What one host runs: its torchrun command line, environment and directories."""
 
@@ -152,6 +162,7 @@ def plan_launch(
     master_addr = "127.0.0.1" if one_machine(config) else config.head.address
     entry = job_entry(config)
     args = trainer_args(config, extra_args)
+    rendezvous = Rendezvous(len(hosts), master_addr, port)
     counts = [procs_per_node(config, host, facts[host.name]) for host in hosts]
     for host, count in zip(hosts, counts, strict=True):
         if count < 1:
@@ -166,19 +177,7 @@ def plan_launch(
         run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id, rank)
         env = rank_environment(host, backend, devices, ifname, run_dir, debug)
         env |= _flight_recorder(host, host_facts, backend, run_dir)
-        argv = torchrun_argv(
-            host,
-            config,
-            node_rank=rank,
-            nnodes=len(hosts),
-            nproc=nproc,
-            master_addr=master_addr,
-            master_port=port,
-            log_dir=layout.log_dir(run_dir, attempt),
-            run_dir=run_dir,
-            entry=entry,
-            args=args,
-        )
+        argv = torchrun_argv(host, config, rendezvous, rank, nproc, run_dir, attempt, args)
         nodes.append(
             NodeLaunch(
                 host=host,
@@ -338,33 +337,30 @@ def flight_recorder_environment(
 def torchrun_argv(
     host: HostConfig,
     config: Config,
-    *,
+    rendezvous: Rendezvous,
     node_rank: int | str,
-    nnodes: int | str,
     nproc: int,
-    master_addr: str,
-    master_port: int | str,
-    log_dir: str,
     run_dir: str,
-    entry: Entry,
+    attempt: int | str,
     args: Sequence[str],
 ) -> tuple[str, ...]:
-    """The command line that starts torchrun on ``host``: node rank, node count and master
-    port are numbers, or words a batch script fills in (:func:`ddptui.plan.slurm.shell`);
-    ``master_port`` ``"auto"`` shows as :data:`AUTO_PORT_PLACEHOLDER` until it is known."""
-    port = AUTO_PORT_PLACEHOLDER if master_port == AUTO else str(master_port)
+    """The command line that starts torchrun on ``host`` as node ``node_rank`` of attempt
+    ``attempt``, running the job's entry with ``args`` (:func:`trainer_args`); a master port
+    ``"auto"`` shows as :data:`AUTO_PORT_PLACEHOLDER` until it is known."""
+    port = rendezvous.master_port
     torchrun = [
         "-m",
         "torch.distributed.run",
-        f"--nnodes={nnodes}",
+        f"--nnodes={rendezvous.nnodes}",
         f"--node-rank={node_rank}",
         f"--nproc-per-node={nproc}",
-        f"--master-addr={master_addr}",
-        f"--master-port={port}",
+        f"--master-addr={rendezvous.master_addr}",
+        f"--master-port={AUTO_PORT_PLACEHOLDER if port == AUTO else port}",
         "--max-restarts=0",
-        f"--log-dir={log_dir}",
+        f"--log-dir={layout.log_dir(run_dir, attempt)}",
         "--redirects=3",
     ]
+    entry = job_entry(config)
     if entry == "trainer":
         target = [
             "-m",

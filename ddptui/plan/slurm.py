@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ddptui.config.model import AUTO, Config, HostConfig, SlurmConfig
+from ddptui.config.model import AUTO, Config, SlurmConfig
 from ddptui.plan.launch import (
     FLIGHT_RECORDER_NAMES,
     RUN_ID,
     PlanError,
+    Rendezvous,
     flight_recorder_environment,
-    job_entry,
     rank_environment,
     torchrun_argv,
     trainer_args,
@@ -127,37 +127,24 @@ def plan_batch(
         else config.cluster.backend
     )
     run_root = layout.run_root(workdir, run_id)
-    head_dir = layout.host_run_dir(workdir, run_id, 0)
-    run_dir = layout.host_run_dir(workdir, run_id, shell("SLURM_NODEID"))
+    run_dir = layout.node_dir(run_root, shell("SLURM_NODEID"))
+    rendezvous = Rendezvous(shell("SLURM_NNODES"), shell("MASTER_ADDR"), shell("MASTER_PORT"))
+    args = trainer_args(config, extra_args)
     argv = torchrun_argv(
-        node,
-        config,
-        node_rank=shell("SLURM_NODEID"),
-        nnodes=shell("SLURM_NNODES"),
-        nproc=nproc,
-        master_addr=shell("MASTER_ADDR"),
-        master_port=shell("MASTER_PORT"),
-        log_dir=layout.log_dir(run_dir, shell("attempt")),
-        run_dir=run_dir,
-        entry=job_entry(config),
-        args=trainer_args(config, extra_args),
+        node, config, rendezvous, shell("SLURM_NODEID"), nproc, run_dir, shell("attempt"), args
     )
     env = rank_environment(node, backend, None, None, run_dir, debug)
     env |= flight_recorder_environment(node, FLIGHT_RECORDER_NAMES, backend, run_dir)
     text = _script(
-        slurm,
-        node,
+        config,
+        run_root,
+        run_dir,
+        env,
+        argv,
         run_id=run_id,
         attempt=attempt,
         nproc=nproc,
         backend=backend,
-        run_root=run_root,
-        run_dir=run_dir,
-        head_dir=head_dir,
-        code_dir=layout.root_code_dir(run_root),
-        env=env,
-        argv=argv,
-        resume_args=config.job.resume_args,
     )
     return BatchPlan(
         run_id, attempt, slurm.nodes, nproc, backend, run_root, text, debug, tuple(extra_args)
@@ -191,22 +178,20 @@ def _sbatch_lines(slurm: SlurmConfig, run_id: str, run_root: str) -> list[str]:
 
 
 def _script(
-    slurm: SlurmConfig,
-    node: HostConfig,
+    config: Config,
+    run_root: str,
+    run_dir: str,
+    env: Mapping[str, str],
+    argv: Sequence[str],
     *,
     run_id: str,
     attempt: int,
     nproc: int,
     backend: str,
-    run_root: str,
-    run_dir: str,
-    head_dir: str,
-    code_dir: str,
-    env: Mapping[str, str],
-    argv: Sequence[str],
-    resume_args: Sequence[str],
 ) -> str:
-    stop = layout.control_request(head_dir, "stop")
+    slurm, node = config.slurm, config.node
+    assert slurm is not None and node is not None
+    stop = layout.control_request(layout.node_dir(run_root, 0), "stop")
     per_node = f"{nproc} process{'es' if nproc != 1 else ''} per node"
     exports = [f"export {key}={shell_word(value)}" for key, value in env.items()]
     ifname_set = node.socket_ifname != AUTO or "GLOO_SOCKET_IFNAME" in node.env
@@ -215,7 +200,8 @@ def _script(
         if backend == "nccl":
             exports.insert(1, f"export NCCL_SOCKET_IFNAME={shlex.quote(node.socket_ifname)}")
     command = " ".join(shell_word(word) for word in argv)
-    resume = " ".join(shlex.quote(arg) for arg in resume_args)
+    resume = " ".join(shlex.quote(arg) for arg in config.job.resume_args)
+    code_dir = layout.root_code_dir(run_root)
     agent = python_argv(node, layout.node_agent(run_root), "run", run_dir, code_dir)
     lines = [
         "#!/bin/bash",
