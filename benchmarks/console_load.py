@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/console_load.py [--seconds 60]``. The console runs headless
 (Textual's test driver: layout, rendering and compositing happen, the terminal write does not);
-a task in its event loop feeds the run's watch as the supervisor would and posts the same
+a task in its event loop feeds the run's model as the supervisor would and posts the same
 ``RunChanged`` messages. Printed: the CPU share of the whole process and of the console alone
 (the feeding's own time, which the runs layer pays in any front end, taken out), the worst gap
 between ticks of a 10 ms timer (no frame can come sooner than the loop is free), redraws done,
@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddptui.run.follow import FileLine
-from ddptui.run.state import RunWatch
+from ddptui.run.model import RunModel
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
@@ -80,7 +80,7 @@ def _step(rank: int, step: int) -> str:
 
 
 async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, Any]:
-    watch = screen.run_watch
+    model = screen.run_model
     gaps = [0.0]
     stop = asyncio.Event()
 
@@ -107,17 +107,17 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
         step += 1
         for rank in range(NODES * PER_NODE):
             host = f"node{rank // PER_NODE}"
-            watch.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, _step(rank, step)))
+            model.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, _step(rank, step)))
         if elapsed >= next_burst:
             next_burst += BURST_EVERY_S
             burst = BURST_LINES
         # A follower hands lines over as it reads them: a burst arrives in chunks.
         for index in range(min(burst, BURST_CHUNK)):
             text = ERROR_LINES[index % len(ERROR_LINES)]
-            watch.apply(FileLine("node0", "logs/attempt-1/x/5/stderr.log", 0, text))
+            model.apply(FileLine("node0", "logs/attempt-1/x/5/stderr.log", 0, text))
         burst -= min(burst, BURST_CHUNK)
         feed_cpu += time.process_time() - cpu
-        screen.post_message(RunChanged(watch))
+        screen.post_message(RunChanged(model))
         await asyncio.sleep(max(0.0, began + step / RATE_HZ - time.perf_counter()))
     stop.set()
     await ticking
@@ -139,7 +139,7 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
 
 async def main(seconds: float, pane: str) -> None:
     record = _record()
-    screen = RunScreen(record, watch=RunWatch(record))
+    screen = RunScreen(record, model=RunModel(record))
     app = DdptuiApp(first_screen=screen)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press(pane)

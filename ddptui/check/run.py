@@ -19,11 +19,12 @@ from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER, WORKDIR_MARK
 from ddptui.config.model import AUTO, Config, HostConfig
 from ddptui.health import Finding, HostCheck, ProbeFailure, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
-from ddptui.probe.facts import ProbeError, clock_offset, parse_facts
+from ddptui.probe.facts import clock_offset
+from ddptui.probe.parse import ProbeError, parse_facts
 from ddptui.remote.commands import CommandResult, classify_python_failure, python_argv
-from ddptui.remote.connection import RemoteCluster, RemoteError
+from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.status import Reachability
-from ddptui.remote.transport import Transport
+from ddptui.remote.transport import RemoteError, Transport
 from ddptui.untrusted import plain, whole
 
 PROBE_TIMEOUT_S = 60.0

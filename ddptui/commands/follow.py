@@ -51,11 +51,11 @@ async def follow_headless(attachment: Attachment) -> int:
     async for item in attachment.updates():
         if isinstance(item, Said):
             say(item.line)
-        for line in report.lines(attachment.watch, attachment.judgement):
+        for line in report.lines(attachment.model, attachment.judgement):
             stamped(line)
         if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
             break
-    for line in report.lines(attachment.watch, attachment.judgement, final=True):
+    for line in report.lines(attachment.model, attachment.judgement, final=True):
         stamped(line)
     await attachment.close()
     judgement = attachment.judgement

@@ -17,8 +17,9 @@ from ddptui.commands.follow import say, stamped
 from ddptui.present.progress import ProgressReport
 from ddptui.present.status import diagnosis_lines
 from ddptui.run.control import Attachment, FileLine, HostSilent, RunControl
+from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended, Said
-from ddptui.run.state import RunWatch, Steps
+from ddptui.run.state import Steps
 from ddptui.untrusted import plain
 
 BURST_LINES = 512
@@ -35,14 +36,14 @@ def run(args: argparse.Namespace) -> int:
 async def _logs(control: RunControl, args: argparse.Namespace) -> int:
     record, config = control.open(args.run)
     if record.state.final:
-        watch = RunWatch(record)
+        model = RunModel(record)
         async for update in control.lines(record, config):
-            watch.apply(update)
+            model.apply(update)
             if isinstance(update, FileLine):
-                _write([_shown(watch, update, args)])
+                _write([_shown(model, update, args)])
             elif isinstance(update, HostSilent):
                 say(f"{update.host} is not answering")
-        _finish(watch, args)
+        _finish(model, args)
         if args.follow:
             # Over before following began (or while a supervisor was being found): it says so
             # as it would have at the end.
@@ -51,14 +52,14 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
     async with await control.attach(record.id, say=say, steps=Steps.NONE) as attachment:
         burst: list[str | None] = []
         async for item in _lines(attachment, follow=args.follow):
-            burst.append(_shown(attachment.watch, item, args))
+            burst.append(_shown(attachment.model, item, args))
             if not attachment.pending or len(burst) >= BURST_LINES:
                 # Once per burst, not once per line: a write for each of a thousand lines a
                 # second was a good part of following's cost.
                 _write(burst)
                 burst.clear()
         _write(burst)
-        _finish(attachment.watch, args)
+        _finish(attachment.model, args)
         if args.follow and attachment.judgement.state.final:
             judgement = attachment.judgement
             say(f"run {record.id} {judgement.state.value}: {judgement.detail}")
@@ -77,7 +78,7 @@ async def _lines(attachment: Attachment, *, follow: bool) -> AsyncIterator[FileL
         elif isinstance(item, Said) and follow:
             say(item.line)
         if follow:
-            for line in report.lines(attachment.watch, attachment.judgement):
+            for line in report.lines(attachment.model, attachment.judgement):
                 stamped(line)
             if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
                 return
@@ -92,11 +93,11 @@ def _write(lines: list[str | None]) -> None:
         sys.stdout.flush()
 
 
-def _shown(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> str | None:
+def _shown(model: RunModel, line: FileLine, args: argparse.Namespace) -> str | None:
     """``line`` as printed (labelled with its host, rank and stream), or None if not asked for."""
     if args.errors:
         return None
-    node = watch.nodes.get(line.host)
+    node = model.nodes.get(line.host)
     if node is None:
         return None
     named = node.files.of(line.path)
@@ -120,11 +121,11 @@ def _shown(watch: RunWatch, line: FileLine, args: argparse.Namespace) -> str | N
     return f"{plain(label, one_line=True)} | {plain(line.text, one_line=True)}"
 
 
-def _finish(watch: RunWatch, args: argparse.Namespace) -> None:
+def _finish(model: RunModel, args: argparse.Namespace) -> None:
     sys.stdout.flush()
     if not args.errors:
         return
-    diagnoses = watch.diagnoser.diagnoses()
+    diagnoses = model.diagnoser.diagnoses()
     if not diagnoses:
         print("no errors found in the run's logs")
         return

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 
 from ddptui.present.status import diagnosis_lines, progress_line
-from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.model import RunModel
+from ddptui.run.state import Judgement
 from ddptui.run.store import RunState
 from ddptui.untrusted import plain
 
@@ -31,7 +32,7 @@ class ProgressReport:
         self._looked = -LOOK_EVERY_S
         self._judged: Judgement | None = None
 
-    def lines(self, watch: RunWatch, judgement: Judgement, *, final: bool = False) -> list[str]:
+    def lines(self, model: RunModel, judgement: Judgement, *, final: bool = False) -> list[str]:
         """What is new since the last call; nothing when called again within ``LOOK_EVERY_S``
         and the judgement has not changed (it is called for every line a run writes)."""
         now = self._clock()
@@ -45,7 +46,7 @@ class ProgressReport:
             elif self._state is RunState.HUNG and judgement.state is RunState.RUNNING:
                 said.append("stepping again")
         self._state = judgement.state
-        for node in watch.nodes.values():
+        for node in model.nodes.values():
             note = judgement.notes.get(node.host)
             what = f"not answering: {plain(note, limit=300, one_line=True)}" if note else ""
             if node.exit is not None:
@@ -55,7 +56,7 @@ class ProgressReport:
             if what and self._nodes.get(node.host) != what:
                 self._nodes[node.host] = what
                 said.append(f"{plain(node.host, one_line=True)}: {what}")
-        for diagnosis in watch.diagnoser.diagnoses():
+        for diagnosis in model.diagnoser.diagnoses():
             key = (diagnosis.category.value, diagnosis.message)
             if key not in self._diagnoses:
                 self._diagnoses.add(key)

@@ -1,16 +1,16 @@
-"""The host probe: the script (:mod:`ddptui.onhost.probe`) sent to each host and the arguments it
-takes.
+"""The host probe: the program (:mod:`ddptui.onhost.probe` and its sections) sent to each host
+and the arguments it takes.
 
-The script runs on the host's own Python, never inside ddptui; :mod:`ddptui.probe.facts` parses
-what it prints.
+The program runs on the host's own Python, never inside ddptui; :mod:`ddptui.probe.parse`
+reads what it prints into the values of :mod:`ddptui.probe.facts`.
 """
 
 from __future__ import annotations
 
-from ddptui.remote.programs import source
+from ddptui.remote.programs import probe_program
 
-PROBE_SOURCE: str = source("probe")
-"""The probe script, ready to send on stdin to ``python - *probe_args(…)``."""
+PROBE_SOURCE: str = probe_program()
+"""The probe's program, ready to send on stdin to ``python - *probe_args(…)``."""
 
 DEFAULT_TORCH_TIMEOUT_S = 20.0
 """How long ``import torch`` may take on a host before the probe reports a ``timeout``."""

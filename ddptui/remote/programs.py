@@ -1,11 +1,10 @@
 """The programs the head sends to a host's Python, read from :mod:`ddptui.onhost` as text.
 
 The head never imports that package (it may need a newer Python than the host's, or torch):
-it reads the sources beside this package and sends them. The node agent is several modules:
-:func:`agent_program` sends them as one program, whose bootstrap serves each module's source
-to Python's import system under its own name, then runs the agent's ``main`` with the
-document too large for argv. Nothing is edited in a module's text: what runs on the host is
-what the tests import."""
+it reads the sources beside this package and sends them. A program is several of its modules
+sent as one text for ``python - ARGS…`` (:func:`program`): a bootstrap serves each module's
+source to Python's import system under its own name, then runs the entry module's ``main``.
+Nothing is edited in a module's text: what runs on the host is what the tests import."""
 
 from __future__ import annotations
 
@@ -14,8 +13,19 @@ from functools import cache
 from pathlib import Path
 
 ONHOST = Path(__file__).resolve().parents[1] / "onhost"
-AGENT_MODULES = ("__init__", "common", "processes", "stacks", "cache", "follow", "agent")
-"""The modules of the agent's program (``__init__`` is the package's)."""
+AGENT_MODULES = ("common", "processes", "stacks", "cache", "follow", "sitecustomize", "agent")
+"""The node agent's program: its commands, and the stack handler its ``start`` writes out."""
+PROBE_MODULES = (
+    "probe_section",
+    "probe_network",
+    "probe_system",
+    "probe_gpus",
+    "probe_workdir",
+    "probe_torch",
+    "probe_torch_cache",
+    "probe",
+)
+"""The probe's program: its sections, then the module that gathers them."""
 _PACKAGES = ("ddptui", "ddptui.onhost")
 
 _BOOTSTRAP = """\
@@ -39,10 +49,10 @@ class _Sources(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
         return self.sources[name]
 
 
-sys.meta_path.insert(0, _Sources(json.loads({sources!r})))
-from ddptui.onhost.agent import main
+sys.meta_path.insert(0, _Sources({sources}))
+from ddptui.onhost.{entry} import main
 
-sys.exit(main(sys.argv[1:], json.loads({sent!r})))
+sys.exit(main(sys.argv[1:], *json.loads({arguments!r})))
 """
 
 
@@ -53,16 +63,36 @@ def source(name: str) -> str:
 
 
 @cache
-def _agent_sources() -> str:
-    sources = {"ddptui": '"""ddptui\'s host-side modules, sent by the head."""\n'}
-    for name in AGENT_MODULES:
-        module = "ddptui.onhost" if name == "__init__" else f"ddptui.onhost.{name}"
-        sources[module] = source(name)
-    sources["ddptui.onhost.sitecustomize"] = source("sitecustomize")
-    return json.dumps(sources)
+def _sources(modules: tuple[str, ...]) -> str:
+    # A dict of string literals, not JSON inside one: JSON's escapes escaped again would add
+    # a tenth to every program on the wire.
+    sources = {
+        "ddptui": '"""ddptui\'s host-side modules, sent by the head."""\n',
+        "ddptui.onhost": source("__init__"),
+    }
+    sources.update((f"ddptui.onhost.{name}", source(name)) for name in modules)
+    return repr(sources)
+
+
+def program(entry: str, modules: tuple[str, ...], *arguments: object) -> str:
+    """``ddptui/onhost/ENTRY.py`` as one program for ``python - ARGS…``, with ``modules`` (the
+    ones of :mod:`ddptui.onhost` it imports, ``entry`` among them), which calls
+    ``main(ARGS, *arguments)`` and exits with what it returns. Each argument is a JSON document,
+    sent on stdin inside the program, where argv would cap it at 128 KiB."""
+    return _BOOTSTRAP.format(
+        packages=_PACKAGES,
+        sources=_sources(modules),
+        entry=entry,
+        arguments=json.dumps(arguments),
+    )
 
 
 def agent_program(sent: object = None) -> str:
     """The node agent as one program for ``python - COMMAND ARGS…``, with ``sent`` (any JSON
-    document: on stdin, where argv would cap it at 128 KiB) as its command's ``SENT``."""
-    return _BOOTSTRAP.format(packages=_PACKAGES, sources=_agent_sources(), sent=json.dumps(sent))
+    document) as its command's ``SENT``."""
+    return program("agent", AGENT_MODULES, sent)
+
+
+def probe_program() -> str:
+    """The probe as one program for ``python - *probe_args(…)``."""
+    return program("probe", PROBE_MODULES)

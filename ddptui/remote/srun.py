@@ -20,15 +20,16 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import HEAD_CWD, CommandResult, head_python, python_argv
-from ddptui.remote.connection import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, RemoteError
 from ddptui.remote.failures import remote_reason
-from ddptui.remote.files import UnreadableFile, read_local, read_remote
+from ddptui.remote.files import UnreadableFile, read_local
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import Capped, LineStream, drain_both
+from ddptui.remote.transport import Command, RemoteError, Transport
 
 STREAM_ERROR_BYTES = 16 * 1024
 """What a stream keeps of its command's stderr: enough for srun's reason it could not start."""
@@ -38,7 +39,7 @@ JobEnded = Callable[[str], bool]
 """Whether Slurm says job J has ended (asked of the controller; blocking)."""
 
 
-class SrunCluster:
+class SrunCluster(Transport):
     """Commands on the nodes of Slurm job ``job_id`` (None: the job is not running, so the
     node agent runs on this machine, against the shared workdir)."""
 
@@ -60,28 +61,18 @@ class SrunCluster:
     async def connect(self, host: HostConfig) -> Reachability:
         return Reachability(Reach.OK, "this machine" if self.local else f"job {self.job_id}")
 
-    async def run(
-        self,
-        host: HostConfig,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        max_stdout: int = MAX_STDOUT_BYTES,
-        max_stderr: int = MAX_STDERR_BYTES,
-    ) -> CommandResult:
-        """As :meth:`RemoteCluster.run`. A step that fails once Slurm says the job has ended
-        has the node agent run here instead (its files are shared), with this machine's
-        Python; any other command fails as srun said."""
-        result = await self._run(host, argv, input, timeout, env, max_stdout, max_stderr)
+    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
+        """A step that fails once Slurm says the job has ended has the node agent run here
+        instead (its files are shared), with this machine's Python; any other command fails
+        as srun said."""
+        result = await self._run(host, command)
         if self.local or result.ok or result.stdout or not await self._ended_now():
             return result
         node_python = python_argv(host)
-        if list(argv[: len(node_python)]) != node_python:
+        if list(command.argv[: len(node_python)]) != node_python:
             return result
-        here = self.python(host, *argv[len(node_python) :])
-        return await self._run(host, here, input, timeout, env, max_stdout, max_stderr)
+        here = self.python(host, *command.argv[len(node_python) :])
+        return await self._run(host, replace(command, argv=tuple(here)))
 
     async def read_file(
         self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
@@ -89,7 +80,7 @@ class SrunCluster:
         """``path`` on ``host``: from the shared workdir here once the job has ended."""
         if not self.local:
             try:
-                return await read_remote(self, host, path, max_bytes=max_bytes, timeout=timeout)
+                return await super().read_file(host, path, max_bytes=max_bytes, timeout=timeout)
             except UnreadableFile:
                 # The step's failure asked Slurm: still remote, the job runs.
                 if not self.local:
@@ -154,25 +145,18 @@ class SrunCluster:
                 f"{host.name}: cannot start {'a command' if self.local else 'srun'}: {error}"
             ) from None
 
-    async def _run(
-        self,
-        host: HostConfig,
-        argv: Sequence[str],
-        input: str | None,
-        timeout: float,
-        env: Mapping[str, str] | None,
-        max_stdout: int,
-        max_stderr: int,
-    ) -> CommandResult:
+    async def _run(self, host: HostConfig, command: Command) -> CommandResult:
         try:
-            process = await self._start(host, argv, env)
+            process = await self._start(host, command.argv, command.env)
         except RemoteError as error:
             return CommandResult(None, "", str(error), reach=Reachability(Reach.ERROR, str(error)))
         assert process.stdout is not None and process.stderr is not None
-        await _send(process, input)
-        stdout, stderr = Capped(max_stdout, "stdout"), Capped(max_stderr, "stderr")
+        await _send(process, command.input)
+        stdout, stderr = Capped(command.max_stdout, "stdout"), Capped(command.max_stderr, "stderr")
         try:
-            await wait_for(drain_both(process.stdout, process.stderr, stdout, stderr), timeout)
+            await wait_for(
+                drain_both(process.stdout, process.stderr, stdout, stderr), command.timeout
+            )
         except asyncio.TimeoutError:
             await _end_unread(process)
             return CommandResult(None, stdout.text(), stderr.text(), timed_out=True)

@@ -1,5 +1,5 @@
-"""A long-lived remote command read as bounded lines of bytes (the run follower's channel), and
-closing a command's channel within a deadline."""
+"""Long-lived remote commands read as bounded lines: of bytes (the run follower's channel), or of
+text on a terminal; and closing a command's channel within a deadline."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from ddptui.config.model import HostConfig
 from ddptui.remote.commands import Overflow
 
 READ_CHUNK = 65536
+MAX_LINE_CHARS = 64 * 1024
+"""A :class:`RemoteProcess` line longer than this comes in pieces of this length."""
 
 
 async def close_within(process: asyncssh.SSHClientProcess[Any], seconds: float) -> bool:
@@ -166,3 +168,54 @@ class RemoteStream(LineStream):
         the connection (:func:`close_within`)."""
         with contextlib.suppress(asyncssh.Error, OSError):
             await close_within(self._process, self._close_timeout)
+
+
+class RemoteProcess:
+    """A long-lived remote command on a pseudo-terminal, read line by line as it writes.
+
+    The terminal ties the command to the channel: closing it hangs up the terminal and the
+    command gets SIGHUP. (SSH signal requests would not do: OpenSSH refuses them for root
+    logins.) stdout and stderr arrive merged, as a terminal shows them.
+    """
+
+    def __init__(
+        self,
+        host: HostConfig,
+        process: asyncssh.SSHClientProcess[str],
+        *,
+        close_timeout: float = 10.0,
+    ) -> None:
+        self.host = host
+        self._process = process
+        self._close_timeout = close_timeout
+
+    async def lines(self) -> AsyncIterator[str]:
+        """Output lines (``\n``-terminated) until the command or the connection ends.
+
+        A line longer than :data:`MAX_LINE_CHARS` comes in pieces of that length, so a host
+        that never sends a newline cannot grow one line without bound. Callers bound the
+        wait for each line themselves.
+        """
+        pending = ""
+        while chunk := await self._process.stdout.read(READ_CHUNK):
+            *complete, pending = (pending + chunk).split("\n")
+            for line in complete:
+                yield line.removesuffix("\r") + "\n"
+            while len(pending) >= MAX_LINE_CHARS:
+                yield pending[:MAX_LINE_CHARS]
+                pending = pending[MAX_LINE_CHARS:]
+        if pending:
+            yield pending
+
+    @property
+    def exit_status(self) -> int | None:
+        """Like :attr:`~ddptui.remote.commands.CommandResult.exit_status`: None while running or
+        when unknown."""
+        return self._process.returncode
+
+    async def close(self) -> None:
+        """Hang up: the remote command gets SIGHUP unless it ignores it or already exited.
+
+        Waits at most ``close_timeout`` for the host to confirm, then aborts the connection
+        (:func:`close_within`)."""
+        await close_within(self._process, self._close_timeout)

@@ -9,25 +9,60 @@ the same for both.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
-from ddptui.remote.commands import CommandResult
+from ddptui.errors import DdptuiError
+from ddptui.remote.commands import CommandResult, python_argv
+from ddptui.remote.files import read_remote
 from ddptui.remote.status import Reachability
 from ddptui.remote.stream import LineStream
 
+MAX_STDOUT_BYTES = 8 * 1024 * 1024
+"""What :meth:`Transport.run` keeps of a command's stdout before ending it: a flooding host must
+not fill the head node's memory."""
+MAX_STDERR_BYTES = 256 * 1024
 
-class Transport(Protocol):
+
+class RemoteError(DdptuiError):
+    """A remote operation that cannot return a per-host value failed (uploads, processes)."""
+
+
+class HostUnreachable(RemoteError):
+    """No connection to the host; ``reachability`` says why."""
+
+    def __init__(self, host: HostConfig, reachability: Reachability) -> None:
+        super().__init__(reachability.detail)
+        self.host = host
+        self.reachability = reachability
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command to run and wait for, with its bounds (see :meth:`Transport.run`)."""
+
+    argv: tuple[str, ...]
+    input: str | None
+    timeout: float
+    env: Mapping[str, str] | None
+    max_stdout: int
+    max_stderr: int
+
+
+class Transport(ABC):
     """Commands on a run's nodes: one at a time (:meth:`run`) or a long-lived stream."""
 
     def python(self, host: HostConfig, *args: str) -> list[str]:
-        """The argv that runs the node's Python with ``args`` where this transport runs it."""
-        ...
+        """The argv that runs the node's Python with ``args`` where this transport runs it
+        (:func:`~ddptui.remote.commands.python_argv` unless it runs the node's commands
+        elsewhere)."""
+        return python_argv(host, *args)
 
+    @abstractmethod
     async def connect(self, host: HostConfig) -> Reachability:
         """Whether ``host`` can be reached now (and why not); never raises for that."""
-        ...
 
     async def run(
         self,
@@ -37,26 +72,40 @@ class Transport(Protocol):
         input: str | None = None,
         timeout: float,
         env: Mapping[str, str] | None = None,
-        max_stdout: int = ...,
-        max_stderr: int = ...,
+        max_stdout: int = MAX_STDOUT_BYTES,
+        max_stderr: int = MAX_STDERR_BYTES,
     ) -> CommandResult:
-        """Run ``argv`` on ``host`` and wait for it; see :meth:`RemoteCluster.run`."""
-        ...
+        """Run ``argv`` on ``host`` with ``input`` (if any) on its stdin and ``env`` added to its
+        environment, and wait for it.
 
+        ``exit_status`` is the command's status (negative: killed by that signal), or None when
+        it is unknown: the host could not be reached or was lost (``reach`` says why),
+        ``timed_out`` (it ran past ``timeout`` seconds), or ``overflow`` (more than
+        ``max_stdout`` / ``max_stderr`` bytes on that stream). A command that timed out or
+        overflowed is ended; what it sent up to then is kept. Never raises for the host's
+        failures.
+        """
+        command = Command(tuple(argv), input, timeout, env, max_stdout, max_stderr)
+        return await self._execute(host, command)
+
+    @abstractmethod
+    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
+        """:meth:`run`'s work, with its arguments as one value."""
+
+    @abstractmethod
     async def open_stream(
         self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
     ) -> LineStream:
         """Start ``argv`` on ``host`` with ``input`` on its stdin; its stdout as bounded lines.
-        Raises :class:`~ddptui.remote.connection.RemoteError` if it cannot be started."""
-        ...
+        Raises :class:`RemoteError` if it cannot be started."""
 
     async def read_file(
         self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
     ) -> bytes:
-        """``path`` on ``host`` whole, at most ``max_bytes`` of it. Raises
-        :class:`~ddptui.remote.files.UnreadableFile`."""
-        ...
+        """``path`` on ``host`` whole, at most ``max_bytes`` of it (through the node's own
+        ``base64``). Raises :class:`~ddptui.remote.files.UnreadableFile`."""
+        return await read_remote(self, host, path, max_bytes=max_bytes, timeout=timeout)
 
+    @abstractmethod
     async def close(self) -> None:
         """Let go of everything this transport holds."""
-        ...

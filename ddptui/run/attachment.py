@@ -13,8 +13,9 @@ from ddptui.aio import QueueReader, wait_for
 from ddptui.errors import DdptuiError
 from ddptui.run import protocol
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.model import RunModel
 from ddptui.run.protocol import Attach, Ended, Gap, Hello, Judged, Message, Reply, Request, Said
-from ddptui.run.state import Judgement, RunWatch, Steps
+from ddptui.run.state import Judgement, Steps
 from ddptui.run.store import RunRecord, RunState
 from ddptui.run.supervising import ControlError, Say, Supervisors
 from ddptui.untrusted import plain
@@ -28,7 +29,7 @@ READ_BYTES = 256 * 1024
 class Attachment:
     """A viewer's connection to a run's supervisor.
 
-    :meth:`updates` yields every message as it comes, after applying it to :attr:`watch` (the
+    :meth:`updates` yields every message as it comes, after applying it to :attr:`model` (the
     run's state for rendering) and :attr:`judgement` (what the supervisor says of it).
     :meth:`request` asks the supervisor for something and waits for its answer. A supervisor
     that goes away is found again (or started, and said so), and following resumes from the
@@ -44,14 +45,14 @@ class Attachment:
         say: Say,
         steps: Steps = Steps.EVERY,
     ) -> None:
-        """``steps``: how much of the step events the viewer's watch reads (:class:`Steps`): a
+        """``steps``: how much of the step events the viewer's model reads (:class:`Steps`): a
         console charts every one, one that prints lines and the judgement needs none."""
         self.supervisors = supervisors
         self.record = record
         self.position = position
         """The journal position after the last line received (None: live messages only)."""
         self.say = say
-        self.watch = RunWatch(record, steps=steps)
+        self.model = RunModel(record, steps=steps)
         self.judgement = Judgement.of_record(record)
         self.hello: Hello | None = None
         self.ended: Ended | None = None
@@ -234,7 +235,7 @@ class Attachment:
         return True
 
     def _take(self, raw: bytes) -> tuple[Message, int | None] | None:
-        """A received message, for :meth:`updates` (which applies it, so what the watch and
+        """A received message, for :meth:`updates` (which applies it, so what the model and
         the judgement say is what the consumer has seen, in order), with the journal position
         after it; replies answer their requests at once."""
         item = protocol.decode(raw)
@@ -253,27 +254,27 @@ class Attachment:
 
     def _apply(self, item: Message) -> None:
         if isinstance(item, (FileLine, Heartbeat, HostSilent, HostBack)):
-            self.watch.apply(item)
+            self.model.apply(item)
         elif isinstance(item, Gap):
             self.gaps += 1
         elif isinstance(item, (Judged, Hello)):
             self._judge(item.judgement)
         elif isinstance(item, Ended):
             self.ended = item
-            self.watch.conclude(item.state)
+            self.model.conclude(item.state)
 
     def _judge(self, judgement: Judgement) -> None:
         new_attempt = judgement.attempt != self.judgement.attempt
         if judgement.state is not self.judgement.state or new_attempt:
             self.record = self.supervisors.store.load(self.record.id)
-            if new_attempt and judgement.attempt > self.watch.attempt:
+            if new_attempt and judgement.attempt > self.model.attempt:
                 # The supervisor says so before any line of the new attempt comes.
-                self.watch.next_attempt(self.record)
+                self.model.next_attempt(self.record)
             else:
-                self.watch.record = self.record
+                self.model.record = self.record
         self.judgement = judgement
         # Attached after the end: no Ended comes, the judgement says it all.
-        self.watch.conclude(judgement.state)
+        self.model.conclude(judgement.state)
 
 
 __all__ = ["Attachment", "ControlError", "Say"]

@@ -17,6 +17,7 @@ from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.programs import source
 from ddptui.run import agent_client as nodes
+from ddptui.run.agent_call import NodeError, agent
 from ddptui.run.layout import bench_path, workdir_of
 from ddptui.run.store import new_run_id
 from ddptui.untrusted import plain
@@ -45,7 +46,7 @@ async def measure(config: Config, report: CheckReport) -> BandwidthReport:
     async with RemoteCluster.for_config(config) as remote:
         try:
             port = await nodes.free_port(remote, hosts[0])
-        except nodes.NodeError as error:
+        except NodeError as error:
             raise BandwidthError(f"no free port on node 0: {error}") from None
         plan = plan_launch(config, report.checks, run_id=new_run_id(), master_port=port)
         await _place_script(remote, plan)
@@ -80,11 +81,11 @@ async def _place_script(remote: RemoteCluster, plan: LaunchPlan) -> None:
     async def one(node_rank: int) -> None:
         node = plan.nodes[node_rank]
         path = bench_path(workdir_of(node.run_dir))
-        await nodes.agent(remote, node.host, "write", path, sent=BENCH_SOURCE)
+        await agent(remote, node.host, "write", path, sent=BENCH_SOURCE)
 
     try:
         await asyncio.gather(*(one(node.node_rank) for node in plan.nodes))
-    except nodes.NodeError as error:
+    except NodeError as error:
         raise BandwidthError(f"cannot place the benchmark: {error}") from None
 
 

@@ -36,8 +36,9 @@ from ddptui.run.dump import StackDump as StackDump
 from ddptui.run.follow import SILENCE_S, Heartbeat, HostFollower, Update
 from ddptui.run.follow import FileLine as FileLine
 from ddptui.run.follow import HostSilent as HostSilent
+from ddptui.run.model import RunModel
 from ddptui.run.protocol import BUSY, Reply
-from ddptui.run.state import RunWatch, Steps
+from ddptui.run.state import Steps
 from ddptui.run.store import Catalogue, RunRecord, RunStore, new_run_id
 from ddptui.run.supervising import ANSWER_S, ControlError, Say, Supervisors, quiet
 from ddptui.run.view import RunView
@@ -240,8 +241,8 @@ class RunControl:
             except (ControlError, ValueError) as error:
                 say(f"run {record.id}: asking its hosts directly ({error})")
         # A live run's processes are judged by their CPU use, which takes two samples.
-        watch = await self.read_back(record, config, heartbeats=1 if record.state.final else 2)
-        return RunView.of(record, watch, watch.judgement(record))
+        model = await self.read_back(record, config, heartbeats=1 if record.state.final else 2)
+        return RunView.of(record, model, model.judgement(record))
 
     async def read_back(
         self,
@@ -250,23 +251,23 @@ class RunControl:
         *,
         heartbeats: int = 2,
         timeout: float = READ_BACK_S,
-    ) -> RunWatch:
+    ) -> RunModel:
         """The run as its files on the hosts stand now, read directly (no supervisor): every
         host followed until it has caught up (:meth:`lines`), or ``timeout``."""
-        watch = RunWatch(record)
+        model = RunModel(record)
 
         async def read() -> None:
             silence_s = min(SILENCE_S, timeout)
             async for update in self.lines(
                 record, config, heartbeats=heartbeats, silence_s=silence_s
             ):
-                watch.apply(update)
+                model.apply(update)
 
         with contextlib.suppress(asyncio.TimeoutError):
             await wait_for(read(), timeout)
-        watch.tick()
-        watch.conclude(record.state)
-        return watch
+        model.tick()
+        model.conclude(record.state)
+        return model
 
     async def lines(
         self,

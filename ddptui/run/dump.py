@@ -20,6 +20,7 @@ from typing import Any
 from ddptui.config.model import Config
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
+from ddptui.run.agent_call import NodeError, described
 from ddptui.run.flight import FlightDumpError, FlightFinding, RankTrace, analyse, read_dump
 from ddptui.run.stacks import RankStack, StackGroup, group
 from ddptui.run.store import NodeRecord, RunRecord
@@ -157,7 +158,7 @@ async def _hear(
     try:
         await _ask(config, record, remote, node, budget, heard)
     except Exception as error:  # one host's answer, whatever it does, costs that host's alone
-        heard.unanswered = nodes.described(node.host, error)
+        heard.unanswered = described(node.host, error)
     return heard
 
 
@@ -197,7 +198,7 @@ async def _ask(
             continue
         try:
             data = await nodes.read_flight(remote, host, node.run_dir, rank, max_bytes=room)
-        except nodes.NodeError as error:
+        except NodeError as error:
             heard.errors.append(f"rank {rank}: {error}")
             continue
         host_left -= len(data)

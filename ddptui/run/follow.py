@@ -19,7 +19,7 @@ What a host sends is untrusted, and what it may cost the head node is bounded pe
   dropped and counted (:attr:`HostFollower.unknown`), never remembered: 4,096 offsets of
   256-character paths take 1.4 MiB (measured), so 268 take under 0.1 MiB, 6 MiB for 64 hosts;
 - a heartbeat: its document (256 KiB at most), cut to :data:`MAX_GPUS` GPUs and
-  :data:`MAX_SAMPLED_RANKS` ranks; the watch keeps of it only the host's own ranks.
+  :data:`MAX_SAMPLED_RANKS` ranks; the model keeps of it only the host's own ranks.
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ import asyncssh
 from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
 from ddptui.probe.facts import MAX_GPUS
-from ddptui.remote.connection import HostUnreachable, RemoteError
 from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
-from ddptui.remote.transport import Transport
+from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.layout import HostFiles
 from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.run.transports import transport

@@ -19,10 +19,11 @@ from ddptui.errors import DdptuiError
 from ddptui.plan.launch import LaunchPlan, torchrun_flag
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.commands import python_argv
-from ddptui.remote.connection import RemoteCluster, RemoteError
-from ddptui.remote.transport import Transport
+from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import RemoteError, Transport
 from ddptui.run import agent_client as nodes
-from ddptui.run.agent_client import NodeError
+from ddptui.run import code_upload
+from ddptui.run.agent_call import NodeError, described
 from ddptui.run.checkpoints import (
     LIKELY_CHECKPOINTS,
     RECEIVE,
@@ -116,8 +117,8 @@ async def stage(remote: Transport, config: Config, record: RunRecord, *, say: Sa
     async def one(node: NodeRecord) -> None:
         host = config.host(node.host)
         cache = code_cache_dir(node.run_dir)
-        sent[node.host] = await nodes.upload_code(remote, host, cache, tree)
-        if await nodes.stage(remote, host, cache, node.run_dir, tree):
+        sent[node.host] = await code_upload.upload_code(remote, host, cache, tree)
+        if await code_upload.stage(remote, host, cache, node.run_dir, tree):
             shared.append(node.host)
         await nodes.put_record(remote, host, node.run_dir, record.to_toml())
 
@@ -141,7 +142,7 @@ def _failures(asked: Sequence[NodeRecord], results: Sequence[object]) -> dict[st
     failed = {}
     for node, result in zip(asked, results, strict=True):
         if isinstance(result, Exception):
-            failed[node.host] = nodes.described(node.host, result)
+            failed[node.host] = described(node.host, result)
         elif isinstance(result, BaseException):
             raise result
     return failed

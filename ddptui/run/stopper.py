@@ -21,7 +21,8 @@ from typing import TypeVar
 from ddptui.config.model import Config, HostConfig
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
-from ddptui.run.agent_client import AttemptStatus, GarbledAnswer, NodeError
+from ddptui.run.agent_answers import AttemptStatus
+from ddptui.run.agent_call import GarbledAnswer, NodeError, described
 from ddptui.run.store import RunRecord
 
 _T = TypeVar("_T")
@@ -80,7 +81,7 @@ class StopReport:
         except NodeError as error:
             self.unreachable[host] = str(error)
         except Exception as error:
-            self.garbled[host] = nodes.described(host, error)
+            self.garbled[host] = described(host, error)
         return None
 
 

@@ -2,7 +2,7 @@
 
 :class:`RunView` is what ``ddptui status`` prints (as words through :mod:`ddptui.present`, or
 as its ``--json`` document) and what the supervisor answers a ``snapshot`` request with. Built
-from a :class:`~ddptui.run.state.RunWatch` where one runs (the supervisor's, or one fed from
+from a :class:`~ddptui.run.model.RunModel` where one runs (the supervisor's, or one fed from
 the hosts directly for a finished run), and read back from its document on the other side.
 """
 
@@ -15,8 +15,9 @@ from typing import Any
 
 from ddptui.run.diagnose import Category, Diagnosis
 from ddptui.run.follow import sample_of
+from ddptui.run.model import RunModel
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
-from ddptui.run.state import Judgement, RankLog, RunWatch
+from ddptui.run.state import Judgement, RankLog
 from ddptui.run.store import RunRecord
 
 
@@ -64,7 +65,7 @@ class RunView:
     diagnoses: tuple[Diagnosis, ...]
 
     @classmethod
-    def of(cls, record: RunRecord, watch: RunWatch, judgement: Judgement) -> RunView:
+    def of(cls, record: RunRecord, model: RunModel, judgement: Judgement) -> RunView:
         return cls(
             record=record,
             judgement=judgement,
@@ -74,10 +75,10 @@ class RunView:
                     node_rank=node.node_rank,
                     nproc=node.nproc,
                     run_dir=node.run_dir,
-                    alive=watch.nodes[node.host].alive,
-                    exit=watch.nodes[node.host].exit,
+                    alive=model.nodes[node.host].alive,
+                    exit=model.nodes[node.host].exit,
                     note=judgement.notes.get(node.host),
-                    sample=dict(watch.nodes[node.host].sample),
+                    sample=dict(model.nodes[node.host].sample),
                 )
                 for node in record.nodes
             ),
@@ -96,12 +97,12 @@ class RunView:
                     rss_mib=_finite(rank.rss_mib),
                     stalled=rank.stalled,
                     straggler=rank.straggler,
-                    **_last_line(watch.logs.get(rank.rank)),
+                    **_last_line(model.logs.get(rank.rank)),
                 )
-                for rank in watch.progress.ranks
+                for rank in model.progress.ranks
             ),
-            progress=watch.progress.format_line(),
-            diagnoses=tuple(watch.diagnoser.diagnoses()),
+            progress=model.progress.format_line(),
+            diagnoses=tuple(model.diagnoser.diagnoses()),
         )
 
     def live_document(self) -> dict[str, Any]:

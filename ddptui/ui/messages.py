@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from ddptui.run.control import ClusterCheck
-from ddptui.run.state import RunWatch
+from ddptui.run.model import RunModel
 
 REDRAW_S = 0.1
 """About ten redraws a second at most, whatever the rate of updates."""
@@ -34,12 +34,12 @@ class CheckDone(Message):
 class RunChanged(Message):
     """The followed run's state moved on; the newest replaces any still pending."""
 
-    def __init__(self, watch: RunWatch) -> None:
+    def __init__(self, model: RunModel) -> None:
         super().__init__()
-        self.watch = watch
+        self.model = model
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, RunChanged) and message.watch is self.watch
+        return isinstance(message, RunChanged) and message.model is self.model
 
 
 class RunEnded(Message):

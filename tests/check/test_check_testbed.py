@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ddptui.cli import main
-from ddptui.onhost.probe import TORCH_CACHE_DIR
+from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 from tests.fixtures.gpu import nvidia_smi_double
 from tests.testbed import (
     TestBed,

@@ -11,7 +11,7 @@ from pathlib import Path
 from ddptui.check.run import _find_shared_workdirs
 from ddptui.config.model import HostConfig
 from ddptui.health import HostCheck
-from ddptui.probe.facts import parse_facts
+from ddptui.probe.parse import parse_facts
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.onhost.probe import TORCH_CACHE_DIR
+from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 from tests.cluster import tcp
 from tests.testbed import (
     TestBed,

@@ -12,7 +12,8 @@ from ddptui.commands.check import render
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
 from ddptui.health.groups import group_findings
-from ddptui.probe.facts import GpuProcess, HostFacts, parse_facts
+from ddptui.probe.facts import GpuProcess, HostFacts
+from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 
 PROBE = Path(__file__).resolve().parents[1] / "fixtures" / "probe"

@@ -12,9 +12,8 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,11 +22,13 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, Sl
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
 from ddptui.health.slurm import allocation_errors, in_allocation
 from ddptui.health.workdir import workdir_findings
-from ddptui.onhost import probe as probe_script
+from ddptui.onhost.probe_workdir import private_group
 from ddptui.probe.facts import NA, HostFacts, Maybe, PathEntry, WorkdirSafety
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.transport import Command
 from tests.helpers import CUDA_TORCH, run_probe, write_package
+from tests.remote.doubles import CommandsOnly
 
 HOST = HostConfig("gpu-b", "10.0.0.2")
 ALICE, BOB = 1000, 1001
@@ -234,7 +235,7 @@ def test_evaluate_says_it_among_the_hosts_errors() -> None:
 
 def _a_shared_group() -> int:
     """A group this user may give a directory that is not this user's own private group."""
-    private = probe_script.private_group()
+    private = private_group()
     candidates = [os.getegid(), *os.getgroups(), *([54321] if os.geteuid() == 0 else [])]
     shared = [gid for gid in candidates if gid != private]
     if not shared:
@@ -267,7 +268,7 @@ def test_the_probe_finds_nothing_wrong_with_a_private_workdir(tmp_path: Path) ->
     assert findings(facts.workdir) == []
 
 
-class LocalNodes:
+class LocalNodes(CommandsOnly):
     """The transport a Slurm allocation's check uses, with this machine as its one node."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
@@ -276,26 +277,15 @@ class LocalNodes:
     def python(self, host: HostConfig, *args: str) -> list[str]:
         return [sys.executable, *args]
 
-    async def connect(self, host: HostConfig) -> Reachability:
-        return Reachability(Reach.OK)
-
-    async def run(
-        self,
-        host: HostConfig,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float,
-        **ignored: Any,
-    ) -> CommandResult:
+    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
         done = await asyncio.to_thread(
             subprocess.run,
-            list(argv),
-            input=input,
+            command.argv,
+            input=command.input,
             capture_output=True,
             text=True,
             env=self.env,
-            timeout=timeout,
+            timeout=command.timeout,
         )
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
@@ -309,8 +299,7 @@ def test_the_check_inside_a_slurm_allocation_stops_on_it(tmp_path: Path) -> None
     slurm = SlurmConfig(nodes=1)
     config = Config(Path("hosts.toml"), ClusterConfig(), (node,), JobConfig(), slurm=slurm)
     nodes = LocalNodes(dict(os.environ, PYTHONPATH=str(fakes)))
-    # What the check asks of a transport, and no more.
-    _, found = asyncio.run(check_nodes(config, nodes))  # type: ignore[arg-type]
+    _, found = asyncio.run(check_nodes(config, nodes))
     (unsafe,) = [f for f in in_allocation(found) if f.code is Code.WORKDIR_UNSAFE]
     assert unsafe.severity is Severity.ERROR and unsafe.host == "node07"
     said = allocation_errors(slurm, in_allocation(found))

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ddptui.probe import PROBE_SOURCE, probe_args
-from ddptui.probe.facts import HostFacts, parse_facts
+from ddptui.probe.facts import HostFacts
+from ddptui.probe.parse import parse_facts
 from tests.fixtures.gpu import nvidia_smi_double
 
 # Stand-ins that import instantly, so only one test pays for the real `import torch`.

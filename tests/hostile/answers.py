@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import CommandResult, Overflow
 from ddptui.remote.status import Reach, Reachability
-from ddptui.remote.stream import LineStream
-from ddptui.run.agent_client import (
+from ddptui.remote.transport import Command
+from ddptui.run.agent_call import (
     MAX_ANSWER_BYTES,
     NodeError,
 )
 from ddptui.run.progress import MAX_RANKS
+from tests.remote.doubles import CommandsOnly
 
 _T = TypeVar("_T")
 
@@ -396,9 +397,9 @@ def answered(call: Coroutine[Any, Any, _T]) -> _T | NodeError:
         return error
 
 
-class AnsweringHost:
-    """A :class:`~ddptui.remote.transport.Transport` whose host answers each agent command
-    with the given result, whatever was sent."""
+class AnsweringHost(CommandsOnly):
+    """A transport whose host answers each agent command with the given result, whatever was
+    sent."""
 
     def __init__(self, answers: Mapping[str, CommandResult]) -> None:
         self.answers = dict(answers)
@@ -407,38 +408,17 @@ class AnsweringHost:
     def python(self, host: HostConfig, *args: str) -> list[str]:
         return ["python3", *args]
 
-    async def connect(self, host: HostConfig) -> Reachability:
-        return Reachability(Reach.OK)
-
-    async def run(
-        self,
-        host: HostConfig,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        max_stdout: int = MAX_ANSWER_BYTES,
-        max_stderr: int = MAX_ANSWER_BYTES,
-    ) -> CommandResult:
-        assert argv[:2] == ["python3", "-"], argv
-        command = argv[2]
-        self.asked.append(command)
-        return self.answer(host, command)
+    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
+        assert command.argv[:2] == ("python3", "-"), command.argv
+        asked = command.argv[2]
+        self.asked.append(asked)
+        return self.answer(host, asked)
 
     def answer(self, host: HostConfig, command: str) -> CommandResult:
         """What ``host`` answers the agent's ``command`` (the same on every host here)."""
         return self.answers[command]
 
-    async def open_stream(
-        self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
-    ) -> LineStream:
-        raise AssertionError("no agent command streams")
-
     async def read_file(
         self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
     ) -> bytes:
         raise AssertionError("no agent command reads a file whole")
-
-    async def close(self) -> None:
-        pass

@@ -20,7 +20,8 @@ import pytest
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
-from ddptui.run.agent_client import AttemptStatus, GarbledAnswer, NodeError
+from ddptui.run.agent_answers import AttemptStatus
+from ddptui.run.agent_call import GarbledAnswer, NodeError
 from ddptui.run.launcher import LaunchError, start_attempt
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 from ddptui.run.store import Attempt, NodeRecord, RunRecord

@@ -2,8 +2,8 @@
 error, in bounded time, and never run any of it.
 
 Hypothesis draws the host's side: the node agent's answers (through the real
-:func:`~ddptui.run.agent_client.agent` and each command's client function, over a fake
-transport), the lines a host streams while it is followed (through the real follower, watch
+:func:`~ddptui.run.agent_call.agent` and each command's client function, over a fake
+transport), the lines a host streams while it is followed (through the real follower, model
 and supervisor protocol), the trainer's event lines, Python stack dumps, the bandwidth
 benchmark's output and the probe's document. Each kind has its own test below; the strategies
 above them are shared.
@@ -34,22 +34,19 @@ import ddptui
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
 from ddptui.present.bandwidth import bandwidth_lines, bandwidth_matrix
-from ddptui.probe.facts import NA, HostFacts, ProbeError, parse_facts
+from ddptui.probe.facts import NA, HostFacts
+from ddptui.probe.parse import ProbeError, parse_facts
 from ddptui.remote.commands import CommandResult
 from ddptui.run import agent_client as nodes
-from ddptui.run import protocol
-from ddptui.run.agent_client import (
-    MAX_ATTEMPT,
-    MAX_PROCESSES,
-    PID_LIMIT,
-    AttemptStatus,
-    HostDump,
-    NodeError,
-)
+from ddptui.run import code_upload, protocol
+from ddptui.run.agent_answers import MAX_ATTEMPT, MAX_PROCESSES, PID_LIMIT, AttemptStatus
+from ddptui.run.agent_call import GarbledAnswer, NodeError
+from ddptui.run.agent_client import HostDump
 from ddptui.run.checkpoints import MAX_LISTED, Held
 from ddptui.run.code import CodeFile, CodeTree
 from ddptui.run.events import EVENT_TYPES, EventReader, RankEvent
 from ddptui.run.follow import MAX_OFFSET, MAX_TEXT_CHARS, FileLine, Heartbeat, HostFollower
+from ddptui.run.model import RunModel
 from ddptui.run.progress import MAX_RANKS, RunProgress
 from ddptui.run.stacks import (
     MAX_FILE_CHARS,
@@ -62,7 +59,7 @@ from ddptui.run.stacks import (
     parse_stacks,
     rank_spans,
 )
-from ddptui.run.state import RunWatch, Steps
+from ddptui.run.state import Steps
 from ddptui.run.supervisor import judging
 from ddptui.untrusted import plain
 from tests.hostile.answers import (
@@ -316,11 +313,11 @@ UPLOAD = st.fixed_dictionaries(
 @given(answers=UPLOAD)
 def test_code_upload_answers(answers: dict[str, CommandResult]) -> None:
     remote = AnsweringHost(answers)
-    sent = answered(nodes.upload_code(remote, HOST, "/cache", TREE))
+    sent = answered(code_upload.upload_code(remote, HOST, "/cache", TREE))
     if not isinstance(sent, NodeError):
         # At most every file each time the host says it is missing (three times at most).
         assert type(sent) is int and 0 <= sent <= 3 * TREE.size
-    staged = answered(nodes.stage(remote, HOST, "/cache", RUN_DIR, TREE))
+    staged = answered(code_upload.stage(remote, HOST, "/cache", RUN_DIR, TREE))
     assert isinstance(staged, NodeError) or type(staged) is bool
 
 
@@ -510,7 +507,7 @@ def test_dump_answers(answer: CommandResult, attempts: int, node_rank: int) -> N
 
 
 # --- lines a followed host streams ------------------------------------------------------------
-# The follower reads the agent's documents, the watch the lines and events in them, and the
+# The follower reads the agent's documents, the model the lines and events in them, and the
 # supervisor relays both to its viewers: the same path as a run.
 
 _HOSTS = (HostConfig("a", "10.0.0.1"), HostConfig("b", "10.0.0.2"))
@@ -569,7 +566,7 @@ OWN_PATHS = st.sampled_from(
         "logs/attempt-1/x/attempt_0/0/error.json",
     ]
 )
-"""Host b's own files: their lines reach the watch."""
+"""Host b's own files: their lines reach the model."""
 FOLLOWED_PATHS = weighted(
     (8, OWN_PATHS),
     (
@@ -683,7 +680,7 @@ FOLLOWED_BEATS = st.fixed_dictionaries(
 
 @st.composite
 def own_events(draw: st.DrawFn) -> dict[str, Any]:
-    """A line of one of host b's events files, mostly an event of that file's rank: the watch
+    """A line of one of host b's events files, mostly an event of that file's rank: the model
     takes no other."""
     rank = draw(st.sampled_from([2, 3]))
     event = draw(EVENT_DOCUMENTS)
@@ -761,7 +758,7 @@ def test_followed_lines(lines: list[bytes], steps: Steps) -> None:
     record = two_host_record()
     [node] = [node for node in record.nodes if node.host == "b"]
     follower = HostFollower.of_node(_CONFIG, record, node)
-    watch = RunWatch(record, clock=Ticking(1000.0), wall=Ticking(2e9), steps=steps)
+    model = RunModel(record, clock=Ticking(1000.0), wall=Ticking(2e9), steps=steps)
     with NothingEvaluated():
         for raw in lines:
             update = follower._parse(raw)
@@ -770,12 +767,12 @@ def test_followed_lines(lines: list[bytes], steps: Steps) -> None:
             assert isinstance(update, FileLine | Heartbeat), update
             followed_update(update)
             relayed(update)
-            watch.apply(update)
-        watch.tick()
-        verdict = judging.verdict(watch)
-        hang = judging.hang(watch, override=0.0)
-        judgement = watch.judgement(record, hang)
-        line = watch.progress.format_line()
+            model.apply(update)
+        model.tick()
+        verdict = judging.verdict(model)
+        hang = judging.hang(model, override=0.0)
+        judgement = model.judgement(record, hang)
+        line = model.progress.format_line()
     assert verdict is None or isinstance(verdict.detail, str)
     assert isinstance(line, str)
     assert protocol.decode(protocol.message(protocol.Judged(judgement))) == protocol.Judged(
@@ -1153,8 +1150,8 @@ def test_probe_outputs(output: str) -> None:
 @pytest.mark.parametrize("missing", ["[[]]", "[{}]"])
 def test_a_have_answer_listing_a_list_is_garbage(missing: str) -> None:
     remote = AnsweringHost({"have": CommandResult(0, '{"missing":' + missing + "}", "")})
-    with pytest.raises(nodes.GarbledAnswer):
-        asyncio.run(nodes.upload_code(remote, HOST, "/cache", TREE))
+    with pytest.raises(GarbledAnswer):
+        asyncio.run(code_upload.upload_code(remote, HOST, "/cache", TREE))
 
 
 def test_a_relayed_heartbeat_keeps_its_gpu_figures() -> None:

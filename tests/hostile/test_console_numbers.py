@@ -21,8 +21,8 @@ from textual.widgets import Static
 from textual_plot.plot_widget import map_coordinate_to_hires_pixel
 
 from ddptui.run.follow import FileLine, Heartbeat, sample_of
+from ddptui.run.model import RunModel
 from ddptui.run.progress import RankProgress
-from ddptui.run.state import RunWatch
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.widgets.cells import bar, figure, number, percent, share
@@ -59,15 +59,15 @@ HOSTILE_GPUS = [
 HOSTILE_LOSSES = (1e308, -1e308, 5e-324, -5e-324, float(LARGEST), 2.5)
 
 
-def _hostile_watch() -> RunWatch:
+def _hostile_watch() -> RunModel:
     """The recorded run (rank 0 failed), then every GPU sample and rank 1's losses extreme."""
-    watch = scenes.run_watch(failed=True)
+    model = scenes.run_model(failed=True)
     sample = sample_of(
         {"procs": 3, "cpu_pct": float(LARGEST), "rss_mib": 1e308, "gpus": HOSTILE_GPUS}
     )
     for beat in range(3):
         for host in ("gpu-a", "gpu-b"):
-            watch.apply(Heartbeat(host, scenes.CREATED + 300 + beat, {1: True}, sample))
+            model.apply(Heartbeat(host, scenes.CREATED + 300 + beat, {1: True}, sample))
     for offset, loss in enumerate(HOSTILE_LOSSES, start=1):
         event = {
             "v": 1,
@@ -81,8 +81,8 @@ def _hostile_watch() -> RunWatch:
             "step": 300 + offset,
             "loss": loss,
         }
-        watch.apply(FileLine("gpu-a", "events/rank1.jsonl", 0, json.dumps(event)))
-    return watch
+        model.apply(FileLine("gpu-a", "events/rank1.jsonl", 0, json.dumps(event)))
+    return model
 
 
 def test_the_run_screen_survives_extreme_numbers_on_every_pane_and_scale() -> None:
@@ -90,11 +90,11 @@ def test_the_run_screen_survives_extreme_numbers_on_every_pane_and_scale() -> No
 
 
 async def _test_the_run_screen_survives_extreme_numbers_on_every_pane_and_scale() -> None:
-    watch = _hostile_watch()
-    rank = next(rank for rank in watch.progress.ranks if rank.rank == 1)
+    model = _hostile_watch()
+    rank = next(rank for rank in model.progress.ranks if rank.rank == 1)
     # The event reader lets them through: they are what the chart has to draw.
     assert set(HOSTILE_LOSSES) <= {loss for _, loss in rank.losses}
-    screen = RunScreen(watch.record, watch=watch)
+    screen = RunScreen(model.record, model=model)
     app = DdptuiApp(first_screen=screen)
     async with app.run_test(size=(140, 44)) as pilot:
         chart = screen.query_one(LossChart)

@@ -204,12 +204,12 @@ async def _console_on_the_run(hosts_file: Path, store: RunStore, run_id: str) ->
     async with app.run_test(size=(160, 48)) as pilot:
         screen = await open_from_runs(pilot, run_id)
         # Rank 2's extreme losses are what the chart is to draw (the read-back replaces the
-        # screen's watch when it is done).
+        # screen's model when it is done).
         extremes = {1e308, -1e308, 5e-324}
         await until(
             pilot,
             "the read-back",
-            lambda: {loss for _, loss in screen.run_watch.progress.ranks[2].losses} >= extremes,
+            lambda: {loss for _, loss in screen.run_model.progress.ranks[2].losses} >= extremes,
             60,
         )
         for key in KEYS:
@@ -217,7 +217,7 @@ async def _console_on_the_run(hosts_file: Path, store: RunStore, run_id: str) ->
             await pilot.pause(0.3)
             assert app.is_running and app.screen is screen, f"the console ended on {key!r}"
             _screen_clean(app, f"the run screen after {key!r}")
-        assert [rank.rank for rank in screen.run_watch.progress.ranks] == [0, 1, 2, 3]
+        assert [rank.rank for rank in screen.run_model.progress.ranks] == [0, 1, 2, 3]
 
 
 TAMPERING = r'''#!{python}

@@ -31,11 +31,12 @@ from ddptui.commands import status as status_command
 from ddptui.commands.follow import say, stamped
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import HostCheck, evaluate
-from ddptui.probe.facts import HostFacts, Interface, parse_facts
+from ddptui.probe.facts import HostFacts, Interface
+from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.control import RunControl
 from ddptui.run.follow import FileLine, HostSilent
-from ddptui.run.state import RunWatch
+from ddptui.run.model import RunModel
 from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
@@ -137,15 +138,15 @@ def _logs_args(**given: Any) -> argparse.Namespace:
 def test_a_forged_log_line_prints_as_one_line_of_its_own_host(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    watch = RunWatch(scenes.run_record())
+    model = RunModel(scenes.run_record())
     stdout = FileLine("gpu-a", "logs/attempt-1/r_x/0/stdout.log", 0, f"step 1{HOSTILE}")
     event = FileLine(
         "gpu-a", "events/rank1.jsonl", 0, json.dumps({"message": HOSTILE}, ensure_ascii=False)
     )
     logs_command._write(
         [
-            logs_command._shown(watch, stdout, _logs_args()),
-            logs_command._shown(watch, event, _logs_args(events=True)),
+            logs_command._shown(model, stdout, _logs_args()),
+            logs_command._shown(model, event, _logs_args(events=True)),
         ]
     )
     printed = capsys.readouterr().out
@@ -160,10 +161,10 @@ def test_a_forged_log_line_prints_as_one_line_of_its_own_host(
 def test_errors_print_a_multi_line_message_on_its_own_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    watch = RunWatch(scenes.run_record())
+    model = RunModel(scenes.run_record())
     oom = f"RuntimeError: CUDA error: out of memory{HOSTILE}"
-    watch.apply(FileLine("gpu-a", "logs/attempt-1/r_x/1/stderr.log", 0, oom))
-    logs_command._finish(watch, _logs_args(errors=True))
+    model.apply(FileLine("gpu-a", "logs/attempt-1/r_x/1/stderr.log", 0, oom))
+    logs_command._finish(model, _logs_args(errors=True))
     printed = capsys.readouterr().out
     # The line as the rank wrote it, its escapes shown as text.
     assert "cuda_oom" in printed and "out of memory\\x1b]52;c;" in printed
@@ -180,14 +181,14 @@ def test_what_the_supervisor_says_is_one_line() -> None:
     assert not LIVE.search(printed) and not FORGED_LINE.search(printed)
 
 
-def _hostile_run() -> tuple[RunRecord, RunWatch]:
+def _hostile_run() -> tuple[RunRecord, RunModel]:
     record = scenes.run_record(RunState.RUNNING)
     record.transition(RunState.FAILED, f"torchrun on gpu-a exited 1: {HOSTILE}", scenes.CREATED)
-    watch = RunWatch(record)
+    model = RunModel(record)
     stderr = f"RuntimeError: CUDA error: out of memory{HOSTILE}"
-    watch.apply(FileLine("gpu-a", "logs/attempt-1/r_x/0/stderr.log", 0, stderr))
-    watch.apply(HostSilent("gpu-b", 20.0, HOSTILE))
-    return record, watch
+    model.apply(FileLine("gpu-a", "logs/attempt-1/r_x/0/stderr.log", 0, stderr))
+    model.apply(HostSilent("gpu-b", 20.0, HOSTILE))
+    return record, model
 
 
 def _strings(document: Any) -> list[str]:
@@ -209,10 +210,10 @@ def _assert_ascii_json_of_the_real_values(printed: str) -> None:
 def test_status_says_a_hostile_run_in_safe_lines_and_ascii_json(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    record, watch = _hostile_run()
+    record, model = _hostile_run()
 
     async def view(self: RunControl, run_id: str | None, **_: object) -> RunView:
-        return RunView.of(record, watch, watch.judgement(record))
+        return RunView.of(record, model, model.judgement(record))
 
     monkeypatch.setattr(RunControl, "view", view)
     assert status_command.run(argparse.Namespace(run=None, json=False)) == 1

@@ -11,8 +11,10 @@ import pytest
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import CommandResult, Overflow
-from ddptui.remote.connection import MAX_LINE_CHARS, RemoteCluster, RemoteError
+from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.status import Reach
+from ddptui.remote.stream import MAX_LINE_CHARS
+from ddptui.remote.transport import RemoteError
 from tests.hostile.server import Behaviour, HostileSshServer
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer

@@ -1,7 +1,7 @@
 """What one host's lines may cost the head node, and what a host may say: only of its own ranks.
 
 Everything goes through the real parsing code: the documents a host's agent would send are fed
-as raw bytes to ``HostFollower._parse``, and what it makes of them to a ``RunWatch``.
+as raw bytes to ``HostFollower._parse``, and what it makes of them to a ``RunModel``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from ddptui.run.follow import (
     Inbox,
     _read,
 )
-from ddptui.run.state import LOG_LINE_CHARS, RunWatch, Steps
+from ddptui.run.model import RunModel
+from ddptui.run.state import LOG_LINE_CHARS, Steps
 from ddptui.run.store import RunState
 from ddptui.run.supervisor import INBOX, judging, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
@@ -66,38 +67,38 @@ def _event(kind: str, rank: int, **fields: object) -> str:
     return json.dumps({"v": 1, "type": kind, **ids, "world_size": 4, "time": 100.0, **fields})
 
 
-def _take(watch: RunWatch, follower: HostFollower, raw: bytes) -> None:
+def _take(model: RunModel, follower: HostFollower, raw: bytes) -> None:
     update = follower._parse(raw)
     if update is not None:
-        watch.apply(update)
+        model.apply(update)
 
 
-def _started(watch: RunWatch, followers: dict[str, HostFollower]) -> None:
+def _started(model: RunModel, followers: dict[str, HostFollower]) -> None:
     for rank in range(4):
         host = "ab"[rank // 2]
-        _take(watch, followers[host], _sent(f"events/rank{rank}.jsonl", 1, _event("start", rank)))
+        _take(model, followers[host], _sent(f"events/rank{rank}.jsonl", 1, _event("start", rank)))
 
 
 def test_a_host_inventing_twenty_thousand_ranks_costs_what_its_two_ranks_do() -> None:
-    watch = RunWatch(_record())
+    model = RunModel(_record())
     follower = _follower("b")
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for rank in range(INVENTED):
             text = "RuntimeError: CUDA error: an illegal memory access " + "x" * 200
-            _take(watch, follower, _sent(f"logs/attempt-1/x/attempt_0/{rank}/stderr.log", 1, text))
-            _take(watch, follower, _sent(f"events/rank{rank}.jsonl", 1, _event("start", rank)))
-            _take(watch, follower, _sent("node/attempt-1.out", rank + 1, f"[rank{rank}]: {text}"))
+            _take(model, follower, _sent(f"logs/attempt-1/x/attempt_0/{rank}/stderr.log", 1, text))
+            _take(model, follower, _sent(f"events/rank{rank}.jsonl", 1, _event("start", rank)))
+            _take(model, follower, _sent("node/attempt-1.out", rank + 1, f"[rank{rank}]: {text}"))
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     # Only b's own ranks, 2 and 3 (its local ranks 0 and 1), are kept.
-    assert sorted(watch.logs) == [2, 3]
-    assert [rank.rank for rank in watch.progress.ranks] == [0, 1, 2, 3]
-    assert watch.progress.ignored == 0
-    assert {d.ranks for d in watch.diagnoser.diagnoses()} <= {(2,), (2, 3), (3,)}
-    assert len(watch.diagnoser._streams) <= 2 * 3 + 1
+    assert sorted(model.logs) == [2, 3]
+    assert [rank.rank for rank in model.progress.ranks] == [0, 1, 2, 3]
+    assert model.progress.ignored == 0
+    assert {d.ranks for d in model.diagnoser.diagnoses()} <= {(2,), (2, 3), (3,)}
+    assert len(model.diagnoser._streams) <= 2 * 3 + 1
     # The follower remembers b's files alone: its two ranks' events and logs, its torchrun.
     assert sorted(follower.offsets) == [
         "events/rank2.jsonl",
@@ -108,32 +109,32 @@ def test_a_host_inventing_twenty_thousand_ranks_costs_what_its_two_ranks_do() ->
     ]
     assert follower.unknown == 2 * INVENTED - 4
     # Of those, the torchrun lines b prefixes with others' ranks are refused.
-    assert watch.refused == INVENTED - 2
+    assert model.refused == INVENTED - 2
     assert grown < 4 * 2**20, f"{grown / 2**20:.1f} MiB for {INVENTED} invented ranks"
 
 
 def test_the_watch_alone_keeps_only_the_sending_host_s_ranks() -> None:
-    watch = RunWatch(_record())
+    model = RunModel(_record())
     for rank in range(INVENTED):
-        watch.apply(FileLine("a", f"logs/attempt-1/x/attempt_0/{rank}/stdout.log", 1, "hello"))
-        watch.apply(FileLine("a", f"logs/attempt-1/x/attempt_0/{rank}/error.json", 1, "{}"))
+        model.apply(FileLine("a", f"logs/attempt-1/x/attempt_0/{rank}/stdout.log", 1, "hello"))
+        model.apply(FileLine("a", f"logs/attempt-1/x/attempt_0/{rank}/error.json", 1, "{}"))
     for path in ("events/rank٣.jsonl", "logs/attempt-1/x/attempt_0/١/stdout.log", "etc/x"):
-        watch.apply(FileLine("a", path, 1, "not a file of the run"))
-    assert sorted(watch.logs) == [0, 1]
-    assert watch.refused == 2 * (INVENTED - 2) + 3
+        model.apply(FileLine("a", path, 1, "not a file of the run"))
+    assert sorted(model.logs) == [0, 1]
+    assert model.refused == 2 * (INVENTED - 2) + 3
     long_line = "y" * 16384
-    watch.apply(FileLine("a", "logs/attempt-1/x/attempt_0/0/stdout.log", 2, long_line))
-    assert len(watch.logs[0][-1].text) == LOG_LINE_CHARS
+    model.apply(FileLine("a", "logs/attempt-1/x/attempt_0/0/stdout.log", 2, long_line))
+    assert len(model.logs[0][-1].text) == LOG_LINE_CHARS
 
 
 @pytest.mark.parametrize("steps", [Steps.EVERY, Steps.LATEST])
 def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> None:
     clock = _Clock()
-    watch = RunWatch(_record(), clock=clock, steps=steps)
+    model = RunModel(_record(), clock=clock, steps=steps)
     followers = {host: _follower(host) for host in "ab"}
-    _started(watch, followers)
+    _started(model, followers)
     # b's torchrun is killed; a claims b's ranks stopped on request and keep stepping.
-    _take(watch, followers["b"], _sent("node/attempt-1.exit", 4, "137"))
+    _take(model, followers["b"], _sent("node/attempt-1.exit", 4, "137"))
     lies = [
         _sent("events/rank2.jsonl", 2, _event("done", 2, step=5, reason="stopped")),
         _sent("events/rank0.jsonl", 2, _event("done", 2, step=5, reason="stopped")),
@@ -143,23 +144,23 @@ def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> No
     lies += [_sent("events/rank3.jsonl", 2 + step, _event("step", 3, step=step)) for step in (1, 2)]
     lies += [_sent("events/rank0.jsonl", 4 + step, _event("step", 3, step=step)) for step in (1, 2)]
     for raw in lies:
-        _take(watch, followers["a"], raw)
-    watch.tick()
+        _take(model, followers["a"], raw)
+    model.tick()
     clock.now += 3.0
-    assert watch.stopped_ranks == set()
-    assert [(rank.step, rank.state.value) for rank in watch.progress.ranks[2:]] == [
+    assert model.stopped_ranks == set()
+    assert [(rank.step, rank.state.value) for rank in model.progress.ranks[2:]] == [
         (None, "starting"),
         (None, "starting"),
     ]
     # Lines of b's files a sends are not followed; the others are refused as they are read.
-    refused = watch.refused + followers["a"].unknown
+    refused = model.refused + followers["a"].unknown
     if steps is Steps.EVERY:
-        assert watch.attempt_steps == 0 and refused == len(lies)
+        assert model.attempt_steps == 0 and refused == len(lies)
     else:
         # Steps in a's own file count as a's when they arrive (for its silence and hangs), as
         # its own ranks' would, and are refused once read: only the latest is.
-        assert watch.attempt_steps == 2 and refused == len(lies) - 1
-    verdict = judging.verdict(watch)
+        assert model.attempt_steps == 2 and refused == len(lies) - 1
+    verdict = judging.verdict(model)
     assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
 
 
@@ -167,7 +168,7 @@ def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> No
     ("named", "blamed"), [("0 (local_rank: 0)", None), ("3 (local_rank: 1)", 3)]
 )
 def test_torchrun_s_report_names_only_its_own_host_s_ranks(named: str, blamed: int | None) -> None:
-    watch = RunWatch(_record())
+    model = RunModel(_record())
     follower = _follower("b")
     report = [
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
@@ -180,20 +181,20 @@ def test_torchrun_s_report_names_only_its_own_host_s_ranks(named: str, blamed: i
         "============================================================",
     ]
     for offset, text in enumerate(report, start=1):
-        _take(watch, follower, _sent("node/attempt-1.out", offset, text))
-    [diagnosis] = watch.diagnoser.diagnoses()
+        _take(model, follower, _sent("node/attempt-1.out", offset, text))
+    [diagnosis] = model.diagnoser.diagnoses()
     assert diagnosis.hosts == ("b",)
     assert diagnosis.ranks == (() if blamed is None else (blamed,))
 
 
 def test_a_heartbeat_speaks_only_for_its_own_host_s_ranks() -> None:
-    watch = RunWatch(_record())
+    model = RunModel(_record())
     follower = _follower("a")
     ranks = {str(rank): {"state": "T", "cpu_pct": 0.0} for rank in range(4)}
     raw = json.dumps({"k": "hb", "time": 1.0, "groups": {"1": True}, "sample": {"ranks": ranks}})
-    _take(watch, follower, raw.encode())
-    assert set(watch.nodes["a"].sample["ranks"]) == {0, 1}
-    assert watch.refused == 2
+    _take(model, follower, raw.encode())
+    assert set(model.nodes["a"].sample["ranks"]) == {0, 1}
+    assert model.refused == 2
     # A time that is no float is garbled, not an exception out of the follower.
     huge = b'{"k": "hb", "time": 1' + b"0" * 400 + b', "groups": {}}'
     assert follower._parse(huge) is None and follower.garbled == 1

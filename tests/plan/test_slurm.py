@@ -215,7 +215,7 @@ def test_every_flight_recorder_name_torch_has_read_is_set_unless_the_nodes_env_s
 
 
 def test_the_names_are_those_the_probe_looks_for_in_torch_s_libraries() -> None:
-    source = (Path(__file__).parents[2] / "ddptui" / "onhost" / "probe.py").read_text()
+    source = (Path(__file__).parents[2] / "ddptui" / "onhost" / "probe_torch.py").read_text()
     found = re.search(r"^FLIGHT_RECORDER = (\{.*?^\})", source, re.MULTILINE | re.DOTALL)
     assert found is not None
     probed = ast.literal_eval(found.group(1))

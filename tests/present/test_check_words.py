@@ -23,7 +23,7 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
 from ddptui.present.check import finding_line, gpu_absence
 from ddptui.present.check import listed as words_listed
-from ddptui.probe.facts import parse_facts
+from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.health import HealthScreen

@@ -13,7 +13,7 @@ from textual.widgets import Static
 from ddptui.present.runs import run_row
 from ddptui.present.status import status_lines
 from ddptui.run.follow import HostSilent
-from ddptui.run.state import RunWatch
+from ddptui.run.model import RunModel
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
@@ -22,9 +22,9 @@ from ddptui.ui.screens.runs import RunsScreen
 from tests.ui import scenes
 
 
-async def _console(watch: RunWatch) -> tuple[str, str]:
+async def _console(model: RunModel) -> tuple[str, str]:
     """The run screen's status line and errors pane, as shown."""
-    screen = RunScreen(watch.record, watch=watch)
+    screen = RunScreen(model.record, model=model)
     async with DdptuiApp(first_screen=screen).run_test(size=(200, 60)) as pilot:
         await pilot.pause(0.3)
         status = str(screen.query_one("#run-status", Static).render())
@@ -32,16 +32,16 @@ async def _console(watch: RunWatch) -> tuple[str, str]:
     return status, errors
 
 
-def _cli(watch: RunWatch) -> list[str]:
-    view = RunView.of(watch.record, watch, watch.judgement(watch.record))
+def _cli(model: RunModel) -> list[str]:
+    view = RunView.of(model.record, model, model.judgement(model.record))
     return [line.plain.strip() for line in status_lines(view)]
 
 
 def test_status_and_the_run_screen_say_the_same_of_a_recorded_failure() -> None:
-    watch = scenes.run_watch()
-    watch.apply(HostSilent("gpu-b", 12.0, "connect timed out"))
-    cli = _cli(watch)
-    status, errors = asyncio.run(_console(watch))
+    model = scenes.run_model()
+    model.apply(HostSilent("gpu-b", 12.0, "connect timed out"))
+    cli = _cli(model)
+    status, errors = asyncio.run(_console(model))
     state, *_ = cli
     assert state == "run 20261130-222218-h200: failed, attempt 1"
     assert status.startswith(state)
@@ -75,20 +75,20 @@ def _in(state: RunState, detail: str) -> RunRecord:
     ],
 )
 def test_every_state_says_why_in_both(state: RunState, detail: str) -> None:
-    watch = RunWatch(_in(state, detail))
-    state_line = _cli(watch)[0]
+    model = RunModel(_in(state, detail))
+    state_line = _cli(model)[0]
     assert state_line.startswith(f"run 20261130-222218-h200: {state.value}")
     assert state_line.endswith(f": {detail}")
-    status, _ = asyncio.run(_console(watch))
+    status, _ = asyncio.run(_console(model))
     assert status.startswith(state_line)
 
 
 def test_a_run_that_failed_while_staging_says_why_and_no_rank_is_said_to_start() -> None:
     record = scenes.run_record(RunState.STAGING)
     record.transition(RunState.FAILED, "staging failed: gpu-b: Session request failed")
-    watch = RunWatch(record)
-    cli = _cli(watch)
-    status, _ = asyncio.run(_console(watch))
+    model = RunModel(record)
+    cli = _cli(model)
+    status, _ = asyncio.run(_console(model))
     assert cli[0] == (
         "run 20261130-222218-h200: failed: staging failed: gpu-b: Session request failed"
     )

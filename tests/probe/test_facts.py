@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddptui.probe.facts import NA, GpuProcess, MasterResolution, ProbeError, parse_facts
+from ddptui.probe.facts import NA, GpuProcess, MasterResolution
+from ddptui.probe.parse import ProbeError, parse_facts
 
 HEALTHY: dict[str, Any] = {
     "probe_version": 1,

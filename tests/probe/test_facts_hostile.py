@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from ddptui.probe.facts import MAX_DOCUMENT_CHARS, NA, ProbeError, parse_facts
+from ddptui.probe.facts import NA
+from ddptui.probe.parse import MAX_DOCUMENT_CHARS, ProbeError, parse_facts
 
 
 def document(**changes: object) -> str:

@@ -13,7 +13,8 @@ import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
-from ddptui.probe.facts import NA, HostFacts, parse_facts
+from ddptui.probe.facts import NA, HostFacts
+from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 
 PROBE = Path(__file__).resolve().parents[1] / "fixtures" / "probe"

@@ -16,15 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.onhost import probe as probe_script
-from ddptui.probe.facts import (
-    MAX_PATH_CHARS,
-    MAX_PATH_ENTRIES,
-    NA,
-    PathEntry,
-    WorkdirSafety,
-    parse_facts,
-)
+from ddptui.onhost.probe_workdir import workdir_section
+from ddptui.probe.facts import NA, PathEntry, WorkdirSafety
+from ddptui.probe.parse import parse_facts
+from ddptui.probe.sections import MAX_PATH_CHARS, MAX_PATH_ENTRIES
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "probe"
 DIR = stat.S_IFDIR
@@ -198,7 +193,7 @@ def test_any_section_is_read_or_not_available_never_raised(value: Any) -> None:
 
 def walk(path: Path | str) -> WorkdirSafety:
     """The probe's section for ``path``, through the JSON the head reads."""
-    return parsed(json.loads(json.dumps(probe_script.workdir_section(str(path)))))
+    return parsed(json.loads(json.dumps(workdir_section(str(path)))))
 
 
 def paths(safety: WorkdirSafety) -> list[str]:

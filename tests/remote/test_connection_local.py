@@ -22,9 +22,10 @@ import pytest
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import classify_python_failure, posix_script, python_argv
-from ddptui.remote.connection import HostUnreachable, RemoteCluster
+from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.hostkeys import fingerprint, key_line
 from ddptui.remote.status import Reach, Reachability
+from ddptui.remote.transport import HostUnreachable
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
 

@@ -11,8 +11,8 @@ import pytest
 
 from ddptui.config.model import HostConfig, JobConfig
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run import agent_client, code
-from ddptui.run.agent_client import NodeError
+from ddptui.run import code, code_upload
+from ddptui.run.agent_call import NodeError
 from ddptui.run.code import CodeError, job_code
 from ddptui.run.layout import code_dir
 from tests.remote.hosts import local_host
@@ -130,7 +130,7 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
     local_ssh_server: LocalSshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Pieces of 64 KiB: a 200 KiB file goes in four calls, as a large file would in 8 MiB ones.
-    monkeypatch.setattr(agent_client, "UPLOAD_PIECE", 64 * 1024)
+    monkeypatch.setattr(code_upload, "UPLOAD_PIECE", 64 * 1024)
     root = _project(tmp_path / "p")
     (root / "weights.pt").write_bytes(bytes(range(256)) * 800)
     (root / "run.sh").write_text("#!/bin/sh\n")
@@ -142,19 +142,19 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
         sent = []
         async with RemoteCluster([host], connect_timeout=5) as remote:
             tree = job_code(job)
-            sent.append(await agent_client.upload_code(remote, host, cache, tree))
-            assert not await agent_client.stage(remote, host, cache, run_dir, tree)
-            sent.append(await agent_client.upload_code(remote, host, cache, job_code(job)))
+            sent.append(await code_upload.upload_code(remote, host, cache, tree))
+            assert not await code_upload.stage(remote, host, cache, run_dir, tree)
+            sent.append(await code_upload.upload_code(remote, host, cache, job_code(job)))
             (root / "datautils.py").write_text("X = 2\n")
             changed = job_code(job)
-            sent.append(await agent_client.upload_code(remote, host, cache, changed))
+            sent.append(await code_upload.upload_code(remote, host, cache, changed))
             second = run_dir.replace("r1", "r2")
-            assert not await agent_client.stage(remote, host, cache, second, changed)
+            assert not await code_upload.stage(remote, host, cache, second, changed)
             # A host that shares the workdir finds the same code there and is done; other code
             # is never put in its place.
-            assert await agent_client.stage(remote, host, cache, second, changed)
+            assert await code_upload.stage(remote, host, cache, second, changed)
             with pytest.raises(NodeError, match="exists already, with other code"):
-                await agent_client.stage(remote, host, cache, second, tree)
+                await code_upload.stage(remote, host, cache, second, tree)
         return sent
 
     sent = asyncio.run(scenario())
@@ -183,15 +183,15 @@ def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
             # What an upload cut short left: longer than the content and wrong.
             Path(cache).mkdir(parents=True)
             Path(cache, digest + ".part").write_bytes(b"garbage" * 100)
-            await agent_client.upload_code(remote, host, cache, tree)
+            await code_upload.upload_code(remote, host, cache, tree)
             assert Path(cache, digest).read_bytes() == b"X = 1\n"
             Path(cache, digest).write_bytes(b"X = 666\n")
             with pytest.raises(NodeError, match=r"datautils\.py: the cached copy is damaged"):
-                await agent_client.stage(remote, host, cache, run_dir, tree)
+                await code_upload.stage(remote, host, cache, run_dir, tree)
             assert not Path(code_dir(run_dir)).exists()
             # Forgotten, so the next launch sends it again.
-            assert await agent_client.upload_code(remote, host, cache, tree) == 6
-            await agent_client.stage(remote, host, cache, run_dir, tree)
+            assert await code_upload.upload_code(remote, host, cache, tree) == 6
+            await code_upload.stage(remote, host, cache, run_dir, tree)
 
     asyncio.run(scenario())
     assert Path(code_dir(run_dir), "datautils.py").read_text() == "X = 1\n"
@@ -209,7 +209,7 @@ def test_a_file_that_changes_while_it_is_uploaded_is_named(
 
     async def upload() -> None:
         async with RemoteCluster([host], connect_timeout=5) as remote:
-            await agent_client.upload_code(remote, host, cache, tree)
+            await code_upload.upload_code(remote, host, cache, tree)
 
     with pytest.raises(NodeError, match=r"datautils\.py changed while it was uploaded"):
         asyncio.run(upload())

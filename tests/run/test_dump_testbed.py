@@ -121,7 +121,7 @@ async def _on_the_console(hosts_file: Path, cli: Cli, run_id: str) -> None:
         text = str(screen.query_one("#stacks-text", Static).content)
         assert "rank 4 on node2: stuck_in_here ← <module> at hangs.py:6" in text, text
         assert text.index("rank 4 on node2") < text.index("ranks 0–3, 5 on node0")
-        await until(pilot, "the ranks", lambda: len(screen.run_watch.progress.ranks) == 6, 30)
+        await until(pilot, "the ranks", lambda: len(screen.run_model.progress.ranks) == 6, 30)
         table = screen.query_one("#ranks", DataTable)
         table.focus()
         table.move_cursor(row=4)

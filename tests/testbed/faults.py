@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ddptui.onhost.probe import TORCH_CACHE_DIR
+from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 from tests.testbed import keys, network, sshd
 from tests.testbed.host import NameResolution, PortHolder, TestHost, run_on
 

@@ -52,7 +52,7 @@ async def launch_from_health(pilot: Pilot[int], steps: int, timeout: float) -> R
     await until(
         pilot,
         f"{steps} steps on every rank",
-        lambda: min(rank.step or 0 for rank in run.run_watch.progress.ranks) >= steps,
+        lambda: min(rank.step or 0 for rank in run.run_model.progress.ranks) >= steps,
         timeout,
     )
     return run

@@ -11,10 +11,10 @@ from pathlib import Path
 from ddptui.check import CheckReport, PortTest
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import HostCheck, evaluate
-from ddptui.probe.facts import parse_facts
+from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.follow import FileLine, Heartbeat
-from ddptui.run.state import RunWatch
+from ddptui.run.model import RunModel
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -80,12 +80,12 @@ def _as_rank(line: str, rank: int, scale: float) -> str:
     return json.dumps(event)
 
 
-def run_watch(*, failed: bool = True, steps: int = 300, state: RunState | None = None) -> RunWatch:
+def run_model(*, failed: bool = True, steps: int = 300, state: RunState | None = None) -> RunModel:
     """Four ranks replaying the recorded bf16 run (each a little off the others); with
     ``failed``, rank 0 stops at step 120 with the recorded NCCL error and its logs (whose
     lines name rank 0). The record says ``state`` (default: failed or running, as the run)."""
     record = run_record(state or (RunState.FAILED if failed else RunState.RUNNING))
-    watch = RunWatch(record)
+    model = RunModel(record)
     events = (FIXTURES / "events" / "bf16-300-steps.rank0.jsonl").read_text().splitlines()
     for rank in range(4):
         host = record.nodes[rank // 2].host
@@ -94,15 +94,15 @@ def run_watch(*, failed: bool = True, steps: int = 300, state: RunState | None =
             step = json.loads(line).get("step")
             if isinstance(step, int) and (step > steps or (failed and rank == 0 and step > 120)):
                 continue
-            watch.apply(FileLine(host, path, 0, _as_rank(line, rank, 1 + 0.03 * rank)))
+            model.apply(FileLine(host, path, 0, _as_rank(line, rank, 1 + 0.03 * rank)))
     if failed:
         nccl = FIXTURES / "nccl"
         logs = "logs/attempt-1/r_x/0/{}.log"
         for name in ("stdout", "stderr"):
             for text in (nccl / f"bad-socket-ifname.{name}.txt").read_text().splitlines():
-                watch.apply(FileLine("gpu-a", logs.format(name), 0, text))
+                model.apply(FileLine("gpu-a", logs.format(name), 0, text))
         error = (FIXTURES / "events" / "nccl-error.rank0.jsonl").read_text().splitlines()[0]
-        watch.apply(FileLine("gpu-a", "events/rank0.jsonl", 0, _as_rank(error, 0, 1.0)))
+        model.apply(FileLine("gpu-a", "events/rank0.jsonl", 0, _as_rank(error, 0, 1.0)))
     for host, used, util in (("gpu-a", 21007, 97), ("gpu-b", 20480, 64)):
         for beat in range(20):
             gpu = {
@@ -114,6 +114,6 @@ def run_watch(*, failed: bool = True, steps: int = 300, state: RunState | None =
                 "power.draw": 310.5,
             }
             sample = {"procs": 3, "cpu_pct": 180.0, "rss_mib": 2900.0, "gpus": [gpu]}
-            watch.apply(Heartbeat(host, CREATED + beat, {1: True}, sample))
-    watch.progress.update_health(CREATED + 200)
-    return watch
+            model.apply(Heartbeat(host, CREATED + beat, {1: True}, sample))
+    model.progress.update_health(CREATED + 200)
+    return model

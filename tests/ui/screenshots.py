@@ -58,8 +58,8 @@ async def main() -> None:
         await _save(
             HealthScreen(report.config, report), f"console-health{suffix}.svg", ("down",), size
         )
-        watch = scenes.run_watch()
-        await _save(RunScreen(watch.record, watch=watch), f"console-run{suffix}.svg", size=size)
+        model = scenes.run_model()
+        await _save(RunScreen(model.record, model=model), f"console-run{suffix}.svg", size=size)
     await _save_demo("demo-run.svg")
 
 

@@ -35,7 +35,7 @@ SMALL = [
 
 
 def _steps(screen: RunScreen) -> list[int]:
-    return [rank.step or 0 for rank in screen.run_watch.progress.ranks]
+    return [rank.step or 0 for rank in screen.run_model.progress.ranks]
 
 
 def _loss_cells(screen: RunScreen) -> list[str]:
@@ -106,9 +106,9 @@ async def _drive(hosts_file: Path, store: RunStore) -> None:
         # r: a second attempt that carries on from the checkpoint; it shows as attempt 2
         # starting, not as the stopped attempt 1.
         await pilot.press("r")
-        await until(pilot, "attempt 2", lambda: run.run_watch.attempt == 2, 120)
+        await until(pilot, "attempt 2", lambda: run.run_model.attempt == 2, 120)
         assert run.judgement.attempt == 2
-        states = {rank.state.value for rank in run.run_watch.progress.ranks}
+        states = {rank.state.value for rank in run.run_model.progress.ranks}
         assert states <= {"starting", "running"}, states
         await until(pilot, "steps of attempt 2", lambda: min(_steps(run)) > stopped_at, 180)
         assert store.load(run.record.id).state is RunState.RUNNING

@@ -17,7 +17,7 @@ from ddptui.health.bandwidth import BandwidthReport, read_result
 from ddptui.run.control import RunControl
 from ddptui.run.diagnose import marks_error
 from ddptui.run.follow import FileLine, HostBack, HostSilent
-from ddptui.run.state import RunWatch
+from ddptui.run.model import RunModel
 from ddptui.run.store import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
@@ -30,8 +30,8 @@ from tests.ui import scenes
 
 
 def _run_app(state: RunState = RunState.RUNNING) -> tuple[DdptuiApp, RunScreen]:
-    watch = scenes.run_watch(state=state)
-    screen = RunScreen(watch.record, watch=watch)
+    model = scenes.run_model(state=state)
+    screen = RunScreen(model.record, model=model)
     return DdptuiApp(first_screen=screen), screen
 
 
@@ -247,8 +247,8 @@ def test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
 
 
 async def _test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
-    watch = scenes.run_watch(failed=False, steps=0)
-    screen = RunScreen(watch.record, watch=watch)
+    model = scenes.run_model(failed=False, steps=0)
+    screen = RunScreen(model.record, model=model)
     app = DdptuiApp(first_screen=screen)
 
     def step(number: int, loss: float) -> None:
@@ -256,8 +256,8 @@ async def _test_a_rank_value_wider_than_its_column_is_shown_whole() -> None:
             event = {"v": 1, "type": "step", "rank": rank, "local_rank": rank % 2,
                      "node_rank": rank // 2, "world_size": 4, "time": scenes.CREATED + number,
                      "epoch": 0, "step": number, "loss": loss}  # fmt: skip
-            host = watch.record.nodes[rank // 2].host
-            watch.apply(FileLine(host, f"events/rank{rank}.jsonl", number, json.dumps(event)))
+            host = model.record.nodes[rank // 2].host
+            model.apply(FileLine(host, f"events/rank{rank}.jsonl", number, json.dumps(event)))
         screen.dirty = True
 
     async with app.run_test(size=(120, 40)) as pilot:
@@ -276,8 +276,8 @@ def test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means
 
 
 async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_it_means() -> None:
-    watch = scenes.run_watch(failed=False)
-    screen = RunScreen(watch.record, watch=watch)
+    model = scenes.run_model(failed=False)
+    screen = RunScreen(model.record, model=model)
     app = DdptuiApp(first_screen=screen)
 
     def status() -> str:
@@ -287,7 +287,7 @@ async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_i
         await pilot.pause(0.7)
         assert "not answering" not in status()
         # gpu-a's ranks keep stepping (the scene's steps arrived just now): gpu-b still trains.
-        watch.apply(HostSilent("gpu-b", 12.0, "no answer"))
+        model.apply(HostSilent("gpu-b", 12.0, "no answer"))
         screen.dirty = True
         await pilot.pause(0.7)
         shown = status()
@@ -296,7 +296,7 @@ async def _test_a_host_that_stops_answering_shows_on_the_status_line_with_what_i
         table = screen.query_one("#ranks", DataTable)
         states = [str(table.get_row_at(row)[4]) for row in range(table.row_count)]
         assert [state.endswith("⌁ no answer") for state in states] == [False, False, True, True]
-        watch.apply(HostBack("gpu-b"))
+        model.apply(HostBack("gpu-b"))
         screen.dirty = True
         await pilot.pause(0.7)
         assert "not answering" not in status()
@@ -360,9 +360,9 @@ def test_a_rank_without_log_lines_says_so() -> None:
 
 
 async def _test_a_rank_without_log_lines_says_so() -> None:
-    watch = scenes.run_watch(failed=False)
-    watch.logs.clear()
-    screen = RunScreen(watch.record, watch=watch)
+    model = scenes.run_model(failed=False)
+    model.logs.clear()
+    screen = RunScreen(model.record, model=model)
     async with DdptuiApp(first_screen=screen).run_test(size=(80, 24)) as pilot:
         await pilot.press("o")
         assert _log_lines(screen) == ["rank 0: no log line yet · enter on a rank shows its log"]
@@ -377,13 +377,13 @@ def test_a_script_that_prints_its_loss_has_it_charted_without_events() -> None:
 async def _test_a_script_that_prints_its_loss_has_it_charted_without_events() -> None:
     from tests.run.bed import two_host_record
 
-    watch = RunWatch(two_host_record())
+    model = RunModel(two_host_record())
     for step in range(1, 60):
         for rank in range(4):
             log = f"logs/attempt-1/x_y/attempt_0/{rank % 2}/stdout.log"
             line = f"{{'loss': {1 / step + rank / 50:.4f}, 'epoch': {step / 10}}}"
-            watch.apply(FileLine("ab"[rank // 2], log, step, line))
-    screen = RunScreen(watch.record, watch=watch)
+            model.apply(FileLine("ab"[rank // 2], log, step, line))
+    screen = RunScreen(model.record, model=model)
     app = DdptuiApp(first_screen=screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.7)

@@ -49,8 +49,8 @@ def _health() -> Screen[None]:
 
 
 def _run() -> Screen[None]:
-    watch = scenes.run_watch()
-    return RunScreen(watch.record, watch=watch)
+    model = scenes.run_model()
+    return RunScreen(model.record, model=model)
 
 
 def _runs(root: Path) -> Screen[None]:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ON_HOSTS = "ddptui/onhost"
 """What runs in the hosts' own Pythons (the agent, the probe, the stack handler, the benchmark):
 read on the head as text and sent, never imported there."""
-HOST_PACKAGES = {"ddptui/onhost/bench.py": {"torch"}, "ddptui/onhost/probe.py": {"pynvml"}}
+HOST_PACKAGES = {"ddptui/onhost/bench.py": {"torch"}, "ddptui/onhost/probe_gpus.py": {"pynvml"}}
 """What a host program may use of the host's own packages: the benchmark runs with its torch
 (``check --bandwidth``); the probe asks NVML where its bindings are installed."""
 
@@ -122,7 +122,8 @@ RUN_FOR_FRONT_ENDS = frozenset(
     {
         "ddptui.run.control",  # RunControl, Attachment, and the values its methods return
         "ddptui.run.store",  # the run record and its state; the runs list's store
-        "ddptui.run.state",  # RunWatch: a run's state for rendering, the viewer's steps
+        "ddptui.run.model",  # RunModel: a run's state for rendering
+        "ddptui.run.state",  # its values (nodes, log lines, the judgement), the viewer's steps
         "ddptui.run.protocol",  # what an attachment yields: Ended, Said
         "ddptui.run.progress",  # each rank's progress (the rank table, the loss chart)
         "ddptui.run.diagnose",  # the errors pane's diagnoses; which log lines mark errors

@@ -174,7 +174,7 @@ class RunBackend(abc.ABC):
         yield
 
     async def ending(self, event: NodesEnded) -> Verdict | None:
-        """How the attempt ended, once :meth:`watch` said its nodes ended; None when the record
+        """How the attempt ended, once :meth:`model` said its nodes ended; None when the record
         had ended already."""
         raise TypeError(f"{type(self).__name__} watches no scheduler: {event}")
 

@@ -13,7 +13,7 @@ the number of hosts (measured with tracemalloc, text in ASCII):
 - streams in the middle of something: :data:`MAX_STREAMS`, each holding at most one entry of
   torchrun's report, its last :data:`MAX_KEPT_TRACEBACK_LINES` traceback lines of at most
   :data:`MAX_KEPT_TRACEBACK_CHARS` characters (66 KiB): 270 MiB when every one is in such an
-  entry. The watch lets a host open only its own ranks' streams (three a rank, and its
+  entry. The model lets a host open only its own ranks' streams (three a rank, and its
   torchrun's), so 8 ranks cost 1.6 MiB, and 64 hosts of 8 ranks 105 MiB;
 - ranks located (node and local rank → rank), ranks' attempts and the workers torchrun ended:
   :data:`MAX_STREAMS` each, about 2 MiB together; observations: three roles ×

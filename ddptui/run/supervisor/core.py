@@ -32,8 +32,9 @@ from ddptui.config import Config
 from ddptui.run import protocol
 from ddptui.run.backends import NodesEnded, Restarted, RunBackend, StartFailed, backend_for
 from ddptui.run.journal import Journal
+from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended, Hello, Judged, Request
-from ddptui.run.state import Hang, Judgement, RunWatch, Verdict
+from ddptui.run.state import Hang, Judgement, Verdict
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState, RunStore
 from ddptui.run.supervisor import evidence, judging
 from ddptui.run.supervisor.following import JUDGE_EVERY_S, Following
@@ -212,9 +213,9 @@ class Supervisor:
         return None
 
     def _snapshot(self) -> dict[str, object]:
-        watch = self.following.watch or RunWatch(self.record, self._clock, self._wall)
-        watch.read_steps()
-        return RunView.of(self.record, watch, self.judgement).live_document()
+        model = self.following.followed or RunModel(self.record, self._clock, self._wall)
+        model.read_steps()
+        return RunView.of(self.record, model, self.judgement).live_document()
 
     def _hello(self) -> Hello:
         journal = self.journal
@@ -354,11 +355,11 @@ class Supervisor:
     # --- judging ---------------------------------------------------------------------------
 
     def _judge(self) -> None:
-        watch = self.following.model
-        watch.tick()
+        model = self.following.model
+        model.tick()
         if self.phases.now is not Phase.RUNNING:
             return
-        match judging.judge(watch, self.record.state, self.config.job):
+        match judging.judge(model, self.record.state, self.config.job):
             case judging.Conclude(verdict=verdict):
                 self.phases.move(Phase.CONCLUDING, f"judged {verdict.state.value}")
                 self.enqueue(Conclude(verdict))
@@ -387,12 +388,12 @@ class Supervisor:
         self._publish_judgement()
 
     def _publish_judgement(self) -> None:
-        watch = self.following.watch
-        if watch is None:
+        model = self.following.followed
+        if model is None:
             judgement = Judgement.of_record(self.record)
         else:
             hang = self.hang if self.record.state is RunState.HUNG else None
-            judgement = watch.judgement(self.record, hang)
+            judgement = model.judgement(self.record, hang)
         if judgement != self.judgement:
             self.judgement = judgement
             self.audience.broadcast(protocol.message(Judged(judgement)))
@@ -414,8 +415,8 @@ class Supervisor:
 
     def change(self, change: Callable[[RunRecord], None]) -> None:
         self._record = self.store.update(self.record.id, change)
-        if self.following.watch is not None:
-            self.following.watch.record = self._record
+        if self.following.followed is not None:
+            self.following.followed.record = self._record
         self._publish_judgement()
 
     def note(self, *lines: str) -> None:
@@ -483,8 +484,8 @@ class Supervisor:
         """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
         a failure): following it is over."""
         self.phases.move(Phase.IDLE, f"attempt {self.judgement.attempt} {self.record.state.value}")
-        if self.following.watch is not None:
-            self.following.watch.conclude(self.record.state)
+        if self.following.followed is not None:
+            self.following.followed.conclude(self.record.state)
         record = self.record
         self.audience.broadcast(
             protocol.message(Ended(record.state, record.detail, self.judgement.attempt))

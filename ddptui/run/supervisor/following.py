@@ -1,5 +1,5 @@
 """Following the attempt: one follower per node feeding one inbox, its lines kept in the
-journal and applied to the run's model (:class:`~ddptui.run.state.RunWatch`), the rest passed
+journal and applied to the run's model (:class:`~ddptui.run.model.RunModel`), the rest passed
 to viewers, and the supervisor's judging called twice a second."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from ddptui.run import protocol
 from ddptui.run.backends import Follower
 from ddptui.run.follow import FileLine, Heartbeat, HostSilent, Update
 from ddptui.run.journal import Journal
-from ddptui.run.state import RunWatch, Steps
+from ddptui.run.model import RunModel
+from ddptui.run.state import Steps
 from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.run.supervisor.viewers import Audience
 
@@ -74,7 +75,7 @@ class Following:
         self._crashed = crashed
         self._clock = clock
         self._wall = wall
-        self.watch: RunWatch | None = None
+        self.followed: RunModel | None = None
         self._inbox = updates_inbox()
         self._followers: list[Follower] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -82,9 +83,9 @@ class Following:
         self._settled = asyncio.Event()
 
     @property
-    def model(self) -> RunWatch:
-        assert self.watch is not None, "the run is not followed"
-        return self.watch
+    def model(self) -> RunModel:
+        assert self.followed is not None, "the run is not followed"
+        return self.followed
 
     @property
     def active(self) -> bool:
@@ -93,16 +94,16 @@ class Following:
     def begin(self, record: RunRecord) -> None:
         """Follow ``record``'s latest attempt on its nodes, each from where the journal left
         it."""
-        if self.watch is None:
-            watch = RunWatch(record, self._clock, self._wall, steps=Steps.LATEST)
+        if self.followed is None:
+            model = RunModel(record, self._clock, self._wall, steps=Steps.LATEST)
             # What an earlier supervisor took (earlier attempts' too) shapes the state.
             for raw in self.journal.lines():
                 line = protocol.decode(raw)
                 if isinstance(line, FileLine):
-                    watch.apply(line)
-            self.watch = watch
-        elif self.watch.attempt != record.attempt.number:
-            self.watch.next_attempt(record)
+                    model.apply(line)
+            self.followed = model
+        elif self.followed.attempt != record.attempt.number:
+            self.followed.next_attempt(record)
         self._followers = [
             self._follower(node, self.journal.offsets.get(node.host)) for node in record.nodes
         ]
@@ -204,14 +205,14 @@ class Following:
             self.audience.wake()
 
     def _take(self, update: Update) -> None:
-        watch = self.model
+        model = self.model
         if isinstance(update, FileLine):
             if self.journal.append(update):
-                watch.apply(update)
+                model.apply(update)
                 if self._beats_after and self._all_sent():
                     self._settled.set()
             return
-        watch.apply(update)
+        model.apply(update)
         if isinstance(update, HostSilent):
             log.warning("%s does not answer: %s", update.host, update.reason)
         elif not isinstance(update, Heartbeat):

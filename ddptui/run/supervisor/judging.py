@@ -1,6 +1,6 @@
 """Judging a followed attempt, pure: how it ended (:func:`verdict`), whether it hangs
 (:func:`hang`), and what the supervisor should do next (:func:`judge`), from the run's model
-(:class:`~ddptui.run.state.RunWatch`: what the followed lines say) and its record.
+(:class:`~ddptui.run.model.RunModel`: what the followed lines say) and its record.
 
 The model says what it sees; judging decides, in this order: an attempt that ended is
 concluded before anything else; a hang is named (and its stacks taken) once, as the record
@@ -14,8 +14,9 @@ import statistics
 from dataclasses import dataclass
 
 from ddptui.config.model import JobConfig
+from ddptui.run.model import RunModel
 from ddptui.run.progress import RankProgress
-from ddptui.run.state import Hang, RankAtHang, RunWatch, Silence, Verdict
+from ddptui.run.state import Hang, RankAtHang, Silence, Verdict
 from ddptui.run.store import RunState
 
 EXIT_SETTLE_S = 3.0
@@ -41,60 +42,60 @@ PROCESS_STATES = {
 """The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
 
 
-def hang_window(watch: RunWatch, override: float | None = None) -> float:
+def hang_window(model: RunModel, override: float | None = None) -> float:
     """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
     else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
     slowest rank."""
     if override is not None:
         return override
-    paces = [rank.pace_s for rank in watch.progress.ranks if rank.pace_s is not None]
+    paces = [rank.pace_s for rank in model.progress.ranks if rank.pace_s is not None]
     return max(HANG_MIN_S, HANG_STEP_TIMES * max(paces, default=0.0))
 
 
-def hang(watch: RunWatch, override: float | None = None) -> Hang | None:
+def hang(model: RunModel, override: float | None = None) -> Hang | None:
     """The hang, when no host that answers (and has not finished) has sent a step for the
     hang window; None while any steps, or while nothing can tell (no host answers).
 
     Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``. Scripts
     that write no events are never judged hung: nothing would tell a hang apart.
     """
-    witnesses = watch.witnesses()
-    if not witnesses or not watch.starts or watch.stopped_ranks:
+    witnesses = model.witnesses()
+    if not witnesses or not model.starts or model.stopped_ranks:
         return None
-    now = watch.clock()
-    stepped = [watch.stepped_at[host] for host in witnesses if host in watch.stepped_at]
+    now = model.clock()
+    stepped = [model.stepped_at[host] for host in witnesses if host in model.stepped_at]
     if stepped:
-        last, window = max(stepped), hang_window(watch, override)
-    elif watch.attempt_steps:
+        last, window = max(stepped), hang_window(model, override)
+    elif model.attempt_steps:
         return None  # the steps came from hosts that do not answer now: theirs to judge
     else:
-        last, window = watch.began, max(hang_window(watch, override), FIRST_STEP_HANG_S)
+        last, window = model.began, max(hang_window(model, override), FIRST_STEP_HANG_S)
     if now - last <= window:
         return None
     return Hang(
-        since=watch.wall() - (now - last),
+        since=model.wall() - (now - last),
         window_s=window,
         step=min(
-            (rank.step for rank in watch.progress.ranks if rank.step is not None),
+            (rank.step for rank in model.progress.ranks if rank.step is not None),
             default=None,
         )
-        if watch.attempt_steps
+        if model.attempt_steps
         else None,
-        ranks=_ranks_at_hang(watch),
+        ranks=_ranks_at_hang(model),
     )
 
 
-def _ranks_at_hang(watch: RunWatch) -> tuple[RankAtHang, ...]:
+def _ranks_at_hang(model: RunModel) -> tuple[RankAtHang, ...]:
     processes: dict[int, tuple[str | None, float | None]] = {}
-    for node in watch.nodes.values():
+    for node in model.nodes.values():
         for rank, seen in (node.sample.get("ranks") or {}).items():
             processes[rank] = (seen.get("state"), seen.get("cpu_pct"))
-    ranks = watch.progress.ranks
+    ranks = model.progress.ranks
     top = max((rank.step for rank in ranks if rank.step is not None), default=None)
     cpus = [cpu for _, cpu in processes.values() if cpu is not None]
     spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
     seen = [(rank, *processes.get(rank.rank, (None, None))) for rank in ranks]
-    whys = [_odd(watch, rank, state, cpu, spinning, bool(processes)) for rank, state, cpu in seen]
+    whys = [_odd(model, rank, state, cpu, spinning, bool(processes)) for rank, state, cpu in seen]
     if not any(whys):
         whys = [_behind(rank, top) for rank in ranks]
     return tuple(
@@ -104,7 +105,7 @@ def _ranks_at_hang(watch: RunWatch) -> tuple[RankAtHang, ...]:
 
 
 def _odd(
-    watch: RunWatch,
+    model: RunModel,
     rank: RankProgress,
     state: str | None,
     cpu: float | None,
@@ -113,7 +114,7 @@ def _odd(
 ) -> str | None:
     """What about ``rank``'s host or process sets it apart from its peers in a hang, or
     None."""
-    node = watch.nodes.get(rank.host)
+    node = model.nodes.get(rank.host)
     if node is not None and node.silent is not None:
         return "its host does not answer"
     if state in PROCESS_STATES:
@@ -125,21 +126,21 @@ def _odd(
     return None
 
 
-def _failed_exit(watch: RunWatch, stopping: bool) -> Verdict | None:
+def _failed_exit(model: RunModel, stopping: bool) -> Verdict | None:
     """The failure that non-zero exits say, naming the node of the first failure's root
     cause; None while there is none, or while that node's exit may be a moment behind."""
     if stopping:
         return None
     failed = sorted(
-        (node for node in watch.nodes.values() if node.exit not in (None, 0)),
+        (node for node in model.nodes.values() if node.exit not in (None, 0)),
         key=lambda node: node.exited_at or 0.0,
     )
     if not failed:
         return None
-    failure = watch.diagnoser.first_failure()
+    failure = model.diagnoser.first_failure()
     culprit = next((node for node in failed if failure and node.host == failure.host), None)
     root = failure is not None and failure.category.role == "root"
-    settling = watch.clock() - (failed[0].exited_at or 0.0) < EXIT_SETTLE_S
+    settling = model.clock() - (failed[0].exited_at or 0.0) < EXIT_SETTLE_S
     if settling and (culprit is None or not root):
         return None
     node = culprit or failed[0]
@@ -150,7 +151,7 @@ def _failed_exit(watch: RunWatch, stopping: bool) -> Verdict | None:
     return Verdict(RunState.FAILED, why, node.host)
 
 
-def verdict(watch: RunWatch, *, stopping: bool = False) -> Verdict | None:
+def verdict(model: RunModel, *, stopping: bool = False) -> Verdict | None:
     """How the attempt ended, or None while it goes on.
 
     A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then
@@ -162,11 +163,11 @@ def verdict(watch: RunWatch, *, stopping: bool = False) -> Verdict | None:
     completion, or a stop when the ranks said they stopped on request.
     """
     # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
-    stopping = stopping or bool(watch.stopped_ranks)
-    failed = _failed_exit(watch, stopping)
+    stopping = stopping or bool(model.stopped_ranks)
+    failed = _failed_exit(model, stopping)
     if failed is not None:
         return failed
-    for node in sorted(watch.nodes.values(), key=lambda item: item.node_rank):
+    for node in sorted(model.nodes.values(), key=lambda item: item.node_rank):
         if node.vanished and node.exit is None and not stopping:
             return Verdict(
                 RunState.FAILED,
@@ -179,18 +180,18 @@ def verdict(watch: RunWatch, *, stopping: bool = False) -> Verdict | None:
             node.silent is not None
             and node.exit is None
             and not stopping
-            and watch.silence() is Silence.FAILS
+            and model.silence() is Silence.FAILS
         ):
             # Only ranks that stepped before can be said to have stopped stepping.
-            stepped = watch.stepped_witnesses()
+            stepped = model.stepped_witnesses()
             peers = "; the other hosts' ranks stopped stepping too" if stepped else ""
             return Verdict(
                 RunState.FAILED,
                 f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}{peers}",
                 node.host,
             )
-    if all(node.exit is not None or node.vanished for node in watch.nodes.values()):
-        if not stopping and any(node.exit for node in watch.nodes.values()):
+    if all(node.exit is not None or node.vanished for node in model.nodes.values()):
+        if not stopping and any(node.exit for node in model.nodes.values()):
             return None  # a failure whose root cause may be a moment behind
         if stopping:
             return Verdict(RunState.STOPPED, "stopped on request")
@@ -251,12 +252,12 @@ class GoesOn:
 Decision = Conclude | Hung | SteppingAgain | GoesOn
 
 
-def judge(watch: RunWatch, state: RunState, job: JobConfig) -> Decision:
+def judge(model: RunModel, state: RunState, job: JobConfig) -> Decision:
     """What to do about the attempt the supervisor follows (its record in ``state``)."""
-    ended = verdict(watch)
+    ended = verdict(model)
     if ended is not None:
         return Conclude(ended)
-    hung = hang(watch, job.hang_timeout_s)
+    hung = hang(model, job.hang_timeout_s)
     if hung is not None:
         return Hung(hung, newly=state is RunState.RUNNING, stop=job.on_hang == "stop")
     if state is RunState.HUNG:

@@ -20,17 +20,15 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
-from textual.widgets.data_table import ColumnKey
 
 from ddptui.present.status import progress_line, state_line
 from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
-from ddptui.run.progress import RankProgress
+from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended
 from ddptui.run.protocol import Said as Told
-from ddptui.run.state import Judgement, RunWatch
+from ddptui.run.state import Judgement
 from ddptui.run.store import RunRecord
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
-from ddptui.ui.widgets.cells import cell, in_view, number
 from ddptui.ui.widgets.errors_pane import ErrorsPane
 from ddptui.ui.widgets.gpu_pane import GpuPane
 from ddptui.ui.widgets.log_pane import LogPane
@@ -41,11 +39,6 @@ from ddptui.untrusted import plain
 
 CHART_EVERY_S = 0.5
 TABLE_EVERY_S = 0.5
-RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", "memory")
-"""The state (failed, stalled, straggler) before the rates: at 80 columns the table shows only
-its first five (the status line sums the rest up)."""
-ALWAYS_SHOWN = 5
-"""Columns shown however narrow the table: a cut-off state reads better than none."""
 
 
 class RunScreen(Screen[None]):
@@ -75,15 +68,15 @@ class RunScreen(Screen[None]):
         *,
         control: RunControl | None = None,
         attachment: Attachment | None = None,
-        watch: RunWatch | None = None,
+        model: RunModel | None = None,
     ) -> None:
         """``attachment``: follow a live run; ``control`` alone: read a finished run back from
-        its hosts; neither: show ``watch`` as it is (tests, screenshots)."""
+        its hosts; neither: show ``model`` as it is (tests, screenshots)."""
         super().__init__()
         self.record = record
         self.control = control
         self.attachment = attachment
-        self.run_watch = attachment.watch if attachment is not None else watch or RunWatch(record)
+        self.run_model = attachment.model if attachment is not None else model or RunModel(record)
         self.following = False
         self.dirty = True
         self.note = ""
@@ -92,11 +85,6 @@ class RunScreen(Screen[None]):
         self.log_filter = ""
         self.stacks: StackDump | None = None
         """The last stack dump taken from this screen (``D``)."""
-        self._columns: list[ColumnKey] = []
-        self._widest = [len(name) for name in RANK_COLUMNS]
-        """Each column's widest content so far: a column leaves or comes back only when the
-        room changes, not with every wider value."""
-        self._rows: dict[str, tuple[Text, ...]] = {}
         self._chart_due = self._table_due = 0.0
         self._shown_status: Text | None = None
 
@@ -146,7 +134,7 @@ class RunScreen(Screen[None]):
                 self.record = attachment.record
                 if isinstance(item, Told):
                     self.say(item.line)
-                self.post_message(RunChanged(attachment.watch))
+                self.post_message(RunChanged(attachment.model))
                 if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
                     break
         finally:
@@ -161,8 +149,9 @@ class RunScreen(Screen[None]):
 
         self.say(f"reading run {self.record.id}'s files on its hosts…")
         config = load_config(control.store.hosts_file(self.record.id))
-        self.run_watch = await control.read_back(self.record, config)
-        self._rows, self._chart_due, self._table_due = {}, 0.0, 0.0
+        self.run_model = await control.read_back(self.record, config)
+        self.query_one(RankTable).lay_out_again()
+        self._chart_due = self._table_due = 0.0
         self.say(f"run {self.record.id} {self.record.state.value}: as its files stand")
 
     def on_run_changed(self, message: RunChanged) -> None:
@@ -186,7 +175,7 @@ class RunScreen(Screen[None]):
         recorded one), what the lines at hand say."""
         if self.attachment is not None:
             return self.attachment.judgement
-        return self.run_watch.judgement(self.record)
+        return self.run_model.judgement(self.record)
 
     @property
     def running(self) -> bool:
@@ -246,8 +235,8 @@ class RunScreen(Screen[None]):
             await self.attachment.close()
         self.attachment = attachment
         self.record = attachment.record
-        self.run_watch = attachment.watch
-        self._rows = {}
+        self.run_model = attachment.model
+        self.query_one(RankTable).lay_out_again()
         self._restart_log()
         self.say(f"run {self.record.id} resumed (attempt {attachment.judgement.attempt})")
         self._follow(attachment)
@@ -319,7 +308,7 @@ class RunScreen(Screen[None]):
 
     @on(DataTable.RowSelected, "#ranks")
     def _rank_chosen(self, event: DataTable.RowSelected) -> None:
-        ranks = self.run_watch.progress.ranks
+        ranks = self.run_model.progress.ranks
         pane = self.query_one("#run-panes", ContentSwitcher).current
         if pane == "stacks" and self.stacks is not None and 0 <= event.cursor_row < len(ranks):
             self.query_one(StacksPane).show(self.stacks, ranks[event.cursor_row].rank)
@@ -334,9 +323,9 @@ class RunScreen(Screen[None]):
     def _redraw(self) -> None:
         if not self.dirty or not self.is_current:
             return
-        watch = self.run_watch
+        model = self.run_model
         gpus = self.query_one(GpuPane)
-        gpus.sample(watch.nodes)
+        gpus.sample(model.nodes)
         now = time.monotonic()
         pane = self.query_one("#run-panes", ContentSwitcher).current
         # What is not due yet stays owed: the change may be the last for a while.
@@ -346,9 +335,10 @@ class RunScreen(Screen[None]):
             # person reading them gains from more than two updates a second. The status line
             # and the errors change with them, and each change of a text relayouts the screen.
             self._table_due = now + TABLE_EVERY_S
-            self._rank_table(watch.progress.ranks)
+            silent = set(self.judgement.notes)
+            self.query_one(RankTable).show(model.progress.ranks, silent)
             self._show_status()
-            diagnoses = watch.diagnoser.diagnoses()
+            diagnoses = model.diagnoser.diagnoses()
             if pane == "errors":
                 self.query_one(ErrorsPane).show(diagnoses)
             # An errors pane with none to show is one line: the chart takes the room.
@@ -357,11 +347,11 @@ class RunScreen(Screen[None]):
         if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
             # A line plot is the costliest thing on the screen; a few times a second is plenty.
             self._chart_due = now + CHART_EVERY_S
-            chart.show(watch.progress.ranks, self.chart_rank)
+            chart.show(model.progress.ranks, self.chart_rank)
         if pane == "log":
-            self.query_one(LogPane).follow(watch.logs.get(self.log_rank, ()))
+            self.query_one(LogPane).follow(model.logs.get(self.log_rank, ()))
         elif pane == "gpus":
-            gpus.show(watch.nodes, self.judgement.notes)
+            gpus.show(model.nodes, self.judgement.notes)
 
     def _show_status(self) -> None:
         text = self._status()
@@ -384,75 +374,6 @@ class RunScreen(Screen[None]):
             text.append(f"\n{plain(self.note, limit=200, one_line=True)}", "italic")
         return text
 
-    def _rank_table(self, ranks: list[RankProgress]) -> None:
-        """Rows are updated cell by cell: rebuilding the table would throw away its render
-        cache on every redraw, which costs more than everything else at 64 ranks."""
-        table = self.query_one("#ranks", DataTable)
-        silent = set(self.judgement.notes)
-        every = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
-        for cells in every.values():
-            self._widest = [max(w, c.cell_len) for w, c in zip(self._widest, cells, strict=True)]
-        room = table.scrollable_content_region.width
-        # A column cut at the edge misleads (a rate of 916 read as 9): whole columns or none.
-        shown = len(RANK_COLUMNS)
-        if room > 0:
-            shown = max(
-                ALWAYS_SHOWN, in_view(self._widest, room, padding=table.cell_padding).count(True)
-            )
-        if shown != len(self._columns):
-            table.clear(columns=True)
-            self._columns = table.add_columns(*RANK_COLUMNS[:shown])
-            self._rows = {}
-        rows = {key: cells[:shown] for key, cells in every.items()}
-        widths = [column.content_width for column in table.columns.values()]
-        # An update in place keeps the column's width and would cut a wider value (a loss of
-        # 0.008914 shown as "0.00"): laying the rows out again sizes the columns to them.
-        wider = any(
-            cell.cell_len > width
-            for cells in rows.values()
-            for cell, width in zip(cells, widths, strict=True)
-        )
-        if wider or list(rows) != list(self._rows):
-            row = table.cursor_row
-            table.clear()
-            for key, cells in rows.items():
-                table.add_row(*cells, key=key)
-            if table.row_count:
-                table.move_cursor(row=min(row, table.row_count - 1))
-        else:
-            for key, cells in rows.items():
-                for column, (old, new) in enumerate(zip(self._rows[key], cells, strict=True)):
-                    if old != new:
-                        table.update_cell(key, self._columns[column], new)
-        self._rows = rows
-
     def _restart_log(self) -> None:
-        lines = self.run_watch.logs.get(self.log_rank, ())
+        lines = self.run_model.logs.get(self.log_rank, ())
         self.query_one(LogPane).show(lines, rank=self.log_rank, pattern=self.log_filter)
-
-
-def _rank_cells(rank: RankProgress, silent: bool) -> tuple[Text, ...]:
-    memory = rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
-    return (
-        cell(f"{rank.node_rank} {rank.host}", limit=18),
-        number(rank.rank, "d"),
-        number(rank.step, "d"),
-        Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
-        _state(rank, silent),
-        number(rank.samples_per_s, ".0f"),
-        number(rank.step_time_s, ".3f"),
-        number(memory, ".0f", " MiB"),
-    )
-
-
-def _state(rank: RankProgress, silent: bool) -> Text:
-    style = {"failed": "bold red", "killed": "bold red", "done": "green"}.get(rank.state.value, "")
-    text = Text(rank.state.value, style)
-    if silent:
-        # Its host does not answer: no news is not a stall (the status line says more).
-        text.append(" ⌁ no answer", "bold yellow")
-    elif rank.stalled:
-        text.append(" ⏸ stalled", "bold yellow")
-    if rank.straggler:
-        text.append(" ▼ straggler", "yellow")
-    return text

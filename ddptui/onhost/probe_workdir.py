@@ -1,0 +1,129 @@
+"""The probe's workdir sections: the free disk where the workdir is, and who could change
+what it holds (every directory and link on its path from ``/``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+from ddptui.onhost.probe_section import maybe
+
+MAX_PATH_ENTRIES = 64
+"""Directories and links the workdir's walk records at most: a deeper path is left unjudged."""
+MAX_SYMLINKS = 40
+"""Links followed in one walk: Linux's limit for one lookup."""
+PATH_MAX = 4096
+"""Linux's longest path: a walk that builds a longer one stops."""
+
+
+def disk_section(workdir: str) -> dict[str, Any]:
+    path = Path(workdir).expanduser()
+    checked = path
+    while not checked.exists() and checked != checked.parent:
+        checked = checked.parent
+    usage = shutil.disk_usage(str(checked))
+    return {
+        "path": str(path),
+        "checked_path": str(checked),
+        "free_bytes": usage.free,
+        "total_bytes": usage.total,
+    }
+
+
+def parts(path: Path) -> list[str]:
+    """``path``'s components after its root, in reverse order: the next to look up last."""
+    return list(reversed(path.parts[1:] if path.anchor else path.parts))
+
+
+def private_group() -> int | None:
+    """The user's primary group when it is theirs alone: the group most systems make for each
+    user, named after them (a umask of 002 makes what they create writable by it)."""
+    import grp
+    import pwd
+
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    group = grp.getgrgid(os.getegid())
+    if group.gr_name != user or any(member != user for member in group.gr_mem):
+        return None
+    return group.gr_gid
+
+
+def workdir_section(workdir: str) -> dict[str, Any]:
+    """Who could change what the workdir holds, for the head to judge: from ``/``, every
+    directory and link a lookup of the workdir passes through, with its owner and ``st_mode``
+    from ``lstat``. Links are followed as the kernel follows them, by reading them, never by
+    trusting a resolved path: a link's own directory matters as much as its target's.
+
+    ``target`` indexes the workdir, or the directory it would be created in when it does not
+    exist yet; it is null when the walk stopped short (a directory it may not search, a link
+    loop, more than ``MAX_PATH_ENTRIES`` entries).
+    """
+    path = Path(workdir).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    root = Path("/")
+    entries: list[dict[str, Any]] = []
+    index: dict[Path, int] = {}
+
+    def record(where: Path, found: os.stat_result) -> None:
+        if where not in index:
+            index[where] = len(entries)
+            entries.append(
+                {
+                    "path": str(where),
+                    "uid": found.st_uid,
+                    "gid": found.st_gid,
+                    "mode": found.st_mode,
+                }
+            )
+
+    record(root, root.lstat())
+    pending = parts(path)
+    current = root
+    target: Path | None = None
+    exists = False
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == "..":
+            current = current.parent
+            continue
+        step = current / part
+        if len(entries) >= MAX_PATH_ENTRIES or len(str(step)) > PATH_MAX:
+            break
+        try:
+            found = step.lstat()
+        except FileNotFoundError:
+            target = current
+            break
+        except OSError:
+            break
+        record(step, found)
+        if stat.S_ISLNK(found.st_mode):
+            links += 1
+            if links > MAX_SYMLINKS:
+                break
+            link = Path(os.readlink(step))  # noqa: PTH115 (Path.readlink is Python 3.9+)
+            if link.is_absolute():
+                current = root
+            pending += parts(link)
+        elif stat.S_ISDIR(found.st_mode):
+            current = step
+        else:
+            # Not a directory: the workdir itself when nothing follows, else no workdir can be.
+            if not pending:
+                target, exists = step, True
+            break
+    else:
+        target, exists = current, True
+    return {
+        "path": str(path),
+        "uid": os.geteuid(),
+        "private_gid": maybe(private_group),
+        "exists": exists,
+        "target": None if target is None else index[target],
+        "entries": entries,
+    }

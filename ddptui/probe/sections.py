@@ -1,0 +1,260 @@
+"""Each section of the probe's document read into its value: whatever a host sends in one is
+that value, with :data:`~ddptui.probe.facts.NA` where a fact is missing or mistyped, or nothing
+at all, never an exception."""
+
+from __future__ import annotations
+
+import ipaddress
+import stat
+from collections.abc import Mapping
+from typing import Any, Final, TypeGuard
+
+from ddptui.probe.facts import (
+    MAX_GPUS,
+    NA,
+    DiskFacts,
+    GpuFacts,
+    GpuInventory,
+    GpuProcess,
+    Interface,
+    MasterResolution,
+    Maybe,
+    PathEntry,
+    PathKind,
+    PortFacts,
+    PythonFacts,
+    TorchFacts,
+    WorkdirSafety,
+)
+from ddptui.probe.fields import (
+    address_or_none,
+    bounded_count,
+    parsed_items,
+    text_or_empty,
+    typed_field,
+)
+from ddptui.untrusted import count
+
+MAX_GPU_MIB: Final = 2**30
+"""More memory (MiB) than any GPU has, by far: a larger figure is not a GPU's."""
+MAX_PID: Final = 2**22
+"""Linux's ``PID_MAX_LIMIT``."""
+MAX_PATH_ENTRIES: Final = 64
+"""The most directories and links the probe records on the way to the workdir."""
+MAX_PATH_CHARS: Final = 4096
+"""Linux's ``PATH_MAX``: no path the probe looked up is longer."""
+MAX_UID: Final = 2**32 - 1
+"""Linux's uids and gids are 32 bits."""
+MAX_MODE: Final = 0o177777
+"""``st_mode`` is 16 bits: the file's type and its permissions."""
+
+
+def read_interfaces(data: Mapping[str, Any]) -> Maybe[tuple[Interface, ...]]:
+    if not isinstance(data.get("items"), list):
+        return NA
+    return tuple(parsed_items(data["items"], _interface))
+
+
+def _interface(value: Any) -> Interface | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+
+    def ipv4(entry: Any) -> ipaddress.IPv4Interface | None:
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return ipaddress.IPv4Interface(f"{entry['address']}/{entry['prefixlen']}")
+        except (KeyError, ValueError):
+            return None
+
+    return Interface(name=value["name"], ipv4=tuple(parsed_items(value.get("ipv4"), ipv4)))
+
+
+def read_python(data: Mapping[str, Any]) -> PythonFacts:
+    conda_env = data.get("conda_env")
+    return PythonFacts(
+        version=typed_field(data, "version", str),
+        executable=typed_field(data, "executable", str),
+        is_conda=typed_field(data, "is_conda", bool),
+        conda_env=conda_env if isinstance(conda_env, str) else None,
+    )
+
+
+def read_torch(data: Any) -> TorchFacts:
+    if not isinstance(data, dict):
+        return TorchFacts(status="error", detail="missing from the probe's output")
+    status = data.get("status")
+    if status in ("missing", "timeout"):
+        return TorchFacts(status=status, detail=text_or_empty(data.get("detail")))
+    if status != "ok":
+        detail = (
+            text_or_empty(data.get("detail"))
+            or text_or_empty(data.get("error"))
+            or "no status reported"
+        )
+        return TorchFacts(status="error", detail=detail)
+    cuda = data.get("cuda", NA)
+    return TorchFacts(
+        status="ok",
+        version=typed_field(data, "version", str),
+        cuda_build=cuda if cuda is None or isinstance(cuda, str) else NA,
+        cuda_available=typed_field(data, "cuda_available", bool),
+        device_count=typed_field(data, "device_count", int),
+        nccl_version=typed_field(data, "nccl", str),
+        gloo_available=typed_field(data, "gloo_available", bool),
+        flight_recorder=_flight_recorder(data.get("flight_recorder")),
+    )
+
+
+FLIGHT_RECORDER_ROLES = ("buffer", "dump_on_timeout", "file")
+
+
+def _flight_recorder(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {
+        role: name
+        for role in FLIGHT_RECORDER_ROLES
+        if isinstance(name := value.get(role), str)
+        and name.startswith("TORCH_")
+        and len(name) <= 64
+        and all(char.isascii() and (char.isupper() or char == "_") for char in name)
+    }
+
+
+def read_gpus(data: Mapping[str, Any]) -> GpuInventory:
+    source = data.get("source")
+    if source not in ("nvml", "nvidia-smi"):
+        return GpuInventory(problem=text_or_empty(data.get("problem")))
+    rows = data.get("devices")
+    listed = len(rows) if isinstance(rows, list) else 0
+    if listed > MAX_GPUS:
+        # Only counted: a million rows would take the check seconds and megabytes to read.
+        return GpuInventory(
+            source=source,
+            driver_version=typed_field(data, "driver_version", str),
+            cuda_driver_version=typed_field(data, "cuda_driver_version", str),
+            problem=f"{source} listed {listed:,} GPUs; a host has at most {MAX_GPUS}",
+            listed=listed,
+        )
+    return GpuInventory(
+        source=source,
+        driver_version=typed_field(data, "driver_version", str),
+        cuda_driver_version=typed_field(data, "cuda_driver_version", str),
+        devices=tuple(parsed_items(rows, _gpu)),
+        problem=text_or_empty(data.get("problem")),
+    )
+
+
+def _gpu(value: Any) -> GpuFacts | None:
+    if not isinstance(value, dict):
+        return None
+    index = count(value.get("index"), MAX_GPUS - 1)
+    if index is None:
+        return None
+    processes = value.get("processes")
+    return GpuFacts(
+        index=index,
+        uuid=typed_field(value, "uuid", str),
+        name=typed_field(value, "name", str),
+        memory_total_mib=bounded_count(value.get("memory_total_mib"), MAX_GPU_MIB),
+        memory_used_mib=bounded_count(value.get("memory_used_mib"), MAX_GPU_MIB),
+        utilization_pct=bounded_count(value.get("utilization_pct"), 100),
+        processes=tuple(parsed_items(processes, _gpu_process))
+        if isinstance(processes, list)
+        else NA,
+    )
+
+
+def _gpu_process(value: Any) -> GpuProcess | None:
+    if not isinstance(value, dict):
+        return None
+    pid = count(value.get("pid"), MAX_PID)
+    if pid is None:
+        return None
+    return GpuProcess(
+        pid=pid,
+        name=typed_field(value, "name", str),
+        used_memory_mib=bounded_count(value.get("used_memory_mib"), MAX_GPU_MIB),
+    )
+
+
+def read_disk(data: Mapping[str, Any]) -> DiskFacts:
+    return DiskFacts(
+        path=typed_field(data, "path", str),
+        checked_path=typed_field(data, "checked_path", str),
+        free_bytes=typed_field(data, "free_bytes", int),
+        total_bytes=typed_field(data, "total_bytes", int),
+    )
+
+
+def read_workdir(value: Any, errors: dict[str, str]) -> Maybe[WorkdirSafety]:
+    """All or nothing: a part of the way left out could be the part another user can change."""
+    if not isinstance(value, dict):
+        return NA
+    if isinstance(value.get("error"), str):
+        errors["workdir"] = value["error"]
+        return NA
+    path, uid, exists = value.get("path"), count(value.get("uid"), MAX_UID), value.get("exists")
+    if not (_is_path(path) and uid is not None and isinstance(exists, bool)):
+        return NA
+    rows = value.get("entries")
+    if not isinstance(rows, list) or not 0 < len(rows) <= MAX_PATH_ENTRIES:
+        return NA
+    entries = tuple(parsed_items(rows, _path_entry))
+    target = value.get("target")
+    index = None if target is None else count(target, len(entries) - 1)
+    if len(entries) != len(rows) or (target is not None and index is None):
+        return NA
+    return WorkdirSafety(
+        path=path,
+        uid=uid,
+        # Anything else is no private group: the stricter reading.
+        private_gid=count(value.get("private_gid"), MAX_UID),
+        exists=exists,
+        entries=entries,
+        target=None if index is None else entries[index],
+    )
+
+
+def _path_entry(value: Any) -> PathEntry | None:
+    if not isinstance(value, dict) or not _is_path(value.get("path")):
+        return None
+    uid, gid = count(value.get("uid"), MAX_UID), count(value.get("gid"), MAX_UID)
+    mode = count(value.get("mode"), MAX_MODE)
+    if uid is None or gid is None or mode is None:
+        return None
+    kind: PathKind = (
+        "directory" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "other"
+    )
+    return PathEntry(path=value["path"], uid=uid, gid=gid, mode=stat.S_IMODE(mode), kind=kind)
+
+
+def _is_path(value: Any) -> TypeGuard[str]:
+    return isinstance(value, str) and value.startswith("/") and len(value) <= MAX_PATH_CHARS
+
+
+def read_packages(value: Any) -> Maybe[Mapping[str, str]]:
+    if not isinstance(value, dict):
+        return NA
+    return {name: version for name, version in value.items() if isinstance(version, str)}
+
+
+def read_port(value: Any) -> PortFacts | None:
+    if not isinstance(value, dict):
+        return None
+    port = typed_field(value, "port", int)
+    if port is NA:
+        return None
+    detail = text_or_empty(value.get("detail")) or text_or_empty(value.get("error"))
+    return PortFacts(port=port, in_use=typed_field(value, "in_use", bool), detail=detail)
+
+
+def read_master(value: Any) -> MasterResolution | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    return MasterResolution(
+        name=value["name"],
+        addresses=tuple(parsed_items(value.get("addresses"), address_or_none)),
+        error=text_or_empty(value.get("error")),
+    )
