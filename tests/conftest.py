@@ -18,8 +18,9 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REPORT] = _BedReport()
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker's bed report goes back to the controller, which prints the summary.
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["ddptui_bed"] = asdict(session.config.stash[_REPORT])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    sent = getattr(node, "workeroutput", {}).get("ddptui_bed")
+    if sent and (sent["prefix"] or sent["unavailable"]):
+        sent["residue"] = tuple(sent["residue"])
+        node.config.stash[_REPORT] = _BedReport(**sent)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Whatever reaches the test bed, directly or through another fixture, is a cluster test,
     # so `-m "not cluster"` deselects it without every author remembering the mark.
@@ -62,6 +78,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
         if "slurm_bed" in fixtures:
             item.add_marker(pytest.mark.slurm)
+        group = _worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _worker_group(item: pytest.Item) -> str | None:
+    """Which tests share one xdist worker (``--dist loadgroup``): each bed's, so it comes up
+    once and its tests never race each other for it, and the other slow ones (torchrun on this
+    machine's loopback, the demo's throwaway users), which were written to run one at a time.
+    Each bed waits on its hosts far more than it computes: the groups run side by side, and
+    the pure tests fill the gaps."""
+    for marker in ("slurm", "cluster", "slow"):
+        if item.get_closest_marker(marker) is not None:
+            return marker
+    return None
 
 
 @pytest.fixture(scope="session")
