@@ -36,7 +36,7 @@ def _resolved(tmp_path: Path, target: str) -> set[str]:
 
 def test_the_head_node_s_install_resolves_no_torch(tmp_path: Path) -> None:
     # (Resolving the demo extra would fetch a torch wheel to read its metadata: gigabytes
-    # where the index serves CUDA builds. tests/unit/test_boundaries.py reads the extra.)
+    # where the index serves CUDA builds. tests/test_boundaries.py reads the extra.)
     head = _resolved(tmp_path, str(ROOT))
     assert {"textual", "asyncssh"} <= head
     assert not {name for name in head if name.startswith(("torch", "nvidia"))}, sorted(head)

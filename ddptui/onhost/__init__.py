@@ -11,5 +11,5 @@
 - :mod:`.bench`: the interconnect benchmark, run with the hosts' own torch.
 
 Nothing on the head imports this package: the head reads its sources as text
-(``tests/unit/test_boundaries.py`` checks both directions).
+(``tests/test_boundaries.py`` checks both directions).
 """

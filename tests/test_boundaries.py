@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ON_HOSTS = "ddptui/onhost"
 """What runs in the hosts' own Pythons (the agent, the probe, the stack handler, the benchmark):
 read on the head as text and sent, never imported there."""
