@@ -69,9 +69,11 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         node.config.stash[_REPORT] = _BedReport(**sent)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Whatever reaches the test bed, directly or through another fixture, is a cluster test,
-    # so `-m "not cluster"` deselects it without every author remembering the mark.
+    # Before xdist's own hook, which reads the groups off the items. Whatever reaches the test
+    # bed, directly or through another fixture, is a cluster test, so `-m "not cluster"`
+    # deselects it without every author remembering the mark.
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "testbed_capable" in fixtures:
