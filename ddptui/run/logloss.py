@@ -1,12 +1,14 @@
 """Per-rank loss from what a script prints, for scripts that write no step events.
 
 The shapes training code commonly prints are recognised: Hugging Face Trainer's
-``{'loss': 0.123, …}``, Lightning's and tqdm's ``loss=0.123`` (``train_loss`` too), ``loss:
-0.123`` and ``step 12 … loss 0.123``; ``[job] loss_pattern`` (a regular expression with the named
-groups ``loss`` and, optionally, ``step``) reads the rest. A line is cut to
-:data:`MAX_LINE_CHARS` before any pattern sees it, and the built-in patterns have no nested
-repetition, so reading a host's line costs time in proportion to at most that many characters.
-A line without a step counts as the rank's next one.
+``{'loss': 0.123, …}`` (transformers 5 quotes the numbers: ``{'loss': '0.123', …}``),
+Lightning's and tqdm's ``loss=0.123`` (``train_loss`` too), ``loss: 0.123`` and ``step 12 …
+loss 0.123``; ``[job] loss_pattern`` (a regular expression with the named groups ``loss`` and,
+optionally, ``step``) reads the rest. A line is cut to :data:`MAX_LINE_CHARS` before any
+pattern sees it, and the built-in patterns have no nested repetition, so reading a host's line
+costs time in proportion to at most that many characters. A line without a step counts as the
+rank's next one. A progress bar (tqdm's, into a pipe) redraws itself on one line with carriage
+returns: only its newest state, after the last one, is read.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from ddptui.untrusted import whole
 MAX_LINE_CHARS = 1000
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _LOSS_PATTERNS = (
-    # {'loss': 0.1234, 'grad_norm': …} (Hugging Face Trainer's log dictionary).
-    re.compile(rf"""['"](?:train_)?loss['"]\s*:\s*(?P<loss>{_NUMBER})""", re.IGNORECASE | re.ASCII),
+    # {'loss': 0.1234, 'grad_norm': …} (Hugging Face Trainer's log dictionary; its numbers
+    # quoted since transformers 5).
+    re.compile(
+        rf"""['"](?:train_)?loss['"]\s*:\s*['"]?(?P<loss>{_NUMBER})""", re.IGNORECASE | re.ASCII
+    ),
     # loss=0.123 (Lightning, tqdm's postfix); loss: 0.123; loss 0.123. One way to read the
     # blanks around "=": "\s*[=:]?\s*" would try every split of a long run of them.
     re.compile(rf"\b(?:train_)?loss\s*(?:[=:]\s*)?(?P<loss>{_NUMBER})\b", re.IGNORECASE | re.ASCII),
@@ -47,7 +52,7 @@ class LossReader:
         self._own = re.compile(pattern) if pattern else None
 
     def read(self, line: str) -> LoggedLoss | None:
-        text = line[:MAX_LINE_CHARS]
+        text = line.rstrip("\r\n").rpartition("\r")[2][:MAX_LINE_CHARS]
         if self._own is not None:
             found = self._own.search(text)
             if found is not None:

@@ -18,6 +18,14 @@ from ddptui.run.logloss import MAX_LINE_CHARS, LoggedLoss, LossReader
             LoggedLoss(None, 0.4123),
         ),
         (
+            "{'loss': '0.001577', 'grad_norm': '0.00247', 'learning_rate': '4.9e-05'}",
+            LoggedLoss(None, 0.001577),
+        ),
+        (
+            "\r 10%|█         | 1/10 [00:00, loss=0.9]\r 20%|██        | 2/10 [00:01, loss=0.7]\r",
+            LoggedLoss(None, 0.7),
+        ),
+        (
             "Epoch 0:  40%|████      | 4/10 [00:01<00:01,  3.9it/s, loss=0.123, v_num=0]",
             LoggedLoss(None, 0.123),
         ),
