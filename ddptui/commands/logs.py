@@ -125,7 +125,7 @@ def _finish(model: RunModel, args: argparse.Namespace) -> None:
     sys.stdout.flush()
     if not args.errors:
         return
-    diagnoses = model.diagnoser.diagnoses()
+    diagnoses = model.diagnoses()
     if not diagnoses:
         print("no errors found in the run's logs")
         return

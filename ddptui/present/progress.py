@@ -56,7 +56,7 @@ class ProgressReport:
             if what and self._nodes.get(node.host) != what:
                 self._nodes[node.host] = what
                 said.append(f"{plain(node.host, one_line=True)}: {what}")
-        for diagnosis in model.diagnoser.diagnoses():
+        for diagnosis in model.diagnoses():
             key = (diagnosis.category.value, diagnosis.message)
             if key not in self._diagnoses:
                 self._diagnoses.add(key)

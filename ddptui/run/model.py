@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from ddptui.run.diagnose import Category, Diagnoser, LogLine
+from ddptui.run.diagnose import Category, Diagnoser, Diagnosis, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
@@ -324,6 +324,15 @@ class RunModel:
     def stepped_at(self) -> Mapping[str, float]:
         """Host → when its latest step event of this attempt arrived (:meth:`clock`)."""
         return self._stepped_at
+
+    def diagnoses(self) -> list[Diagnosis]:
+        """What the lines say went wrong (:meth:`Diagnoser.diagnoses`). Once a stop was asked
+        for, torchrun's word that it was told to stop (its ``SignalException``, signal 15) is
+        that stop, not an error, and is left out."""
+        found = self.diagnoser.diagnoses()
+        if self.record.state in (RunState.STOPPING, RunState.STOPPED):
+            return [each for each in found if each.category is not Category.TERMINATED]
+        return found
 
     def tick(self) -> None:
         """Bring the ranks' progress up to date and recompute what depends on time passing

@@ -102,7 +102,7 @@ class RunView:
                 for rank in model.progress.ranks
             ),
             progress=model.progress.format_line(),
-            diagnoses=tuple(model.diagnoser.diagnoses()),
+            diagnoses=tuple(model.diagnoses()),
         )
 
     def live_document(self) -> dict[str, Any]:

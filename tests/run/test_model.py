@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ddptui.run.diagnose import Category
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.model import RunModel
 from ddptui.run.state import Steps, Verdict
@@ -303,6 +304,25 @@ def test_torchrun_told_to_stop_is_a_consequence_never_the_first_failure() -> Non
         diagnoser.feed(LogLine("a", 0, None, "torchrun", 1.0, text))
     assert [d.category for d in diagnoser.diagnoses()] == [Category.TERMINATED]
     assert diagnoser.first_failure() is None
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_after_a_stop_someone_asked_for_torchrun_told_to_stop_is_no_error(asked: bool) -> None:
+    record = _record()
+    for state in (RunState.STAGING, RunState.STARTING, RunState.RUNNING):
+        record.transition(state)
+    record.transition(RunState.STOPPING if asked else RunState.FAILED)
+    model = RunModel(record)
+    for text in (
+        "Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15",
+    ):
+        model.apply(FileLine("a", "node/attempt-1.out", 10, text))
+    model.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/0/stderr.log", 10,
+                         "RuntimeError: CUDA out of memory"))  # fmt: skip
+    shown = [diagnosis.category for diagnosis in model.diagnoses()]
+    assert (Category.TERMINATED in shown) is not asked
+    assert len(shown) == (1 if asked else 2), shown
 
 
 def test_status_says_what_a_silent_host_means_for_the_run() -> None:

@@ -338,7 +338,7 @@ class RunScreen(Screen[None]):
             silent = set(self.judgement.notes)
             self.query_one(RankTable).show(model.progress.ranks, silent)
             self._show_status()
-            diagnoses = model.diagnoser.diagnoses()
+            diagnoses = model.diagnoses()
             if pane == "errors":
                 self.query_one(ErrorsPane).show(diagnoses)
             # An errors pane with none to show is one line: the chart takes the room.
