@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "slurm_bed" in fixtures:
             item.add_marker(pytest.mark.slurm)
         group = _worker_group(item)
-        if group is not None:
+        if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -90,7 +90,7 @@ def _worker_group(item: pytest.Item) -> str | None:
     once and its tests never race each other for it, and the other slow ones (torchrun on this
     machine's loopback, the demo's throwaway users), which were written to run one at a time.
     Each bed waits on its hosts far more than it computes: the groups run side by side, and
-    the pure tests fill the gaps."""
+    the pure tests fill the gaps. A module that names its own group (a second bed) keeps it."""
     for marker in ("slurm", "cluster", "slow"):
         if item.get_closest_marker(marker) is not None:
             return marker
