@@ -86,11 +86,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _worker_group(item: pytest.Item) -> str | None:
-    """Which tests share one xdist worker (``--dist loadgroup``): each bed's, so it comes up
-    once and its tests never race each other for it, and the other slow ones (torchrun on this
-    machine's loopback, the demo's throwaway users), which were written to run one at a time.
-    Each bed waits on its hosts far more than it computes: the groups run side by side, and
-    the pure tests fill the gaps. A module that names its own group (a second bed) keeps it."""
+    """Which tests share one xdist worker (``--dist loadgroup``): each bed's, so that it comes
+    up once for them and they never race each other for it, and the other slow ones (torchrun
+    on this machine's loopback, the demo's throwaway users), written to run one at a time.
+    The test bed's tier is too long for one worker: its longest modules name groups of their
+    own (``runs-bed``, ``second-bed``), each on a bed of its own. The beds wait on their hosts
+    far more than they compute, so the groups run side by side and the pure tests fill in."""
     for marker in ("slurm", "cluster", "slow"):
         if item.get_closest_marker(marker) is not None:
             return marker

@@ -26,6 +26,9 @@ from tests.helpers import FIELDS, HOSTS_FILE, PRINTF, TRICKY, hosts_text, nasty,
 from tests.remote.hosts import bed_host
 from tests.testbed import TestBed
 
+# On the worker of the demo's tests (tests/conftest.py): both add and remove system users.
+pytestmark = pytest.mark.xdist_group("slow")
+
 SHELLS = {
     "dash": "/usr/bin/dash",
     "bash": "/usr/bin/bash",

@@ -35,8 +35,6 @@ from tests.run.bed import (
 )
 from tests.testbed import TestBed, TestHost, cut_link, restore_link
 
-# A bed of its own on the other worker (tests/conftest.py): the cluster tier is too long for
-# one worker to carry alone.
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("second-bed")]
 
 ENDLESS = ("--", "--max-steps", "100000")
