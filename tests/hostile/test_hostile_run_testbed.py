@@ -36,7 +36,7 @@ from tests.run.bed import (
 from tests.testbed import TestBed
 from tests.ui.pilot import open_from_runs, until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("second-bed")]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 HOSTILE_SCRIPT = r"""
 import json, os, time

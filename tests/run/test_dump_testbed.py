@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from textual.widgets import DataTable, Static
 
 if sys.version_info >= (3, 11):
@@ -50,8 +49,6 @@ exit 1
 """
 """What py-spy says where ptrace is refused (kernel.yama.ptrace_scope, a container)."""
 THEIR_SITE = 'import os\nos.environ["THEIR_SITE_RAN"] = "yes"\n'
-
-pytestmark = pytest.mark.xdist_group("second-bed")
 
 
 def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(

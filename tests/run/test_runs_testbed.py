@@ -47,7 +47,7 @@ from tests.testbed import (
     open_firewall,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("runs-bed")]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def test_launch_runs_to_completion_as_dry_run_said(
