@@ -61,7 +61,6 @@ class RankTable(DataTable[Any]):
         """One row per rank; ``silent``: the hosts that do not answer. Rows are updated cell
         by cell: rebuilding the table would throw away its render cache on every redraw,
         which costs more than everything else at 64 ranks."""
-
         every = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
         for cells in every.values():
             self._widest = [max(w, c.cell_len) for w, c in zip(self._widest, cells, strict=True)]
