@@ -28,7 +28,9 @@ from ddptui.remote.transport import RemoteError, Transport
 from ddptui.untrusted import plain, whole
 
 PROBE_TIMEOUT_S = 60.0
-"""The probe imports torch (bounded by its own timeout) and lists packages: seconds, not minutes."""
+"""How long node 0's port-test listener may take to start, and the probe's bound besides its
+``import torch`` (which ``cluster.torch_import_timeout`` bounds): its other sections take
+seconds."""
 
 PORT_TEST_CONNECT_TIMEOUT_S = 3.0
 WORKDIR_MARK_TIMEOUT_S = 15.0
@@ -98,9 +100,11 @@ async def _check_host(
             host.workdir,
             master_port=port if is_head and port != AUTO and port_test else None,
             master_addr=config.head.address,
+            torch_timeout=config.cluster.torch_import_timeout,
         ),
     )
-    result = await remote.run(host, argv, input=PROBE_SOURCE, timeout=PROBE_TIMEOUT_S, env=host.env)
+    probe_timeout = PROBE_TIMEOUT_S + config.cluster.torch_import_timeout
+    result = await remote.run(host, argv, input=PROBE_SOURCE, timeout=probe_timeout, env=host.env)
     received_at = time.time()
     failure = result.reach or classify_python_failure(host, result)
     if failure is not None:
@@ -108,7 +112,7 @@ async def _check_host(
         return HostCheck(host, _with_stderr(failure, result.stderr))
     # SSH and the interpreter worked from here on: whatever fails is the probe's, not the link's.
     if result.timed_out:
-        why = _probe_failure(result, f"it did not finish in {PROBE_TIMEOUT_S:g} s")
+        why = _probe_failure(result, f"it did not finish in {probe_timeout:g} s")
     elif result.overflow is not None:
         why = _probe_failure(result, f"the host {result.overflow}, so it was hung up on")
     elif result.exit_status != 0:

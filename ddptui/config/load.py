@@ -51,6 +51,7 @@ _CLUSTER_ONLY: dict[str, values.Validator] = {
     "master_port": values.master_port,
     "backend": values.backend,
     "connect_timeout": values.connect_timeout,
+    "torch_import_timeout": values.torch_import_timeout,
     "max_parallel_connects": values.max_parallel_connects,
     "min_free_disk_gb": values.min_free_disk_gb,
     "max_clock_skew_s": values.max_clock_skew_s,

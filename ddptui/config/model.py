@@ -109,6 +109,7 @@ class ClusterConfig:
     master_port: MasterPort = 29500
     backend: Backend = AUTO
     connect_timeout: float = 10.0
+    torch_import_timeout: float = 20.0
     max_parallel_connects: int = 32
     min_free_disk_gb: float = 5.0
     max_clock_skew_s: float = 2.0

@@ -112,6 +112,12 @@ _CLUSTER = _Table(
         ),
         _Key("connect_timeout", 10.0, "Cluster-wide: seconds to wait for an SSH connection."),
         _Key(
+            "torch_import_timeout",
+            20.0,
+            "Cluster-wide: seconds the check waits for `import torch` on a host; raise it "
+            "where torch lives on a slow network filesystem.",
+        ),
+        _Key(
             "max_parallel_connects",
             32,
             "Cluster-wide: at most this many SSH connections are opened at once.",

@@ -239,6 +239,10 @@ def connect_timeout(value: object) -> float:
     return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
+def torch_import_timeout(value: object) -> float:
+    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
+
+
 def max_parallel_connects(value: object) -> int:
     return _integer(value, 1, None, "an integer ≥ 1")
 

@@ -35,6 +35,8 @@ STEPS = 3000
 CHECKPOINT_EVERY = 250
 CONNECT_TIMEOUT_S = 10
 """Generous: on a busy small machine the hosts share the CPU with torch importing."""
+TORCH_IMPORT_TIMEOUT_S = 60
+"""Every demo host imports torch at once on this machine's cores, often beside a running demo."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def hosts_toml(
             # Found free at launch, so demos running side by side never collide.
             "master_port": "auto",
             "connect_timeout": CONNECT_TIMEOUT_S,
+            "torch_import_timeout": TORCH_IMPORT_TIMEOUT_S,
         },
         "hosts": [
             {

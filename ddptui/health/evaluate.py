@@ -64,7 +64,7 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
             "checks that need those facts were skipped",
             "the reasons above name what is missing on the host",
         )
-    yield from _torch_findings(host, facts)
+    yield from _torch_findings(config, host, facts)
     yield from _disk_findings(config, host, facts)
     yield from workdir_findings(host, facts)
     yield from _process_findings(config, host, facts)
@@ -204,7 +204,7 @@ def _unreached(config: Config, check: HostCheck) -> Finding:
     )
 
 
-def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
+def _torch_findings(config: Config, host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
     torch = facts.torch
     python = facts.python.executable if facts.python.executable is not NA else host.python
     # The host reported this path: quoted, it cannot smuggle a command into a pasted fix.
@@ -223,9 +223,11 @@ def _torch_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
             Code.TORCH_IMPORT_TIMEOUT,
             Severity.ERROR,
             host.name,
-            f"import torch did not finish in time on {host.name}",
+            f"import torch did not finish within {config.cluster.torch_import_timeout:g} s "
+            f"on {host.name}",
             f"run `{quoted} -c 'import torch'` there: a hung GPU driver or a slow network "
-            "file system is the usual cause",
+            "file system is the usual cause; where it is only slow, raise "
+            "cluster.torch_import_timeout",
         )
     elif torch.status == "error":
         yield Finding(

@@ -240,6 +240,31 @@ def test_a_different_torch_on_one_host_is_the_odd_one_out(
     assert set(_errors(report)) == {("torch_mismatch", node2.name)}
 
 
+def test_a_torch_slower_than_the_configured_limit_is_named_with_it(
+    testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node3 = testbed.hosts[3]
+    site = node3.home / "slow-site"
+    (site / "torch").mkdir(parents=True, exist_ok=True)
+    # Well inside the default limit, so only the configured one can cut it short.
+    (site / "torch" / "__init__.py").write_text("import time\ntime.sleep(10)\n")
+    python = _wrapper(node3, "python-slow", [f'PYTHONPATH={site} exec {sys.executable} "$@"'])
+    exit_code, report = _check(
+        testbed,
+        tmp_path,
+        capsys,
+        # Alone: a real torch imported beside it could take over 3 s on the bed's two cores.
+        hosts=[node3],
+        cluster={"torch_import_timeout": 3},
+        host_overrides={node3.name: {"python": python}},
+    )
+    assert exit_code == 1
+    slow = _finding(report, "torch_import_timeout", node3.name)
+    assert f"did not finish within 3 s on {node3.name}" in slow["message"]
+    assert "cluster.torch_import_timeout" in slow["hint"]
+    assert set(_errors(report)) == {("torch_import_timeout", node3.name)}
+
+
 def test_network_traps_hostname_port_in_use_and_interface(
     testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -121,6 +121,11 @@ BAD_FILES = [
         "[cluster]: connect_timeout: expected a number of seconds > 0, found nan (a float)",
     ),
     (
+        "torch-timeout-negative",
+        _cluster("torch_import_timeout = -5"),
+        "[cluster]: torch_import_timeout: expected a number of seconds > 0, found -5",
+    ),
+    (
         "parallel-zero",
         _cluster("max_parallel_connects = 0"),
         "[cluster]: max_parallel_connects: expected an integer ≥ 1, found 0",

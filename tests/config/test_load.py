@@ -175,6 +175,7 @@ def test_values_get_the_dataclass_types() -> None:
         """
         [cluster]
         connect_timeout = 3
+        torch_import_timeout = 45
         min_free_disk_gb = 0
         master_port = "auto"
         backend = "gloo"
@@ -196,9 +197,11 @@ def test_values_get_the_dataclass_types() -> None:
         master_port="auto",
         backend="gloo",
         connect_timeout=3.0,
+        torch_import_timeout=45.0,
         min_free_disk_gb=0.0,
     )
     assert isinstance(config.cluster.connect_timeout, float)
+    assert isinstance(config.cluster.torch_import_timeout, float)
     assert config.hosts[0].gpus == 0
     assert config.hosts[0].socket_ifname == "eth0"
     assert config.job == JobConfig(nproc_per_node=4, checkpoint_every=50, args=("--epochs", "1"))

@@ -73,6 +73,11 @@ def _nccl_with_cpu_host(s: Scenario) -> None:
     s.cluster = ClusterConfig(backend="nccl")
 
 
+def _slow_torch(s: Scenario) -> None:
+    s.edit(C, torch=TorchFacts("timeout"))
+    s.cluster = ClusterConfig(torch_import_timeout=45)
+
+
 def _busy_but_enough(s: Scenario) -> None:
     _busy(s)
     s.job = JobConfig(nproc_per_node=1)
@@ -177,7 +182,8 @@ CASES = [
         Code.TORCH_IMPORT_TIMEOUT,
         C,
         Severity.ERROR,
-        lambda s: s.edit(C, torch=TorchFacts("timeout")),
+        _slow_torch,
+        "import torch did not finish within 45 s on gpu-c",
     ),
     Case(
         Code.TORCH_BROKEN,

@@ -24,6 +24,7 @@ else:
 
 from tests.run.bed import Cli, processes_marked
 from tests.testbed import sshd
+from tests.testbed.cluster import BED_TORCH_IMPORT_TIMEOUT_S
 from tests.testbed.slurm import PARTITION, SlurmBed
 
 NODES, PROCS = 3, 2
@@ -34,7 +35,11 @@ SMALL = ("--width", "64", "--depth", "2")
 
 def _hosts_file(tmp_path: Path, *args: str) -> Path:
     document = {
-        "cluster": {"python": sys.executable, "workdir": str(tmp_path / "shared")},
+        "cluster": {
+            "python": sys.executable,
+            "workdir": str(tmp_path / "shared"),
+            "torch_import_timeout": BED_TORCH_IMPORT_TIMEOUT_S,
+        },
         "slurm": {"nodes": NODES, "partition": PARTITION, "time": "10"},
         "job": {"nproc_per_node": PROCS, "args": [*SMALL, *args]},
     }

@@ -25,6 +25,9 @@ from tests.testbed.network import RUNTIME_DIR, TestBedError
 MARKER = ".ddptui-testbed"
 """Marks a root directory as the test bed's, so ``start`` may wipe it."""
 MASTER_PORT = 29500
+BED_TORCH_IMPORT_TIMEOUT_S = 90
+"""The suite's two workers each run a bed on two shared cores; beside a bed's ranks, an
+``import torch`` took over the default 20 s in CI, and the check then (rightly) refused."""
 _EMPTY: Mapping[str, object] = MappingProxyType({})
 _NO_OVERRIDES: Mapping[str, Mapping[str, object]] = MappingProxyType({})
 
@@ -251,6 +254,8 @@ class TestBed:
                 "backend": "gloo",
                 "master_port": MASTER_PORT,
                 "connect_timeout": 3,
+                # Every bed host imports torch on the head's cores, beside the other bed's ranks.
+                "torch_import_timeout": BED_TORCH_IMPORT_TIMEOUT_S,
                 **cluster,
             },
             "hosts": [
