@@ -283,6 +283,14 @@ class Trainer:
             yield batches[i : i + ga]
 
     def _checkpoint(self) -> None:
+        # Every rank: its peers wait on rank 0's save, and a long save is not a hang.
+        self.log.emit("phase", phase="checkpoint")
+        try:
+            self._save()
+        finally:
+            self.log.emit("phase", phase="train")
+
+    def _save(self) -> None:
         state = snapshot(self.parts, self.progress, self.shape, self.rt, self.cfg.to_json())
         self.last_saved = self.progress.step
         if state is None:

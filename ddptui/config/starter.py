@@ -266,7 +266,8 @@ _JOB = _Table(
             "hang_timeout_s",
             600.0,
             "A run is hung when no rank on any host that answers has made a step for this many "
-            "seconds. Unset: the larger of 30 s and 20 times the slowest rank's median step time.",
+            "seconds. Unset: the larger of 20 s and 10 of the slowest rank's step-event intervals; "
+            "a rank's phase events (a checkpoint save…) stretch it.",
             active=False,
         ),
         _Key(

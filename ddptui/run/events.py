@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, ClassVar, Final, TypeAlias, TypeVar
 
 from ddptui.untrusted import finite
 
@@ -37,6 +37,7 @@ MAX_TRACEBACK_CHARS: Final = 32768
 MAX_CONFIG_DEPTH: Final = 8
 """``config`` deeper than this is dropped: later code walks it (run records, the console)."""
 MAX_SKIPPED_CHECKPOINTS: Final = 64
+MAX_PHASE_CHARS: Final = 64
 
 # Counts (ranks, steps, bytes) beyond int64 are nonsense from a host, not a huge run.
 _MAX_COUNT: Final = 2**63 - 1
@@ -121,6 +122,18 @@ class CheckpointEvent(EventBase):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PhaseEvent(EventBase):
+    """The rank enters a part of its work that may go long without a step (a checkpoint save,
+    an evaluation), or goes back to training (``TRAINING``); its next step event ends it too."""
+
+    phase: str
+    expect_s: float | None = None
+    """How long the phase may take at most; past it (and the hang window), the run is hung."""
+
+    TRAINING: ClassVar[str] = "train"
+
+
+@dataclass(frozen=True, kw_only=True)
 class EpochEndEvent(EventBase):
     epoch: int | None = None
     step: int | None = None
@@ -155,6 +168,7 @@ RankEvent: TypeAlias = (
     StartEvent
     | StepEvent
     | CheckpointEvent
+    | PhaseEvent
     | EpochEndEvent
     | StopRequestedEvent
     | DoneEvent
@@ -167,6 +181,7 @@ EVENT_TYPES: Final[Mapping[str, type[RankEvent]]] = MappingProxyType(
         "start": StartEvent,
         "step": StepEvent,
         "checkpoint": CheckpointEvent,
+        "phase": PhaseEvent,
         "epoch_end": EpochEndEvent,
         "stop_requested": StopRequestedEvent,
         "done": DoneEvent,
@@ -363,6 +378,19 @@ def _checkpoint(doc: Mapping[str, Any], common: dict[str, Any]) -> CheckpointEve
     )
 
 
+def _phase(doc: Mapping[str, Any], common: dict[str, Any]) -> PhaseEvent:
+    phase = doc.get("phase")
+    if not isinstance(phase, str) or not phase:
+        # Without its phase it says nothing of how long a silence may be.
+        raise _Garbled("phase")
+    expect_s = finite(doc.get("expect_s"))
+    return PhaseEvent(
+        **common,
+        phase=phase[:MAX_PHASE_CHARS],
+        expect_s=expect_s if expect_s is not None and expect_s > 0 else None,
+    )
+
+
 def _epoch_end(doc: Mapping[str, Any], common: dict[str, Any]) -> EpochEndEvent:
     return EpochEndEvent(**common, epoch=_count(doc.get("epoch")), step=_count(doc.get("step")))
 
@@ -389,6 +417,7 @@ _BUILDERS: Final[dict[str, Callable[[Mapping[str, Any], dict[str, Any]], RankEve
     "start": _start,
     "step": _step,
     "checkpoint": _checkpoint,
+    "phase": _phase,
     "epoch_end": _epoch_end,
     "stop_requested": _stop_requested,
     "done": _done,

@@ -39,7 +39,14 @@ from collections.abc import Callable, Mapping
 
 from ddptui.run.diagnose import Category, Diagnoser, Diagnosis, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
-from ddptui.run.events import DoneEvent, EventReader, RankEvent, StartEvent, StepEvent
+from ddptui.run.events import (
+    DoneEvent,
+    EventReader,
+    PhaseEvent,
+    RankEvent,
+    StartEvent,
+    StepEvent,
+)
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.logloss import LossReader
 from ddptui.run.progress import RankProgress, RankState, RunProgress
@@ -107,6 +114,8 @@ class RunModel:
             self._not_started(rank)
         self._stepped_at: dict[str, float] = {}
         """Host → when its latest step event of this attempt arrived."""
+        self._phased_at: dict[str, float] = {}
+        """Host → when its latest phase event of this attempt arrived."""
         self.diagnoser = Diagnoser(
             attempt=self.attempt,
             owned={node.node_rank: record.ranks_of(node) for node in record.nodes},
@@ -226,6 +235,8 @@ class RunModel:
             self._not_started(progress)
         if isinstance(event, StepEvent) and self.steps is Steps.EVERY:
             self._stepped(host, event.rank)
+        elif isinstance(event, PhaseEvent) and self._starts.get(event.rank) == self.attempt:
+            self._phased_at[host] = self._clock()
 
     def _stepped(self, host: str, rank: int) -> None:
         # Only this attempt's steps: a resumed run's earlier steps say nothing of whether it
@@ -248,6 +259,7 @@ class RunModel:
         rank.state = RankState.STARTING
         rank.started_at = rank.last_step_at = None
         rank.stalled = rank.straggler = False
+        rank.phase = rank.phase_expect_s = None
 
     def _note_attempt(self, event: RankEvent) -> None:
         # Each attempt of a rank begins with its start event, and the file keeps every
@@ -324,6 +336,11 @@ class RunModel:
     def stepped_at(self) -> Mapping[str, float]:
         """Host → when its latest step event of this attempt arrived (:meth:`clock`)."""
         return self._stepped_at
+
+    @property
+    def phased_at(self) -> Mapping[str, float]:
+        """Host → when its latest phase event of this attempt arrived (:meth:`clock`)."""
+        return self._phased_at
 
     def diagnoses(self) -> list[Diagnosis]:
         """What the lines say went wrong (:meth:`Diagnoser.diagnoses`). Once a stop was asked

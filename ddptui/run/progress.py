@@ -30,6 +30,7 @@ from .events import (
     CheckpointEvent,
     DoneEvent,
     ErrorEvent,
+    PhaseEvent,
     RankEvent,
     StartEvent,
     StepEvent,
@@ -104,6 +105,11 @@ class RankProgress:
     straggler: bool = False
     slow_events: int = 0
     """Consecutive step events whose step time was above the straggler threshold."""
+    phase: str | None = None
+    """The part of its work the rank said it entered that may go long without a step
+    (``checkpoint``, ``eval``…), until its next step; None while it trains."""
+    phase_expect_s: float | None = None
+    """How long the rank said its phase may take, if it did."""
 
     @property
     def pace_s(self) -> float | None:
@@ -204,6 +210,7 @@ def _restart(progress: RankProgress, event: StartEvent) -> None:
     progress.last_step_at = None
     progress.stalled = progress.straggler = False
     progress.slow_events = 0
+    progress.phase = progress.phase_expect_s = None
     if event.start_step is not None:
         # Steps after the checkpoint will be taken again; the new values replace them.
         start = event.start_step
@@ -290,6 +297,10 @@ class RunProgress:
             self._step(progress, event)
         elif isinstance(event, CheckpointEvent):
             progress.last_checkpoint_step = event.step
+        elif isinstance(event, PhaseEvent):
+            training = event.phase == PhaseEvent.TRAINING
+            progress.phase = None if training else event.phase
+            progress.phase_expect_s = None if training else event.expect_s
         elif isinstance(event, StopRequestedEvent):
             if not progress.state.finished:
                 progress.state = RankState.STOPPING
@@ -320,6 +331,7 @@ class RunProgress:
         if progress.state in (RankState.STARTING, RankState.RUNNING):
             progress.state = RankState.RUNNING
         progress.stalled = False
+        progress.phase = progress.phase_expect_s = None
         median = self._median_step_time()
         if event.step_time_s is not None and median is not None:
             slow = event.step_time_s > STRAGGLER_RATIO * median

@@ -113,10 +113,16 @@ def steps_of(
 
 
 def wait_for_step(
-    bed: TestBed, hosts: Sequence[TestHost], run_id: str, step: int, *, procs: int = 1
+    bed: TestBed,
+    hosts: Sequence[TestHost],
+    run_id: str,
+    step: int,
+    *,
+    procs: int = 1,
+    timeout: float = 120,
 ) -> None:
     """Until each of the ``procs`` ranks on every one of ``hosts`` has made ``step`` steps."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         steps = steps_of(bed, hosts, run_id)
         if len(steps) == len(hosts) * procs and all(

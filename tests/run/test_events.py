@@ -20,12 +20,14 @@ from ddptui.run.events import (
     EVENT_VERSION,
     MAX_EVENT_LINE_BYTES,
     MAX_MESSAGE_CHARS,
+    MAX_PHASE_CHARS,
     MAX_TRACEBACK_CHARS,
     CheckpointEvent,
     DoneEvent,
     EpochEndEvent,
     ErrorEvent,
     EventReader,
+    PhaseEvent,
     RankEvent,
     StartEvent,
     StepEvent,
@@ -159,6 +161,8 @@ def test_a_completed_cpu_run_reads_as_every_kind_of_event(
         s.loss is not None and s.rss_mib is not None and s.cuda_peak_mib is None for s in steps
     )
     assert [c.step for c in events if isinstance(c, CheckpointEvent)] == [10, 20, 30]
+    # Every save is a phase of its own, so that a slow one is not taken for a hang.
+    assert [e.phase for e in events if isinstance(e, PhaseEvent)] == ["checkpoint", "train"] * 3
     assert [e.epoch for e in events if isinstance(e, EpochEndEvent)] == [0, 1, 2]
     assert (done.step, done.reason) == (30, "completed")
 
@@ -229,6 +233,9 @@ NESTED = "[" * 100_000 + "]" * 100_000
         json.dumps({k: v for k, v in COMMON.items() if k != "time"} | {"type": "done"}),
         _line(type="step", loss=1.0),  # a step event without its step
         _line(type="step", step=-3),
+        _line(type="phase"),  # a phase event without its phase
+        _line(type="phase", phase=""),
+        _line(type="phase", phase=["checkpoint"]),
         '{"v": 1, "type": "done", "rank": ' + "9" * 5000 + "}",  # int too long to convert
         NESTED,
         '{"v": 1, "type": "start", "config": ' + NESTED + "}",
@@ -290,6 +297,10 @@ def test_odd_optional_values_become_none_and_the_event_stays() -> None:
     assert dict(start.config) == {} and dict(start.versions) == {"torch": "2.13.0"}
     assert start.fsdp is None and start.pid is None and start.hostname is None
     assert [(s.path, s.reason) for s in start.skipped_checkpoints] == [("a.pt", "bad sha256")]
+    for expect_s in (-1, 0, "60", float("inf")):
+        phase = parse_event(_line(type="phase", phase="e" * 100, expect_s=expect_s))
+        assert isinstance(phase, PhaseEvent) and phase.expect_s is None
+        assert phase.phase == "e" * MAX_PHASE_CHARS
 
 
 def test_host_strings_are_kept_raw_but_cut() -> None:

@@ -352,19 +352,19 @@ def test_a_run_whose_answering_hosts_all_stop_stepping_hangs_naming_the_stopped_
         for rank in range(4):
             model.apply(_step("ab"[rank // 2], rank, step))
     # Rank 3's process is stopped; the others wait for it in a collective.
-    for second in range(29):
+    for second in range(19):
         clock.now += 1.0
         model.apply(_beat("a", clock, {0: ("S", 1.0), 1: ("S", 1.0)}))
         model.apply(_beat("b", clock, {2: ("S", 1.0), 3: ("T", 0.0)}))
-        assert judging.hang(model) is None, f"hung after {second + 1} s of a 30 s window"
+        assert judging.hang(model) is None, f"hung after {second + 1} s of a 20 s window"
     clock.now += 2.0
     hang = judging.hang(model)
-    assert hang is not None and hang.window_s == 30.0 and hang.step == 3
+    assert hang is not None and hang.window_s == 20.0 and hang.step == 3
     assert hang.since == pytest.approx(1000.3)
     assert [(rank.rank, rank.process) for rank in hang.odd] == [(3, "T")]
     assert hang.odd[0].why is not None and "stopped (SIGSTOP" in hang.odd[0].why
     summary = hang.summary(clock.now)
-    assert summary.startswith("no step for 31 s at step 3; rank 3 on b: its process is stopped")
+    assert summary.startswith("no step for 21 s at step 3; rank 3 on b: its process is stopped")
     # A step again: no longer hung.
     model.apply(_step("a", 0, 4))
     assert judging.hang(model) is None
@@ -375,11 +375,56 @@ def test_the_hang_window_follows_the_slowest_rank_or_the_hosts_file() -> None:
     model = _started(RunModel(_record(), clock=clock, wall=clock))
     for step in (10, 20):
         model.apply(_step("b", 2, step, step_time_s=0.5))
-    # One event every 10 steps of 0.5 s: 5 s between events, so 20 of them are 100 s.
-    assert judging.hang_window(model) == 100.0
+    # One event every 10 steps of 0.5 s: 5 s between events, so 10 of them are 50 s.
+    assert judging.hang_window(model) == 50.0
     assert judging.hang_window(model, 12.5) == 12.5
-    clock.now += 99.0
+    clock.now += 49.0
     assert judging.hang(model) is None and judging.hang(model, 12.5) is not None
+
+
+def _phase(host: str, rank: int, phase: str, **fields: object) -> FileLine:
+    return FileLine(
+        host, f"events/rank{rank}.jsonl", 50, _event("phase", rank, phase=phase, **fields)
+    )
+
+
+def test_a_phase_stretches_the_window_until_it_ends_and_a_hang_in_it_says_so() -> None:
+    clock = _Clock()
+    model = _started(RunModel(_record(), clock=clock, wall=clock))
+    for rank in range(4):
+        model.apply(_step("ab"[rank // 2], rank, 10))
+    # Rank 0 saves a checkpoint; its peers wait for it without a word.
+    clock.now += 5.0
+    model.apply(_phase("a", 0, "checkpoint"))
+    clock.now += judging.PHASE_HANG_S - 1.0
+    assert judging.hang(model) is None
+    # Saved: training again, and the training window counts from the phase's end.
+    model.apply(_phase("a", 0, "train"))
+    clock.now += judging.HANG_MIN_S - 1.0
+    assert judging.hang(model) is None
+    clock.now += 2.0
+    assert judging.hang(model) is not None
+    # A phase that says how long it takes gets that long; past it, the hang names it.
+    model.apply(_phase("b", 3, "eval", expect_s=90))
+    clock.now += 89.0
+    assert judging.hang(model) is None
+    clock.now += 2.0
+    hang = judging.hang(model)
+    assert hang is not None and hang.window_s == 90.0
+    assert [(rank.rank, rank.why) for rank in hang.odd] == [
+        (3, "still in its eval phase, which it said takes 90 s")
+    ]
+    # A step ends the phase as "train" does.
+    model.apply(_step("b", 3, 11))
+    assert model.progress.ranks[3].phase is None
+
+
+def test_a_phase_before_the_first_step_keeps_the_start_s_window() -> None:
+    clock = _Clock()
+    model = _started(RunModel(_record(), clock=clock, wall=clock))
+    model.apply(_phase("a", 0, "compile", expect_s=5))
+    clock.now += judging.FIRST_STEP_HANG_S - 1.0
+    assert judging.hang(model) is None
 
 
 def test_only_what_tells_a_rank_apart_is_said_and_nothing_is_judged_without_events() -> None:

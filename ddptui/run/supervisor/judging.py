@@ -22,13 +22,19 @@ from ddptui.run.store import RunState
 EXIT_SETTLE_S = 3.0
 """After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and
 its own node's exit: torchrun ends a failed rank's peers too, and their node can report first."""
-HANG_MIN_S = 30.0
-HANG_STEP_TIMES = 20.0
-"""The hang window: no step from any answering host for the larger of ``HANG_MIN_S`` and this
-many of the slowest rank's step-event intervals (``[job] hang_timeout_s`` overrides it)."""
+HANG_MIN_S = 20.0
+HANG_STEP_TIMES = 10.0
+"""The hang window while the ranks train: no step from any answering host for the larger of
+``HANG_MIN_S`` and this many of the slowest rank's step-event intervals (``[job]
+hang_timeout_s`` overrides it). The parts of training that may go long without a step say so
+(phase events), so this window need not cover them."""
 FIRST_STEP_HANG_S = 600.0
-"""Before an attempt's first step (imports, data, rendezvous, NCCL set-up) the window is at
-least this: NCCL's own default collective timeout, so only what it would time out counts."""
+"""Before an attempt's first step (imports, data, rendezvous, NCCL set-up, compiling the first
+step) the window is at least this: NCCL's own default collective timeout, so only what it
+would time out counts."""
+PHASE_HANG_S = 600.0
+"""While a rank is in a phase that did not say how long it takes (a checkpoint save, an
+evaluation), the window is at least this, as before the first step."""
 IDLE_CPU_PCT = 5.0
 SPINNING_CPU_PCT = 50.0
 """A rank below ``IDLE_CPU_PCT`` of a core while its peers' median is above this is idle while
@@ -52,12 +58,25 @@ def hang_window(model: RunModel, override: float | None = None) -> float:
     return max(HANG_MIN_S, HANG_STEP_TIMES * max(paces, default=0.0))
 
 
-def hang(model: RunModel, override: float | None = None) -> Hang | None:
-    """The hang, when no host that answers (and has not finished) has sent a step for the
-    hang window; None while any steps, or while nothing can tell (no host answers).
+def phase_window(model: RunModel) -> float | None:
+    """How long the phases the ranks are in may take (the longest, ``PHASE_HANG_S`` for one
+    that did not say), or None while every running rank trains."""
+    phases = [
+        PHASE_HANG_S if rank.phase_expect_s is None else rank.phase_expect_s
+        for rank in model.progress.ranks
+        if rank.phase is not None and not rank.state.finished
+    ]
+    return max(phases, default=None)
 
-    Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``. Scripts
-    that write no events are never judged hung: nothing would tell a hang apart.
+
+def hang(model: RunModel, override: float | None = None) -> Hang | None:
+    """The hang, when no host that answers (and has not finished) has sent a step or a phase
+    event for the hang window; None while any steps, or while nothing can tell (no host
+    answers).
+
+    Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``, and while a
+    rank is in a phase (a checkpoint save…) at least what that phase may take. Scripts that
+    write no events are never judged hung: nothing would tell a hang apart.
     """
     witnesses = model.witnesses()
     if not witnesses or not model.starts or model.stopped_ranks:
@@ -70,6 +89,11 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
         return None  # the steps came from hosts that do not answer now: theirs to judge
     else:
         last, window = model.began, max(hang_window(model, override), FIRST_STEP_HANG_S)
+    phased = [model.phased_at[host] for host in witnesses if host in model.phased_at]
+    last = max([last, *phased])
+    in_phase = phase_window(model)
+    if in_phase is not None:
+        window = max(window, in_phase)
     if now - last <= window:
         return None
     return Hang(
@@ -119,6 +143,13 @@ def _odd(
         return "its host does not answer"
     if state in PROCESS_STATES:
         return PROCESS_STATES[state]
+    if rank.phase is not None:
+        said = (
+            ""
+            if rank.phase_expect_s is None
+            else f", which it said takes {rank.phase_expect_s:g} s"
+        )
+        return f"still in its {rank.phase} phase{said}"
     if sampled and state is None and node is not None and node.sample.get("ranks"):
         return "no process of this rank is left on its host"
     if spinning and cpu is not None and cpu < IDLE_CPU_PCT:
