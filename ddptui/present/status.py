@@ -31,7 +31,8 @@ staging would only mislead."""
 
 
 def state_line(record: RunRecord, judgement: Judgement) -> Text:
-    """``run ID (demo): STATE, attempt N: why`` — every state with its reason."""
+    """``run ID (demo): STATE, attempt N: why — now what the supervisor does about it`` —
+    every state with its reason."""
     demo = " (demo)" if record.demo else ""
     line = Text(f"run {record.id}{demo}: ")
     line.append(judgement.state.value, STATE_STYLE.get(judgement.state, "bold"))
@@ -39,6 +40,8 @@ def state_line(record: RunRecord, judgement: Judgement) -> Text:
         line.append(f", attempt {judgement.attempt}")
     if judgement.detail:
         line.append(f": {plain(judgement.detail, limit=400, one_line=True)}")
+    if judgement.doing:
+        line.append(f" — now {plain(judgement.doing, limit=200, one_line=True)}", "italic")
     return line
 
 

@@ -228,18 +228,24 @@ class RunControl:
 
     async def view(self, run_id: str | None, *, say: Say = quiet) -> RunView:
         """The run as it stands: from its supervisor while it lives (started if it has none),
-        else from its hosts directly."""
+        else from its hosts directly.
+
+        An ended run's supervisor is asked too while it is still there: it knows how the run
+        ended without asking the hosts, and what it does about it (ending the other nodes after
+        a failure), while a host that no longer answers would hold a read of them up."""
         record, config = self.open(run_id)
-        if not record.state.final:
+        if not record.state.final or self.supervisors.supervised(record.id):
             try:
                 async with await Attachment(
                     self.supervisors, record, position=None, say=say
                 ).open() as live:
                     reply = await live.request("snapshot", timeout=ANSWER_S)
                     record = self.store.load(record.id)
-                    return RunView.from_live_document(record, reply.data)
+                    if reply.ok:
+                        return RunView.from_live_document(record, reply.data)
             except (ControlError, ValueError) as error:
-                say(f"run {record.id}: asking its hosts directly ({error})")
+                if not record.state.final:
+                    say(f"run {record.id}: asking its hosts directly ({error})")
         # A live run's processes are judged by their CPU use, which takes two samples.
         model = await self.read_back(record, config, heartbeats=1 if record.state.final else 2)
         return RunView.of(record, model, model.judgement(record))

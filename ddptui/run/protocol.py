@@ -244,6 +244,7 @@ def judgement_document(judgement: Judgement) -> dict[str, Any]:
         "notes": dict(judgement.notes),
         "progress": judgement.progress,
         "stepped": judgement.stepped,
+        "doing": judgement.doing,
         "hang": None
         if hang is None
         else {
@@ -357,6 +358,7 @@ def judgement_of(doc: Any) -> Judgement:
         None if hang is None else _hang(hang),
         _text(doc.get("progress", "")),
         doc.get("stepped") is True,
+        _text(doc.get("doing", "")),
     )
 
 

@@ -174,6 +174,9 @@ class Judgement:
     """The ranks' progress in one line, as the supervisor's own state has it."""
     stepped: bool = False
     """Some rank has stepped: the progress says something even once the run ended."""
+    doing: str = ""
+    """What the supervisor does for the run now beyond following it (ending the other nodes
+    after a failure…), while it does it."""
 
     @classmethod
     def of_record(cls, record: RunRecord) -> Judgement:

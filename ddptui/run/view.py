@@ -188,6 +188,7 @@ class RunView:
             "id": record.id,
             "state": self.judgement.state.value,
             "detail": self.judgement.detail,
+            "doing": self.judgement.doing or None,
             "demo": record.demo,
             "created": record.created,
             "entry": record.entry,

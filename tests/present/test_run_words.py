@@ -5,6 +5,7 @@ every state with its reason, a failure while staging included."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,21 @@ def test_every_state_says_why_in_both(state: RunState, detail: str) -> None:
     assert state_line.endswith(f": {detail}")
     status, _ = asyncio.run(_console(model))
     assert status.startswith(state_line)
+
+
+def test_what_the_supervisor_does_about_an_ended_run_is_said_until_it_is_done() -> None:
+    model = RunModel(_in(RunState.FAILED, "gpu-b (node 1) stopped answering"))
+    judgement = dataclasses.replace(
+        model.judgement(model.record), doing="ending what is left of the run on gpu-a"
+    )
+    view = RunView.of(model.record, model, judgement)
+    said = status_lines(view)[0].plain
+    assert said.endswith(
+        ": gpu-b (node 1) stopped answering — now ending what is left of the run on gpu-a"
+    )
+    assert view.document()["doing"] == "ending what is left of the run on gpu-a"
+    done = RunView.of(model.record, model, model.judgement(model.record))
+    assert done.document()["doing"] is None and "now" not in status_lines(done)[0].plain
 
 
 def test_a_run_that_failed_while_staging_says_why_and_no_rank_is_said_to_start() -> None:

@@ -45,6 +45,7 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
         Gap(0, 4096),
         Judged(JUDGEMENT),
         Judged(Judgement(RunState.RUNNING, 1, "every node started")),
+        Judged(Judgement(RunState.FAILED, 1, "gpu-b stopped answering", doing="ending gpu-a")),
         Said("asked the trainer to checkpoint and stop"),
         Reply("r1", True, "stopped", {"lines": ["a"], "clean": True}),
         Ended(RunState.FAILED, "torchrun on gpu-b exited 1", 1),

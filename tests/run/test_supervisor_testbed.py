@@ -110,16 +110,32 @@ def test_a_detached_run_that_loses_a_host_fails_with_no_front_end_open_and_resum
     cut = time.time()
     cut_link(hosts[2])
     try:
-        # Nothing of ddptui runs now but the run's supervisor: the record is read as a file.
-        record = _until(
-            "the record to say failed",
-            lambda: (found := _record(cli, run_id))["state"] == "failed" and found,
+        # Nothing of ddptui runs now but the run's supervisor, asked as a user would.
+        statuses = []
+        _until(
+            "status to say failed",
+            lambda: (
+                statuses.append(cli.json("status", run_id)) or statuses[-1]["state"] == "failed"
+            ),
             90,
+            every=0.5,
         )
+        seen = time.time()
+        record = _record(cli, run_id)
         failed = next(change for change in record["states"] if change["state"] == "failed")
-        assert failed["time"] - cut <= 30, failed
+        # Recorded when judged (12 s of silence, the others idle 10 s), and said at once.
+        assert failed["time"] - cut <= 15, failed
+        assert seen - failed["time"] <= 5, (seen, failed)
         assert failed["detail"].startswith("node2 (node 2) stopped answering"), failed
+        # The others are ended after the verdict, and status says so while it happens.
+        steps = (
+            "ending what is left of the run on node0, node1",
+            "keeping the flight recorders' dumps",
+            "taking the nodes' last lines",
+        )
+        assert statuses[-1]["doing"] in steps, statuses[-1]
         _until("the healthy hosts to be cleared", lambda: not run_processes(hosts[:2], run_id), 30)
+        _until("status to say it is done", lambda: cli.json("status", run_id)["doing"] is None, 30)
     finally:
         restore_link(hosts[2])
     # Once the host answers again, a resume ends what is left there and goes on from the

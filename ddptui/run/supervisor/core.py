@@ -21,6 +21,7 @@ the record (``ddptui status``) is what was said there.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -98,6 +99,7 @@ class Supervisor:
         """The jobs waiting in :attr:`jobs`, in order."""
         self.current: Job | None = None
         self.judgement = Judgement.of_record(record)
+        self._doing = ""
         self.hang: Hang | None = None
         self.hang_stacks = ""
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
@@ -185,6 +187,10 @@ class Supervisor:
         asked = Asked(viewer, request.id)
         job: Job
         match request.op:
+            case "snapshot" if self.following.followed is None and self.record.state.final:
+                # Started for an ended run: it knows no more than the run's files on the hosts.
+                self.audience.reply(viewer, request.id, False, "the run has ended: read its hosts")
+                return
             case "snapshot":
                 self.audience.reply(viewer, request.id, True, "", self._snapshot())
                 return
@@ -309,11 +315,16 @@ class Supervisor:
         self.end_attempt(verdict.state, verdict.detail)
         if verdict.state is RunState.FAILED:
             nodes = self.following.model.nodes
-            report = await self.backend.terminate({n for n, node in nodes.items() if node.silent})
+            silent = {name for name, node in nodes.items() if node.silent}
+            others = ", ".join(name for name in nodes if name not in silent)
+            self.doing(f"ending what is left of the run on {others}")
+            report = await self.backend.terminate(silent)
             self.note(*report.lines())
+            self.doing("keeping the flight recorders' dumps")
             kept = await evidence.keep_flight_recorders(self.backend, self.files)
             if kept is not None:
                 self.note(kept)
+        self.doing("taking the nodes' last lines")
         await self.following.end()
         self.ended()
 
@@ -394,6 +405,8 @@ class Supervisor:
         else:
             hang = self.hang if self.record.state is RunState.HUNG else None
             judgement = model.judgement(self.record, hang)
+        if self._doing:
+            judgement = dataclasses.replace(judgement, doing=self._doing)
         if judgement != self.judgement:
             self.judgement = judgement
             self.audience.broadcast(protocol.message(Judged(judgement)))
@@ -406,6 +419,12 @@ class Supervisor:
                 return None
             await asyncio.sleep(JUDGE_EVERY_S)
         return verdict
+
+    def doing(self, what: str) -> None:
+        """Tell viewers what the supervisor does for the run now ("": nothing beyond
+        following it)."""
+        self._doing = what
+        self._publish_judgement()
 
     # --- the record (what a backend may do through its Owner) -------------------------------
 
@@ -483,6 +502,7 @@ class Supervisor:
     def ended(self) -> None:
         """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
         a failure): following it is over."""
+        self.doing("")
         self.phases.move(Phase.IDLE, f"attempt {self.judgement.attempt} {self.record.state.value}")
         if self.following.followed is not None:
             self.following.followed.conclude(self.record.state)
