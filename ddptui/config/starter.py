@@ -267,7 +267,8 @@ _JOB = _Table(
             600.0,
             "A run is hung when no rank on any host that answers has made a step for this many "
             "seconds. Unset: the larger of 20 s and 10 of the slowest rank's step-event intervals; "
-            "a rank's phase events (a checkpoint save…) stretch it.",
+            "a rank's phase events (a checkpoint save…) stretch it. A script without step "
+            "events: no output for this long while every rank sits idle (unset: 300 s).",
             active=False,
         ),
         _Key(

@@ -98,11 +98,11 @@ def diagnosis_lines(diagnosis: Diagnosis, *, first: bool) -> list[Text]:
 def hang_lines(hang: Hang, now: float) -> list[Text]:
     """Since when, at which step, and each rank that differs (or that none does)."""
     since = time.strftime("%H:%M:%S", time.localtime(hang.since))
-    where = f"at step {hang.step}" if hang.step is not None else "before the first step"
+    where = f",{hang.where}" if hang.where else ""
     lines = [
         Text(
-            f"hung since {since} ({now - hang.since:.0f} s without a step, window "
-            f"{hang.window_s:.0f} s), {where}",
+            f"hung since {since} ({now - hang.since:.0f} s without {hang.without}, window "
+            f"{hang.window_s:.0f} s){where}",
             "bold red",
         )
     ]

@@ -116,6 +116,8 @@ class RunModel:
         """Host → when its latest step event of this attempt arrived."""
         self._phased_at: dict[str, float] = {}
         """Host → when its latest phase event of this attempt arrived."""
+        self._said_at: dict[str, float] = {}
+        """Host → when its ranks' latest output line of this attempt arrived."""
         self.diagnoser = Diagnoser(
             attempt=self.attempt,
             owned={node.node_rank: record.ranks_of(node) for node in record.nodes},
@@ -178,6 +180,7 @@ class RunModel:
         elif named.number != self.attempt:
             return
         elif named.local is not None:
+            self._said_at[line.host] = self._clock()
             rank = node.base_rank + named.local
             stream = named.stream or "error.json"
             self.logs.setdefault(rank, deque(maxlen=LOG_TAIL_LINES)).append(
@@ -336,6 +339,11 @@ class RunModel:
     def stepped_at(self) -> Mapping[str, float]:
         """Host → when its latest step event of this attempt arrived (:meth:`clock`)."""
         return self._stepped_at
+
+    @property
+    def said_at(self) -> Mapping[str, float]:
+        """Host → when its ranks' latest output line of this attempt arrived (:meth:`clock`)."""
+        return self._said_at
 
     @property
     def phased_at(self) -> Mapping[str, float]:

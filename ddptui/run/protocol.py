@@ -250,6 +250,7 @@ def judgement_document(judgement: Judgement) -> dict[str, Any]:
         else {
             "since": hang.since,
             "window_s": hang.window_s,
+            "quiet": hang.quiet,
             "step": hang.step,
             "ranks": [
                 {
@@ -380,6 +381,7 @@ def _hang(doc: Any) -> Hang:
             )
             for rank in doc["ranks"]
         ),
+        quiet=doc.get("quiet") is True,
     )
 
 

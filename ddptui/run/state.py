@@ -142,15 +142,30 @@ class Hang:
     step: int | None
     """The lowest step over the ranks: where the run as a whole stands."""
     ranks: tuple[RankAtHang, ...]
+    quiet: bool = False
+    """Judged by output and CPU (the script writes no step events): no rank wrote a line, and
+    every rank's process sat idle, for the window."""
 
     @property
     def odd(self) -> tuple[RankAtHang, ...]:
         return tuple(rank for rank in self.ranks if rank.why is not None)
 
+    @property
+    def without(self) -> str:
+        """What the window went without."""
+        return "output or CPU use" if self.quiet else "a step"
+
+    @property
+    def where(self) -> str:
+        """Where the run stands: at a step, before the first, or (judged by its output) ""."""
+        if self.quiet:
+            return ""
+        return f" at step {self.step}" if self.step is not None else " before the first step"
+
     def summary(self, now: float) -> str:
         """One line: how long, at which step, and which ranks differ (the first few)."""
-        where = f" at step {self.step}" if self.step is not None else " before the first step"
-        line = f"no step for {max(now - self.since, 0.0):.0f} s{where}"
+        what = "no output and no CPU use" if self.quiet else "no step"
+        line = f"{what} for {max(now - self.since, 0.0):.0f} s{self.where}"
         odd = self.odd
         if not odd:
             return line + "; every rank waits alike (a collective that never completes?)"

@@ -76,9 +76,14 @@ def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     pgid = started["pgid"]
     assert isinstance(pgid, int)
     try:
-        deadline = time.monotonic() + 30
+        # Generous: beside a bed's ranks on two cores, three Python starts took over 30 s.
+        deadline = time.monotonic() + 90
         stacks = processes.stacks_dir(run_dir)
-        while len(list(stacks.glob("*.ready"))) < 2 and time.monotonic() < deadline:
+
+        def settled() -> bool:
+            return len(list(stacks.glob("*.ready"))) >= 2 and len(list(marks.iterdir())) >= 3
+
+        while not settled() and time.monotonic() < deadline:
             time.sleep(0.1)
         yield run_dir, marks
     finally:

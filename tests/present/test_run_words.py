@@ -12,9 +12,10 @@ import pytest
 from textual.widgets import Static
 
 from ddptui.present.runs import run_row
-from ddptui.present.status import status_lines
+from ddptui.present.status import hang_lines, status_lines
 from ddptui.run.follow import HostSilent
 from ddptui.run.model import RunModel
+from ddptui.run.state import Hang
 from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
@@ -97,6 +98,17 @@ def test_what_the_supervisor_does_about_an_ended_run_is_said_until_it_is_done() 
     assert view.document()["doing"] == "ending what is left of the run on gpu-a"
     done = RunView.of(model.record, model, model.judgement(model.record))
     assert done.document()["doing"] is None and "now" not in status_lines(done)[0].plain
+
+
+def test_a_hang_judged_by_output_says_so_and_no_step() -> None:
+    hang = Hang(since=1000.0, window_s=300.0, step=None, ranks=(), quiet=True)
+    said = [line.plain for line in hang_lines(hang, 1301.0)]
+    assert said[0].endswith("(301 s without output or CPU use, window 300 s)"), said
+    assert hang.summary(1301.0).startswith("no output and no CPU use for 301 s;")
+    stepping = dataclasses.replace(hang, step=12, quiet=False)
+    assert hang_lines(stepping, 1301.0)[0].plain.endswith(
+        "(301 s without a step, window 300 s), at step 12"
+    )
 
 
 def test_a_run_that_failed_while_staging_says_why_and_no_rank_is_said_to_start() -> None:

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from textual.widgets import DataTable, Static
 
@@ -49,6 +50,7 @@ exit 1
 """
 """What py-spy says where ptrace is refused (kernel.yama.ptrace_scope, a container)."""
 THEIR_SITE = 'import os\nos.environ["THEIR_SITE_RAN"] = "yes"\n'
+QUIET_S = 20
 
 
 def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
@@ -60,7 +62,9 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
     theirs.mkdir()
     (project / "hangs.py").write_text(HANGS)
     (theirs / "sitecustomize.py").write_text(THEIR_SITE)
+    # The script writes no step events: it is judged by its output and CPU use.
     job = {"script": str(project / "hangs.py"), "args": [], "nproc_per_node": 2}
+    job["hang_timeout_s"] = QUIET_S
     cluster = {"env": {"PYTHONPATH": str(theirs)}}
     hosts_file = write_hosts(testbed, tmp_path, hosts, job=job, cluster=cluster)
     started = cli.run("launch", str(hosts_file), "--detach")
@@ -103,12 +107,23 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
     assert (saved / "node2-rank4.txt").read_text().startswith("Process ")
     assert (saved / "node1-rank2.txt").read_text().startswith("Current thread ")
     # Dumping took nothing down: every rank still waits where it was.
-    assert cli.run("status", run_id, "--json").returncode == 0
     assert len(run_processes(hosts, run_id)) >= 12
+    # Quiet and idle for the window: hung, with nothing following it.
+    status = _hung(cli, run_id)
+    assert status["hang"]["quiet"] is True and status["hang"]["window_s"] == QUIET_S
+    assert status["detail"].startswith("no output and no CPU use for "), status["detail"]
     try:
         asyncio.run(_on_the_console(hosts_file, cli, run_id))
     finally:
         assert cli.run("stop", run_id, "--kill").returncode == 0
+
+
+def _hung(cli: Cli, run_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + QUIET_S + 40
+    while (status := cli.json("status", run_id))["state"] != "hung":
+        assert time.monotonic() < deadline, status
+        time.sleep(1)
+    return status
 
 
 async def _on_the_console(hosts_file: Path, cli: Cli, run_id: str) -> None:

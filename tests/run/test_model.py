@@ -427,13 +427,40 @@ def test_a_phase_before_the_first_step_keeps_the_start_s_window() -> None:
     assert judging.hang(model) is None
 
 
-def test_only_what_tells_a_rank_apart_is_said_and_nothing_is_judged_without_events() -> None:
+def _said(host: str, rank: int, text: str) -> FileLine:
+    return FileLine(host, f"logs/attempt-1/tr/attempt_0/{rank % 2}/stdout.log", 1, text)
+
+
+def test_a_script_without_events_hangs_once_quiet_and_idle_for_the_window() -> None:
     clock = _Clock()
-    assert judging.hang(RunModel(_record(), clock=clock)) is None
-    clock.now += 10_000.0
-    quiet = RunModel(_record(), clock=clock)
-    clock.now += 10_000.0
-    assert judging.hang(quiet) is None, "a script without events is never hung"
+    model = RunModel(_record(), clock=clock, wall=clock)
+    idle = {0: ("S", 0.5), 1: ("S", 1.0)}
+    # Nothing said yet (a rendezvous waits idle too): the start's window.
+    clock.now += judging.FIRST_STEP_HANG_S - 1.0
+    model.apply(_beat("a", clock, idle))
+    model.apply(_beat("b", clock, {2: ("S", 0.0), 3: ("S", 0.0)}))
+    assert judging.hang(model) is None
+    model.apply(_said("a", 0, "epoch 0 batch 10 loss 2.3"))
+    clock.now += judging.QUIET_HANG_S - 1.0
+    model.apply(_beat("a", clock, idle))
+    assert judging.hang(model) is None
+    clock.now += 2.0
+    # One rank busy (it computes, or spins in NCCL): nothing tells a hang apart.
+    model.apply(_beat("b", clock, {2: ("R", 99.0), 3: ("S", 0.0)}))
+    assert judging.hang(model) is None
+    model.apply(_beat("b", clock, {2: ("S", 0.0), 3: ("T", 0.0)}))
+    hang = judging.hang(model)
+    assert hang is not None and hang.quiet and hang.window_s == judging.QUIET_HANG_S
+    assert [(rank.rank, rank.process) for rank in hang.odd] == [(3, "T")]
+    assert hang.summary(clock.now).startswith("no output and no CPU use for 301 s; rank 3 on b")
+    assert judging.hang(model, 30.0) is not None
+    # A line again: no longer hung.
+    model.apply(_said("b", 2, "epoch 0 batch 20 loss 2.1"))
+    assert judging.hang(model) is None
+
+
+def test_only_what_tells_a_rank_apart_is_said() -> None:
+    clock = _Clock()
     model = _started(RunModel(_record(), clock=clock, wall=clock))
     for rank in range(4):
         model.apply(_step("ab"[rank // 2], rank, 7 if rank != 1 else 6))

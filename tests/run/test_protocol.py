@@ -4,6 +4,7 @@ comes off the socket is dropped, never a crash."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -46,6 +47,7 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
         Judged(JUDGEMENT),
         Judged(Judgement(RunState.RUNNING, 1, "every node started")),
         Judged(Judgement(RunState.FAILED, 1, "gpu-b stopped answering", doing="ending gpu-a")),
+        Judged(Judgement(RunState.HUNG, 1, "no output", hang=replace(HANG, quiet=True))),
         Said("asked the trainer to checkpoint and stop"),
         Reply("r1", True, "stopped", {"lines": ["a"], "clean": True}),
         Ended(RunState.FAILED, "torchrun on gpu-b exited 1", 1),

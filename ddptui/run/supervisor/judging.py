@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from ddptui.config.model import JobConfig
 from ddptui.run.model import RunModel
@@ -32,6 +33,11 @@ FIRST_STEP_HANG_S = 600.0
 """Before an attempt's first step (imports, data, rendezvous, NCCL set-up, compiling the first
 step) the window is at least this: NCCL's own default collective timeout, so only what it
 would time out counts."""
+QUIET_HANG_S = 300.0
+"""A script that writes no step events is hung when no rank has written a line for this long
+(``[job] hang_timeout_s`` overrides it) while every rank's process sits idle: a training
+process that neither computes nor says anything waits for something that does not come. One
+that busy-waits (NCCL's collectives spin) cannot be told from one that trains."""
 PHASE_HANG_S = 600.0
 """While a rank is in a phase that did not say how long it takes (a checkpoint save, an
 evaluation), the window is at least this, as before the first step."""
@@ -75,12 +81,15 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     answers).
 
     Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``, and while a
-    rank is in a phase (a checkpoint save…) at least what that phase may take. Scripts that
-    write no events are never judged hung: nothing would tell a hang apart.
+    rank is in a phase (a checkpoint save…) at least what that phase may take. A script that
+    writes no events is judged by its output and its processes' CPU use instead
+    (:data:`QUIET_HANG_S`).
     """
     witnesses = model.witnesses()
-    if not witnesses or not model.starts or model.stopped_ranks:
+    if not witnesses or model.stopped_ranks:
         return None
+    if not model.starts:
+        return _quiet_hang(model, witnesses, override)
     now = model.clock()
     stepped = [model.stepped_at[host] for host in witnesses if host in model.stepped_at]
     if stepped:
@@ -107,6 +116,41 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
         else None,
         ranks=_ranks_at_hang(model),
     )
+
+
+def _quiet_hang(model: RunModel, witnesses: list[str], override: float | None) -> Hang | None:
+    """The hang of a script without events: no output from any answering host for the
+    window, and every one of their ranks' processes idle or stopped as last sampled. Before
+    any output the window is at least ``FIRST_STEP_HANG_S`` (a rendezvous waits idle too)."""
+    now = model.clock()
+    said = [model.said_at[host] for host in witnesses if host in model.said_at]
+    last = max([model.began, *said])
+    window = QUIET_HANG_S if override is None else override
+    if not said:
+        window = max(window, FIRST_STEP_HANG_S)
+    if now - last <= window:
+        return None
+    processes = [
+        seen
+        for host in witnesses
+        for seen in (model.nodes[host].sample.get("ranks") or {}).values()
+    ]
+    if not processes or not all(_idle(seen) for seen in processes):
+        return None
+    return Hang(
+        since=model.wall() - (now - last),
+        window_s=window,
+        step=None,
+        ranks=_ranks_at_hang(model),
+        quiet=True,
+    )
+
+
+def _idle(seen: dict[str, Any]) -> bool:
+    """A rank's process as sampled does nothing: stopped, in uninterruptible I/O, or below
+    ``IDLE_CPU_PCT`` of a core."""
+    cpu = seen.get("cpu_pct")
+    return seen.get("state") in PROCESS_STATES or (cpu is not None and cpu < IDLE_CPU_PCT)
 
 
 def _ranks_at_hang(model: RunModel) -> tuple[RankAtHang, ...]:
