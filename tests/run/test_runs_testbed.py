@@ -102,12 +102,14 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     hosts = testbed.hosts[:3]
     hosts_file = write_hosts(testbed, tmp_path, job={"checkpoint_every": 40})
     # Steps to spare after the stop is asked at step 40: on a loaded machine the request can
-    # take a few seconds to land, and a run that ends first proves nothing about resuming.
-    total = ["--", "--max-steps", "400"]
+    # take a while to land (400 steps were once not enough), and a run that ends first proves
+    # nothing about resuming.
+    last = 600
+    total = ["--", "--max-steps", str(last)]
     straight = cli.run("launch", str(hosts_file), "--headless", *total)
     assert straight.returncode == 0, straight.stderr
     expected = _losses(steps_of(testbed, hosts, run_id_in(straight.stderr)))
-    assert len(expected) == 3 * 400
+    assert len(expected) == 3 * last
 
     started = cli.run("launch", str(hosts_file), "--detach", *total)
     assert started.returncode == 0, started.stderr
@@ -121,14 +123,14 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     assert status.returncode == 3, status.stdout + status.stderr
     assert f"run {run_id}: stopped" in status.stdout
     stop_step = max(events[-1]["step"] for events in steps_of(testbed, hosts, run_id).values())
-    assert stop_step < 400
+    assert stop_step < last
 
     resumed = cli.run("resume", run_id, "--headless")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     steps = steps_of(testbed, hosts, run_id)
     for events in steps.values():
         # Every step once: the resume starts right after the stop's checkpoint.
-        assert [event["step"] for event in events] == list(range(1, 401))
+        assert [event["step"] for event in events] == list(range(1, last + 1))
     assert _losses(steps) == expected
     runs = {run["id"]: run for run in cli.json("runs")}
     assert runs[run_id]["state"] == "completed" and runs[run_id]["attempts"] == 2

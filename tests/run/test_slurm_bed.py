@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import queue
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -271,12 +273,39 @@ def test_a_node_whose_slurmd_dies_fails_the_run_naming_it_and_the_check_names_it
     assert 'exclude = ["node1"] in [slurm]' in checked.stdout
 
 
-def _read_until(stream: IO[str], said: list[str], wanted: str) -> None:
-    for line in stream:
-        said.append(line)
-        if wanted in line:
-            return
-    raise AssertionError(f"never said {wanted!r}: {''.join(said)}")
+class _Lines:
+    """A process's output lines, read by a thread of their own so that waiting for one can
+    give up (a launch that waits for good would hold the test until pytest's timeout)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.said: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def until(self, wanted: str, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.said.append(line)
+            if wanted in line:
+                return
+        raise AssertionError(f"never said {wanted!r}: {''.join(self.said)}")
+
+    def rest(self) -> str:
+        lines = []
+        while (line := self._lines.get(timeout=120)) is not None:
+            lines.append(line)
+        return "".join(lines)
 
 
 def test_a_waiting_launch_says_why_and_rides_out_a_controller_restart(
@@ -287,14 +316,14 @@ def test_a_waiting_launch_says_why_and_rides_out_a_controller_restart(
     hosts_file = _hosts_file(tmp_path, "--max-steps", "3")
     launcher = cli.start("launch", str(hosts_file), "--force")
     assert launcher.stdout is not None
-    said: list[str] = []
-    _read_until(launcher.stdout, said, "pending: a node it may use is down, drained or reserved")
+    lines = _Lines(launcher.stdout)
+    lines.until("pending: a node it may use is down, drained or reserved")
     slurm_bed.stop_controller()
-    _read_until(launcher.stdout, said, "; asking again in 2 s")
+    lines.until("; asking again in 2 s")
     slurm_bed.start_controller()
     slurm_bed.resume("node1")
-    rest, _ = launcher.communicate(timeout=120)
-    text = "".join(said) + rest
+    text = "".join(lines.said) + lines.rest()
+    launcher.wait(timeout=120)
     assert launcher.returncode == 0, text
     assert "node1: node1 is drained in Slurm (bad_gpu_ecc)" in text
     assert re.search(r"job \d+ running on node\[0-2\]", text), text
