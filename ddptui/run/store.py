@@ -183,6 +183,30 @@ class RunRecord:
             raise IllegalTransition(f"run {self.id}: {was} → {state.value} is not allowed")
         self.states.append(StateChange(state, time.time() if now is None else now, detail))
 
+    def begin_attempt(self, attempt: Attempt, detail: str) -> None:
+        self.attempts.append(attempt)
+        self.transition(RunState.STARTING, detail, now=attempt.started)
+
+    def runs(
+        self, detail: str, now: float, placed: list[NodeRecord] | None, allocation: str
+    ) -> None:
+        """The latest attempt runs, on ``placed`` (the nodes a scheduler gave it) if given."""
+        if placed is not None:
+            self.nodes, self.master_addr = placed, placed[0].address
+            self.attempt.allocation = allocation
+        self.transition(RunState.RUNNING, detail, now=now)
+
+    def end_attempt(self, state: RunState, detail: str, now: float) -> None:
+        """The latest attempt ended as ``state`` (once: a later call only moves the run)."""
+        if self.attempts and self.attempt.ended is None:
+            self.attempt.ended, self.attempt.outcome = now, state.value
+            self.attempt.detail = detail
+        self.transition(state, detail, now=now)
+
+    def add_to_detail(self, lines: Sequence[str]) -> None:
+        """``lines`` after the latest attempt's detail (what ``status`` shows of it)."""
+        self.attempt.detail = "; ".join([self.attempt.detail, *lines]).strip("; ")
+
     @property
     def detail(self) -> str:
         """Why the run is in its state (the latest change's detail)."""

@@ -176,6 +176,36 @@ def test_a_run_goes_the_ways_the_supervisor_takes_it() -> None:
     _walk(S.STAGING, S.STARTING, S.RUNNING, S.HUNG, S.STOPPING, S.FAILED)
 
 
+def test_an_attempt_begins_runs_where_placed_and_ends_once_with_its_notes() -> None:
+    record = _record("20261203-120000-abcd")
+    record.end_attempt(RunState.STOPPED, "stopped on request", now=3.0)
+    placed = [NodeRecord("n7", "10.0.0.7", 0, 4, "/r/n7", ["python"], {})]
+    record.begin_attempt(Attempt(2, 4.0, 29501, job_id="42"), "attempt 2")
+    record.runs("every node started", 5.0, placed, "n7")
+    assert (record.nodes, record.master_addr, record.attempt.allocation) == (
+        placed,
+        "10.0.0.7",
+        "n7",
+    )
+    record.end_attempt(RunState.FAILED, "n7 stopped answering", now=6.0)
+    record.add_to_detail(["SIGKILL to python on n7"])
+    first, second = record.attempts
+    assert (first.ended, first.outcome, first.detail) == (3.0, "stopped", "stopped on request")
+    assert (second.started, second.ended, second.outcome, second.job_id) == (
+        4.0,
+        6.0,
+        "failed",
+        "42",
+    )
+    assert second.detail == "n7 stopped answering; SIGKILL to python on n7"
+    assert [(change.state, change.time) for change in record.states[-4:]] == [
+        (RunState.STOPPED, 3.0),
+        (RunState.STARTING, 4.0),
+        (RunState.RUNNING, 5.0),
+        (RunState.FAILED, 6.0),
+    ]
+
+
 @pytest.mark.parametrize(
     ("before", "after"),
     [

@@ -440,13 +440,8 @@ class Supervisor:
 
     def note(self, *lines: str) -> None:
         """``lines`` added to the current attempt's detail (what ``status`` shows of it)."""
-        if not lines:
-            return
-
-        def note(record: RunRecord) -> None:
-            record.attempt.detail = "; ".join([record.attempt.detail, *lines]).strip("; ")
-
-        self.change(note)
+        if lines:
+            self.change(lambda record: record.add_to_detail(lines))
 
     def stop_asked(self) -> bool:
         return any(isinstance(job, Stop) for job in self.queued)
@@ -457,29 +452,15 @@ class Supervisor:
     def attempt_starting(
         self, number: int, master_port: int, detail: str, job_id: str | None = None
     ) -> None:
-        def starting(record: RunRecord) -> None:
-            attempt = Attempt(
-                number=number, started=self._wall(), master_port=master_port, job_id=job_id
-            )
-            record.attempts.append(attempt)
-            record.transition(RunState.STARTING, detail, now=self._wall())
-
-        self.change(starting)
+        attempt = Attempt(number, self._wall(), master_port, job_id=job_id)
+        self.change(lambda record: record.begin_attempt(attempt, detail))
 
     def attempt_running(
         self, detail: str, placed: list[NodeRecord] | None = None, allocation: str = ""
     ) -> None:
         if placed is not None:
             self.following.place(self.record, placed)
-
-        def runs(record: RunRecord) -> None:
-            if placed is not None:
-                record.nodes = placed
-                record.master_addr = placed[0].address
-                record.attempt.allocation = allocation
-            record.transition(RunState.RUNNING, detail, now=self._wall())
-
-        self.change(runs)
+        self.change(lambda record: record.runs(detail, self._wall(), placed, allocation))
         self._follow(detail)
 
     def _follow(self, why: str) -> None:
@@ -489,14 +470,7 @@ class Supervisor:
         self._publish_judgement()
 
     def end_attempt(self, state: RunState, detail: str) -> None:
-        def end(record: RunRecord) -> None:
-            if record.attempts and record.attempt.ended is None:
-                record.attempt.ended = self._wall()
-                record.attempt.outcome = state.value
-                record.attempt.detail = detail
-            record.transition(state, detail, now=self._wall())
-
-        self.change(end)
+        self.change(lambda record: record.end_attempt(state, detail, self._wall()))
         log.info("attempt %d %s: %s", self.judgement.attempt, state.value, detail)
 
     def ended(self) -> None:
