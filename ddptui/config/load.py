@@ -50,11 +50,11 @@ _REQUIRED_HOST_KEYS = ("name", "address")
 _CLUSTER_ONLY: dict[str, values.Validator] = {
     "master_port": values.master_port,
     "backend": values.backend,
-    "connect_timeout": values.connect_timeout,
-    "torch_import_timeout": values.torch_import_timeout,
+    "connect_timeout": values.seconds,
+    "torch_import_timeout": values.seconds,
     "max_parallel_connects": values.max_parallel_connects,
     "min_free_disk_gb": values.min_free_disk_gb,
-    "max_clock_skew_s": values.max_clock_skew_s,
+    "max_clock_skew_s": values.seconds,
 }
 _JOB_FIXED: dict[str, values.Validator] = {
     "nproc_per_node": values.nproc_per_node,
@@ -62,8 +62,8 @@ _JOB_FIXED: dict[str, values.Validator] = {
     "args": values.args,
     "module": values.module,
     "resume_args": values.args,
-    "stop_grace_s": values.stop_grace_s,
-    "hang_timeout_s": values.hang_timeout_s,
+    "stop_grace_s": values.seconds,
+    "hang_timeout_s": values.seconds,
     "on_hang": values.on_hang,
     "exclude": values.patterns,
     "max_upload_mb": values.max_upload_mb,

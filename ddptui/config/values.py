@@ -235,11 +235,9 @@ def backend(value: object) -> str:
     return value
 
 
-def connect_timeout(value: object) -> float:
-    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
-
-
-def torch_import_timeout(value: object) -> float:
+def seconds(value: object) -> float:
+    """A duration: ``connect_timeout``, ``torch_import_timeout``, ``max_clock_skew_s``,
+    ``stop_grace_s``, ``hang_timeout_s``."""
     return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
@@ -249,10 +247,6 @@ def max_parallel_connects(value: object) -> int:
 
 def min_free_disk_gb(value: object) -> float:
     return _number(value, 0, inclusive=True, what="a number of GB ≥ 0")
-
-
-def max_clock_skew_s(value: object) -> float:
-    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
 def name(value: object) -> str:
@@ -349,14 +343,6 @@ def memory_per_process_gb(value: object) -> float:
 
 def max_upload_mb(value: object) -> float:
     return _number(value, 0, inclusive=False, what="a number of MiB > 0")
-
-
-def stop_grace_s(value: object) -> float:
-    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
-
-
-def hang_timeout_s(value: object) -> float:
-    return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
 def on_hang(value: object) -> str:
