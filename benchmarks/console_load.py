@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddptui.run.follow import FileLine
 from ddptui.run.model import RunModel
-from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from ddptui.present.progress import ProgressReport
 from ddptui.run.control import Attachment
 from ddptui.run.protocol import Ended, Said
-from ddptui.run.store import RunRecord, RunState
+from ddptui.run.record import RunRecord, RunState
 from ddptui.untrusted import plain
 
 EXIT_CODES = {

@@ -15,8 +15,8 @@ from ddptui.config import load_config
 from ddptui.present.check import before_launch, refusal
 from ddptui.present.plan import dry_run, launch_note, started
 from ddptui.run.control import ClusterCheck, RunControl
+from ddptui.run.record import RunRecord
 from ddptui.run.state import Steps
-from ddptui.run.store import RunRecord
 
 
 def run(args: argparse.Namespace) -> int:

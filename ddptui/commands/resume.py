@@ -6,8 +6,8 @@ import argparse
 
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.run.control import RunControl
+from ddptui.run.record import RunRecord
 from ddptui.run.state import Steps
-from ddptui.run.store import RunRecord
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from ddptui.plan.launch import LaunchPlan
 from ddptui.plan.slurm import BatchPlan
 from ddptui.run.code import CodeTree
 from ddptui.run.layout import root_code_dir
-from ddptui.run.store import RunRecord
+from ddptui.run.record import RunRecord
 from ddptui.untrusted import plain
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from ddptui.present.status import STATE_STYLE
-from ddptui.run.store import RunRecord
+from ddptui.run.record import RunRecord
 from ddptui.untrusted import plain
 
 COLUMNS = ("run", "state", "started", "took", "tries", "ranks", "hosts")

@@ -13,8 +13,8 @@ from rich.text import Text
 
 from ddptui.run.diagnose import Diagnosis
 from ddptui.run.diagnose.lines import strip_prefixes
+from ddptui.run.record import Attempt, RunRecord, RunState
 from ddptui.run.state import Hang, Judgement
-from ddptui.run.store import Attempt, RunRecord, RunState
 from ddptui.run.view import NodeView, RunView
 from ddptui.untrusted import plain
 

@@ -15,8 +15,8 @@ from ddptui.run import protocol
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import Attach, Ended, Gap, Hello, Judged, Message, Reply, Request, Said
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import Judgement, Steps
-from ddptui.run.store import RunRecord, RunState
 from ddptui.run.supervising import ControlError, Say, Supervisors
 from ddptui.untrusted import plain
 

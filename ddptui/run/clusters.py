@@ -25,7 +25,7 @@ from ddptui.health.bandwidth import BandwidthReport
 from ddptui.plan.launch import LaunchPlan, PlanError, plan_launch
 from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.run import launcher, slurm, slurm_run
-from ddptui.run.store import RunRecord
+from ddptui.run.record import RunRecord
 
 RunPlan: TypeAlias = LaunchPlan | BatchPlan
 """A new run's plan: every host's torchrun (SSH hosts), or the batch job Slurm places."""

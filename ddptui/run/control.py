@@ -38,8 +38,9 @@ from ddptui.run.follow import FileLine as FileLine
 from ddptui.run.follow import HostSilent as HostSilent
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import BUSY, Reply
+from ddptui.run.record import RunRecord
 from ddptui.run.state import Steps
-from ddptui.run.store import Catalogue, RunRecord, RunStore, new_run_id
+from ddptui.run.store import Catalogue, RunStore, new_run_id
 from ddptui.run.supervising import ANSWER_S, ControlError, Say, Supervisors, quiet
 from ddptui.run.view import RunView
 from ddptui.untrusted import plain

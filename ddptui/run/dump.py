@@ -22,8 +22,8 @@ from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_call import NodeError, described
 from ddptui.run.flight import FlightDumpError, FlightFinding, RankTrace, analyse, read_dump
+from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.stacks import RankStack, StackGroup, group
-from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.run.transports import transport_for
 
 HOST_FLIGHT_BYTES = 64 * 1024 * 1024

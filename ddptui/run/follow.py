@@ -41,7 +41,7 @@ from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.layout import HostFiles
-from ddptui.run.store import NodeRecord, RunRecord
+from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.transports import transport
 from ddptui.untrusted import count, finite, whole
 

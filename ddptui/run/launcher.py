@@ -35,8 +35,8 @@ from ddptui.run.checkpoints import (
 )
 from ddptui.run.code import MIB, CodeError, job_code, mib
 from ddptui.run.layout import code_cache_dir, code_dir, log_dir
+from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport, live, terminate
-from ddptui.run.store import NodeRecord, RunRecord, RunState
 from ddptui.untrusted import plain
 
 Say = Callable[[str], None]

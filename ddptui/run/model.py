@@ -50,6 +50,7 @@ from ddptui.run.events import (
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.logloss import LossReader
 from ddptui.run.progress import RankProgress, RankState, RunProgress
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import (
     LOG_LINE_CHARS,
     LOG_TAIL_LINES,
@@ -60,7 +61,6 @@ from ddptui.run.state import (
     Silence,
     Steps,
 )
-from ddptui.run.store import RunRecord, RunState
 from ddptui.untrusted import whole
 
 PEERS_IDLE_MIN_S = 10.0

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, sample_of
+from ddptui.run.record import RunState
 from ddptui.run.state import Hang, Judgement, RankAtHang
-from ddptui.run.store import RunState
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024

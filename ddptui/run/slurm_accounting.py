@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterable
 
 from ddptui.errors import UsageError
 from ddptui.run import slurm
+from ddptui.run.record import RunRecord
 from ddptui.run.slurm_job import ENDED
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.run.store import RunStore
 
 SACCT_EVERY_S = 30.0
 """Slurm's accounting is asked no more often: a database query for the whole cluster's users."""

@@ -26,9 +26,9 @@ from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run import layout, slurm
 from ddptui.run.code import CodeTree, job_code
+from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import NodeRecord, RunRecord, RunState
 
 POLL_S = 2.0
 """How often the supervisor asks after a job: squeue's users poll no faster."""

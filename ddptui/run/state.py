@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.run.layout import HostFiles
-from ddptui.run.store import RunRecord, RunState
+from ddptui.run.record import RunRecord, RunState
 
 LOG_TAIL_LINES = 2000
 """Per rank (and per node for torchrun's own output): enough to read back, bounded."""

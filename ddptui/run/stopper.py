@@ -23,7 +23,7 @@ from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_answers import AttemptStatus
 from ddptui.run.agent_call import GarbledAnswer, NodeError, described
-from ddptui.run.store import RunRecord
+from ddptui.run.record import RunRecord
 
 _T = TypeVar("_T")
 

@@ -23,7 +23,8 @@ from ddptui.remote.commands import HEAD_CWD, head_python
 from ddptui.run import protocol
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import Attach, Hello, Reply
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.run.record import RunRecord
+from ddptui.run.store import RunStore
 from ddptui.untrusted import plain
 
 Say = Callable[[str], None]

@@ -12,7 +12,7 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.srun import SrunCluster
 from ddptui.remote.transport import Transport
 from ddptui.run import slurm
-from ddptui.run.store import RunRecord
+from ddptui.run.record import RunRecord
 
 
 async def transport_for(config: Config, record: RunRecord) -> Transport:

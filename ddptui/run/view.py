@@ -17,8 +17,8 @@ from ddptui.run.diagnose import Category, Diagnosis
 from ddptui.run.follow import sample_of
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
+from ddptui.run.record import RunRecord
 from ddptui.run.state import Judgement, RankLog
-from ddptui.run.store import RunRecord
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from ddptui.config import Config
 from ddptui.present.check import error_count
 from ddptui.present.plan import launch_heading, plan_text
 from ddptui.run.control import ClusterCheck, RunControl
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.run.record import RunRecord
+from ddptui.run.store import RunStore
 from ddptui.untrusted import plain
 
 DEFAULT_HOSTS = Path("hosts.toml")

@@ -11,7 +11,8 @@ import pytest
 
 from ddptui.cli import main
 from ddptui.onhost.common import READ_CHUNK
-from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState, RunStore, StateChange
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState, StateChange
+from ddptui.run.store import RunStore
 
 RUN = "20990101-000000-logs"
 HOSTS = """

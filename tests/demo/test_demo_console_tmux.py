@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run.store import RunState, RunStore
+from ddptui.run.record import RunState
+from ddptui.run.store import RunStore
 from tests.run.bed import supervisors
 from tests.ui.terminal import Terminal
 

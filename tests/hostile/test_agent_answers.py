@@ -23,8 +23,8 @@ from ddptui.run import agent_client as nodes
 from ddptui.run.agent_answers import AttemptStatus
 from ddptui.run.agent_call import GarbledAnswer, NodeError
 from ddptui.run.launcher import LaunchError, start_attempt
+from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
-from ddptui.run.store import Attempt, NodeRecord, RunRecord
 from tests.hostile.server import Behaviour, HostileSshServer
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer

@@ -24,7 +24,7 @@ from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
 from ddptui.run import dump as stack_dump
 from ddptui.run.flight import FlightDumpError, read_dump
-from ddptui.run.store import Attempt, NodeRecord, RunRecord
+from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
 from tests.hostile.answers import AnsweringHost
 

@@ -37,7 +37,8 @@ from ddptui.remote.status import Reach, Reachability
 from ddptui.run.control import RunControl
 from ddptui.run.follow import FileLine, HostSilent
 from ddptui.run.model import RunModel
-from ddptui.run.store import Catalogue, RunRecord, RunState, RunStore
+from ddptui.run.record import RunRecord, RunState
+from ddptui.run.store import Catalogue, RunStore
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen

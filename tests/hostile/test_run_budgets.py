@@ -28,8 +28,8 @@ from ddptui.run.follow import (
     _read,
 )
 from ddptui.run.model import RunModel
+from ddptui.run.record import RunState
 from ddptui.run.state import LOG_LINE_CHARS, Steps
-from ddptui.run.store import RunState
 from ddptui.run.supervisor import INBOX, judging, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
 from tests.run.bed import two_host_record

@@ -15,8 +15,8 @@ from ddptui.present.runs import run_row
 from ddptui.present.status import hang_lines, status_lines
 from ddptui.run.follow import HostSilent
 from ddptui.run.model import RunModel
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.state import Hang
-from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.run.store import Attempt, NodeRecord, RunRecord
+from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from tests.testbed import TestBed, TestHost
 
 SMALL = [

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.run import backends
-from ddptui.run.store import Attempt, RunState, RunStore
+from ddptui.run.record import Attempt, RunState
+from ddptui.run.store import RunStore
 from tests.run.bed import two_host_record
 
 

@@ -13,7 +13,7 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run.checkpoints import Copy, Held, copies, only_on_node_0, unmatched
 from ddptui.run.launcher import LaunchError, carry_checkpoints
 from ddptui.run.layout import code_dir, host_run_dir
-from ddptui.run.store import NodeRecord, RunRecord
+from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
 

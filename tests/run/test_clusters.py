@@ -20,7 +20,8 @@ from ddptui.plan.slurm import BatchPlan
 from ddptui.run import clusters
 from ddptui.run.clusters import HostsCluster, SlurmCluster, cluster_of
 from ddptui.run.control import RunControl
-from ddptui.run.store import RunState, RunStore
+from ddptui.run.record import RunState
+from ddptui.run.store import RunStore
 
 HOSTS = '[[hosts]]\nname = "gpu-a"\naddress = "192.0.2.2"\n'
 

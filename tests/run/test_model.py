@@ -9,8 +9,8 @@ import pytest
 from ddptui.run.diagnose import Category
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.model import RunModel
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import Steps, Verdict
-from ddptui.run.store import RunRecord, RunState
 from ddptui.run.supervisor import judging
 from tests.run.bed import two_host_record
 

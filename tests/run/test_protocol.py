@@ -24,8 +24,8 @@ from ddptui.run.protocol import (
     line_record,
     message,
 )
+from ddptui.run.record import RunState
 from ddptui.run.state import Hang, Judgement, RankAtHang
-from ddptui.run.store import RunState
 
 HANG = Hang(
     since=1000.5,

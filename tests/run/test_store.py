@@ -8,20 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run.store import (
+from ddptui.run.record import (
     TRANSITIONS,
     Attempt,
     IllegalTransition,
     NodeRecord,
-    RunNotFound,
     RunRecord,
-    RunRecordUnreadable,
     RunState,
-    RunStore,
     StateChange,
-    new_run_id,
-    state_home,
 )
+from ddptui.run.store import RunNotFound, RunRecordUnreadable, RunStore, new_run_id, state_home
 
 
 def _record(run_id: str) -> RunRecord:

@@ -15,7 +15,7 @@ from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.follow import FileLine, Heartbeat
 from ddptui.run.model import RunModel
-from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CREATED = 1796077338.0

@@ -17,7 +17,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from ddptui.run.store import RunState, RunStore
+from ddptui.run.record import RunState
+from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen

@@ -18,7 +18,7 @@ from ddptui.run.control import RunControl
 from ddptui.run.diagnose import marks_error
 from ddptui.run.follow import FileLine, HostBack, HostSilent
 from ddptui.run.model import RunModel
-from ddptui.run.store import RunState
+from ddptui.run.record import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.first_run import FirstRunScreen

@@ -13,7 +13,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.screen import Screen
 
-from ddptui.run.store import RunState, RunStore
+from ddptui.run.record import RunState
+from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.first_run import FirstRunScreen
 from ddptui.ui.screens.health import HealthScreen

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run.store import RunState, RunStore
+from ddptui.run.record import RunState
+from ddptui.run.store import RunStore
 from tests.testbed import TestBed
 from tests.ui.pilot import kill_live_runs
 from tests.ui.terminal import Terminal

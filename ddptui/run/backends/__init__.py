@@ -22,10 +22,11 @@ from ddptui.remote.transport import Transport
 from ddptui.run import dump
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import HostFollower, Update
+from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import NodeRecord, RunRecord, RunState, RunStore
+from ddptui.run.store import RunStore
 from ddptui.run.transports import transport_for
 
 

@@ -15,12 +15,13 @@ from ddptui.health.slurm import allocation_errors
 from ddptui.plan.slurm import master_port
 from ddptui.run import launcher, slurm_accounting, slurm_run
 from ddptui.run.backends import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.slurm import SlurmError
 from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.slurm_run import SlurmRunError
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import RunRecord, RunState, RunStore
+from ddptui.run.store import RunStore
 
 REQUEUED = "Slurm requeued job"
 """How an attempt's detail says its job was requeued (said once)."""

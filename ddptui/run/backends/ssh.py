@@ -9,8 +9,8 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run import launcher
 from ddptui.run.backends import RunBackend, StartFailed
 from ddptui.run.launcher import LaunchError
+from ddptui.run.record import RunState
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
-from ddptui.run.store import RunState
 
 FAILED_GRACE_S = 5.0
 """After a failure the other nodes' ranks wait in collectives: they cannot checkpoint."""

@@ -35,8 +35,9 @@ from ddptui.run.backends import NodesEnded, Restarted, RunBackend, StartFailed, 
 from ddptui.run.journal import Journal
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended, Hello, Judged, Request
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.state import Hang, Judgement, Verdict
-from ddptui.run.store import Attempt, NodeRecord, RunRecord, RunState, RunStore
+from ddptui.run.store import RunStore
 from ddptui.run.supervisor import evidence, judging
 from ddptui.run.supervisor.following import JUDGE_EVERY_S, Following
 from ddptui.run.supervisor.jobs import (

@@ -11,9 +11,9 @@ from ddptui.run import dump as stack_dump
 from ddptui.run import protocol
 from ddptui.run.backends import RunBackend
 from ddptui.run.layout import RunFiles
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import Judgement
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import RunRecord, RunState
 
 log = logging.getLogger("ddptui.supervisor")
 

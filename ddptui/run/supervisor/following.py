@@ -17,8 +17,8 @@ from ddptui.run.backends import Follower
 from ddptui.run.follow import FileLine, Heartbeat, HostSilent, Update
 from ddptui.run.journal import Journal
 from ddptui.run.model import RunModel
+from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.state import Steps
-from ddptui.run.store import NodeRecord, RunRecord
 from ddptui.run.supervisor.viewers import Audience
 
 FLUSH_EVERY_S = 0.1

@@ -17,8 +17,8 @@ from typing import Any
 from ddptui.config.model import JobConfig
 from ddptui.run.model import RunModel
 from ddptui.run.progress import RankProgress
+from ddptui.run.record import RunState
 from ddptui.run.state import Hang, RankAtHang, Silence, Verdict
-from ddptui.run.store import RunState
 
 EXIT_SETTLE_S = 3.0
 """After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and

@@ -1,6 +1,6 @@
 """The supervisor's phase: what it is doing with the run's current attempt.
 
-The run's recorded state (:class:`~ddptui.run.store.RunState`) says how the run stands for
+The run's recorded state (:class:`~ddptui.run.record.RunState`) says how the run stands for
 everyone; the phase says what its supervisor may do next, and is known to it alone. Its moves::
 
     IDLE ──launch, resume, requeued job──▶ STARTING ──every node started──▶ RUNNING

@@ -26,8 +26,8 @@ from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended
 from ddptui.run.protocol import Said as Told
+from ddptui.run.record import RunRecord
 from ddptui.run.state import Judgement
-from ddptui.run.store import RunRecord
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
 from ddptui.ui.widgets.errors_pane import ErrorsPane
 from ddptui.ui.widgets.gpu_pane import GpuPane

@@ -14,7 +14,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.present.runs import COLUMNS, run_row
-from ddptui.run.store import RunRecord, RunStore
+from ddptui.run.record import RunRecord
+from ddptui.run.store import RunStore
 from ddptui.untrusted import plain
 
 

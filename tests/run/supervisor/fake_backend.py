@@ -28,10 +28,11 @@ from ddptui.run.backends import (
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.protocol import Attach, Reply, Request
+from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
-from ddptui.run.store import NodeRecord, RunRecord, RunState, RunStore
+from ddptui.run.store import RunStore
 from ddptui.run.supervisor import Supervisor
 from ddptui.run.supervisor.jobs import Job
 from ddptui.run.supervisor.process import serve

@@ -15,7 +15,8 @@ import pytest
 
 from ddptui.run.backends import NodesEnded, Restarted, StartFailed
 from ddptui.run.protocol import Ended, Reply, Said
-from ddptui.run.store import RunState, RunStore
+from ddptui.run.record import RunState
+from ddptui.run.store import RunStore
 from ddptui.run.supervisor.jobs import Launch, Resume
 from ddptui.run.supervisor.phase import MOVES, Phase, PhaseError, Phases
 from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record, scheduler_job

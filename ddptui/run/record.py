@@ -1,0 +1,354 @@
+"""A run's record: its plan, attempts and state changes, and its TOML form (``run.toml``).
+
+The states follow :data:`TRANSITIONS`; :mod:`ddptui.run.store` keeps the records on disk.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tomli_w
+
+from ddptui.run.layout import HostFiles
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+RECORD_VERSION = 1
+
+
+class RunState(str, enum.Enum):
+    """Where a run stands; :data:`TRANSITIONS` says which state may follow which.
+
+    - ``staging``: the record exists; the code is being uploaded to every host.
+    - ``starting``: an attempt's torchrun is being started on every host.
+    - ``running``: every node started; the supervisor follows and judges it.
+    - ``hung``: running, but no answering host's ranks have stepped for the hang window;
+      ``running`` again when they step.
+    - ``stopping``: a stop was asked for (or a hang is being stopped); the nodes are going.
+    - ``completed``, ``stopped``, ``failed``: the attempt ended so; final until a resume starts
+      a new attempt (``starting``).
+    """
+
+    STAGING = "staging"
+    STARTING = "starting"
+    RUNNING = "running"
+    HUNG = "hung"
+    STOPPING = "stopping"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (RunState.COMPLETED, RunState.STOPPED, RunState.FAILED)
+
+
+TRANSITIONS: Mapping[RunState | None, frozenset[RunState]] = {
+    None: frozenset({RunState.STAGING}),
+    RunState.STAGING: frozenset({RunState.STARTING, RunState.FAILED}),
+    RunState.STARTING: frozenset({RunState.RUNNING, RunState.FAILED}),
+    RunState.RUNNING: frozenset(
+        {
+            RunState.HUNG,
+            RunState.STOPPING,
+            RunState.COMPLETED,
+            # The ranks stopped on request without ddptui (someone touched control/stop).
+            RunState.STOPPED,
+            RunState.FAILED,
+        }
+    ),
+    RunState.HUNG: frozenset(
+        {
+            RunState.RUNNING,
+            RunState.STOPPING,
+            RunState.COMPLETED,
+            RunState.STOPPED,
+            RunState.FAILED,
+        }
+    ),
+    # A hung run stopped by on_hang = "stop" ends failed.
+    RunState.STOPPING: frozenset({RunState.STOPPED, RunState.FAILED}),
+    RunState.COMPLETED: frozenset({RunState.STARTING}),
+    RunState.STOPPED: frozenset({RunState.STARTING}),
+    RunState.FAILED: frozenset({RunState.STARTING}),
+}
+"""Which state may follow which (``None``: a new record). Anything else is a bug."""
+
+
+class IllegalTransition(RuntimeError):
+    """A state change :data:`TRANSITIONS` does not allow: a bug in ddptui, never user input."""
+
+
+@dataclass
+class NodeRecord:
+    host: str
+    address: str
+    node_rank: int
+    nproc: int
+    run_dir: str
+    argv: list[str]
+    env: dict[str, str]
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    number: int
+    started: float
+    master_port: int
+    ended: float | None = None
+    outcome: str = ""
+    detail: str = ""
+    job_id: str | None = None
+    """A Slurm run's job; a requeued job's next start is the next attempt with the same id."""
+    allocation: str = ""
+    """The Slurm nodes the attempt ran on, as Slurm lists them (``node[0-2]``)."""
+    slurm_state: str = ""
+    """How Slurm says the job ended (``COMPLETED``, ``CANCELLED``, ``NODE_FAIL``…), once known."""
+
+
+@dataclass
+class SlurmJobSummary:
+    id: str
+    attempts: list[int] = field(default_factory=list)
+    state: str = ""
+
+
+@dataclass
+class StateChange:
+    state: RunState
+    time: float
+    detail: str = ""
+
+
+@dataclass
+class RunRecord:
+    """Everything about one run the head node keeps: plan, attempts, state changes."""
+
+    id: str
+    created: float
+    hosts_file: str
+    entry: str
+    backend: str
+    master_addr: str
+    world_size: int
+    args: list[str]
+    nodes: list[NodeRecord]
+    attempts: list[Attempt] = field(default_factory=list)
+    states: list[StateChange] = field(default_factory=list)
+    demo: bool = False
+    loss_pattern: str | None = None
+    """``[job] loss_pattern``: how the ranks' output says their loss."""
+
+    @property
+    def state(self) -> RunState:
+        return self.states[-1].state if self.states else RunState.STAGING
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.attempts[-1]
+
+    def transition(self, state: RunState, detail: str = "", now: float | None = None) -> None:
+        """Move to ``state``; :class:`IllegalTransition` unless :data:`TRANSITIONS` allows it."""
+        current = self.states[-1].state if self.states else None
+        if state not in TRANSITIONS[current]:
+            was = current.value if current is not None else "new"
+            raise IllegalTransition(f"run {self.id}: {was} → {state.value} is not allowed")
+        self.states.append(StateChange(state, time.time() if now is None else now, detail))
+
+    def begin_attempt(self, attempt: Attempt, detail: str) -> None:
+        self.attempts.append(attempt)
+        self.transition(RunState.STARTING, detail, now=attempt.started)
+
+    def runs(
+        self, detail: str, now: float, placed: list[NodeRecord] | None, allocation: str
+    ) -> None:
+        """The latest attempt runs, on ``placed`` (the nodes a scheduler gave it) if given."""
+        if placed is not None:
+            self.nodes, self.master_addr = placed, placed[0].address
+            self.attempt.allocation = allocation
+        self.transition(RunState.RUNNING, detail, now=now)
+
+    def end_attempt(self, state: RunState, detail: str, now: float) -> None:
+        """The latest attempt ended as ``state`` (once: a later call only moves the run)."""
+        if self.attempts and self.attempt.ended is None:
+            self.attempt.ended, self.attempt.outcome = now, state.value
+            self.attempt.detail = detail
+        self.transition(state, detail, now=now)
+
+    def add_to_detail(self, lines: Sequence[str]) -> None:
+        """``lines`` after the latest attempt's detail (what ``status`` shows of it)."""
+        self.attempt.detail = "; ".join([self.attempt.detail, *lines]).strip("; ")
+
+    @property
+    def detail(self) -> str:
+        """Why the run is in its state (the latest change's detail)."""
+        return self.states[-1].detail if self.states else ""
+
+    @property
+    def job_id(self) -> str | None:
+        """The Slurm job of the latest attempt; None for a run on SSH hosts (or one not
+        submitted yet)."""
+        return self.attempts[-1].job_id if self.attempts else None
+
+    @property
+    def slurm_jobs(self) -> list[SlurmJobSummary]:
+        """A Slurm run's jobs in order: each one's attempts (a requeued job has several) and how
+        Slurm says it ended ("" until known)."""
+        jobs: dict[str, SlurmJobSummary] = {}
+        for attempt in self.attempts:
+            if attempt.job_id is None:
+                continue
+            job = jobs.setdefault(attempt.job_id, SlurmJobSummary(attempt.job_id))
+            job.attempts.append(attempt.number)
+            job.state = attempt.slurm_state
+        return list(jobs.values())
+
+    @property
+    def head(self) -> NodeRecord:
+        return self.nodes[0]
+
+    def ranks_of(self, node: NodeRecord) -> range:
+        """``node``'s global ranks: every node's processes numbered in node-rank order."""
+        base = sum(other.nproc for other in self.nodes if other.node_rank < node.node_rank)
+        return range(base, base + node.nproc)
+
+    def host_files(self, node: NodeRecord) -> HostFiles:
+        """The files of ``node``'s part of the run, through the attempt starting next."""
+        return HostFiles(self.ranks_of(node), len(self.attempts) + 1)
+
+    def to_toml(self) -> str:
+        document: dict[str, Any] = {
+            "version": RECORD_VERSION,
+            "id": self.id,
+            "created": self.created,
+            "hosts_file": self.hosts_file,
+            "demo": self.demo,
+            "entry": self.entry,
+            "backend": self.backend,
+            "master_addr": self.master_addr,
+            "world_size": self.world_size,
+            "args": list(self.args),
+            "state": self.state.value,
+            "nodes": [
+                {
+                    "host": node.host,
+                    "address": node.address,
+                    "node_rank": node.node_rank,
+                    "nproc": node.nproc,
+                    "run_dir": node.run_dir,
+                    "argv": list(node.argv),
+                    "env": dict(node.env),
+                    "versions": dict(node.versions),
+                }
+                for node in self.nodes
+            ],
+            "attempts": [
+                {
+                    key: value
+                    for key, value in (
+                        ("number", attempt.number),
+                        ("started", attempt.started),
+                        ("master_port", attempt.master_port),
+                        ("ended", attempt.ended),
+                        ("outcome", attempt.outcome),
+                        ("detail", attempt.detail),
+                        ("job_id", attempt.job_id),
+                        ("allocation", attempt.allocation or None),
+                        ("slurm_state", attempt.slurm_state or None),
+                    )
+                    if value is not None
+                }
+                for attempt in self.attempts
+            ],
+            "states": [
+                {"state": change.state.value, "time": change.time, "detail": change.detail}
+                for change in self.states
+            ],
+        }
+        if self.loss_pattern is not None:
+            document["loss_pattern"] = self.loss_pattern
+        return tomli_w.dumps(document)
+
+    @classmethod
+    def from_toml(cls, text: str) -> RunRecord:
+        """Parse a record; :class:`ValueError` (with what is wrong) for anything else."""
+        try:
+            data = tomllib.loads(text)
+            if data.get("version") != RECORD_VERSION:
+                raise ValueError(f"record version {data.get('version')!r} is not {RECORD_VERSION}")
+            return cls(
+                id=_str(data, "id"),
+                created=_float(data, "created"),
+                hosts_file=_str(data, "hosts_file"),
+                entry=_str(data, "entry"),
+                backend=_str(data, "backend"),
+                master_addr=_str(data, "master_addr"),
+                world_size=int(data["world_size"]),
+                args=[str(arg) for arg in data.get("args", [])],
+                demo=bool(data.get("demo", False)),
+                loss_pattern=_optional_str(data, "loss_pattern"),
+                nodes=[
+                    NodeRecord(
+                        host=_str(node, "host"),
+                        address=_str(node, "address"),
+                        node_rank=int(node["node_rank"]),
+                        nproc=int(node["nproc"]),
+                        run_dir=_str(node, "run_dir"),
+                        argv=[str(arg) for arg in node["argv"]],
+                        env={str(k): str(v) for k, v in node.get("env", {}).items()},
+                        versions={str(k): str(v) for k, v in node.get("versions", {}).items()},
+                    )
+                    for node in data["nodes"]
+                ],
+                attempts=[
+                    Attempt(
+                        number=int(attempt["number"]),
+                        started=_float(attempt, "started"),
+                        master_port=int(attempt["master_port"]),
+                        ended=float(attempt["ended"]) if "ended" in attempt else None,
+                        outcome=str(attempt.get("outcome", "")),
+                        detail=str(attempt.get("detail", "")),
+                        job_id=_optional_str(attempt, "job_id"),
+                        allocation=str(attempt.get("allocation", "")),
+                        slurm_state=str(attempt.get("slurm_state", "")),
+                    )
+                    for attempt in data.get("attempts", [])
+                ],
+                states=[
+                    StateChange(
+                        RunState(change["state"]),
+                        _float(change, "time"),
+                        str(change.get("detail", "")),
+                    )
+                    for change in data.get("states", [])
+                ],
+            )
+        except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"not a run record: {error!r}") from None
+
+
+def _str(data: Mapping[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is not a string")
+    return value
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    return None if data.get(key) is None else _str(data, key)
+
+
+def _float(data: Mapping[str, Any], key: str) -> float:
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{key} is not a number")
+    return float(value)
