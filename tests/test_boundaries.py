@@ -121,12 +121,14 @@ plans, host keys) and read only through ``ddptui.present`` (their values in word
 RUN_FOR_FRONT_ENDS = frozenset(
     {
         "ddptui.run.control",  # RunControl, Attachment, and the values its methods return
-        "ddptui.run.store",  # the run record and its state; the runs list's store
+        "ddptui.run.record",  # the run record and its state
+        "ddptui.run.store",  # the runs list's store
         "ddptui.run.model",  # RunModel: a run's state for rendering
         "ddptui.run.state",  # its values (nodes, log lines, the judgement), the viewer's steps
         "ddptui.run.protocol",  # what an attachment yields: Ended, Said
         "ddptui.run.progress",  # each rank's progress (the rank table, the loss chart)
         "ddptui.run.diagnose",  # the errors pane's diagnoses; which log lines mark errors
+        "ddptui.run.timeline",  # the launch timeline the launch pane draws
     }
 )
 """The modules of the runs layer a front end may import: RunControl, and values that are

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 
@@ -10,7 +11,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import dist
 from .cli import parse_args
-from .events import EventLog
+from .events import EventLog, process_started_at
 from .loop import Trainer
 
 
@@ -22,11 +23,13 @@ def _warn(message: str) -> None:
 @record
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status 0 when the run completed or stopped on request; an exception otherwise."""
+    imported = time.time()
     cfg = parse_args(argv)
     placement = dist.Placement.from_env()
     log = EventLog(cfg.run_dir, placement)
     try:
         rt = dist.start(cfg.backend, cfg.dist_timeout)
+        launch = {"process": process_started_at(), "imported": imported, "rendezvous": time.time()}
         trainer = Trainer(cfg, rt, log)
         if trainer.resumed is not None and rt.placement.rank == 0:
             for skipped in trainer.resumed.skipped:
@@ -38,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
         elif cfg.resume == "latest" and rt.placement.rank == 0:
             _warn(f"no checkpoint in {trainer.store.directory}: starting from scratch")
-        log.emit("start", **trainer.start_event())
+        log.emit("start", **trainer.start_event(), launch=launch)
         outcome = trainer.run()
         dist.stop()
         log.emit("done", step=outcome.step, reason=outcome.reason)

@@ -30,6 +30,8 @@ class CheckReport(ClusterCheck):
     findings: tuple[Finding, ...]
     elapsed_s: float
     master_port_test: PortTest
+    began_at: float = 0.0
+    """When the check began (Unix seconds): where a launch's timeline starts."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``ddptui check --json`` document (docs/architecture.md)."""

@@ -48,7 +48,7 @@ Progress = Callable[[str, str], None]
 
 async def check_cluster(config: Config, progress: Progress | None = None) -> CheckReport:
     """Check every host of ``config`` at once; never raises for a host's problems."""
-    started = time.monotonic()
+    started, began_at = time.monotonic(), time.time()
     notify = progress or (lambda host, event: None)
     hosts = config.ordered_hosts
     async with RemoteCluster.for_config(config) as remote:
@@ -59,7 +59,7 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
         checks, port_test = await _test_master_port(remote, config, checks, notify)
     findings = evaluate(config, checks)
     elapsed = time.monotonic() - started
-    return CheckReport(config, tuple(checks), tuple(findings), elapsed, port_test)
+    return CheckReport(config, tuple(checks), tuple(findings), elapsed, port_test, began_at)
 
 
 async def check_nodes(
@@ -91,6 +91,7 @@ async def _check_host(
         notify(host.name, reach.reach.value)
         return HostCheck(host, reach)
     notify(host.name, "connected")
+    connected_at = time.time()
     is_head = host is config.head
     port = config.cluster.master_port
     argv = remote.python(
@@ -127,7 +128,14 @@ async def _check_host(
             offset = (
                 clock_offset(facts.time, received_at) if isinstance(facts.time, float) else None
             )
-            return HostCheck(host, reach, facts, clock_offset_s=offset)
+            return HostCheck(
+                host,
+                reach,
+                facts,
+                clock_offset_s=offset,
+                connected_at=connected_at,
+                probed_at=received_at,
+            )
     notify(host.name, "probe failed")
     return HostCheck(host, reach, probe_failure=why)
 

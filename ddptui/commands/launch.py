@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ddptui import STARTED_AT
 from ddptui.commands.check import checked, render_parts
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.config import load_config
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         if note is not None:
             say(note)
         attachment = await control.launch(
-            config, report, plan, say=say, steps=Steps.NONE, queued=args.detach
+            config, report, plan, say=say, steps=Steps.NONE, queued=args.detach, began=STARTED_AT
         )
         started_run["run"] = attachment.record
         if args.detach:

@@ -125,3 +125,7 @@ class HostCheck:
     """Set when SSH and the interpreter worked but the probe did not produce facts."""
     workdir_shared_with: tuple[str, ...] = ()
     """The other hosts that see the files this one writes in its workdir (shared storage)."""
+    connected_at: float | None = None
+    probed_at: float | None = None
+    """When SSH reached the host and when its probe answered (head clock, Unix seconds): the
+    launch timeline's first stages."""

@@ -11,6 +11,7 @@ import time
 
 from rich.text import Text
 
+from ddptui.present.timeline import status_lines as launch_lines
 from ddptui.run.diagnose import Diagnosis
 from ddptui.run.diagnose.lines import strip_prefixes
 from ddptui.run.record import Attempt, RunRecord, RunState
@@ -154,6 +155,10 @@ def status_lines(view: RunView, now: float | None = None) -> list[Text]:
         ),
     ]
     lines += [Text("  ") + attempt_line(attempt) for attempt in record.attempts]
+    timeline = record.timeline()
+    if timeline is not None and timeline.hosts:
+        hosts = [node.host for node in record.nodes]
+        lines += [Text("  ") + line for line in launch_lines(timeline, hosts)]
     lines += [Text("  ") + node_line(node) for node in view.nodes]
     stepped = any(rank.step is not None for rank in view.ranks)
     progress = progress_line(judgement.state, view.progress, stepped=stepped)

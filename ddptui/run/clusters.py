@@ -64,8 +64,11 @@ class Cluster(ABC):
         """A new run's plan (``report``: the check, where :attr:`plans_from_check`)."""
 
     @abstractmethod
-    def new_run(self, report: ClusterCheck, plan: RunPlan, *, demo: bool) -> NewRun:
-        """The record of the run ``plan`` starts, for its supervisor to launch."""
+    def new_run(
+        self, report: ClusterCheck, plan: RunPlan, *, demo: bool, began: float | None = None
+    ) -> NewRun:
+        """The record of the run ``plan`` starts, for its supervisor to launch (``began``: where
+        its launch timeline starts; default: its check)."""
 
     async def measure(self, report: ClusterCheck) -> BandwidthReport:
         """The interconnect as ``report`` found the hosts (``check --bandwidth``)."""
@@ -94,10 +97,14 @@ class HostsCluster(Cluster):
             debug=debug,
         )
 
-    def new_run(self, report: ClusterCheck, plan: RunPlan, *, demo: bool) -> NewRun:
+    def new_run(
+        self, report: ClusterCheck, plan: RunPlan, *, demo: bool, began: float | None = None
+    ) -> NewRun:
         if not isinstance(plan, LaunchPlan):
             raise PlanError(f"{self.config.path}: a batch job's plan for SSH hosts")
-        record = launcher.new_record(self.config, _hosts_report(report), plan, demo=demo)
+        record = launcher.new_record(
+            self.config, _hosts_report(report), plan, demo=demo, began=began
+        )
         return NewRun(record, (), queues=False)
 
     async def measure(self, report: ClusterCheck) -> BandwidthReport:
@@ -131,7 +138,9 @@ class SlurmCluster(Cluster):
             self.config, run_id=run_id, workdir=workdir, extra_args=extra_args, debug=debug
         )
 
-    def new_run(self, report: ClusterCheck, plan: RunPlan, *, demo: bool) -> NewRun:
+    def new_run(
+        self, report: ClusterCheck, plan: RunPlan, *, demo: bool, began: float | None = None
+    ) -> NewRun:
         if not isinstance(plan, BatchPlan):
             raise PlanError(f"{self.config.path}: an SSH launch plan for a [slurm] cluster")
         record = slurm_run.new_record(self.config, plan, plan.extra_args)

@@ -153,16 +153,18 @@ class RunControl:
         say: Say = quiet,
         steps: Steps = Steps.EVERY,
         queued: bool = False,
+        began: float | None = None,
     ) -> Attachment:
         """Record ``plan`` as a new run, start its supervisor (which stages and starts it: on
         SSH hosts, or as a Slurm job, saying its queue state) and attach from the first line;
         returns once every node runs, or with ``queued``, once the run waits in its cluster's
         queue where it has one (a batch job submitted). :class:`ControlError` with the reason
         when staging, the start or the submission failed. ``steps``: see
-        :class:`Attachment`."""
+        :class:`Attachment`. ``began``: when the launch was asked for, where its timeline
+        starts (default: when its check began)."""
         from ddptui.config.render import config_to_toml
 
-        new = cluster_of(config).new_run(report, plan, demo=demo)
+        new = cluster_of(config).new_run(report, plan, demo=demo, began=began)
         # The run's own hosts file: every later command reaches the same hosts.
         self.store.create(new.record, config_to_toml(config))
         self.supervisors.spawn(new.record.id, "--launch", *new.options)

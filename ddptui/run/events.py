@@ -89,6 +89,9 @@ class StartEvent(EventBase):
     skipped_checkpoints: tuple[SkippedCheckpoint, ...] = ()
     hostname: str | None = None
     pid: int | None = None
+    launch: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """When (Unix seconds) the rank's process began, it had imported torch and it met its peers
+    (``process``, ``imported``, ``rendezvous``): its part of the launch timeline."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -344,7 +347,18 @@ def _start(doc: Mapping[str, Any], common: dict[str, Any]) -> StartEvent:
         skipped_checkpoints=_skipped(doc.get("skipped_checkpoints")),
         hostname=_text(doc.get("hostname")),
         pid=_count(doc.get("pid")),
+        launch=_launch(doc.get("launch")),
     )
+
+
+LAUNCH_STAMPS = ("process", "imported", "rendezvous")
+
+
+def _launch(value: Any) -> Mapping[str, float]:
+    if not isinstance(value, dict):
+        return MappingProxyType({})
+    stamps = {key: finite(value.get(key)) for key in LAUNCH_STAMPS}
+    return MappingProxyType({key: at for key, at in stamps.items() if at is not None})
 
 
 def _step(doc: Mapping[str, Any], common: dict[str, Any]) -> StepEvent:

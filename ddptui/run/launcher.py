@@ -37,10 +37,13 @@ from ddptui.run.code import MIB, CodeError, job_code, mib
 from ddptui.run.layout import code_cache_dir, code_dir, log_dir
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport, live, terminate
+from ddptui.run.timeline import Timeline
 from ddptui.untrusted import plain
 
 Say = Callable[[str], None]
 """Progress for people: one short line per step (hosts staged, nodes started…)."""
+Reached = Callable[[str, str], None]
+"""A host reached a stage of the launch timeline (:mod:`ddptui.run.timeline`)."""
 
 
 class LaunchError(DdptuiError):
@@ -68,11 +71,18 @@ def versions(facts: HostFacts | None) -> dict[str, str]:
 
 
 def new_record(
-    config: Config, report: CheckReport, plan: LaunchPlan, *, demo: bool = False
+    config: Config,
+    report: CheckReport,
+    plan: LaunchPlan,
+    *,
+    demo: bool = False,
+    began: float | None = None,
 ) -> RunRecord:
-    """The record of a run about to be staged: the plan's hosts, ranks, commands, and what the
-    check found of each host's stack."""
+    """The record of a run about to be staged: the plan's hosts, ranks, commands, what the
+    check found of each host's stack, and its launch timeline from ``began`` (default: when
+    the check began)."""
     facts = {check.host.name: check.facts for check in report.checks}
+    offsets = {check.host.name: check.clock_offset_s for check in report.checks}
     record = RunRecord(
         id=plan.run_id,
         created=time.time(),
@@ -92,17 +102,43 @@ def new_record(
                 argv=list(node.argv),
                 env=dict(node.env),
                 versions=versions(facts.get(node.host.name)),
+                clock_offset_s=offsets.get(node.host.name),
             )
             for node in plan.nodes
         ],
         demo=demo,
         loss_pattern=config.job.loss_pattern,
+        timelines=[checked_timeline(report, began)],
     )
     record.transition(RunState.STAGING, f"uploading the code to {len(plan.nodes)} host(s)")
     return record
 
 
-async def stage(remote: Transport, config: Config, record: RunRecord, *, say: Say) -> None:
+def checked_timeline(report: CheckReport, began: float | None = None) -> Timeline:
+    """A first attempt's timeline from ``began`` as far as its check took it: each host
+    connected and probed, and the whole check done (a check done before ``began``, as the
+    console's, took no time of the launch)."""
+    checking = report.began_at or time.time()
+    timeline = Timeline(1, checking if began is None else began)
+    checked = checking + report.elapsed_s
+    for check in report.checks:
+        timeline.stamp(check.host.name, "checking", checking)
+        if check.connected_at is not None:
+            timeline.stamp(check.host.name, "connected", check.connected_at)
+        if check.probed_at is not None:
+            timeline.stamp(check.host.name, "probed", check.probed_at)
+        timeline.stamp(check.host.name, "checked", checked)
+    return timeline
+
+
+async def stage(
+    remote: Transport,
+    config: Config,
+    record: RunRecord,
+    *,
+    say: Say,
+    reached: Reached = lambda host, stage: None,
+) -> None:
     """Upload the code to every node's run directory (only what the host's cache lacks; each
     file verified by checksum, the directory renamed into place) with a copy of the record;
     :class:`LaunchError` naming the hosts that failed."""
@@ -121,6 +157,7 @@ async def stage(remote: Transport, config: Config, record: RunRecord, *, say: Sa
         if await code_upload.stage(remote, host, cache, node.run_dir, tree):
             shared.append(node.host)
         await nodes.put_record(remote, host, node.run_dir, record.to_toml())
+        reached(node.host, "staged")
 
     results = await asyncio.gather(*(one(node) for node in record.nodes), return_exceptions=True)
     failed = _failures(record.nodes, results)
@@ -269,6 +306,7 @@ async def start_attempt(
     say: Say,
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
+    reached: Reached = lambda host, stage: None,
 ) -> None:
     """Start attempt ``attempt`` on every node at once; on any failure kill the run's processes
     on every node and raise :class:`LaunchError` naming the hosts that failed.
@@ -277,20 +315,19 @@ async def start_attempt(
     goes over the recorded environment (``--debug``).
     """
     say(f"starting attempt {attempt} on {len(record.nodes)} host(s), master port {port}")
-    results = await asyncio.gather(
-        *(
-            nodes.start(
-                remote,
-                config.host(node.host),
-                node.run_dir,
-                attempt,
-                {**node.env, **(extra_env or {})},
-                [*attempt_argv(node.argv, node.run_dir, attempt, port), *extra_args],
-            )
-            for node in record.nodes
-        ),
-        return_exceptions=True,
-    )
+
+    async def one(node: NodeRecord) -> None:
+        await nodes.start(
+            remote,
+            config.host(node.host),
+            node.run_dir,
+            attempt,
+            {**node.env, **(extra_env or {})},
+            [*attempt_argv(node.argv, node.run_dir, attempt, port), *extra_args],
+        )
+        reached(node.host, "started")
+
+    results = await asyncio.gather(*(one(node) for node in record.nodes), return_exceptions=True)
     failed = _failures(record.nodes, results)
     if failed:
         # Every node, not only those that said they started: one whose answer was lost or

@@ -46,6 +46,7 @@ from ddptui.run.events import (
     RankEvent,
     StartEvent,
     StepEvent,
+    parse_event,
 )
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.logloss import LossReader
@@ -61,6 +62,7 @@ from ddptui.run.state import (
     Silence,
     Steps,
 )
+from ddptui.run.timeline import Timeline, node_stamps
 from ddptui.untrusted import whole
 
 PEERS_IDLE_MIN_S = 10.0
@@ -135,6 +137,9 @@ class RunModel:
         """Step events of this attempt (from ranks whose start events say they are in it)."""
         self.stopped_ranks: set[int] = set()
         """Ranks that said, in this attempt, that they stopped on request."""
+        self.launches: dict[int, dict[str, float]] = {}
+        """Rank → when (its host's clock) it passed each stage of this attempt's launch that
+        it told of (a start event's ``launch``, ``ready``, ``first_step``)."""
 
     def apply(self, update: Update) -> None:
         if isinstance(update, (FileLine, Heartbeat)):
@@ -169,6 +174,8 @@ class RunModel:
         if named.kind == "events":
             rank = named.number
             if self.steps is not Steps.EVERY and _STEP.search(line.text):
+                if self._starts.get(rank) == self.attempt and self._first_step(rank):
+                    self._launched(rank, parse_event(line.text))
                 if self.steps is Steps.LATEST:
                     self._latest[rank] = (line.host, line.text)
                     self._stepped(line.host, rank)
@@ -236,6 +243,8 @@ class RunModel:
         if progress is not None and self._starts.get(event.rank, 0) < self.attempt:
             # An earlier attempt's event: its step and loss stand, its state does not.
             self._not_started(progress)
+        if self._starts.get(event.rank) == self.attempt:
+            self._launched(event.rank, event)
         if isinstance(event, StepEvent) and self.steps is Steps.EVERY:
             self._stepped(host, event.rank)
         elif isinstance(event, PhaseEvent) and self._starts.get(event.rank) == self.attempt:
@@ -247,6 +256,30 @@ class RunModel:
         if self._starts.get(rank) == self.attempt:
             self.attempt_steps += 1
             self._stepped_at[host] = self._clock()
+
+    def _first_step(self, rank: int) -> bool:
+        return "first_step" not in self.launches.get(rank, {})
+
+    def _launched(self, rank: int, event: RankEvent | None) -> None:
+        """What ``event`` of this attempt says of the rank's launch: a start event's own
+        stamps and time (ready), a first step's time."""
+        if isinstance(event, StartEvent) and event.rank == rank:
+            self.launches[rank] = {**event.launch, "ready": event.time}
+        elif isinstance(event, StepEvent) and event.rank == rank and self._first_step(rank):
+            self.launches.setdefault(rank, {})["first_step"] = event.time
+
+    def timeline(self) -> Timeline | None:
+        """This attempt's launch timeline: the record's, with what the ranks told since of
+        theirs (moved onto the head node's clock); None where the record has none."""
+        recorded = self.record.timeline(self.attempt)
+        if recorded is None:
+            return None
+        timeline = recorded.copy()
+        for node in self.record.nodes:
+            offset = node.clock_offset_s or 0.0
+            for stage, at in node_stamps(self.launches, self.record.ranks_of(node)).items():
+                timeline.stamp(node.host, stage, at - offset)
+        return timeline
 
     def read_steps(self) -> None:
         """Read the step events kept unread (``LATEST``): the ranks' progress is then up to

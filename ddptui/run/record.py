@@ -15,6 +15,7 @@ from typing import Any
 import tomli_w
 
 from ddptui.run.layout import HostFiles
+from ddptui.run.timeline import Timeline
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,6 +98,8 @@ class NodeRecord:
     argv: list[str]
     env: dict[str, str]
     versions: dict[str, str] = field(default_factory=dict)
+    clock_offset_s: float | None = None
+    """The host's clock minus the head node's, as the check measured it."""
 
 
 @dataclass
@@ -147,6 +150,8 @@ class RunRecord:
     demo: bool = False
     loss_pattern: str | None = None
     """``[job] loss_pattern``: how the ranks' output says their loss."""
+    timelines: list[Timeline] = field(default_factory=list)
+    """Each attempt's launch timeline, once it began (a resume's has no check or staging)."""
 
     @property
     def state(self) -> RunState:
@@ -183,6 +188,12 @@ class RunRecord:
             self.attempt.ended, self.attempt.outcome = now, state.value
             self.attempt.detail = detail
         self.transition(state, detail, now=now)
+
+    def timeline(self, attempt: int | None = None) -> Timeline | None:
+        """The launch timeline of ``attempt`` (default: the latest attempt, or the first
+        while none started yet)."""
+        wanted = attempt if attempt is not None else (self.attempt.number if self.attempts else 1)
+        return next((line for line in self.timelines if line.attempt == wanted), None)
 
     def add_to_detail(self, lines: Sequence[str]) -> None:
         """``lines`` after the latest attempt's detail (what ``status`` shows of it)."""
@@ -248,6 +259,11 @@ class RunRecord:
                     "argv": list(node.argv),
                     "env": dict(node.env),
                     "versions": dict(node.versions),
+                    **(
+                        {"clock_offset_s": node.clock_offset_s}
+                        if node.clock_offset_s is not None
+                        else {}
+                    ),
                 }
                 for node in self.nodes
             ],
@@ -273,6 +289,7 @@ class RunRecord:
                 {"state": change.state.value, "time": change.time, "detail": change.detail}
                 for change in self.states
             ],
+            "timelines": [timeline.to_document() for timeline in self.timelines],
         }
         if self.loss_pattern is not None:
             document["loss_pattern"] = self.loss_pattern
@@ -306,6 +323,9 @@ class RunRecord:
                         argv=[str(arg) for arg in node["argv"]],
                         env={str(k): str(v) for k, v in node.get("env", {}).items()},
                         versions={str(k): str(v) for k, v in node.get("versions", {}).items()},
+                        clock_offset_s=(
+                            _float(node, "clock_offset_s") if "clock_offset_s" in node else None
+                        ),
                     )
                     for node in data["nodes"]
                 ],
@@ -331,6 +351,7 @@ class RunRecord:
                     )
                     for change in data.get("states", [])
                 ],
+                timelines=[Timeline.from_document(line) for line in data.get("timelines", [])],
             )
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
             raise ValueError(f"not a run record: {error!r}") from None

@@ -184,6 +184,7 @@ class RunView:
         """The ``ddptui status --json`` document (docs/architecture.md)."""
         record, live = self.record, self.live_document()
         by_host = {node["host"]: node for node in live["nodes"]}
+        timeline, hosts = record.timeline(), [node.host for node in record.nodes]
         return {
             "id": record.id,
             "state": self.judgement.state.value,
@@ -213,6 +214,7 @@ class RunView:
                 {"state": change.state.value, "time": change.time, "detail": change.detail}
                 for change in record.states
             ],
+            "launch": None if timeline is None else timeline.to_json(hosts),
             "nodes": [
                 {
                     "host": node.host,

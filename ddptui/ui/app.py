@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import shlex
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
@@ -181,6 +182,8 @@ class DdptuiApp(App[int]):
         )
         if not await self.push_screen_wait(confirm):
             return
+        # The check was done before anyone asked: the launch's time starts at the yes.
+        asked = time.time()
         if confirm.text.strip():
             try:
                 plan = self.control.plan(config, report, extra_args=shlex.split(confirm.text))
@@ -190,7 +193,7 @@ class DdptuiApp(App[int]):
         try:
             # Only `ddptui demo` opens the console with a note: its runs are marked so.
             attachment = await self.control.launch(
-                config, report, plan, demo=self.demo_note is not None, say=self._say
+                config, report, plan, demo=self.demo_note is not None, say=self._say, began=asked
             )
         except ControlError as error:
             self._fail(error)

@@ -158,3 +158,25 @@ def test_the_runs_list_names_a_slurm_run_s_jobs_and_how_slurm_ended_the_last() -
     ]
     record.attempts[-1].slurm_state = ""
     assert run_row(record, 0.0).hosts.plain == "jobs 41, 43 on gpu1, gpu2"
+
+
+def test_status_says_where_the_launch_time_went_slowest_host_first() -> None:
+    model = scenes.run_model(failed=False)
+    timeline = model.timeline()
+    assert timeline is not None
+    # What the supervisor records of the ranks' stages as their events arrive.
+    model.record.timelines = [timeline]
+    cli = _cli(model)
+    heading = next(line for line in cli if line.startswith("launch of attempt 1"))
+    # The recorded events say when the ranks were ready and stepped, 14.3 s and 14.7 s in; they
+    # tell nothing of the stages between (written before the trainer told of them).
+    assert heading == (
+        "launch of attempt 1: first step in 14.7 s; slowest: gpu-b, 10.2 s torchrun starting "
+        "the ranks … building the model and loading data"
+    )
+    hosts = [line for line in cli if line.startswith(("gpu-a", "gpu-b"))]
+    assert hosts[0].startswith("gpu-b") and hosts[0].endswith("= 14.7 s  ◀ slowest")
+    assert "0.4 ssh · 1.4 probe · 0.8 check · 1.1 stage · 0.4 torchrun · 10.2 setup" in hosts[0]
+    document = RunView.of(model.record, model, model.judgement(model.record)).document()
+    assert document["launch"]["first_step_s"] == 14.691
+    assert document["launch"]["slowest"] == "gpu-b"

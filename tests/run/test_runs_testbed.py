@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from tests.run.bed import (
 )
 from tests.testbed import (
     TestBed,
+    TestHost,
     cut_head_link,
     install_double,
     occupy_port,
@@ -111,10 +112,12 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     expected = _losses(steps_of(testbed, hosts, run_id_in(straight.stderr)))
     assert len(expected) == 3 * last
 
+    began = time.time()
     started = cli.run("launch", str(hosts_file), "--detach", *total)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
     wait_for_step(testbed, hosts, run_id, 40)
+    _the_timeline_adds_up_to_the_launch(cli, testbed, hosts, run_id, began)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped on its own after checkpointing" in stopped.stderr
@@ -134,6 +137,34 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     assert _losses(steps) == expected
     runs = {run["id"]: run for run in cli.json("runs")}
     assert runs[run_id]["state"] == "completed" and runs[run_id]["attempts"] == 2
+    # A resume's launch has no check and no staging; its ranks' stages are its own.
+    resume = cli.json("status", run_id)["launch"]
+    assert resume["attempt"] == 2 and resume["first_step_s"] > 0
+    for host in resume["hosts"]:
+        assert [stage["stage"] for stage in host["stages"]] == RANK_STAGES
+
+
+RANK_STAGES = ["started", "spawned", "imported", "rendezvous", "ready", "first_step"]
+
+
+def _the_timeline_adds_up_to_the_launch(
+    cli: Cli, bed: TestBed, hosts: Sequence[TestHost], run_id: str, began: float
+) -> None:
+    """Every host's launch stages are in ``status --json``, in order, and the first step they
+    add up to is the one the ranks' events show, measured from before ``ddptui launch``, within
+    10%."""
+    first_steps = [events[0]["time"] for events in steps_of(bed, hosts, run_id).values()]
+    measured = max(first_steps) - began
+    launch = cli.json("status", run_id)["launch"]
+    assert launch["attempt"] == 1
+    assert abs(launch["first_step_s"] - measured) <= 0.1 * measured, (launch, measured)
+    check = ["checking", "connected", "probed", "checked", "staged"]
+    for host in launch["hosts"]:
+        stages = host["stages"]
+        assert [stage["stage"] for stage in stages] == check + RANK_STAGES, host
+        total = sum(stage["took_s"] for stage in stages)
+        assert total == pytest.approx(stages[-1]["at_s"], abs=0.01)
+    assert launch["summary"].startswith(f"first step in {launch['first_step_s']:.1f} s; slowest: ")
 
 
 def test_a_killed_launcher_leaves_the_run_going_and_logs_reattach(

@@ -18,6 +18,7 @@ from ddptui.run.record import (
     StateChange,
 )
 from ddptui.run.store import RunNotFound, RunRecordUnreadable, RunStore, new_run_id, state_home
+from ddptui.run.timeline import Timeline
 
 
 def _record(run_id: str) -> RunRecord:
@@ -32,8 +33,10 @@ def _record(run_id: str) -> RunRecord:
         args=["--max-steps", "5"],
         nodes=[
             NodeRecord("a", "10.0.0.1", 0, 2, "/r/a", ["python", "-m", "x"], {"K": "v'\""}),
-            NodeRecord("b", "10.0.0.2", 1, 2, "/r/b", ["python"], {}, {"torch": "2.13.0"}),
+            NodeRecord("b", "10.0.0.2", 1, 2, "/r/b", ["python"], {}, {"torch": "2.13.0"}, -0.25),
         ],
+        # A host name that TOML must quote as a key.
+        timelines=[Timeline(1, 1.0, {"a": {"connected": 1.1}, "gpu-01.lab": {"probed": 1.5}})],
     )
     record.attempts.append(Attempt(1, 2.0, 29500))
     record.transition(RunState.STAGING, now=1.0)

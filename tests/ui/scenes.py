@@ -16,6 +16,7 @@ from ddptui.remote.status import Reach, Reachability
 from ddptui.run.follow import FileLine, Heartbeat
 from ddptui.run.model import RunModel
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.timeline import Timeline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CREATED = 1796077338.0
@@ -63,6 +64,14 @@ def run_record(state: RunState = RunState.RUNNING) -> RunRecord:
     record.transition(RunState.STAGING, now=CREATED)
     if state is RunState.STAGING:
         return record
+    # The launch as far as ddptui saw it; the ranks' stages come from their recorded events.
+    record.timelines = [Timeline(1, CREATED - 14.0)]
+    for host, stamps in {
+        "gpu-a": {"connected": 0.3, "probed": 2.1, "checked": 2.6, "staged": 3.9, "started": 4.2},
+        "gpu-b": {"connected": 0.4, "probed": 1.8, "checked": 2.6, "staged": 3.7, "started": 4.1},
+    }.items():
+        for stage, at in stamps.items():
+            record.timelines[0].stamp(host, stage, CREATED - 14.0 + at)
     record.attempts.append(Attempt(1, CREATED, 29500))
     record.transition(RunState.STARTING, now=CREATED)
     if state is not RunState.STARTING:

@@ -87,6 +87,12 @@ def test_run_gpus_and_linear_loss(snap_compare: SnapCompare, size: tuple[int, in
     assert snap_compare(app, terminal_size=size, press=["g", "y"], run_before=_laid_out)
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_run_launch_timeline(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    app = DdptuiApp(first_screen=_run())
+    assert snap_compare(app, terminal_size=size, press=["t"], run_before=_laid_out)
+
+
 def test_run_log_filtered(snap_compare: SnapCompare) -> None:
     press = ["o", "slash", *"NCCL WARN", "enter"]
     assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=(160, 48), press=press)

@@ -66,6 +66,12 @@ def test_the_console_in_tmux_launches_shows_losses_and_stops(
         text = terminal.wait_for("losses", lambda t: len(RANK_ROW.findall(t)) == 4, 180)
         assert all(float(loss) > 0 for loss in RANK_ROW.findall(text))
 
+        terminal.keys("t")
+        text = terminal.wait_for(
+            "the launch timeline", lambda t: "launch of attempt 1: first step in" in t, 60
+        )
+        assert all(re.search(rf"{host.name} █+ \d+\.\d s", text) for host in hosts), text
+
         terminal.keys("s")
         terminal.wait_for("the stop confirmation", lambda t: "stop the run?" in t, 30)
         terminal.keys("y")

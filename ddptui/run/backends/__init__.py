@@ -45,6 +45,10 @@ class Owner(Protocol):
     def note(self, *lines: str) -> None:
         """Add ``lines`` to the current attempt's detail."""
 
+    def reached(self, host: str, stage: str) -> None:
+        """``host`` reached ``stage`` of the launch timeline (:mod:`ddptui.run.timeline`) now;
+        kept with the record's next change."""
+
     def stop_asked(self) -> bool:
         """Whether a stop or kill waits behind the job in progress."""
 

@@ -29,7 +29,9 @@ class SshBackend(RunBackend):
             # anything reaches the hosts.
             port = await launcher.master_port(self.remote, config, owner.record)
             if not resume:
-                await launcher.stage(self.remote, config, owner.record, say=owner.say)
+                await launcher.stage(
+                    self.remote, config, owner.record, say=owner.say, reached=owner.reached
+                )
         except LaunchError as error:
             if resume:
                 return StartFailed(f"cannot resume: {error}", data={"exit_code": error.exit_code})
@@ -49,6 +51,7 @@ class SshBackend(RunBackend):
                 say=owner.say,
                 extra_args=config.job.resume_args if resume else (),
                 extra_env=DEBUG_ENV if resume and debug else None,
+                reached=owner.reached,
             )
         except LaunchError as error:
             return StartFailed(str(error), end=RunState.FAILED)

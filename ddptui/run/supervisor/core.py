@@ -51,9 +51,11 @@ from ddptui.run.supervisor.jobs import (
     Resume,
     Stop,
     StopHang,
+    busy_starting,
     name,
 )
 from ddptui.run.supervisor.phase import Phase, Phases
+from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.supervisor.viewers import Audience, Viewer
 from ddptui.run.view import RunView
 
@@ -95,6 +97,7 @@ class Supervisor:
             clock=clock,
             wall=wall,
         )
+        self.timing = LaunchTiming(wall)
         self.jobs: asyncio.Queue[Job] = asyncio.Queue()
         self.queued: list[Job] = []
         """The jobs waiting in :attr:`jobs`, in order."""
@@ -195,7 +198,9 @@ class Supervisor:
             case "snapshot":
                 self.audience.reply(viewer, request.id, True, "", self._snapshot())
                 return
-            case "resume" if (busy := self._busy_starting()) is not None:
+            case "resume" if (
+                busy := busy_starting(self.record, (self.current, *self.queued))
+            ) is not None:
                 self.audience.reply(viewer, request.id, False, busy)
                 return
             case "resume":
@@ -208,16 +213,6 @@ class Supervisor:
         self.enqueue(job)
         if self.current is not None:
             self.say(f"{name(job)}: queued behind the {name(self.current)} under way")
-
-    def _busy_starting(self) -> str | None:
-        """Why a resume asked now would be one too many, or None."""
-        pending = [job for job in (self.current, *self.queued) if job is not None]
-        if any(isinstance(job, (Launch, Resume)) for job in pending):
-            attempt = len(self.record.attempts) + (
-                0 if self.record.state is RunState.STARTING else 1
-            )
-            return f"run {self.record.id}: attempt {attempt} is starting already (asked before you)"
-        return None
 
     def _snapshot(self) -> dict[str, object]:
         model = self.following.followed or RunModel(self.record, self._clock, self._wall)
@@ -247,6 +242,7 @@ class Supervisor:
             return
         number = record.attempt.number + 1 if resume and record.attempts else 1
         self.phases.move(Phase.STARTING, name(job))
+        self.timing.begin(number)
         failed = await self.backend.start(number, resume=resume, debug=job.debug)
         if failed is not None:
             await self._start_failed(failed)
@@ -369,6 +365,11 @@ class Supervisor:
     def _judge(self) -> None:
         model = self.following.model
         model.tick()
+        if self.timing.observe(self.record, model):
+            self.change(lambda record: None)
+            summary = self.timing.summary(self.record)
+            if summary is not None:
+                self.say(f"launch: {summary}")
         if self.phases.now is not Phase.RUNNING:
             return
         match judging.judge(model, self.record.state, self.config.job):
@@ -434,7 +435,7 @@ class Supervisor:
         self.audience.say(line)
 
     def change(self, change: Callable[[RunRecord], None]) -> None:
-        self._record = self.store.update(self.record.id, change)
+        self._record = self.store.update(self.record.id, self.timing.applied(change))
         if self.following.followed is not None:
             self.following.followed.record = self._record
         self._publish_judgement()
@@ -443,6 +444,9 @@ class Supervisor:
         """``lines`` added to the current attempt's detail (what ``status`` shows of it)."""
         if lines:
             self.change(lambda record: record.add_to_detail(lines))
+
+    def reached(self, host: str, stage: str) -> None:
+        self.timing.reached(host, stage)
 
     def stop_asked(self) -> bool:
         return any(isinstance(job, Stop) for job in self.queued)
@@ -454,6 +458,7 @@ class Supervisor:
         self, number: int, master_port: int, detail: str, job_id: str | None = None
     ) -> None:
         attempt = Attempt(number, self._wall(), master_port, job_id=job_id)
+        self.timing.begin(number)
         self.change(lambda record: record.begin_attempt(attempt, detail))
 
     def attempt_running(
@@ -461,6 +466,7 @@ class Supervisor:
     ) -> None:
         if placed is not None:
             self.following.place(self.record, placed)
+        self.timing.started(placed or self.record.nodes)
         self.change(lambda record: record.runs(detail, self._wall(), placed, allocation))
         self._follow(detail)
 

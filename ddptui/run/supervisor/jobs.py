@@ -7,10 +7,12 @@ queues :class:`Conclude`, :class:`DumpHang` and :class:`StopHang`; the backend's
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddptui.run.backends import NodesEnded, Restarted
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import Verdict
 
 if TYPE_CHECKING:
@@ -101,3 +103,12 @@ def name(job: Job) -> str:
                 Restarted: "requeued",
                 Crashed: "crashed",
             }[type(job)]
+
+
+def busy_starting(record: RunRecord, pending: Iterable[Job | None]) -> str | None:
+    """Why a resume asked now, with ``pending`` jobs under way or queued, would be one too
+    many; or None."""
+    if any(isinstance(job, (Launch, Resume)) for job in pending):
+        attempt = len(record.attempts) + (0 if record.state is RunState.STARTING else 1)
+        return f"run {record.id}: attempt {attempt} is starting already (asked before you)"
+    return None

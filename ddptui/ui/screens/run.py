@@ -1,6 +1,6 @@
 """The run screen: every rank's progress, the loss chart, the classified errors, each rank's
-log (following, filterable with ``/``), each node's GPUs and the ranks' stacks (``D``); stop,
-kill and resume keys.
+log (following, filterable with ``/``), each node's GPUs, the launch timeline (``t``) and the
+ranks' stacks (``D``); stop, kill and resume keys.
 
 A live run's screen is attached to its supervisor (an
 :class:`~ddptui.run.control.Attachment`): updates arrive as :class:`RunChanged` messages (the
@@ -31,6 +31,7 @@ from ddptui.run.state import Judgement
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
 from ddptui.ui.widgets.errors_pane import ErrorsPane
 from ddptui.ui.widgets.gpu_pane import GpuPane
+from ddptui.ui.widgets.launch_pane import LaunchPane
 from ddptui.ui.widgets.log_pane import LogPane
 from ddptui.ui.widgets.loss_chart import LossChart
 from ddptui.ui.widgets.rank_table import RankTable
@@ -56,6 +57,7 @@ class RunScreen(Screen[None]):
         Binding("e", "pane('errors')", "errors"),
         Binding("o", "pane('log')", "log"),
         Binding("g", "pane('gpus')", "GPUs"),
+        Binding("t", "pane('launch')", "launch timeline", show=False),
         Binding("y", "log_scale", "scale"),
         Binding("a", "all_ranks", "all ranks", show=False),
         Binding("D", "dump", "every rank's stacks", show=False),
@@ -98,6 +100,7 @@ class RunScreen(Screen[None]):
             yield ErrorsPane(id="errors")
             yield LogPane(id="log")
             yield GpuPane(id="gpus")
+            yield LaunchPane(id="launch")
             yield StacksPane(id="stacks")
         yield Input(placeholder="filter the log (enter keeps it, esc clears)", id="filter")
         yield Footer()
@@ -352,6 +355,9 @@ class RunScreen(Screen[None]):
             self.query_one(LogPane).follow(model.logs.get(self.log_rank, ()))
         elif pane == "gpus":
             gpus.show(model.nodes, self.judgement.notes)
+        elif pane == "launch":
+            hosts = [node.host for node in model.record.nodes]
+            self.query_one(LaunchPane).show(model.timeline(), hosts, model.attempt)
 
     def _show_status(self) -> None:
         text = self._status()
