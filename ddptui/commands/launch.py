@@ -27,6 +27,9 @@ def run(args: argparse.Namespace) -> int:
     # What is uploaded is known before any host is asked: a cap exceeded fails at once.
     code = control.code(config)
 
+    if not args.dry_run:
+        control.warm_up()
+
     async def main(started_run: dict[str, RunRecord]) -> int:
         # SSH hosts are planned from what their check found, so even a dry run checks them
         # first; a batch job's nodes are Slurm's to pick, and its dry run asks nothing.

@@ -41,7 +41,7 @@ from ddptui.run.protocol import BUSY, Reply
 from ddptui.run.record import RunRecord
 from ddptui.run.state import Steps
 from ddptui.run.store import Catalogue, RunStore, new_run_id
-from ddptui.run.supervising import ANSWER_S, ControlError, Say, Supervisors, quiet
+from ddptui.run.supervising import ANSWER_S, ControlError, Say, Standby, Supervisors, quiet
 from ddptui.run.view import RunView
 from ddptui.untrusted import plain
 
@@ -62,6 +62,7 @@ class RunControl:
     def __init__(self, store: RunStore | None = None) -> None:
         self.store = store or RunStore()
         self.supervisors = Supervisors(self.store)
+        self._standby: Standby | None = None
 
     # --- before a run ----------------------------------------------------------------------
 
@@ -167,7 +168,7 @@ class RunControl:
         new = cluster_of(config).new_run(report, plan, demo=demo, began=began)
         # The run's own hosts file: every later command reaches the same hosts.
         self.store.create(new.record, config_to_toml(config))
-        self.supervisors.spawn(new.record.id, "--launch", *new.options)
+        self._start_supervisor(new.record.id, "--launch", *new.options)
         attachment = await Attachment(
             self.supervisors, new.record, position=0, say=say, steps=steps
         ).open()
@@ -326,6 +327,21 @@ class RunControl:
                 await wait_for(asyncio.gather(*(f.close() for f in followers)), 10.0)
 
     # --- supervisors -----------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """A launch is coming: start its supervisor now, to import while the check runs."""
+        if self._standby is None:
+            self._standby = self.supervisors.standby()
+
+    def _start_supervisor(self, run_id: str, *args: str) -> None:
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            try:
+                standby.go(run_id, *args)
+                return
+            except ControlError:
+                pass
+        self.supervisors.spawn(run_id, *args)
 
     def supervised(self, run_id: str) -> bool:
         """Whether a supervisor holds ``run_id`` now."""

@@ -14,6 +14,7 @@ from ddptui.config.model import HostConfig
 from ddptui.remote.srun import SrunCluster
 from ddptui.run.control import RunControl
 from ddptui.run.store import RunStore
+from ddptui.run.supervising import Supervisors
 
 PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor/__init__.py")
 
@@ -60,3 +61,42 @@ def test_the_node_agent_run_here_for_an_ended_job_imports_the_standard_library(
     )
     assert (result.exit_status, result.stdout) == (0, "1\n"), result.stderr
     assert not hostile_cwd.exists(), hostile_cwd.read_text()
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_a_standby_supervisor_told_its_run_supervises_it(
+    hostile_cwd: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RunStore(tmp_path / "runs")
+    (store.root / "20990101-000000-none").mkdir(parents=True)
+    control = RunControl(store)
+    control.warm_up()
+
+    def spawn(run_id: str, *args: str) -> None:
+        pytest.fail("a second supervisor was started: the standby was not used")
+
+    monkeypatch.setattr(control.supervisors, "spawn", spawn)
+    control._start_supervisor("20990101-000000-none")
+    log = store.files("20990101-000000-none").supervisor_log
+    _wait_for(log)
+    time.sleep(0.5)
+    # It found no record, as a spawned one does, and said so in the run's log.
+    assert "cannot supervise run 20990101-000000-none" in log.read_text()
+    assert not hostile_cwd.exists(), hostile_cwd.read_text()
+
+
+def test_a_standby_supervisor_never_told_goes_with_its_starter(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    standby = Supervisors(store).standby()
+    process = standby._process
+    assert process.poll() is None
+    # The launch did not go ahead: the starter lets go of it (as its exit does).
+    assert process.stdin is not None
+    process.stdin.close()
+    assert process.wait(timeout=30) == 0
+    assert not store.root.exists() or not any(store.root.iterdir())

@@ -12,6 +12,7 @@ import logging.handlers
 import os
 import resource
 import signal
+import sys
 import traceback
 from pathlib import Path
 from typing import IO
@@ -22,6 +23,7 @@ from ddptui.run import protocol
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import BUSY
 from ddptui.run.store import RunStore
+from ddptui.run.supervising import STANDBY
 from ddptui.run.supervisor.core import Supervisor
 from ddptui.run.supervisor.jobs import Job, Launch, Resume
 
@@ -71,12 +73,19 @@ async def serve(supervisor: Supervisor, first: Job | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddptui.run.supervisor")
     parser.add_argument("root", type=Path)
-    parser.add_argument("run")
+    parser.add_argument("run", help=f"the run's id; {STANDBY}: read it and the options on stdin")
     parser.add_argument("--launch", action="store_true", help="launch the recorded run")
     parser.add_argument("--resume", action="store_true", help="resume the ended run")
     parser.add_argument("--debug", action="store_true", help="with torch's debug environment")
     parser.add_argument("--foreground", action="store_true", help="do not fork (tests)")
     args = parser.parse_args(argv)
+    if args.run == STANDBY:
+        # Started ahead of its run (Supervisors.standby), everything imported: told the run
+        # once it is recorded, or nothing when the launch did not go ahead.
+        told = sys.stdin.readline(4096).split()
+        if not told:
+            return 0
+        args = parser.parse_args([str(args.root), *told])
     store = RunStore(args.root)
     files = store.files(args.run)
     if not args.foreground and os.fork():
