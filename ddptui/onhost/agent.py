@@ -19,17 +19,18 @@ Commands:
 - ``wait RUN_DIR SECONDS``: as ``status``, once no process of the run is left or at the latest
   after SECONDS.
 - ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
-- ``have CACHE_DIR``: which of the contents (SHA-256) in ``SENT`` the host's cache of code
-  contents lacks: ``{"missing": [...]}``. Those it holds are touched (the cache keeps what was
-  used in the last :data:`CACHE_DAYS` days).
 - ``put CACHE_DIR``: write the pieces in ``SENT`` (``[sha256, offset, base64, size or
   null]``; a size ends the content) into the cache; an ended content is verified, then renamed
   into place. Hosts that share the directory may write the same content at once: the same
   bytes at the same offsets.
-- ``stage CACHE_DIR CODE_DIR``: lay out the code directory from the cache as ``SENT``
-  (path → ``[sha256, executable]``) says, verifying each file as it is copied, in a staging
-  directory renamed into place (the code is all there or not at all). A code directory that is
-  there already (a host sharing this workdir staged it) is verified instead.
+- ``stage CACHE_DIR CODE_DIR RECORD_PATH``: a launch's one call per host. When the host's cache
+  of code contents (by SHA-256) lacks some of ``SENT["manifest"]``'s (path → ``[sha256,
+  executable]``), only that: ``{"missing": [...]}`` (the contents it holds are touched: the
+  cache keeps what was used in the last :data:`CACHE_DAYS` days). Else the code directory is
+  laid out from the cache, each file verified as it is copied, in a staging directory renamed
+  into place (the code is all there or not at all; one that is there already, which a host
+  sharing this workdir staged, is verified instead), and ``SENT["record"]`` is written to
+  RECORD_PATH: ``{"staged": N, "shared": bool, "written": N}``.
 - ``write PATH``: write the text in ``SENT`` to PATH, atomically.
 - ``list-files DIR``: for each glob in ``SENT`` (relative to DIR), the regular files it
   matches there, ``[path, size, mtime]`` each (at most 1,000 per glob).
@@ -50,7 +51,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddptui.onhost.cache import have, list_files, put, stage, write
+from ddptui.onhost.cache import list_files, put, stage, write
 from ddptui.onhost.common import emit
 from ddptui.onhost.follow import follow
 from ddptui.onhost.processes import (
@@ -85,12 +86,10 @@ def main(argv: list[str], sent: Any = None) -> int:
         return control(Path(args[0]), args[1])
     if command == "dump":
         return dump(Path(args[0]), float(args[1]))
-    if command == "have":
-        return have(Path(args[0]), sent)
     if command == "put":
         return put(Path(args[0]), sent)
     if command == "stage":
-        return stage(Path(args[0]), Path(args[1]), sent)
+        return stage(Path(args[0]), Path(args[1]), Path(args[2]), sent)
     if command == "write":
         return write(Path(args[0]), sent)
     if command == "list-files":

@@ -29,20 +29,20 @@ def sha256_of(path: Path, copy_to: Path | None = None) -> str:
     return digest.hexdigest()
 
 
-def have(cache: Path, sent: Any) -> int:
+def lacking(cache: Path, digests: Any) -> list[Any]:
+    """The contents of ``digests`` the cache lacks; those it has are touched (kept from
+    pruning), and what no staging touched for a while is pruned."""
     missing = []
     now = time.time()
-    for digest in sent:
+    for digest in digests:
         path = cache / str(digest)
         try:
             os.utime(path, (now, now))
         except OSError:
             missing.append(digest)
-    # Once per staging, after this one's contents were touched: not once per piece sent.
     if cache.is_dir():
         prune(cache)
-    emit({"missing": missing})
-    return 0
+    return missing
 
 
 def put(cache: Path, sent: Any) -> int:
@@ -86,9 +86,32 @@ def prune(cache: Path) -> None:
             continue
 
 
-def stage(cache: Path, code_dir: Path, manifest: Any) -> int:
+def stage(cache: Path, code_dir: Path, record_path: Path, sent: Any) -> int:
+    """One call per host and launch: what the cache lacks of the manifest (nothing else done),
+    or the code directory laid out from the cache and the run record written beside it."""
+    manifest, record = sent["manifest"], sent["record"]
+    missing = lacking(cache, sorted({digest for digest, _ in manifest.values()}))
+    if missing:
+        emit({"missing": missing})
+        return 0
     if code_dir.exists():
-        return staged_already(code_dir, manifest)
+        if not staged_already(code_dir, manifest):
+            return 1
+        shared = True
+    else:
+        placed = _lay_out(cache, code_dir, manifest)
+        if placed is None:
+            return 1
+        shared = not placed
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(record_path, record)
+    emit({"staged": len(manifest), "shared": shared, "written": len(record)})
+    return 0
+
+
+def _lay_out(cache: Path, code_dir: Path, manifest: dict[str, Any]) -> bool | None:
+    """True once ``code_dir`` is laid out; False when a host sharing this workdir laid out the
+    same code first; None when it cannot be (said)."""
     stage_dir = code_dir.with_name(".code-" + os.urandom(4).hex())
     placed = False
     try:
@@ -99,11 +122,11 @@ def stage(cache: Path, code_dir: Path, manifest: Any) -> int:
                 copied = sha256_of(cache / digest, copy_to=target)
             except OSError as error:
                 emit({"error": f"{relative}: {error}"})
-                return 1
+                return None
             if copied != digest:
                 emit({"error": f"{relative}: the cached copy is damaged (checksum mismatch)"})
                 (cache / digest).unlink()
-                return 1
+                return None
             if executable:
                 target.chmod(0o755)
         try:
@@ -112,13 +135,12 @@ def stage(cache: Path, code_dir: Path, manifest: Any) -> int:
             if not code_dir.exists():
                 raise
             # A host sharing this workdir renamed its copy into place first.
-            return staged_already(code_dir, manifest)
+            return False if staged_already(code_dir, manifest) else None
         placed = True
     finally:
         if not placed:
             shutil.rmtree(str(stage_dir), ignore_errors=True)
-    emit({"staged": len(manifest)})
-    return 0
+    return True
 
 
 def list_files(directory: Path, patterns: Any) -> int:
@@ -140,8 +162,8 @@ def list_files(directory: Path, patterns: Any) -> int:
     return 0
 
 
-def staged_already(code_dir: Path, manifest: dict[str, Any]) -> int:
-    """A host sharing the workdir staged the run's code: it must be the same code."""
+def staged_already(code_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Whether the code a host sharing the workdir staged is the same code (said when not)."""
     for relative, (digest, _) in sorted(manifest.items()):
         try:
             same = sha256_of(code_dir / relative) == digest
@@ -149,9 +171,8 @@ def staged_already(code_dir: Path, manifest: dict[str, Any]) -> int:
             same = False
         if not same:
             emit({"error": f"{code_dir} exists already, with other code ({relative})"})
-            return 1
-    emit({"staged": len(manifest), "shared": True})
-    return 0
+            return False
+    return True
 
 
 def write(path: Path, text: Any) -> int:

@@ -9,7 +9,6 @@ other exception. The code's way to a host is :mod:`ddptui.run.code_upload`.
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,13 +35,6 @@ async def list_files(
     ``directory`` (relative paths inside it only)."""
     answer = await agent(remote, host, "list-files", directory, sent=list(globs))
     return answer.take("files", lambda value: answers.listed_files(value, globs))
-
-
-async def put_record(remote: Transport, host: HostConfig, run_dir: str, text: str) -> None:
-    """Copy the run record to the host's run directory (``run.toml``)."""
-    answer = await agent(remote, host, "write", posixpath.join(run_dir, "run.toml"), sent=text)
-    if count(answer.document.get("written"), len(text)) != len(text):
-        raise answer.garbage()
 
 
 async def start(

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.transport import Transport
 from ddptui.run.agent_call import NodeError, agent
 from ddptui.run.code import MIB, CodeTree
-from ddptui.run.layout import code_dir
+from ddptui.run.layout import RECORD_NAME, code_dir
 from ddptui.untrusted import count
 
 UPLOAD_PIECE = 8 * MIB
@@ -21,15 +24,31 @@ STAGE_TIMEOUT_S = 300.0
 """Laying out and verifying 100 MiB of code on a slow disk takes seconds; this is plenty."""
 
 
-async def upload_code(remote: Transport, host: HostConfig, cache_dir: str, tree: CodeTree) -> int:
-    """Send the host's cache of code contents what it lacks of ``tree``; the bytes sent."""
+async def send(
+    remote: Transport, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree, record: str
+) -> tuple[int, bool]:
+    """Stage ``tree`` in the run directory with the run's ``record`` beside it, in one call to
+    the host when its cache has every content (a relaunch); else what it lacks is sent first.
+    The bytes sent, and whether a host sharing the workdir had staged it already."""
+    staged = await stage(remote, host, cache_dir, run_dir, tree, record)
+    if not staged.missing:
+        return 0, staged.shared
+    sent = await upload_code(remote, host, cache_dir, tree, staged.missing)
+    staged = await stage(remote, host, cache_dir, run_dir, tree, record)
+    if staged.missing:
+        raise NodeError(
+            f"{host.name}: its code cache {cache_dir} lacks what was just sent to it (removed "
+            "by something else?)"
+        )
+    return sent, staged.shared
+
+
+async def upload_code(
+    remote: Transport, host: HostConfig, cache_dir: str, tree: CodeTree, missing: Sequence[str]
+) -> int:
+    """Send the host's cache the contents of ``tree`` it lacks (``missing``, by SHA-256); the
+    bytes sent."""
     contents = {file.sha256: file for file in tree.files}
-    answer = await agent(remote, host, "have", cache_dir, sent=sorted(contents))
-    missing = answer.document.get("missing")
-    if not isinstance(missing, list) or not all(
-        isinstance(digest, str) and digest in contents for digest in missing
-    ):
-        raise answer.garbage()
     pieces: list[list[object]] = []
     pending = sent = 0
     for digest in missing:
@@ -75,11 +94,21 @@ async def _put(
         raise answer.garbage()
 
 
+@dataclass(frozen=True)
+class Staged:
+    """What the host said to a stage: the contents its cache lacks (then nothing was staged), or
+    whether the code was there already (a host sharing the workdir staged it)."""
+
+    missing: tuple[str, ...] = ()
+    shared: bool = False
+
+
 async def stage(
-    remote: Transport, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree
-) -> bool:
+    remote: Transport, host: HostConfig, cache_dir: str, run_dir: str, tree: CodeTree, record: str
+) -> Staged:
     """Lay ``tree`` out in the run's code directory from the host's cache, verified and renamed
-    into place; True when a host sharing the workdir had staged it already."""
+    into place, and write the run's ``record`` beside it; or, when the cache lacks contents of
+    it, only which."""
     manifest = tree.manifest()
     answer = await agent(
         remote,
@@ -87,9 +116,22 @@ async def stage(
         "stage",
         cache_dir,
         code_dir(run_dir),
-        sent=manifest,
+        posixpath.join(run_dir, RECORD_NAME),
+        sent={"manifest": manifest, "record": record},
         timeout=STAGE_TIMEOUT_S,
     )
-    if count(answer.document.get("staged"), len(manifest)) != len(manifest):
+    missing = answer.document.get("missing")
+    if missing is not None:
+        digests = {file.sha256 for file in tree.files}
+        if (
+            not isinstance(missing, list)
+            or not missing
+            or not all(isinstance(digest, str) and digest in digests for digest in missing)
+        ):
+            raise answer.garbage()
+        return Staged(missing=tuple(sorted(set(missing))))
+    if count(answer.document.get("staged"), len(manifest)) != len(manifest) or count(
+        answer.document.get("written"), len(record)
+    ) != len(record):
         raise answer.garbage()
-    return answer.document.get("shared") is True
+    return Staged(shared=answer.document.get("shared") is True)

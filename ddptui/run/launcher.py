@@ -149,14 +149,16 @@ async def stage(
     say(f"staging {len(tree.files)} file(s), {mib(tree.size)}, on {len(record.nodes)} host(s)")
     sent: dict[str, int] = {}
     shared: list[str] = []
+    text = record.to_toml()
 
     async def one(node: NodeRecord) -> None:
         host = config.host(node.host)
         cache = code_cache_dir(node.run_dir)
-        sent[node.host] = await code_upload.upload_code(remote, host, cache, tree)
-        if await code_upload.stage(remote, host, cache, node.run_dir, tree):
+        sent[node.host], was_staged = await code_upload.send(
+            remote, host, cache, node.run_dir, tree, text
+        )
+        if was_staged:
             shared.append(node.host)
-        await nodes.put_record(remote, host, node.run_dir, record.to_toml())
         reached(node.host, "staged")
 
     results = await asyncio.gather(*(one(node) for node in record.nodes), return_exceptions=True)

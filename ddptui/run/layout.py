@@ -39,6 +39,8 @@ from typing import Literal
 # A number as torch and the agent write one: ASCII digits (`\d` alone also matches "٣"), no
 # leading zero and `\Z`, not `$` (which matches before a final newline): each file has one
 # name, so a host cannot make the follower keep one rank's file under many.
+RECORD_NAME = "run.toml"
+"""The run record's name: in the head node's store and in each host's run directory."""
 _N = "(0|[1-9][0-9]{0,8})"
 EVENTS = re.compile(rf"^events/rank{_N}\.jsonl\Z", re.ASCII)
 """A rank's events: group 1 is its global rank."""
@@ -246,7 +248,7 @@ class RunFiles:
     @property
     def record(self) -> Path:
         """``run.toml``: the run record (replaced atomically, under :attr:`lock`)."""
-        return self.directory / "run.toml"
+        return self.directory / RECORD_NAME
 
     @property
     def hosts(self) -> Path:

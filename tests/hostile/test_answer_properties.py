@@ -273,19 +273,9 @@ def _code_tree() -> CodeTree:
 
 TREE = _code_tree()
 DIGESTS = [file.sha256 for file in TREE.files]
+RECORD_TEXT = 'id = "20990101-000000-abcd"\n'
 UPLOAD = st.fixed_dictionaries(
     {
-        "have": command_results(
-            answer_lines(
-                st.fixed_dictionaries(
-                    {
-                        "missing": maybe(
-                            st.lists(st.one_of(st.sampled_from(DIGESTS), HOSTILE_TEXT), max_size=3)
-                        )
-                    }
-                )
-            )
-        ),
         "put": command_results(
             answer_lines(
                 st.fixed_dictionaries(
@@ -297,10 +287,19 @@ UPLOAD = st.fixed_dictionaries(
             answer_lines(
                 st.fixed_dictionaries(
                     {
+                        "missing": maybe(
+                            st.lists(st.one_of(st.sampled_from(DIGESTS), HOSTILE_TEXT), max_size=3)
+                        ),
                         "staged": maybe(
                             weighted((3, st.just(len(TREE.files))), (1, st.integers(-1, 4)))
                         ),
                         "shared": maybe(st.booleans()),
+                        "written": maybe(
+                            weighted(
+                                (3, st.just(len(RECORD_TEXT))),
+                                (1, st.sampled_from([0, -1, 2**63])),
+                            )
+                        ),
                     }
                 )
             )
@@ -313,33 +312,17 @@ UPLOAD = st.fixed_dictionaries(
 @given(answers=UPLOAD)
 def test_code_upload_answers(answers: dict[str, CommandResult]) -> None:
     remote = AnsweringHost(answers)
-    sent = answered(code_upload.upload_code(remote, HOST, "/cache", TREE))
-    if not isinstance(sent, NodeError):
-        # At most every file each time the host says it is missing (three times at most).
-        assert type(sent) is int and 0 <= sent <= 3 * TREE.size
-    staged = answered(code_upload.stage(remote, HOST, "/cache", RUN_DIR, TREE))
-    assert isinstance(staged, NodeError) or type(staged) is bool
+    done = answered(code_upload.send(remote, HOST, "/cache", RUN_DIR, TREE, RECORD_TEXT))
+    if not isinstance(done, NodeError):
+        sent, shared = done
+        # At most every file once: the host says what it lacks once, then it has it all.
+        assert type(sent) is int and 0 <= sent <= TREE.size and type(shared) is bool
 
 
 # --- node agent answers: write and control ----------------------------------------------------
 
-RECORD_TEXT = 'id = "20990101-000000-abcd"\n'
-RECORD_AND_CONTROL = st.fixed_dictionaries(
+CONTROL = st.fixed_dictionaries(
     {
-        "write": command_results(
-            answer_lines(
-                st.fixed_dictionaries(
-                    {
-                        "written": maybe(
-                            weighted(
-                                (3, st.just(len(RECORD_TEXT))),
-                                (1, st.sampled_from([0, -1, 2**63])),
-                            )
-                        )
-                    }
-                )
-            )
-        ),
         "control": command_results(
             answer_lines(
                 st.fixed_dictionaries({"created": maybe(st.sampled_from(["stop", "save"]))})
@@ -350,11 +333,9 @@ RECORD_AND_CONTROL = st.fixed_dictionaries(
 
 
 @hostile(100)
-@given(answers=RECORD_AND_CONTROL, what=st.sampled_from(["stop", "save"]))
-def test_write_and_control_answers(answers: dict[str, CommandResult], what: str) -> None:
+@given(answers=CONTROL, what=st.sampled_from(["stop", "save"]))
+def test_control_answers(answers: dict[str, CommandResult], what: str) -> None:
     remote = AnsweringHost(answers)
-    written = answered(nodes.put_record(remote, HOST, RUN_DIR, RECORD_TEXT))
-    assert written is None or isinstance(written, NodeError)
     asked = answered(nodes.request(remote, HOST, RUN_DIR, what))
     assert asked is None or isinstance(asked, NodeError)
 
@@ -1151,10 +1132,10 @@ def test_probe_outputs(output: str) -> None:
 
 
 @pytest.mark.parametrize("missing", ["[[]]", "[{}]"])
-def test_a_have_answer_listing_a_list_is_garbage(missing: str) -> None:
-    remote = AnsweringHost({"have": CommandResult(0, '{"missing":' + missing + "}", "")})
+def test_a_stage_answer_listing_a_list_as_missing_is_garbage(missing: str) -> None:
+    remote = AnsweringHost({"stage": CommandResult(0, '{"missing":' + missing + "}", "")})
     with pytest.raises(GarbledAnswer):
-        asyncio.run(code_upload.upload_code(remote, HOST, "/cache", TREE))
+        asyncio.run(code_upload.send(remote, HOST, "/cache", RUN_DIR, TREE, RECORD_TEXT))
 
 
 def test_a_relayed_heartbeat_keeps_its_gpu_figures() -> None:

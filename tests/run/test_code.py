@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ddptui.config.model import HostConfig, JobConfig
 from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.transport import Transport
 from ddptui.run import code, code_upload
 from ddptui.run.agent_call import NodeError
 from ddptui.run.code import CodeError, job_code
@@ -120,6 +122,9 @@ def test_the_bundled_trainer_goes_as_its_package() -> None:
     assert not any("__pycache__" in p for p in paths)
 
 
+RECORD = 'id = "20990101-000000-code"\n'
+
+
 def _cluster(server: LocalSshServer) -> tuple[HostConfig, str, str]:
     host = local_host(server)
     workdir = server.home / "work"
@@ -138,23 +143,47 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
     job = JobConfig(script=root / "multinode.py")
     host, cache, run_dir = _cluster(local_ssh_server)
 
+    calls: list[str] = []
+    agent = code_upload.agent
+
+    async def counted(remote: Transport, host: HostConfig, *args: str, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return await agent(remote, host, *args, **kwargs)
+
+    monkeypatch.setattr(code_upload, "agent", counted)
+
     async def scenario() -> list[int]:
         sent = []
         async with RemoteCluster([host], connect_timeout=5) as remote:
             tree = job_code(job)
-            sent.append(await code_upload.upload_code(remote, host, cache, tree))
-            assert not await code_upload.stage(remote, host, cache, run_dir, tree)
-            sent.append(await code_upload.upload_code(remote, host, cache, job_code(job)))
+            first = await code_upload.send(remote, host, cache, run_dir, tree, RECORD)
+            assert first[1] is False
+            sent.append(first[0])
+            # A relaunch of the same code: one call to the host, nothing sent.
+            calls.clear()
+            again = run_dir.replace("r1", "r0")
+            assert await code_upload.send(remote, host, cache, again, job_code(job), RECORD) == (
+                0,
+                False,
+            )
+            assert calls == ["stage"]
+            sent.append(0)
             (root / "datautils.py").write_text("X = 2\n")
             changed = job_code(job)
-            sent.append(await code_upload.upload_code(remote, host, cache, changed))
             second = run_dir.replace("r1", "r2")
-            assert not await code_upload.stage(remote, host, cache, second, changed)
+            changed_sent, shared = await code_upload.send(
+                remote, host, cache, second, changed, RECORD
+            )
+            assert not shared
+            sent.append(changed_sent)
             # A host that shares the workdir finds the same code there and is done; other code
             # is never put in its place.
-            assert await code_upload.stage(remote, host, cache, second, changed)
+            assert await code_upload.send(remote, host, cache, second, changed, RECORD) == (
+                0,
+                True,
+            )
             with pytest.raises(NodeError, match="exists already, with other code"):
-                await code_upload.stage(remote, host, cache, second, tree)
+                await code_upload.send(remote, host, cache, second, tree, RECORD)
         return sent
 
     sent = asyncio.run(scenario())
@@ -166,7 +195,8 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
     assert Path(code_dir(run_dir.replace("r1", "r2")), "datautils.py").read_text() == "X = 2\n"
     assert (code / "run.sh").stat().st_mode & 0o111
     assert not (code / "data").exists()
-    assert sorted(p.name for p in code.parent.iterdir()) == ["code"]
+    assert sorted(p.name for p in code.parent.iterdir()) == ["code", "node0"]
+    assert Path(run_dir, "run.toml").read_text() == RECORD
 
 
 def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
@@ -183,19 +213,19 @@ def test_a_damaged_upload_or_cache_is_refused_and_forgotten(
             # What an upload cut short left: longer than the content and wrong.
             Path(cache).mkdir(parents=True)
             Path(cache, digest + ".part").write_bytes(b"garbage" * 100)
-            await code_upload.upload_code(remote, host, cache, tree)
+            await code_upload.send(remote, host, cache, run_dir, tree, RECORD)
             assert Path(cache, digest).read_bytes() == b"X = 1\n"
             Path(cache, digest).write_bytes(b"X = 666\n")
             with pytest.raises(NodeError, match=r"datautils\.py: the cached copy is damaged"):
-                await code_upload.stage(remote, host, cache, run_dir, tree)
-            assert not Path(code_dir(run_dir)).exists()
+                await code_upload.send(remote, host, cache, again, tree, RECORD)
+            assert not Path(code_dir(again)).exists()
             # Forgotten, so the next launch sends it again.
-            assert await code_upload.upload_code(remote, host, cache, tree) == 6
-            await code_upload.stage(remote, host, cache, run_dir, tree)
+            assert await code_upload.send(remote, host, cache, again, tree, RECORD) == (6, False)
 
+    again = run_dir.replace("r1", "r2")
     asyncio.run(scenario())
-    assert Path(code_dir(run_dir), "datautils.py").read_text() == "X = 1\n"
-    assert sorted(p.name for p in Path(code_dir(run_dir)).parent.iterdir()) == ["code"]
+    assert Path(code_dir(again), "datautils.py").read_text() == "X = 1\n"
+    assert sorted(p.name for p in Path(code_dir(again)).parent.iterdir()) == ["code", "node0"]
 
 
 def test_a_file_that_changes_while_it_is_uploaded_is_named(
@@ -205,11 +235,11 @@ def test_a_file_that_changes_while_it_is_uploaded_is_named(
     tree = job_code(JobConfig(script=root / "multinode.py"))
     # A log the script's directory holds, written to between the listing and the upload.
     (root / "datautils.py").write_text("X = 1\nX = 2\n")
-    host, cache, _ = _cluster(local_ssh_server)
+    host, cache, run_dir = _cluster(local_ssh_server)
 
     async def upload() -> None:
         async with RemoteCluster([host], connect_timeout=5) as remote:
-            await code_upload.upload_code(remote, host, cache, tree)
+            await code_upload.send(remote, host, cache, run_dir, tree, RECORD)
 
     with pytest.raises(NodeError, match=r"datautils\.py changed while it was uploaded"):
         asyncio.run(upload())

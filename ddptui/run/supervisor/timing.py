@@ -89,8 +89,9 @@ class LaunchTiming:
         self._pending = []
 
     def summary(self, record: RunRecord) -> str | None:
-        """The latest attempt's summary the first time its timeline is whole."""
-        timeline = record.timeline()
+        """The summary of the attempt this supervisor started, the first time its timeline is
+        whole (an earlier attempt's was said by whoever started it)."""
+        timeline = record.timeline(self._attempt) if self._attempt else None
         if timeline is None or timeline.attempt in self._summarised:
             return None
         line = timeline.summary(node.host for node in record.nodes)

@@ -1,0 +1,64 @@
+"""The supervisor's launch timing: backend stamps wait for the record's next change, the
+ranks' stages come from the model, and the summary is said once, of the attempt it started."""
+
+from __future__ import annotations
+
+from ddptui.run.model import RunModel
+from ddptui.run.record import Attempt, RunRecord
+from ddptui.run.supervisor.timing import LaunchTiming
+from ddptui.run.timeline import Timeline
+from tests.run.bed import two_host_record
+
+
+class _Wall:
+    def __init__(self) -> None:
+        self.now = 2000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _whole(attempt: int, began: float) -> Timeline:
+    stamps = {"started": began + 1.0, "first_step": began + 5.0}
+    return Timeline(attempt, began, {"a": dict(stamps), "b": dict(stamps)})
+
+
+def test_stamps_wait_for_the_record_s_next_change_and_a_resume_gets_a_timeline() -> None:
+    wall = _Wall()
+    timing = LaunchTiming(wall)
+    record = two_host_record()
+    timing.reached("a", "staged")
+    assert record.timelines == []  # nothing begun: nothing kept
+    timing.begin(2)
+    wall.now += 0.5
+    timing.reached("a", "started")
+    assert record.timelines == []
+    timing.applied(lambda changed: None)(record)
+    (timeline,) = record.timelines
+    assert (timeline.attempt, timeline.began) == (2, 2000.0)
+    assert timeline.hosts == {"a": {"started": 2000.5}}
+
+
+def test_the_summary_is_of_the_attempt_it_started_and_said_once() -> None:
+    timing = LaunchTiming(_Wall())
+    record = two_host_record()
+    # Attempt 1's launch, whole, summed up by the supervisor that started it; this one is
+    # starting attempt 2, not recorded yet.
+    record.timelines = [_whole(1, 1000.0)]
+    timing.begin(2)
+    assert timing.summary(record) is None
+    record.attempts.append(Attempt(2, 1900.0, 29500))
+    assert timing.summary(record) is None
+    record.timelines.append(_whole(2, 1900.0))
+    assert timing.summary(record) == (
+        "first step in 5.0 s; slowest: b, 4.0 s torchrun starting the ranks … the first step"
+    )
+    assert timing.summary(record) is None
+
+
+def test_an_adopted_run_s_timeline_is_not_summed_up_again() -> None:
+    record: RunRecord = two_host_record()
+    record.timelines = [_whole(1, 1000.0)]
+    timing = LaunchTiming(_Wall())
+    assert timing.observe(record, RunModel(record)) is False
+    assert timing.summary(record) is None
