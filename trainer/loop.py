@@ -163,6 +163,10 @@ class Trainer:
         self.data_on_device = _place_data(self.task, rt.device)
         # On a GPU, step events wait for their loss to reach the host instead of syncing for it.
         self.deferring = rt.device.type == "cuda"
+        # A GPU's forward pass is queued, not run, by the time the host's clock could time it.
+        self.timing_compute = rt.device.type == "cpu"
+        self.compute_s = 0.0
+        """Seconds in the forward pass since the previous step event."""
         self.buffers = BufferPool()
         # Same initial weights on every rank, whatever the wrapper does.
         torch.manual_seed(cfg.seed)
@@ -253,10 +257,15 @@ class Trainer:
                 x = x.to(self.rt.device, non_blocking=True)
                 y = y.to(self.rt.device, non_blocking=True)
             with _grad_sync(model, i == len(micro) - 1):
+                began = time.perf_counter()
                 with self.autocast():
                     loss = self.task.loss(model(x), y)
                     if len(micro) > 1:
                         loss = loss / len(micro)
+                if self.timing_compute:
+                    # No collective runs in the forward pass: its time is this rank's own, where
+                    # the step time is the slowest rank's for every rank (DDP waits for it).
+                    self.compute_s += time.perf_counter() - began
                 (scaler.scale(loss) if scaler.is_enabled() else loss).backward()
             total = loss.detach() if total is None else total + loss.detach()
         if self.cfg.grad_clip > 0:
@@ -325,7 +334,7 @@ class Trainer:
                 finished = progress.step >= self.total_steps
                 if progress.step % cfg.log_every == 0 or finished:
                     now = time.perf_counter()
-                    self._log_step(micro, loss, lr, (now - window_start) / window_steps)
+                    self._log_step(micro, loss, lr, now - window_start, window_steps)
                     window_start, window_steps = now, 0
                 elif self.deferring:
                     log.poll()
@@ -351,8 +360,9 @@ class Trainer:
         return Outcome(progress.step, reason)
 
     def _log_step(
-        self, micro: list[torch.Tensor], loss: torch.Tensor, lr: float, step_time: float
+        self, micro: list[torch.Tensor], loss: torch.Tensor, lr: float, window_s: float, steps: int
     ) -> None:
+        step_time = window_s / steps
         fields: dict[str, Any] = {
             "epoch": self.progress.epoch,
             "step": self.progress.step,
@@ -361,6 +371,9 @@ class Trainer:
             "step_time_s": step_time,
             **memory_mib(self.rt.device),
         }
+        if self.timing_compute:
+            fields["compute_s"] = self.compute_s / steps
+            self.compute_s = 0.0
         if self.cfg.log_samples:
             fields["samples"] = torch.cat(micro).tolist()
         if self.deferring:

@@ -106,6 +106,9 @@ class StepEvent(EventBase):
     lr: float | None = None
     samples_per_s: float | None = None
     step_time_s: float | None = None
+    compute_s: float | None = None
+    """The rank's own work per step, no collective in it (its forward pass): where a straggler
+    shows, since the step time is the slowest rank's on every rank."""
     cuda_allocated_mib: float | None = None
     cuda_reserved_mib: float | None = None
     cuda_peak_mib: float | None = None
@@ -374,6 +377,7 @@ def _step(doc: Mapping[str, Any], common: dict[str, Any]) -> StepEvent:
         lr=finite(doc.get("lr")),
         samples_per_s=finite(doc.get("samples_per_s")),
         step_time_s=finite(doc.get("step_time_s")),
+        compute_s=finite(doc.get("compute_s")),
         cuda_allocated_mib=finite(doc.get("cuda_allocated_mib")),
         cuda_reserved_mib=finite(doc.get("cuda_reserved_mib")),
         cuda_peak_mib=finite(doc.get("cuda_peak_mib")),

@@ -294,7 +294,8 @@ class RunModel:
     def _not_started(rank: RankProgress) -> None:
         rank.state = RankState.STARTING
         rank.started_at = rank.last_step_at = None
-        rank.stalled = rank.straggler = False
+        rank.stalled = False
+        rank.forget_pace()
         rank.phase = rank.phase_expect_s = None
 
     def _note_attempt(self, event: RankEvent) -> None:

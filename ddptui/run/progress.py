@@ -10,8 +10,13 @@ Health, as the runs issue defines it:
   processes live. Step events come every ``--log-every`` steps, so the "step time" here is the
   longer of a rank's step time and the time between its step events; otherwise a run that logs
   rarely would look stalled between two events.
-- **straggler**: a rank's step time stays above ``1.3 ×`` the median over ranks for 20
-  consecutive step events.
+- **straggler**: a rank whose own work per step (``compute_s``: its forward pass, in which it
+  waits for no peer; else its step time), averaged over its latest :data:`STRAGGLER_EVENTS`
+  step events, is at least 10% above the running ranks' median of that average for
+  :data:`STRAGGLER_WINDOW_S` on end; it is a straggler no more once it is under 5% above.
+  Under DDP every rank's step time is the slowest rank's, so a straggler shows only in the work
+  it does alone; an average, not a median, because a throttled host (a CFS quota) is slow in
+  bursts: most of its steps take the usual time, some a whole throttled period more.
 
 Times are the ranks' own (the events' ``time``): pass ``now`` on the same clock.
 """
@@ -21,10 +26,13 @@ from __future__ import annotations
 import enum
 import math
 import statistics
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
+
+from ddptui.untrusted import plain
 
 from .events import (
     CheckpointEvent,
@@ -40,8 +48,10 @@ from .logloss import LoggedLoss
 
 STALL_MIN_S: Final = 60.0
 STALL_STEP_TIMES: Final = 10.0
-STRAGGLER_RATIO: Final = 1.3
+STRAGGLER_RATIO: Final = 1.10
+STRAGGLER_CLEAR_RATIO: Final = 1.05
 STRAGGLER_EVENTS: Final = 20
+STRAGGLER_WINDOW_S: Final = 20.0
 LOSS_POINTS: Final = 1024
 """A rank's loss curve holds at most this many points; a longer run is down-sampled. A chart
 is a few hundred dots wide: more would cost memory on every rank and show nothing more."""
@@ -102,9 +112,37 @@ class RankProgress:
     """(step, loss) points; every ``loss_stride``-th step once the curve has been thinned."""
     loss_stride: int = 1
     stalled: bool = False
+    compute_s: float | None = None
+    """The rank's own work per step (``compute_s``), as its latest step event said."""
     straggler: bool = False
-    slow_events: int = 0
-    """Consecutive step events whose step time was above the straggler threshold."""
+    paces: deque[float] = field(default_factory=lambda: deque(maxlen=STRAGGLER_EVENTS))
+    """Its work per step (else its step time) in its latest step events."""
+    slower_by: float | None = None
+    """How much more work per step it took than the running ranks' median (0.45: 45%), over
+    its latest step events, as last judged."""
+    slow_since: float | None = None
+    """Since when (its clock) its work per step is above the straggler threshold."""
+
+    @property
+    def recent_pace(self) -> float | None:
+        """Its work per step over its latest :data:`STRAGGLER_EVENTS` step events, once it has
+        that many."""
+        if len(self.paces) < STRAGGLER_EVENTS:
+            return None
+        return sum(self.paces) / len(self.paces)
+
+    def as_straggler(self) -> Straggler | None:
+        """The rank as a straggler, if it is one."""
+        if not self.straggler or self.slower_by is None or self.slow_since is None:
+            return None
+        return Straggler(self.rank, self.host, self.slower_by, self.slow_since)
+
+    def forget_pace(self) -> None:
+        """Not a straggler, and nothing known of its pace against the others (a new attempt,
+        the rank's end)."""
+        self.straggler, self.slow_since, self.slower_by = False, None, None
+        self.paces.clear()
+
     phase: str | None = None
     """The part of its work the rank said it entered that may go long without a step
     (``checkpoint``, ``eval``…), until its next step; None while it trains."""
@@ -119,6 +157,24 @@ class RankProgress:
         long pause does not stretch what counts as a stall for the others.
         """
         return None if self.step_time_s is None else self.step_time_s * self.steps_per_event
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank named a straggler: where, by how much, since when (its clock)."""
+
+    rank: int
+    host: str
+    slower_by: float
+    since: float
+
+    def words(self) -> str:
+        """``rank 3 on node1 +45% since 14:02:11``."""
+        since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        return (
+            f"rank {self.rank} on {plain(self.host, limit=64, one_line=True)} "
+            f"+{self.slower_by:.0%} since {since}"
+        )
 
 
 @dataclass(frozen=True)
@@ -145,7 +201,8 @@ class ProgressSummary:
     """``"gpu"`` (peak CUDA allocation) or ``"cpu"`` (resident set), whichever ranks report."""
     states: Mapping[RankState, int]
     stalled: bool
-    stragglers: tuple[int, ...]
+    stragglers: tuple[Straggler, ...]
+    """Slowest first."""
 
     def format_line(self) -> str:
         """One human line, e.g. ``step 120/400  loss 0.031 / 0.034 / 0.040  2,310 samples/s
@@ -173,7 +230,9 @@ class ProgressSummary:
         if self.stalled:
             parts.append("STALLED")
         if self.stragglers:
-            parts.append(f"straggler rank {_ranks(self.stragglers)}")
+            named = "; ".join(straggler.words() for straggler in self.stragglers[:3])
+            more = len(self.stragglers) - 3
+            parts.append(f"straggler {named}" + (f" and {more} more" if more > 0 else ""))
         ended = {
             state: n
             for state, n in self.states.items()
@@ -208,8 +267,8 @@ def _restart(progress: RankProgress, event: StartEvent) -> None:
     progress.epoch = event.start_epoch
     progress.error = None
     progress.last_step_at = None
-    progress.stalled = progress.straggler = False
-    progress.slow_events = 0
+    progress.stalled = False
+    progress.forget_pace()
     progress.phase = progress.phase_expect_s = None
     if event.start_step is not None:
         # Steps after the checkpoint will be taken again; the new values replace them.
@@ -311,7 +370,8 @@ class RunProgress:
             progress.state = RankState.FAILED
             progress.error = event.message
         if progress.state.finished:
-            progress.stalled = progress.straggler = False
+            progress.stalled = False
+            progress.forget_pace()
 
     def _step(self, progress: RankProgress, event: StepEvent) -> None:
         if progress.step is not None and event.step > progress.step:
@@ -321,6 +381,7 @@ class RunProgress:
         progress.loss, progress.nonfinite = event.loss, event.loss is None
         progress.lr, progress.samples_per_s = event.lr, event.samples_per_s
         progress.step_time_s = event.step_time_s
+        progress.compute_s = event.compute_s
         progress.cuda_allocated_mib = event.cuda_allocated_mib
         if event.cuda_peak_mib is not None:
             progress.cuda_peak_mib = event.cuda_peak_mib
@@ -332,23 +393,39 @@ class RunProgress:
             progress.state = RankState.RUNNING
         progress.stalled = False
         progress.phase = progress.phase_expect_s = None
-        median = self._median_step_time()
-        if event.step_time_s is not None and median is not None:
-            slow = event.step_time_s > STRAGGLER_RATIO * median
-            progress.slow_events = progress.slow_events + 1 if slow else 0
-            progress.straggler = progress.slow_events >= STRAGGLER_EVENTS
+        self._judge_pace(progress, event.time)
+
+    def _judge_pace(self, progress: RankProgress, now: float) -> None:
+        own = progress.compute_s if progress.compute_s is not None else progress.step_time_s
+        if own is None:
+            return
+        progress.paces.append(own)
+        recent, median = progress.recent_pace, self._median_pace()
+        if recent is None or not median:
+            return
+        slower = recent / median
+        progress.slower_by = slower - 1.0
+        if slower >= STRAGGLER_RATIO:
+            if progress.slow_since is None:
+                progress.slow_since = now
+            progress.straggler = progress.straggler or now - progress.slow_since >= (
+                STRAGGLER_WINDOW_S
+            )
+        elif slower < STRAGGLER_CLEAR_RATIO:
+            progress.slow_since, progress.straggler = None, False
 
     def _running(self) -> list[RankProgress]:
         return [p for p in self._ranks.values() if not p.state.finished]
 
-    def _median_step_time(self) -> float | None:
+    def _median_pace(self) -> float | None:
+        """The running ranks' median of their recent work per step."""
         # Recomputed once per round of step events (one from each rank, roughly), not for each
         # event: on a thousand ranks that is the difference between a few µs and 0.25 ms.
         self._median_age -= 1
         if self._median_age <= 0:
             running = self._running()
-            times = [p.step_time_s for p in running if p.step_time_s is not None]
-            self._median = statistics.median(times) if times else None
+            known = [pace for p in running if (pace := p.recent_pace) is not None]
+            self._median = statistics.median(known) if known else None
             self._median_age = len(running)
         return self._median
 
@@ -404,7 +481,12 @@ class RunProgress:
             memory_kind="gpu" if gpu else "cpu" if cpu else None,
             states=states,
             stalled=self.stalled,
-            stragglers=tuple(p.rank for p in ranks if p.straggler),
+            stragglers=tuple(
+                sorted(
+                    (straggler for p in ranks if (straggler := p.as_straggler()) is not None),
+                    key=lambda straggler: -straggler.slower_by,
+                )
+            ),
         )
 
     def format_line(self) -> str:

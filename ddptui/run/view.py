@@ -49,6 +49,12 @@ class RankView:
     rss_mib: float | None
     stalled: bool
     straggler: bool
+    compute_s: float | None = None
+    """Its own work per step (its forward pass), where it says."""
+    slower_by: float | None = None
+    """Its work per step over the running ranks' median, less 1 (0.45: 45% slower)."""
+    slow_since: float | None = None
+    """Since when (its clock) it has been over the straggler threshold."""
     last_line: str | None = None
     """The rank's latest line of output (raw: sanitise to show)."""
     last_line_at: float | None = None
@@ -97,6 +103,9 @@ class RunView:
                     rss_mib=_finite(rank.rss_mib),
                     stalled=rank.stalled,
                     straggler=rank.straggler,
+                    compute_s=_finite(rank.compute_s),
+                    slower_by=_finite(rank.slower_by),
+                    slow_since=rank.slow_since,
                     **_last_line(model.logs.get(rank.rank)),
                 )
                 for rank in model.progress.ranks

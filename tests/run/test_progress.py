@@ -22,6 +22,7 @@ from ddptui.run.progress import (
     LOSS_POINTS,
     MAX_RANKS,
     STRAGGLER_EVENTS,
+    STRAGGLER_WINDOW_S,
     RankState,
     RunProgress,
 )
@@ -162,25 +163,79 @@ def _steps(run: RunProgress, n: int, times: list[float], at: float) -> None:
         run.apply(HOSTS[rank], step(rank, n, at, step_time_s=step_time))
 
 
-def test_a_rank_slower_than_the_median_for_twenty_events_is_a_straggler() -> None:
+def _computed(run: RunProgress, n: int, compute: list[float], at: float) -> None:
+    """Every rank's step, at the one step time DDP gives them all, each with its own work."""
+    for rank, own in enumerate(compute):
+        run.apply(HOSTS[rank], step(rank, n, at, step_time_s=0.2, compute_s=own))
+
+
+def _stragglers(run: RunProgress) -> list[tuple[int, str, float, float]]:
+    return [(s.rank, s.host, round(s.slower_by, 2), s.since) for s in run.summary().stragglers]
+
+
+class _Ticks:
+    """One step event a second from every rank."""
+
+    def __init__(self, run: RunProgress) -> None:
+        self.run, self.n, self.at = run, 0, 1000.0
+
+    def __call__(self, compute: list[float], times: int = 1) -> None:
+        for _ in range(times):
+            self.n += 1
+            self.at += 1.0
+            _computed(self.run, self.n, compute, self.at)
+
+
+def test_a_rank_whose_own_work_is_slower_for_the_window_is_named_and_recovers() -> None:
     run = _run_with_ranks()
-    slow = [0.10, 0.10, 0.10, 0.14]  # 1.4 × the median
-    for n in range(1, STRAGGLER_EVENTS):
-        _steps(run, n, slow, float(n))
-    assert run.summary().stragglers == ()
-    _steps(run, STRAGGLER_EVENTS, slow, 20.0)
-    assert run.summary().stragglers == (3,)
-    assert "straggler rank 3" in run.format_line()
-    # One step back at the median's pace resets the count.
-    _steps(run, 21, [0.10, 0.10, 0.10, 0.12], 21.0)
-    assert run.summary().stragglers == ()
+    tick = _Ticks(run)
+    slow = [0.10, 0.10, 0.10, 0.145]  # rank 3: 45% above the median
+    # Judged once it has a window of events: slow from then on, but not for long enough yet.
+    tick(slow, STRAGGLER_EVENTS)
+    since = tick.at
+    while tick.at < since + STRAGGLER_WINDOW_S:
+        assert _stragglers(run) == []
+        tick(slow)
+    assert _stragglers(run) == [(3, "gpu-b", 0.45, since)]
+    assert "straggler rank 3 on gpu-b +45% since " in run.format_line()
+    # Between the thresholds it stays named; under 5% above, over its latest events, it is not.
+    tick([0.10, 0.10, 0.10, 0.107], STRAGGLER_EVENTS)
+    assert [rank for rank, *_ in _stragglers(run)] == [3]
+    tick([0.10, 0.10, 0.10, 0.10], STRAGGLER_EVENTS)
+    assert _stragglers(run) == []
+
+
+def test_a_throttled_rank_slow_in_bursts_is_named_by_its_average() -> None:
+    run = _run_with_ranks()
+    tick = _Ticks(run)
+    for n in range(3 * STRAGGLER_EVENTS):
+        # One step in four a whole CFS period late: most steps take the usual time.
+        tick([0.10, 0.10, 0.10, 0.18 if n % 4 == 0 else 0.10])
+    assert [rank for rank, *_ in _stragglers(run)] == [3]
+
+
+def test_a_short_slow_spell_is_no_straggler() -> None:
+    run = _run_with_ranks()
+    tick = _Ticks(run)
+    tick([0.10] * 4, STRAGGLER_EVENTS)
+    tick([0.10, 0.10, 0.10, 0.30], int(STRAGGLER_WINDOW_S) // 2)
+    tick([0.10] * 4, 3 * STRAGGLER_EVENTS)
+    assert _stragglers(run) == []
+    rank = run.rank(3)
+    assert rank is not None and rank.slow_since is None
 
 
 def test_a_rank_just_under_the_threshold_is_never_a_straggler() -> None:
     run = _run_with_ranks()
-    for n in range(1, 3 * STRAGGLER_EVENTS):
-        _steps(run, n, [0.10, 0.10, 0.10, 0.129], float(n))
+    _Ticks(run)([0.10, 0.10, 0.10, 0.109], 100)
     assert run.summary().stragglers == ()
+
+
+def test_without_its_own_work_a_rank_s_step_time_is_judged() -> None:
+    run = _run_with_ranks()
+    for n in range(1, 60):
+        _steps(run, n, [0.10, 0.10, 0.10, 0.14], 1000.0 + n)
+    assert [s.rank for s in run.summary().stragglers] == [3]
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from tests.run.bed import (
     wait_for_step,
     write_hosts,
 )
-from tests.testbed import TestBed, TestHost, cut_link, restore_link
+from tests.testbed import TestBed, TestHost, cpu_throttled, cut_link, restore_link
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("second-bed")]
 
@@ -244,6 +244,44 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
         60,
     )
     assert _record(cli, run_id)["states"][-1]["detail"] == "stepping again"
+    kill_run(cli, hosts, run_id)
+
+
+HEAVIER = ["--width", "256", "--depth", "4", "--batch-size", "64", "--samples", "8192"]
+"""A forward pass of a few milliseconds: long against a throttled host's CFS slices."""
+
+
+def _stragglers(cli: Cli, run_id: str) -> list[tuple[int, str]]:
+    ranks = cli.json("status", run_id)["ranks"]
+    return [(rank["rank"], rank["host"]) for rank in ranks if rank["straggler"]]
+
+
+def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recovers(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    job = {"args": [*HEAVIER, "--epochs", "100000"]}
+    run_id = _launch(cli, write_hosts(testbed, tmp_path, job=job), *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 20)
+    assert _stragglers(cli, run_id) == []
+    rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
+    # A fifth of a core for node1's rank. Half a core, as on a host of many cores, would hold it
+    # to about what it gets on the bed anyway: three ranks, their torchruns and agents share two.
+    with cpu_throttled([rank1], 0.2, f"ddptui-test-{os.getpid()}"):
+        throttled = time.monotonic()
+        named = _until("a straggler", lambda: _stragglers(cli, run_id), 90, every=2.0)
+        took = time.monotonic() - throttled
+    lifted = time.monotonic()
+    assert named == [(1, "node1")]
+    status = cli.json("status", run_id)
+    rank = next(rank for rank in status["ranks"] if rank["rank"] == 1)
+    assert rank["slower_by"] >= 0.10 and rank["compute_s"] > 0, rank
+    assert "straggler rank 1 on node1 +" in status["progress"]
+    assert took <= 60, took
+    _until("no straggler", lambda: not _stragglers(cli, run_id), 90, every=2.0)
+    assert time.monotonic() - lifted <= 60
+    detail = _record(cli, run_id)["attempts"][-1]["detail"]
+    assert "straggler: rank 1 on node1 +" in detail and "rank 1 no longer a straggler" in detail
     kill_run(cli, hosts, run_id)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tests.testbed.cluster import TestBed, TestBedBusy
 from tests.testbed.faults import (
+    cpu_throttled,
     cut_head_link,
     cut_link,
     firewall_port,
@@ -40,6 +41,7 @@ __all__ = [
     "TestBedBusy",
     "TestBedError",
     "TestHost",
+    "cpu_throttled",
     "cut_head_link",
     "cut_link",
     "firewall_port",

@@ -223,3 +223,37 @@ def _empty(directory: Path, keep: str | None = None) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+CGROUP_V2 = Path("/sys/fs/cgroup")
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+CPU_PERIOD_US = 100_000
+
+
+@contextmanager
+def cpu_throttled(pids: Sequence[int], cores: float, name: str) -> Iterator[None]:
+    """``pids`` (with all their threads) held to ``cores`` of CPU time for the block, as a
+    throttled host or a container's limit holds them: a cgroup of their own with the CFS quota
+    (``cpu.max`` on cgroup v2, ``cpu.cfs_quota_us`` on v1), undone after (the processes back
+    where the bed started them, the cgroup removed)."""
+    v2 = (CGROUP_V2 / "cgroup.controllers").is_file()
+    root = CGROUP_V2 if v2 else CGROUP_V1_CPU
+    group = root / name
+    group.mkdir()
+    quota = int(cores * CPU_PERIOD_US)
+    try:
+        if v2:
+            (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        for pid in pids:
+            (group / "cgroup.procs").write_text(str(pid))
+        yield
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                (root / "cgroup.procs").write_text(pid)
+            except OSError:
+                continue  # gone meanwhile
+        group.rmdir()

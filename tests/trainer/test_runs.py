@@ -29,6 +29,11 @@ def test_two_ranks_learn_on_disjoint_reshuffled_shards(tmp_path: Path) -> None:
 
     start = events(tmp_path, 0, "start")[0]
     assert start["global_batch"] == 64 and start["steps_per_epoch"] == 16
+    # Its own launch stages, in order, and its own work per step: a part of the step.
+    launch = start["launch"]
+    assert launch["process"] < launch["imported"] < launch["rendezvous"] <= start["time"]
+    for step in events(tmp_path, 0, "step"):
+        assert 0 < step["compute_s"] < step["step_time_s"], step
     for rank in (0, 1):
         curve = list(losses(tmp_path, rank).values())
         assert len(curve) == 48

@@ -55,6 +55,7 @@ from ddptui.run.supervisor.jobs import (
     name,
 )
 from ddptui.run.supervisor.phase import Phase, Phases
+from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.supervisor.viewers import Audience, Viewer
 from ddptui.run.view import RunView
@@ -97,7 +98,7 @@ class Supervisor:
             clock=clock,
             wall=wall,
         )
-        self.timing = LaunchTiming(wall)
+        self.timing, self.stragglers = LaunchTiming(wall), StragglerNotes()
         self.jobs: asyncio.Queue[Job] = asyncio.Queue()
         self.queued: list[Job] = []
         """The jobs waiting in :attr:`jobs`, in order."""
@@ -220,15 +221,8 @@ class Supervisor:
         return RunView.of(self.record, model, self.judgement).live_document()
 
     def _hello(self) -> Hello:
-        journal = self.journal
-        return Hello(
-            self.record.id,
-            os.getpid(),
-            protocol.VERSION,
-            journal.start,
-            journal.end,
-            self.judgement,
-        )
+        hello = (self.record.id, os.getpid(), protocol.VERSION)
+        return Hello(*hello, self.journal.start, self.journal.end, self.judgement)
 
     # --- starting --------------------------------------------------------------------------
 
@@ -372,6 +366,7 @@ class Supervisor:
                 self.say(f"launch: {summary}")
         if self.phases.now is not Phase.RUNNING:
             return
+        self.note(*self.stragglers.changes(model.attempt, model.progress))
         match judging.judge(model, self.record.state, self.config.job):
             case judging.Conclude(verdict=verdict):
                 self.phases.move(Phase.CONCLUDING, f"judged {verdict.state.value}")

@@ -121,6 +121,7 @@ def _state(rank: RankProgress, silent: bool) -> Text:
         text.append(" ⌁ no answer", "bold yellow")
     elif rank.stalled:
         text.append(" ⏸ stalled", "bold yellow")
-    if rank.straggler:
-        text.append(" ▼ straggler", "yellow")
+    straggler = rank.as_straggler()
+    if straggler is not None:
+        text.append(f" ▼ straggler +{straggler.slower_by:.0%}", "yellow")
     return text
