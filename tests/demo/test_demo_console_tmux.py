@@ -163,7 +163,9 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     assert record.state is RunState.STOPPED and record.demo
 
     terminal.keys("r")
-    terminal.wait_for("the resumed run", lambda t: "resumed (attempt 2)" in t, 120)
+    # The state line says so; the note under it says "resumed (attempt 2)" until the supervisor
+    # says more (the new attempt's launch summary, at its first step).
+    terminal.wait_for("the resumed run", lambda t: "running, attempt 2" in t, 120)
     terminal.wait_for("losses again", lambda t: len(RANK_ROW.findall(t)) == 4, 180)
     assert store.load(record.id).state is RunState.RUNNING
     assert _run_dir_holders(tmp)
