@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection
 
 from ddptui.plan.launch import DEBUG_ENV
@@ -26,24 +25,13 @@ class SshBackend(RunBackend):
                 # Copies between hosts go through this machine's SSH connections.
                 assert isinstance(self.remote, RemoteCluster)
                 await launcher.carry_checkpoints(self.remote, config, owner.record, say=owner.say)
-            # The port is asked while the code is staged: a fixed one that is taken stops the
-            # launch, its staging cut short.
-            staging = None
+            # The port before staging: a fixed one that is taken stops the launch before
+            # anything reaches the hosts.
+            port = await launcher.master_port(self.remote, config, owner.record)
             if not resume:
-                staging = asyncio.ensure_future(
-                    launcher.stage(
-                        self.remote, config, owner.record, say=owner.say, reached=owner.reached
-                    )
+                await launcher.stage(
+                    self.remote, config, owner.record, say=owner.say, reached=owner.reached
                 )
-            try:
-                port = await launcher.master_port(self.remote, config, owner.record)
-            except LaunchError:
-                if staging is not None:
-                    staging.cancel()
-                    await asyncio.gather(staging, return_exceptions=True)
-                raise
-            if staging is not None:
-                await staging
         except LaunchError as error:
             if resume:
                 return StartFailed(f"cannot resume: {error}", data={"exit_code": error.exit_code})
