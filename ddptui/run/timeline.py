@@ -69,15 +69,14 @@ class Timeline:
     def stamp(self, host: str, stage: str, at: float) -> bool:
         """Record that ``host`` reached ``stage`` at ``at`` (head clock) unless it already
         had; whether this was new. Unknown stages and impossible times are not taken."""
-        stamps = self.hosts.setdefault(host, {})
         if (
             stage not in ORDER
-            or stage in stamps
+            or stage in self.hosts.get(host, {})
             or not math.isfinite(at)
             or abs(at - self.began) > MAX_STAMP_AGE_S
         ):
             return False
-        stamps[stage] = at
+        self.hosts.setdefault(host, {})[stage] = at
         return True
 
     def copy(self) -> Timeline:
