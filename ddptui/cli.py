@@ -227,19 +227,26 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         description=(
             "Check every host, plan one torchrun per host (static rendezvous), upload the "
             "code, and start every node detached so the run outlives this command. Refuses "
-            "when the check finds errors, unless --force. Exit 0 completed, 1 failed, "
-            "2 bad input, 3 stopped."
+            "when the check finds errors, unless --force. A healthy check of the same hosts "
+            "file from the last 5 minutes stands for a new one when no run started since "
+            "still runs (--recheck checks again). Exit 0 completed, 1 failed, 2 bad input, "
+            "3 stopped."
         ),
     )
     _add_hosts_argument(launch)
     _add_follow_flags(launch, "start the run")
     launch.add_argument("--force", action="store_true", help="launch despite check errors")
     launch.add_argument(
+        "--recheck",
+        action="store_true",
+        help="check every host again even if a recent healthy check could stand",
+    )
+    launch.add_argument(
         "--dry-run",
         action="store_true",
         help="print each host's exact command and environment; start nothing",
     )
-    launch.set_defaults(takes_passthrough=True)
+    launch.set_defaults(takes_passthrough=True, starts_a_run=True)
     launch.epilog = "-- ARGS: everything after -- goes to the trainer, after [job] args."
 
     status = commands.add_parser(
@@ -387,6 +394,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passthrough and not getattr(args, "takes_passthrough", False):
         parser.error(f"unexpected arguments after --: {' '.join(passthrough)}")
     args.passthrough = passthrough
+    args.standby = None
+    if getattr(args, "starts_a_run", False) and not args.dry_run:
+        # Before the command's own imports: the run's supervisor imports meanwhile.
+        from ddptui.run.standby import Standby
+
+        args.standby = Standby.start()
     from ddptui.errors import DdptuiError
 
     command = importlib.import_module(f"ddptui.commands.{args.command}")

@@ -129,6 +129,7 @@ RUN_FOR_FRONT_ENDS = frozenset(
         "ddptui.run.progress",  # each rank's progress (the rank table, the loss chart)
         "ddptui.run.diagnose",  # the errors pane's diagnoses; which log lines mark errors
         "ddptui.run.timeline",  # the launch timeline the launch pane draws
+        "ddptui.run.standby",  # a launch's supervisor, started before the command's imports
     }
 )
 """The modules of the runs layer a front end may import: RunControl, and values that are

@@ -135,6 +135,7 @@ async def _check_host(
                 clock_offset_s=offset,
                 connected_at=connected_at,
                 probed_at=received_at,
+                probe_output=result.stdout,
             )
     notify(host.name, "probe failed")
     return HostCheck(host, reach, probe_failure=why)

@@ -12,8 +12,8 @@ from rich.console import Console
 from ddptui import STARTED_AT
 from ddptui.commands.check import checked, render_parts
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
-from ddptui.config import load_config
-from ddptui.present.check import before_launch, refusal
+from ddptui.config import Config, load_config
+from ddptui.present.check import before_launch, refusal, reused_check
 from ddptui.present.plan import dry_run, launch_note, started
 from ddptui.run.control import ClusterCheck, RunControl
 from ddptui.run.record import RunRecord
@@ -28,12 +28,16 @@ def run(args: argparse.Namespace) -> int:
     code = control.code(config)
 
     if not args.dry_run:
-        control.warm_up()
+        control.warm_up(args.standby)
 
     async def main(started_run: dict[str, RunRecord]) -> int:
         # SSH hosts are planned from what their check found, so even a dry run checks them
         # first; a batch job's nodes are Slurm's to pick, and its dry run asks nothing.
-        report = await checked(control, config) if control.plan_needs_check(config) else None
+        report = (
+            await _checked_or_recent(control, config, recheck=args.recheck)
+            if control.plan_needs_check(config)
+            else None
+        )
         if report is not None and not cleared(report, force=args.force):
             return 1
         plan = control.plan(config, report, extra_args=extra, debug=args.debug)
@@ -64,6 +68,15 @@ def run(args: argparse.Namespace) -> int:
         return await follow_headless(attachment)
 
     return run_detachable(main)
+
+
+async def _checked_or_recent(control: RunControl, config: Config, *, recheck: bool) -> ClusterCheck:
+    """A recent healthy check of the same hosts, said so, or a new check."""
+    recent = None if recheck else control.recent_check(config)
+    if recent is None:
+        return await checked(control, config)
+    say(reused_check(recent))
+    return recent.report
 
 
 def cleared(report: ClusterCheck, *, force: bool = False) -> bool:

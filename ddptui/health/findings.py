@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ddptui.config.model import HostConfig
 from ddptui.probe.facts import HostFacts
@@ -129,3 +129,6 @@ class HostCheck:
     probed_at: float | None = None
     """When SSH reached the host and when its probe answered (head clock, Unix seconds): the
     launch timeline's first stages."""
+    probe_output: str = field(default="", repr=False)
+    """The probe's output as it came, once parsed: what a later launch reads again when it
+    stands on this check (:mod:`ddptui.check.reuse`)."""

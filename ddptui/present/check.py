@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddptui.check import CheckReport, PortTest
+from ddptui.check.reuse import RecentCheck
 from ddptui.config import Config
 from ddptui.health import ClusterCheck, Code, Finding, HostCheck, Severity
 from ddptui.health.groups import FindingGroup, group_findings
@@ -127,6 +128,18 @@ def summary(report: ClusterCheck) -> Text:
     if isinstance(report, SlurmCheck):
         return _slurm_summary(report)
     return _hosts_summary(_hosts(report))
+
+
+def reused_check(recent: RecentCheck, now: float | None = None) -> str:
+    """What a launch that stands on a kept check says instead of checking:
+    ``the check of 2 min ago stands (3 hosts healthy; same hosts file; no run started since is
+    running); --recheck checks again``."""
+    hosts = _count(len(recent.report.checks), "host")
+    return (
+        f"{recent.words(now)} stands ({hosts} healthy; same hosts file; no run started since "
+        "is running); "
+        "--recheck checks again"
+    )
 
 
 def _hosts_summary(report: CheckReport) -> Text:

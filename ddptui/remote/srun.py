@@ -24,9 +24,10 @@ from dataclasses import replace
 
 from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
-from ddptui.remote.commands import HEAD_CWD, CommandResult, head_python, python_argv
+from ddptui.remote.commands import CommandResult, python_argv
 from ddptui.remote.failures import remote_reason
 from ddptui.remote.files import UnreadableFile, read_local
+from ddptui.remote.head import HEAD_CWD, head_python
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import Capped, LineStream, drain_both
 from ddptui.remote.transport import Command, RemoteError, Transport

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from ddptui.check import CheckReport, check_cluster
+from ddptui.check.reuse import CheckCache, RecentCheck
 from ddptui.check.run import Progress
 from ddptui.config import Config
 from ddptui.errors import UsageError
@@ -54,8 +55,14 @@ class Cluster(ABC):
         self.config = config
 
     @abstractmethod
-    async def check(self, progress: Progress | None = None) -> ClusterCheck:
-        """What stands in a run's way (``progress``: each host's steps, where there are hosts)."""
+    async def check(self, cache: CheckCache, progress: Progress | None = None) -> ClusterCheck:
+        """What stands in a run's way (``progress``: each host's steps, where there are hosts);
+        kept in ``cache`` where a later launch may stand on it."""
+
+    def recent(self, cache: CheckCache) -> RecentCheck | None:
+        """A check from ``cache`` recent enough to stand for a new one (SSH hosts: see
+        :mod:`ddptui.check.reuse`); None to check again."""
+        return None
 
     @abstractmethod
     def plan(
@@ -83,8 +90,13 @@ class HostsCluster(Cluster):
 
     plans_from_check = True
 
-    async def check(self, progress: Progress | None = None) -> ClusterCheck:
-        return await check_cluster(self.config, progress)
+    async def check(self, cache: CheckCache, progress: Progress | None = None) -> ClusterCheck:
+        report = await check_cluster(self.config, progress)
+        cache.keep(report)
+        return report
+
+    def recent(self, cache: CheckCache) -> RecentCheck | None:
+        return cache.recent(self.config)
 
     def plan(
         self, report: ClusterCheck | None, *, run_id: str, extra_args: Sequence[str], debug: bool
@@ -118,8 +130,9 @@ class SlurmCluster(Cluster):
 
     plans_from_check = False
 
-    async def check(self, progress: Progress | None = None) -> ClusterCheck:
-        # sinfo and scontrol block: a thread, so that the console's loop goes on meanwhile.
+    async def check(self, cache: CheckCache, progress: Progress | None = None) -> ClusterCheck:
+        # Asking Slurm costs no login on any node: nothing is kept. sinfo and scontrol block:
+        # a thread, so that the console's loop goes on meanwhile.
         return await asyncio.to_thread(slurm.check, self.config)
 
     def plan(

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 
 from ddptui.aio import wait_for
+from ddptui.check.reuse import CheckCache
+from ddptui.check.reuse import RecentCheck as RecentCheck
 from ddptui.check.run import Progress
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError, UsageError
@@ -39,9 +41,10 @@ from ddptui.run.follow import HostSilent as HostSilent
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import BUSY, Reply
 from ddptui.run.record import RunRecord
+from ddptui.run.standby import Standby
 from ddptui.run.state import Steps
 from ddptui.run.store import Catalogue, RunStore, new_run_id
-from ddptui.run.supervising import ANSWER_S, ControlError, Say, Standby, Supervisors, quiet
+from ddptui.run.supervising import ANSWER_S, ControlError, Say, Supervisors, quiet
 from ddptui.run.view import RunView
 from ddptui.untrusted import plain
 
@@ -62,6 +65,7 @@ class RunControl:
     def __init__(self, store: RunStore | None = None) -> None:
         self.store = store or RunStore()
         self.supervisors = Supervisors(self.store)
+        self.checks = CheckCache(self.store.root.parent / "checks")
         self._standby: Standby | None = None
 
     # --- before a run ----------------------------------------------------------------------
@@ -69,7 +73,20 @@ class RunControl:
     async def check(self, config: Config, progress: Progress | None = None) -> ClusterCheck:
         """What stands in a run's way on ``config``'s cluster: every host checked over SSH
         (``progress``: each host's steps as they come), or Slurm asked about its nodes."""
-        return await cluster_of(config).check(progress)
+        return await cluster_of(config).check(self.checks, progress)
+
+    def recent_check(self, config: Config) -> RecentCheck | None:
+        """A healthy check of ``config``'s hosts from the last few minutes that may stand for a
+        new one (:mod:`ddptui.check.reuse`): none of this store's runs has started an attempt
+        since that is still going (its GPUs and ports would be taken now)."""
+        recent = cluster_of(config).recent(self.checks)
+        if recent is None:
+            return None
+        for record in self.store.changed_since(recent.checked_at):
+            started = record.attempts[-1].started if record.attempts else record.created
+            if started >= recent.checked_at and not record.state.final:
+                return None
+        return recent
 
     def plan_needs_check(self, config: Config) -> bool:
         """Whether :meth:`plan` needs the check's report (SSH hosts are planned from what they
@@ -175,6 +192,8 @@ class RunControl:
         try:
             await attachment.wait_started(queued=queued and new.queues)
         except BaseException:
+            # What the check found may be what failed it (a host gone since): check again.
+            self.checks.forget(config)
             await attachment.close()
             raise
         return attachment
@@ -328,20 +347,16 @@ class RunControl:
 
     # --- supervisors -----------------------------------------------------------------------
 
-    def warm_up(self) -> None:
-        """A launch is coming: start its supervisor now, to import while the check runs."""
+    def warm_up(self, standby: Standby | None = None) -> None:
+        """A launch is coming: its supervisor, started now (or ``standby``, started earlier),
+        imports while the check runs."""
         if self._standby is None:
-            self._standby = self.supervisors.standby()
+            self._standby = standby or Standby.start()
 
     def _start_supervisor(self, run_id: str, *args: str) -> None:
         standby, self._standby = self._standby, None
-        if standby is not None:
-            try:
-                standby.go(run_id, *args)
-                return
-            except ControlError:
-                pass
-        self.supervisors.spawn(run_id, *args)
+        if standby is None or not standby.go(self.store.root, run_id, *args):
+            self.supervisors.spawn(run_id, *args)
 
     def supervised(self, run_id: str) -> bool:
         """Whether a supervisor holds ``run_id`` now."""

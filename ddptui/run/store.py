@@ -136,6 +136,19 @@ class RunStore:
     def records(self) -> Sequence[RunRecord]:
         return self.catalogue().records
 
+    def changed_since(self, moment: float) -> list[RunRecord]:
+        """The readable records written at or after ``moment`` (Unix seconds): a run started
+        or resumed since is among them."""
+        changed = []
+        for run_id in self.ids():
+            try:
+                if self.files(run_id).record.stat().st_mtime < moment:
+                    continue
+                changed.append(self.load(run_id))
+            except (OSError, RunNotFound, RunRecordUnreadable):
+                continue
+        return changed
+
 
 @dataclass
 class Catalogue:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ddptui.aio import wait_for
 from ddptui.errors import DdptuiError
-from ddptui.remote.commands import HEAD_CWD, head_python
+from ddptui.remote.head import HEAD_CWD, head_python
 from ddptui.run import protocol
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import Attach, Hello, Reply
@@ -108,21 +108,6 @@ class Supervisors:
             timeout=START_S,
         )
 
-    def standby(self) -> Standby:
-        """A supervisor started now for a run not recorded yet: it imports while the launch's
-        check runs (most of a second a launch spends otherwise), then waits to be told its run
-        (:meth:`Standby.go`), or goes when this process does without telling it."""
-        root = str(self.store.root.resolve())
-        process = subprocess.Popen(
-            head_python("-m", "ddptui.run.supervisor", root, STANDBY),
-            cwd=HEAD_CWD,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        return Standby(process)
-
     async def connect(
         self, record: RunRecord, position: int | None, *, say: Say
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Hello]:
@@ -210,27 +195,3 @@ def _adopted(run_id: str) -> str:
 
 class _NoHello(Exception):
     """The socket answered with something other than a hello."""
-
-
-STANDBY = "-"
-"""The run a supervisor started by :meth:`Supervisors.standby` is given: read from its stdin."""
-
-
-class Standby:
-    """A supervisor waiting to be told its run."""
-
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self._process = process
-
-    def go(self, run_id: str, *args: str) -> None:
-        """Supervise ``run_id`` as :meth:`Supervisors.spawn` would with ``args``; returns once
-        it has detached. :class:`ControlError` when it is gone (then spawn one)."""
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.write((" ".join([run_id, *args]) + "\n").encode())
-            self._process.stdin.close()
-            self._process.wait(timeout=START_S)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise ControlError(
-                f"run {run_id}: the supervisor started for it is gone ({error})"
-            ) from None

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ddptui.probe import PROBE_SOURCE, probe_args
 from ddptui.probe.facts import HostFacts
@@ -38,7 +39,18 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def run_probe(
+def run_probe(tmp_path: Path, **options: Any) -> tuple[HostFacts, float]:
+    """Run the probe script under the venv's Python (:func:`probe_output`'s ``options``);
+    return its facts and wall time.
+
+    Run again with the same ``tmp_path``, it finds the workdir of the runs before.
+    """
+    started = time.monotonic()
+    output = probe_output(tmp_path, **options)
+    return parse_facts(output), time.monotonic() - started
+
+
+def probe_output(
     tmp_path: Path,
     *,
     python_path: dict[str, str],
@@ -47,11 +59,8 @@ def run_probe(
     extra_args: tuple[str, ...] = (),
     torch_timeout: float = 20.0,
     extra_env: Mapping[str, str] = {},
-) -> tuple[HostFacts, float]:
-    """Run the probe script under the venv's Python; return its facts and wall time.
-
-    Run again with the same ``tmp_path``, it finds the workdir of the runs before.
-    """
+) -> str:
+    """What the probe script prints under the venv's Python (see :func:`run_probe`)."""
     fakes = write_package(tmp_path / "site", python_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -63,7 +72,6 @@ def run_probe(
     env.update(extra_env)
     env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if keep_path else str(bin_dir)
     args = probe_args(str(tmp_path / "work"), torch_timeout=torch_timeout) + list(extra_args)
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-", *args],
         input=PROBE_SOURCE,
@@ -73,4 +81,4 @@ def run_probe(
         timeout=60,
         check=True,
     )
-    return parse_facts(done.stdout), time.monotonic() - started
+    return done.stdout

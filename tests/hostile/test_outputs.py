@@ -274,7 +274,13 @@ def test_launch_dry_run_shows_hostile_paths_and_interfaces_escaped(
     monkeypatch.setattr(launch_command, "load_config", lambda path, **_: report.config)
     monkeypatch.setattr(RunControl, "check", check)
     args = argparse.Namespace(
-        hosts="hosts.toml", passthrough=[], force=True, dry_run=True, debug=False, detach=False
+        hosts="hosts.toml",
+        passthrough=[],
+        force=True,
+        recheck=True,
+        dry_run=True,
+        debug=False,
+        detach=False,
     )
     assert launch_command.run(args) == 0
     out, err = capsys.readouterr()

@@ -57,10 +57,15 @@ def test_launch_runs_to_completion_as_dry_run_said(
     hosts_file = write_hosts(testbed, tmp_path, job={"nproc_per_node": 2})
     dry = cli.run("launch", str(hosts_file), "--dry-run", "--", "--max-steps", "40")
     assert dry.returncode == 0, dry.stderr
+    assert "stands" not in dry.stderr
     launched = cli.run("launch", str(hosts_file), "--headless", "--", "--max-steps", "40")
     assert launched.returncode == 0, launched.stdout + launched.stderr
     run_id = run_id_in(launched.stderr)
     assert "completed" in launched.stderr
+    # The dry run's check, seconds old, stood for the launch's; asked, a launch checks again.
+    assert re.search(r"the check of \d+ s ago stands \(3 hosts healthy", launched.stderr)
+    rechecked = cli.run("launch", str(hosts_file), "--dry-run", "--recheck")
+    assert rechecked.returncode == 0 and "stands" not in rechecked.stderr, rechecked.stderr
 
     steps = steps_of(testbed, testbed.hosts[:3], run_id)
     assert sorted(steps) == list(range(6))

@@ -13,8 +13,8 @@ import pytest
 from ddptui.config.model import HostConfig
 from ddptui.remote.srun import SrunCluster
 from ddptui.run.control import RunControl
+from ddptui.run.standby import Standby
 from ddptui.run.store import RunStore
-from ddptui.run.supervising import Supervisors
 
 PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor/__init__.py")
 
@@ -37,7 +37,8 @@ def hostile_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_supervisor_starts_from_ddptui_s_own_files(hostile_cwd: Path, tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "runs")
+    # A store whose path has a space in it: told whole, not split.
+    store = RunStore(tmp_path / "state dir" / "runs")
     (store.root / "20990101-000000-none").mkdir(parents=True)
     RunControl(store)._spawn("20990101-000000-none")
     # The real supervisor finds no run and ends; wait for it, then for any planted import.
@@ -72,7 +73,8 @@ def _wait_for(path: Path) -> None:
 def test_a_standby_supervisor_told_its_run_supervises_it(
     hostile_cwd: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = RunStore(tmp_path / "runs")
+    # A store whose path has a space in it: told whole, not split.
+    store = RunStore(tmp_path / "state dir" / "runs")
     (store.root / "20990101-000000-none").mkdir(parents=True)
     control = RunControl(store)
     control.warm_up()
@@ -92,7 +94,7 @@ def test_a_standby_supervisor_told_its_run_supervises_it(
 
 def test_a_standby_supervisor_never_told_goes_with_its_starter(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs")
-    standby = Supervisors(store).standby()
+    standby = Standby.start()
     process = standby._process
     assert process.poll() is None
     # The launch did not go ahead: the starter lets go of it (as its exit does).

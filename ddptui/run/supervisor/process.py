@@ -22,8 +22,8 @@ from ddptui.errors import DdptuiError
 from ddptui.run import protocol
 from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import BUSY
+from ddptui.run.standby import MAX_TOLD_BYTES, STANDBY, told
 from ddptui.run.store import RunStore
-from ddptui.run.supervising import STANDBY
 from ddptui.run.supervisor.core import Supervisor
 from ddptui.run.supervisor.jobs import Job, Launch, Resume
 
@@ -80,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--foreground", action="store_true", help="do not fork (tests)")
     args = parser.parse_args(argv)
     if args.run == STANDBY:
-        # Started ahead of its run (Supervisors.standby), everything imported: told the run
+        # Started ahead of its run (ddptui.run.standby), everything imported: told the run
         # once it is recorded, or nothing when the launch did not go ahead.
-        told = sys.stdin.readline(4096).split()
-        if not told:
+        words = told(sys.stdin.readline(MAX_TOLD_BYTES))
+        if words is None:
             return 0
-        args = parser.parse_args([str(args.root), *told])
+        args = parser.parse_args(words)
     store = RunStore(args.root)
     files = store.files(args.run)
     if not args.foreground and os.fork():
