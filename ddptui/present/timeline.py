@@ -66,6 +66,9 @@ def host_line(timeline: Timeline, host: str, *, slowest: bool) -> Text:
         line.append(f" = {reached:.1f} s", SLOWEST_STYLE if slowest else "bold")
     if slowest:
         line.append("  ◀ slowest", SLOWEST_STYLE)
+    init = timeline.nccl.get(host)
+    if init is not None:
+        line.append(f"  {init.words(f'on rank {init.rank}')}", "dim")
     return line
 
 
@@ -96,6 +99,17 @@ def status_lines(timeline: Timeline, hosts: Sequence[str]) -> list[Text]:
     if len(latest) > STATUS_HOSTS:
         lines.append(Text(f"  … and {len(latest) - STATUS_HOSTS} more hosts, quicker", "dim"))
     return lines
+
+
+def slowest_nccl(timeline: Timeline, hosts: Sequence[str]) -> Text | None:
+    """The slowest host's ``NCCL init 1.20 s on node2 rank 5 (bootstrap 0.90, …)``, where NCCL
+    told (``--debug``)."""
+    timed = [(init.total_s, host, init) for host in hosts if (init := timeline.nccl.get(host))]
+    if not timed:
+        return None
+    _, host, init = max(timed, key=lambda found: (found[0], found[1]))
+    named = plain(host, limit=HOST_CHARS, one_line=True)
+    return Text(init.words(f"on {named} rank {init.rank}"), "dim")
 
 
 def bar(timeline: Timeline, host: str, scale_s: float, width: int) -> Text:
@@ -133,6 +147,9 @@ def bars(timeline: Timeline, hosts: Sequence[str], width: int) -> list[Text]:
         if at is not None:
             row.append(f" {at:.1f} s", SLOWEST_STYLE if mark else "")
         rows.append(row)
+    nccl = slowest_nccl(timeline, hosts)
+    if nccl is not None:
+        rows.append(nccl)
     legend = Text()
     for index, (key, _) in enumerate(STAGES):
         if index:

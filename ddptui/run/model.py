@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from ddptui.run import nccl_init
 from ddptui.run.diagnose import Category, Diagnoser, Diagnosis, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import (
@@ -50,6 +51,7 @@ from ddptui.run.events import (
 )
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.logloss import LossReader
+from ddptui.run.nccl_init import NcclInit
 from ddptui.run.progress import RankProgress, RankState, RunProgress
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import (
@@ -138,6 +140,8 @@ class RunModel:
         self.stopped_ranks: set[int] = set()
         """Ranks that said, in this attempt, that they stopped on request."""
         self.launches: dict[int, dict[str, float]] = {}
+        self.nccl_inits: dict[int, NcclInit] = {}
+        """Each rank's slowest communicator start of this attempt, as NCCL timed it."""
         """Rank → when (its host's clock) it passed each stage of this attempt's launch that
         it told of (a start event's ``launch``, ``ready``, ``first_step``)."""
 
@@ -201,6 +205,7 @@ class RunModel:
             self.diagnoser.feed(
                 LogLine(line.host, node.node_rank, rank, stream, self._wall(), line.text)
             )
+            self._nccl_line(rank, line.text)
         elif named.kind == "out":
             self._torchrun_line(node, line)
         else:
@@ -268,6 +273,12 @@ class RunModel:
         elif isinstance(event, StepEvent) and event.rank == rank and self._first_step(rank):
             self.launches.setdefault(rank, {})["first_step"] = event.time
 
+    def _nccl_line(self, rank: int, text: str) -> None:
+        init = nccl_init.parse(text, rank)
+        kept = self.nccl_inits.get(rank)
+        if init is not None and (kept is None or init.total_s > kept.total_s):
+            self.nccl_inits[rank] = init
+
     def timeline(self) -> Timeline | None:
         """This attempt's launch timeline: the record's, with what the ranks told since of
         theirs (moved onto the head node's clock); None where the record has none."""
@@ -277,8 +288,12 @@ class RunModel:
         timeline = recorded.copy()
         for node in self.record.nodes:
             offset = node.clock_offset_s or 0.0
-            for stage, at in node_stamps(self.launches, self.record.ranks_of(node)).items():
+            ranks = self.record.ranks_of(node)
+            for stage, at in node_stamps(self.launches, ranks).items():
                 timeline.stamp(node.host, stage, at - offset)
+            for rank in ranks:
+                if rank in self.nccl_inits:
+                    timeline.note_nccl(node.host, self.nccl_inits[rank])
         return timeline
 
     def read_steps(self) -> None:

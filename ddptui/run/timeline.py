@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.run.nccl_init import NcclInit
+
 STAGES: tuple[tuple[str, str], ...] = (
     ("checking", "starting ddptui"),
     ("connected", "connecting over SSH"),
@@ -65,6 +67,8 @@ class Timeline:
     attempt: int
     began: float
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)
+    nccl: dict[str, NcclInit] = field(default_factory=dict)
+    """Each host's slowest rank's communicator start as NCCL timed it, where NCCL said."""
 
     def stamp(self, host: str, stage: str, at: float) -> bool:
         """Record that ``host`` reached ``stage`` at ``at`` (head clock) unless it already
@@ -79,9 +83,20 @@ class Timeline:
         self.hosts.setdefault(host, {})[stage] = at
         return True
 
+    def note_nccl(self, host: str, init: NcclInit) -> bool:
+        """Keep ``init`` as ``host``'s if it took longer than the one kept; whether it did."""
+        kept = self.nccl.get(host)
+        if kept is not None and kept.total_s >= init.total_s:
+            return False
+        self.nccl[host] = init
+        return True
+
     def copy(self) -> Timeline:
         return Timeline(
-            self.attempt, self.began, {host: dict(stamps) for host, stamps in self.hosts.items()}
+            self.attempt,
+            self.began,
+            {host: dict(stamps) for host, stamps in self.hosts.items()},
+            dict(self.nccl),
         )
 
     def stages(self, host: str) -> list[Stage]:
@@ -141,7 +156,10 @@ class Timeline:
     def to_document(self) -> dict[str, Any]:
         """The record's form (TOML: host names are keys, so quoted where they must be)."""
         hosts = {host: dict(stamps) for host, stamps in self.hosts.items()}
-        return {"attempt": self.attempt, "began": self.began, "hosts": hosts}
+        document: dict[str, Any] = {"attempt": self.attempt, "began": self.began, "hosts": hosts}
+        if self.nccl:
+            document["nccl"] = {host: init.to_document() for host, init in self.nccl.items()}
+        return document
 
     @classmethod
     def from_document(cls, data: Mapping[str, Any]) -> Timeline:
@@ -159,6 +177,12 @@ class Timeline:
             for stage, at in stamps.items():
                 if isinstance(at, int | float) and not isinstance(at, bool):
                     timeline.stamp(str(host), str(stage), float(at))
+        nccl = data.get("nccl", {})
+        if isinstance(nccl, dict):
+            for host, kept in nccl.items():
+                init = NcclInit.from_document(kept)
+                if init is not None:
+                    timeline.note_nccl(str(host), init)
         return timeline
 
     def to_json(self, hosts: Iterable[str]) -> dict[str, Any]:
@@ -183,6 +207,7 @@ class Timeline:
                         }
                         for stage in self.stages(host)
                     ],
+                    "nccl_init": None if host not in self.nccl else self.nccl[host].to_json(),
                 }
                 for host in hosts
             ],

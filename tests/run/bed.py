@@ -229,3 +229,44 @@ def two_host_record(attempts: int = 1) -> RunRecord:
     )
     record.attempts += [Attempt(n, 0.0, 29500) for n in range(1, attempts + 1)]
     return record
+
+
+PHASES = """\
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+
+first_step_s, save_every, save_s = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+saves, steps = int(sys.argv[4]), int(sys.argv[5])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+ids = {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}
+ids.update(node_rank=int(os.environ["GROUP_RANK"]), world_size=dist.get_world_size())
+events = os.path.join(os.environ["DDPTUI_RUN_DIR"], "events")
+os.makedirs(events, exist_ok=True)
+out = open(os.path.join(events, f"rank{rank}.jsonl"), "a")
+
+def emit(kind, **fields):
+    out.write(json.dumps({"v": 1, "type": kind, **ids, "time": time.time(), **fields}) + "\\n")
+    out.flush()
+
+emit("start", start_step=0)
+time.sleep(first_step_s)  # the first step compiles, unannounced
+step = 0
+while steps == 0 or step < steps:
+    dist.all_reduce(torch.ones(1))
+    step += 1
+    emit("step", step=step, loss=1.0 / step, step_time_s=0.1)
+    if step % save_every == 0 and step // save_every <= saves:
+        emit("phase", phase="checkpoint")
+        if rank == 0:
+            time.sleep(save_s)  # a slow filesystem
+        dist.barrier()
+        emit("phase", phase="train")
+    time.sleep(0.1)
+emit("done", step=step, reason="completed")
+dist.destroy_process_group()
+"""
+"""A user's script with events: a first step of ``argv[1]`` seconds, then ``argv[4]`` checkpoint
+saves of ``argv[3]`` seconds (rank 0 writes, the others wait in a barrier), one every
+``argv[2]`` steps, while the ranks train; ``argv[5]`` steps in all (0: until it is ended)."""

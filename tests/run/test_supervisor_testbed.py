@@ -24,6 +24,7 @@ else:
     import tomli as tomllib
 
 from tests.run.bed import (
+    PHASES,
     Cli,
     host_run_dir,
     kill_run,
@@ -158,41 +159,6 @@ def _starts(host: TestHost, run_id: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if '"type":"start"' in line]
 
 
-PHASES = """\
-import json, os, sys, time
-import torch
-import torch.distributed as dist
-
-first_step_s, save_at, save_s = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-ids = {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}
-ids.update(node_rank=int(os.environ["GROUP_RANK"]), world_size=dist.get_world_size())
-events = os.path.join(os.environ["DDPTUI_RUN_DIR"], "events")
-os.makedirs(events, exist_ok=True)
-out = open(os.path.join(events, f"rank{rank}.jsonl"), "a")
-
-def emit(kind, **fields):
-    out.write(json.dumps({"v": 1, "type": kind, **ids, "time": time.time(), **fields}) + "\\n")
-    out.flush()
-
-emit("start", start_step=0)
-time.sleep(first_step_s)  # the first step compiles
-step = 0
-while True:
-    dist.all_reduce(torch.ones(1))
-    step += 1
-    emit("step", step=step, loss=1.0 / step, step_time_s=0.1)
-    if step == save_at:
-        emit("phase", phase="checkpoint")
-        if rank == 0:
-            time.sleep(save_s)  # a slow filesystem
-        dist.barrier()
-        emit("phase", phase="train")
-    time.sleep(0.1)
-"""
-"""A user's script with events: a first step and a checkpoint save each longer than the hang
-window while the ranks train."""
 FIRST_STEP_S, SAVE_AT, SAVE_S = 22, 30, 40
 """The save is longer than the 35 s within which a frozen rank must be named: no window that
 is simply longer can pass both."""
@@ -205,7 +171,8 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
     project = tmp_path / "project"
     project.mkdir()
     (project / "phases.py").write_text(PHASES)
-    args = [str(FIRST_STEP_S), str(SAVE_AT), str(SAVE_S)]
+    # One save, at SAVE_AT; then it trains until it is ended.
+    args = [str(FIRST_STEP_S), str(SAVE_AT), str(SAVE_S), "1", "0"]
     job = {"script": str(project / "phases.py"), "args": args}
     run_id = _launch(cli, write_hosts(testbed, tmp_path, job=job))
     wait_for_step(testbed, hosts, run_id, SAVE_AT + 30, timeout=FIRST_STEP_S + SAVE_S + 60)

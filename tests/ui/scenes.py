@@ -15,6 +15,7 @@ from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.follow import FileLine, Heartbeat
 from ddptui.run.model import RunModel
+from ddptui.run.nccl_init import NcclInit
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.timeline import Timeline
 
@@ -72,6 +73,9 @@ def run_record(state: RunState = RunState.RUNNING) -> RunRecord:
     }.items():
         for stage, at in stamps.items():
             record.timelines[0].stamp(host, stage, CREATED - 14.0 + at)
+    # What NCCL said of its communicator's start (NCCL_DEBUG=INFO).
+    bootstrap = NcclInit(3, 1.42, (("kernels", 0.02), ("bootstrap", 1.1), ("connections", 0.3)))
+    record.timelines[0].note_nccl("gpu-b", bootstrap)
     record.attempts.append(Attempt(1, CREATED, 29500))
     record.transition(RunState.STARTING, now=CREATED)
     if state is not RunState.STARTING:

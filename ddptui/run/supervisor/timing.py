@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ddptui.run.model import RunModel
+from ddptui.run.nccl_init import NcclInit
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.timeline import Timeline
 
@@ -34,6 +35,8 @@ class LaunchTiming:
         """Attempt → when its start was asked, for an attempt whose timeline is not in the
         record yet (a resume's; a first launch's began with its check)."""
         self._pending: list[_Stamp] = []
+        self._nccl: dict[tuple[int, str], NcclInit] = {}
+        """(attempt, host) → the NCCL init the record lacks."""
         self._summarised: set[int] = set()
 
     def begin(self, attempt: int) -> None:
@@ -57,7 +60,7 @@ class LaunchTiming:
         stamps waiting for the record."""
         recorded = record.timeline(model.attempt)
         if recorded is None or recorded.complete(node.host for node in record.nodes):
-            return bool(self._pending)
+            return self._waiting
         live = model.timeline()
         if live is not None:
             for host, stamps in live.hosts.items():
@@ -67,7 +70,14 @@ class LaunchTiming:
                     for stage, at in stamps.items()
                     if stage not in known
                 ]
-        return bool(self._pending)
+            for host, init in live.nccl.items():
+                if recorded.nccl.get(host) != init:
+                    self._nccl[model.attempt, host] = init
+        return self._waiting
+
+    @property
+    def _waiting(self) -> bool:
+        return bool(self._pending or self._nccl)
 
     def applied(self, change: Callable[[RunRecord], None]) -> Callable[[RunRecord], None]:
         """``change``, after putting the waiting stamps into the record it changes."""
@@ -86,7 +96,11 @@ class LaunchTiming:
                 timeline = Timeline(stamp.attempt, began)
                 record.timelines.append(timeline)
             timeline.stamp(stamp.host, stamp.stage, stamp.at)
-        self._pending = []
+        for (attempt, host), init in self._nccl.items():
+            kept = record.timeline(attempt)
+            if kept is not None:
+                kept.note_nccl(host, init)
+        self._pending, self._nccl = [], {}
 
     def summary(self, record: RunRecord) -> str | None:
         """The summary of the attempt this supervisor started, the first time its timeline is

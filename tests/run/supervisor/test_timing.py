@@ -3,7 +3,9 @@ ranks' stages come from the model, and the summary is said once, of the attempt 
 
 from __future__ import annotations
 
+from ddptui.run.follow import FileLine
 from ddptui.run.model import RunModel
+from ddptui.run.nccl_init import NcclInit
 from ddptui.run.record import Attempt, RunRecord
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.timeline import Timeline
@@ -62,3 +64,20 @@ def test_an_adopted_run_s_timeline_is_not_summed_up_again() -> None:
     timing = LaunchTiming(_Wall())
     assert timing.observe(record, RunModel(record)) is False
     assert timing.summary(record) is None
+
+
+def test_nccl_s_init_timing_the_model_read_reaches_the_record_with_its_next_change() -> None:
+    record = two_host_record()
+    record.timelines = [Timeline(1, 1000.0, {"a": {"started": 1001.0}})]
+    model = RunModel(record)
+    line = (
+        "NCCL INFO Init timings - ncclCommInitRankConfig: rank 0 nranks 4 total 2.5 (bootstrap 2.4)"
+    )
+    model.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/1/stdout.log", 1, line))
+    timing = LaunchTiming(_Wall())
+    assert timing.observe(record, model) is True
+    assert record.timelines[0].nccl == {}
+    timing.applied(lambda changed: None)(record)
+    assert record.timelines[0].nccl == {"b": NcclInit(3, 2.5, (("bootstrap", 2.4),))}
+    # Taken once: nothing waits for the next change.
+    assert timing.observe(record, model) is False
