@@ -1,9 +1,10 @@
 """``follow``: new lines of the run's files from given offsets, and a heartbeat with process and
-GPU samples every 2 s, until killed."""
+GPU samples every 2 s, until killed or nobody reads it."""
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -174,11 +175,21 @@ class Sampler:
         return rows
 
 
+def reader_gone(fd: int) -> bool:
+    """Whether what reads ``fd`` (a pipe's writing end: sshd, for a channel) has closed it. A
+    writer learns that only as it next writes, and the follower may write nothing new for a
+    heartbeat: asked each round, it goes within a round of its channel being closed, and sshd
+    confirms the close only once it has gone."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def follow(run_dir: Path, offsets: Any) -> int:
     states = {path: Followed(int(offset)) for path, offset in (offsets or {}).items()}
     sampler = Sampler(run_dir)
     next_beat = 0.0
-    while True:
+    while not reader_gone(sys.stdout.fileno()):
         behind = False
         for relative in followed_files(run_dir):
             state = states.get(relative)
@@ -191,3 +202,4 @@ def follow(run_dir: Path, offsets: Any) -> int:
             next_beat = time.monotonic() + HEARTBEAT_S
         sys.stdout.flush()
         time.sleep(POLL_S)
+    return 0

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,26 @@ def test_gpu_samples_arrive_typed_and_what_is_no_number_is_left_out() -> None:
     assert gpus[2] == {"pstate": "P" * 32}
     # The first MAX_GPUS entries are read, and the two that are no GPU at all left out.
     assert len(gpus) == MAX_GPUS - 2
+
+
+def test_the_follower_goes_within_a_round_once_nobody_reads_it(tmp_path: Path) -> None:
+    # As sshd does when the head closes the channel: the pipe's reading end is closed. The
+    # follower had just sent a heartbeat and has nothing new to write for the next 2 s.
+    (tmp_path / "events").mkdir()
+    with subprocess.Popen(
+        [sys.executable, "-", "follow", str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as follower:
+        assert follower.stdin is not None and follower.stdout is not None
+        follower.stdin.write(agent_program({}))
+        follower.stdin.close()
+        try:
+            assert json.loads(follower.stdout.readline())["k"] == "hb"
+            follower.stdout.close()
+            closed = time.monotonic()
+            assert follower.wait(timeout=common.HEARTBEAT_S) == 0
+            assert time.monotonic() - closed < common.HEARTBEAT_S / 2
+        finally:
+            follower.kill()
