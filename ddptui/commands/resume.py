@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ddptui import STARTED_AT
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.run.control import RunControl
 from ddptui.run.record import RunRecord
@@ -14,7 +15,9 @@ def run(args: argparse.Namespace) -> int:
     control = RunControl()
 
     async def main(started: dict[str, RunRecord]) -> int:
-        attachment = await control.resume(args.run, debug=args.debug, say=say, steps=Steps.NONE)
+        attachment = await control.resume(
+            args.run, debug=args.debug, say=say, steps=Steps.NONE, began=STARTED_AT
+        )
         record = attachment.record
         started["run"] = record
         if args.detach:

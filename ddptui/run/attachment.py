@@ -136,10 +136,10 @@ class Attachment:
         finally:
             self._replies.pop(request, None)
 
-    async def ask(self, op: str, *, debug: bool = False) -> Reply:
+    async def ask(self, op: str, *, debug: bool = False, began: float | None = None) -> Reply:
         """:meth:`request` ``op``, taking what comes meanwhile (its steps are said) up to the
         answer, so that what follows it is what comes after it."""
-        request = await self._send(op, debug, awaited=False)
+        request = await self._send(op, debug, awaited=False, began=began)
         try:
             async for item in self.updates():
                 if isinstance(item, Said):
@@ -150,13 +150,15 @@ class Attachment:
             self._replies.pop(request, None)
         raise ControlError(f"run {self.record.id}: its supervisor went away before answering")
 
-    async def _send(self, op: str, debug: bool, *, awaited: bool = True) -> str:
+    async def _send(
+        self, op: str, debug: bool, *, awaited: bool = True, began: float | None = None
+    ) -> str:
         """Send a request; its id (``awaited``: its answer resolves ``_replies[id]``; else it
         is read from :meth:`updates`, and a future nobody awaits would only be reported)."""
         writer = self._writer
         if writer is None:
             raise ControlError(f"run {self.record.id}: not connected to its supervisor")
-        request = Request(f"r{next(self._ids)}", op, debug)
+        request = Request(f"r{next(self._ids)}", op, debug, began)
         if awaited:
             self._replies[request.id] = asyncio.get_running_loop().create_future()
         writer.write(protocol.message(request))

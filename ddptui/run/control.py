@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 
@@ -205,16 +206,19 @@ class RunControl:
         debug: bool = False,
         say: Say = quiet,
         steps: Steps = Steps.EVERY,
+        began: float | None = None,
     ) -> Attachment:
         """A new attempt of a stopped or failed run, from its newest checkpoint; returns once it
         runs, attached from the first line. :class:`ControlError` with the reason when the
-        supervisor refuses (the run still runs, another resume is starting it)."""
+        supervisor refuses (the run still runs, another resume is starting it). ``began``: when
+        the resume was asked for, where its launch timeline starts (default: now)."""
+        began = time.time() if began is None else began
         record = self.store.resolve(run_id)
         attachment = await Attachment(
             self.supervisors, record, position=0, say=say, steps=steps
         ).open()
         try:
-            reply = await attachment.ask("resume", debug=debug)
+            reply = await attachment.ask("resume", debug=debug, began=began)
             if not reply.ok:
                 # 2 when the hosts file needs a change (checkpoint_files naming nothing there).
                 usage = reply.data.get("exit_code") == UsageError.exit_code

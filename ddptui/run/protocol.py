@@ -107,6 +107,8 @@ class Request:
     id: str
     op: str
     debug: bool = False
+    began: float | None = None
+    """When the asking command began (Unix seconds; a resume's launch timeline starts there)."""
 
 
 Message = Hello | Gap | Judged | Said | Reply | Ended | FileLine | Heartbeat | HostSilent | HostBack
@@ -223,7 +225,8 @@ def _document(item: Message | Attach | Request) -> dict[str, Any]:
     if isinstance(item, Attach):
         return {"type": "attach", "v": item.version, "from": item.position}
     if isinstance(item, Request):
-        return {"type": "request", "id": item.id, "op": item.op, "debug": item.debug}
+        document = {"type": "request", "id": item.id, "op": item.op, "debug": item.debug}
+        return document if item.began is None else {**document, "began": item.began}
     raise TypeError(f"not a message: {item!r}")
 
 
@@ -338,7 +341,13 @@ def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
         op = _text(doc["op"])
         if op not in OPS:
             return None
-        return Request(_text(doc["id"]), op, doc.get("debug") is True)
+        began = doc.get("began")
+        return Request(
+            _text(doc["id"]),
+            op,
+            doc.get("debug") is True,
+            None if began is None else _number(began),
+        )
     return None
 
 

@@ -62,6 +62,7 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
         Attach(0),
         Attach(None),
         Request("r2", "resume", debug=True),
+        Request("r3", "resume", began=1796306069.25),
     ],
 )
 def test_every_message_round_trips(item: object) -> None:
@@ -109,6 +110,8 @@ def test_anything_else_is_dropped_not_raised(document: object) -> None:
         b"\xff\xfe",
         b"[" * 100000,
         b'{"type": "request", "id": "r", "op": "rm -rf"}',
+        b'{"type": "request", "id": "r", "op": "resume", "began": "yesterday"}',
+        b'{"type": "request", "id": "r", "op": "resume", "began": NaN}',
         b'{"type": "judged", "judgement": {"state": "exploded", "attempt": 1, "detail": ""}}',
         b'{"type": "line", "h": "a", "f": "x", "o": true, "t": "y"}',
         b'{"type": "hello", "v": 1, "run": "x", "pid": 1, "journal": [0], "judgement": {}}',

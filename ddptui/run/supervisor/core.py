@@ -205,7 +205,7 @@ class Supervisor:
                 self.audience.reply(viewer, request.id, False, busy)
                 return
             case "resume":
-                job = Resume(asked, debug=request.debug)
+                job = Resume(asked, debug=request.debug, began=request.began)
             case "stop" | "kill":
                 job = Stop(asked, kill=request.op == "kill")
             case _:
@@ -236,7 +236,11 @@ class Supervisor:
             return
         number = record.attempt.number + 1 if resume and record.attempts else 1
         self.phases.move(Phase.STARTING, name(job))
-        self.timing.begin(number)
+        self.timing.begin(number, asked_at=job.began if isinstance(job, Resume) else None)
+        if resume:
+            # Where the command's start and its wait for this supervisor end on each node.
+            for node in record.nodes:
+                self.timing.reached(node.host, "checking")
         failed = await self.backend.start(number, resume=resume, debug=job.debug)
         if failed is not None:
             await self._start_failed(failed)

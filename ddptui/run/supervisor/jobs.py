@@ -37,6 +37,8 @@ class Launch:
 class Resume:
     asked: Asked | None = None
     debug: bool = False
+    began: float | None = None
+    """When the resume was asked for (the asking command's start): its timeline's start."""
 
 
 @dataclass(eq=False)

@@ -27,6 +27,10 @@ class _Stamp:
     at: float
 
 
+ASKED_WITHIN_S = 300.0
+"""How long before a start its request may say it was asked for (a queued resume waits)."""
+
+
 class LaunchTiming:
     def __init__(self, wall: Callable[[], float] = time.time) -> None:
         self._wall = wall
@@ -39,10 +43,13 @@ class LaunchTiming:
         """(attempt, host) → the NCCL init the record lacks."""
         self._summarised: set[int] = set()
 
-    def begin(self, attempt: int) -> None:
-        """Attempt ``attempt`` starts being started now."""
+    def begin(self, attempt: int, asked_at: float | None = None) -> None:
+        """Attempt ``attempt`` starts being started now; ``asked_at``: when it was asked for
+        (a viewer's word: taken only if it is within :data:`ASKED_WITHIN_S` before now)."""
         self._attempt = attempt
-        self._began.setdefault(attempt, self._wall())
+        now = self._wall()
+        began = now if asked_at is None or not 0 <= now - asked_at <= ASKED_WITHIN_S else asked_at
+        self._began.setdefault(attempt, began)
 
     def reached(self, host: str, stage: str) -> None:
         """``host`` reached ``stage`` of the attempt being started, now."""

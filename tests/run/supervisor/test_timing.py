@@ -41,6 +41,20 @@ def test_stamps_wait_for_the_record_s_next_change_and_a_resume_gets_a_timeline()
     assert timeline.hosts == {"a": {"started": 2000.5}}
 
 
+def test_a_resume_s_timeline_starts_when_it_was_asked_for_if_that_was_lately() -> None:
+    for asked_at, began in ((1990.0, 1990.0), (2000.0 - 301.0, 2000.0), (2005.0, 2000.0)):
+        wall = _Wall()
+        timing = LaunchTiming(wall)
+        record = two_host_record()
+        timing.begin(2, asked_at=asked_at)
+        timing.reached("a", "checking")
+        timing.applied(lambda changed: None)(record)
+        (timeline,) = record.timelines
+        # A request's time is the viewer's word: too long ago, or to come, it is now.
+        assert timeline.began == began
+        assert timeline.hosts == {"a": {"checking": 2000.0}}
+
+
 def test_the_summary_is_of_the_attempt_it_started_and_said_once() -> None:
     timing = LaunchTiming(_Wall())
     record = two_host_record()
