@@ -164,13 +164,16 @@ class Supervisors:
         return reader, writer, hello
 
     def _supervisor_pid(self, files: RunFiles) -> int | None:
-        """The pid of the live process that says it supervises this run, if there is one."""
+        """The pid of the live process that supervises this run, if there is one: the pid its
+        file names, if that process is a supervisor holding the run's lock open (a pid the
+        kernel gave to another process since is not). A supervisor started as a standby was
+        told its run on stdin: its argv does not name it."""
         try:
             pid = int(files.supervisor_pid.read_text().strip())
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return None
-        if b"ddptui.run.supervisor" in argv and files.directory.name.encode() in argv:
+        if b"ddptui.run.supervisor" in argv and holds_open(pid, files.supervisor_lock):
             return pid
         return None
 
@@ -184,6 +187,20 @@ class Supervisors:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         return True
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` (this user's) has ``path`` open."""
+    wanted = str(path.resolve())
+    try:
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            if str(descriptor.readlink()) == wanted:
+                return True
+    return False
 
 
 def _adopted(run_id: str) -> str:

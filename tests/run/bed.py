@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
+from ddptui.run.supervising import holds_open
 from tests.testbed import TestBed, TestHost
 
 SMALL = [
@@ -198,16 +199,28 @@ def kill_run(cli: Cli, hosts: Sequence[TestHost], run_id: str) -> None:
 
 
 def supervisors(store: Path) -> list[int]:
-    """The pids of the live supervisors of runs in ``store``."""
+    """The pids of the live supervisors of runs in ``store``: named in their argv, or, started
+    as a standby (told their run on stdin), holding a run's lock there open."""
     found = []
+    locks = [store / run_id / "supervisor.lock" for run_id in _run_ids(store)]
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"ddptui.run.supervisor" in argv and str(store).encode() in argv:
-            found.append(int(entry.name))
+        if b"ddptui.run.supervisor" not in argv:
+            continue
+        pid = int(entry.name)
+        if str(store).encode() in argv or any(holds_open(pid, lock) for lock in locks):
+            found.append(pid)
     return found
+
+
+def _run_ids(store: Path) -> list[str]:
+    try:
+        return [entry.name for entry in store.iterdir()]
+    except OSError:
+        return []
 
 
 def two_host_record(attempts: int = 1) -> RunRecord:

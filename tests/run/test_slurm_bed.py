@@ -30,7 +30,7 @@ from tests.testbed.cluster import BED_TORCH_IMPORT_TIMEOUT_S
 from tests.testbed.slurm import PARTITION, SlurmBed
 
 NODES, PROCS = 3, 2
-STEPS = 200
+STEPS = 400
 SMALL = ("--width", "64", "--depth", "2")
 """A model whose steps are quick on two shared cores: the bed runs 18 ranks at once."""
 

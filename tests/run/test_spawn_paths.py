@@ -5,6 +5,7 @@ in: run from a folder another user can write (``/tmp``, a shared project), whose
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from ddptui.remote.srun import SrunCluster
 from ddptui.run.control import RunControl
 from ddptui.run.standby import Standby
 from ddptui.run.store import RunStore
+from ddptui.run.supervising import holds_open
 
 PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor/__init__.py")
 
@@ -102,3 +104,19 @@ def test_a_standby_supervisor_never_told_goes_with_its_starter(tmp_path: Path) -
     process.stdin.close()
     assert process.wait(timeout=30) == 0
     assert not store.root.exists() or not any(store.root.iterdir())
+
+
+def test_a_supervisor_is_known_by_the_run_lock_it_holds_open_not_by_its_argv(
+    tmp_path: Path,
+) -> None:
+    # A standby's argv names neither its store nor its run: the lock it holds open does.
+    lock = tmp_path / "run" / "supervisor.lock"
+    lock.parent.mkdir()
+    other = tmp_path / "other.lock"
+    other.touch()
+    with lock.open("ab"):
+        assert holds_open(os.getpid(), lock)
+        assert holds_open(os.getpid(), tmp_path / "run" / ".." / "run" / "supervisor.lock")
+        assert not holds_open(os.getpid(), other)
+    assert not holds_open(os.getpid(), lock)
+    assert not holds_open(2**22 + 1, lock)
