@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import shutil
 import sys
@@ -72,7 +73,9 @@ def _footer(text: str) -> str:
 
 @pytest.fixture
 def terminal() -> Iterator[Terminal]:
-    term = Terminal(f"ddptui-demo-test-{os.getpid()}")
+    # A server of its own per test: one that the last test's kill-server is still taking down
+    # would take this test's session with it.
+    term = Terminal(f"ddptui-demo-test-{os.getpid()}-{secrets.token_hex(3)}")
     yield term
     term.close()
 
@@ -184,8 +187,9 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
 def test_closing_the_terminal_mid_run_ends_the_run_and_its_supervisor(
     tmp_path: Path, terminal: Terminal
 ) -> None:
-    # A run far longer than the test: it can only end stopped, by the hang-up.
-    store, tmp = _demo(terminal, tmp_path, "", "--steps", "1000000")
+    # A run far longer than the test: it can only end stopped, by the hang-up. A demo that
+    # ends early leaves what it said on the pane (the shell waits, then goes with the server).
+    store, tmp = _demo(terminal, tmp_path, "; echo demo exited $?; sleep 60", "--steps", "1000000")
     terminal.wait_for("both demo hosts checked", lambda t: len(OK.findall(t)) == 2, 120)
     terminal.keys("l")
     terminal.wait_for("the launch plan", lambda t: "launch this run?" in t, 60)
