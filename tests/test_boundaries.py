@@ -89,7 +89,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("on hosts", ("ddptui.onhost",)),
     (
         "foundation",
-        ("ddptui", "ddptui.errors", "ddptui.untrusted", "ddptui.aio", "ddptui.run.layout"),
+        (
+            "ddptui",
+            "ddptui.errors",
+            "ddptui.untrusted",
+            "ddptui.aio",
+            "ddptui.atomic",
+            "ddptui.run.layout",
+        ),
     ),
     ("config", ("ddptui.config",)),
     ("reach and facts", ("ddptui.remote", "ddptui.probe", "ddptui.plan.resources", "ddptui.demo")),

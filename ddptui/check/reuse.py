@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddptui.atomic import write_atomic
 from ddptui.check.report import CheckReport, PortTest
 from ddptui.config.model import Config
 from ddptui.config.render import config_to_toml
@@ -48,13 +48,6 @@ class RecentCheck:
     report: CheckReport
     checked_at: float
     """When it was made (Unix seconds)."""
-
-    def words(self, now: float | None = None) -> str:
-        """``the check of 2 min ago``."""
-        age = max(0.0, (time.time() if now is None else now) - self.checked_at)
-        if age < 60:
-            return f"the check of {age:.0f} s ago"
-        return f"the check of {age // 60:.0f} min ago"
 
 
 def key(config: Config) -> str:
@@ -172,9 +165,7 @@ class CheckCache:
                 self.forget(report.config)
                 return
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(document(report, report.began_at + report.elapsed_s)))
-            temporary.replace(path)
+            write_atomic(path, json.dumps(document(report, report.began_at + report.elapsed_s)))
         except OSError:
             return
 

@@ -8,6 +8,7 @@ checked (SSH hosts' :class:`~ddptui.check.CheckReport`, Slurm's
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -134,11 +135,12 @@ def reused_check(recent: RecentCheck, now: float | None = None) -> str:
     """What a launch that stands on a kept check says instead of checking:
     ``the check of 2 min ago stands (3 hosts healthy; same hosts file; no run started since is
     running); --recheck checks again``."""
+    age = max(0.0, (time.time() if now is None else now) - recent.checked_at)
+    ago = f"{age:.0f} s" if age < 60 else f"{age // 60:.0f} min"
     hosts = _count(len(recent.report.checks), "host")
     return (
-        f"{recent.words(now)} stands ({hosts} healthy; same hosts file; no run started since "
-        "is running); "
-        "--recheck checks again"
+        f"the check of {ago} ago stands ({hosts} healthy; same hosts file; no run started "
+        "since is running); --recheck checks again"
     )
 
 

@@ -22,7 +22,8 @@ _LINE = re.compile(
     r"Init timings\s*-\s*ncclCommInitRank\w{0,32}:\s*rank (\d{1,7}) nranks (\d{1,7}) "
     r"total (\d{1,9}(?:\.\d{1,9})?) \(([^()]{0,600})\)"
 )
-_PART = re.compile(r"([a-z][a-z_]{0,23}) (\d{1,9}(?:\.\d{1,9})?)")
+_NAME = r"[a-z][a-z_]{0,23}"
+_PART = re.compile(rf"({_NAME}) (\d{{1,9}}(?:\.\d{{1,9}})?)")
 MAX_PARTS = 16
 MAX_SECONDS = 86400.0
 MARK = "Init timings"
@@ -72,7 +73,7 @@ class NcclInit:
         kept = tuple(
             (name, float(seconds))
             for name, seconds in list(parts.items())[:MAX_PARTS]
-            if isinstance(name, str) and _PART.fullmatch(f"{name} 0") and _seconds(seconds)
+            if isinstance(name, str) and re.fullmatch(_NAME, name) and _seconds(seconds)
         )
         assert isinstance(total, int | float)
         return cls(rank, float(total), kept)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddptui.atomic import write_atomic
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import RUN_ID
 from ddptui.run.layout import RunFiles
@@ -63,8 +64,8 @@ class RunStore:
         directory = self.directory(record.id)
         directory.mkdir(parents=True, exist_ok=False, mode=0o700)
         files = RunFiles(directory)
-        _write_atomic(files.hosts, hosts_toml)
-        _write_atomic(files.record, record.to_toml())
+        write_atomic(files.hosts, hosts_toml)
+        write_atomic(files.record, record.to_toml())
 
     def load(self, run_id: str) -> RunRecord:
         """The record of ``run_id``: :class:`RunNotFound` when there is none,
@@ -92,7 +93,7 @@ class RunStore:
             fcntl.flock(lock, fcntl.LOCK_EX)
             record = self.load(run_id)
             change(record)
-            _write_atomic(self.files(run_id).record, record.to_toml())
+            write_atomic(self.files(run_id).record, record.to_toml())
             return record
 
     def hosts_file(self, run_id: str) -> Path:
@@ -155,14 +156,3 @@ class Catalogue:
     records: list[RunRecord] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
     """Run id → why its record could not be read (named, never overwritten)."""
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    # Synced before the rename: a head node that loses power keeps the old record or the
-    # new one, never a half-written file under the record's name.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(path)

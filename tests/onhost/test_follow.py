@@ -6,12 +6,15 @@ have sent, then feed that to the head's parser (HostFollower._parse) as the chan
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -81,19 +84,8 @@ def test_offsets_of_any_size_reach_the_agent_on_stdin(tmp_path: Path) -> None:
     offsets["events/rank0.jsonl"] = 9
     (tmp_path / "events").mkdir()
     (tmp_path / "events" / "rank0.jsonl").write_bytes(b'{"a": 1}\n{"b": 2}\n')
-    with subprocess.Popen(
-        [sys.executable, "-", "follow", str(tmp_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as follower:
-        assert follower.stdin is not None and follower.stdout is not None
-        follower.stdin.write(agent_program(offsets))
-        follower.stdin.close()
-        try:
-            lines = [json.loads(follower.stdout.readline()) for _ in range(2)]
-        finally:
-            follower.kill()
+    with _follower(tmp_path, offsets) as (_, out):
+        lines = [json.loads(out.readline()) for _ in range(2)]
     sent = [line for line in lines if line["k"] == "line"]
     assert [(line["f"], line["t"]) for line in sent] == [("events/rank0.jsonl", '{"b": 2}')]
 
@@ -209,20 +201,30 @@ def test_the_follower_goes_within_a_round_once_nobody_reads_it(tmp_path: Path) -
     # As sshd does when the head closes the channel: the pipe's reading end is closed. The
     # follower had just sent a heartbeat and has nothing new to write for the next 2 s.
     (tmp_path / "events").mkdir()
+    with _follower(tmp_path, {}) as (follower, out):
+        assert json.loads(out.readline())["k"] == "hb"
+        out.close()
+        closed = time.monotonic()
+        assert follower.wait(timeout=common.HEARTBEAT_S) == 0
+        assert time.monotonic() - closed < common.HEARTBEAT_S / 2
+
+
+@contextlib.contextmanager
+def _follower(
+    run_dir: Path, offsets: dict[str, int]
+) -> Iterator[tuple[subprocess.Popen[str], IO[str]]]:
+    """The agent's ``follow`` on ``run_dir`` as a host runs it (the program on stdin), killed
+    when the block ends; it and its output."""
     with subprocess.Popen(
-        [sys.executable, "-", "follow", str(tmp_path)],
+        [sys.executable, "-", "follow", str(run_dir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     ) as follower:
         assert follower.stdin is not None and follower.stdout is not None
-        follower.stdin.write(agent_program({}))
+        follower.stdin.write(agent_program(offsets))
         follower.stdin.close()
         try:
-            assert json.loads(follower.stdout.readline())["k"] == "hb"
-            follower.stdout.close()
-            closed = time.monotonic()
-            assert follower.wait(timeout=common.HEARTBEAT_S) == 0
-            assert time.monotonic() - closed < common.HEARTBEAT_S / 2
+            yield follower, follower.stdout
         finally:
             follower.kill()
