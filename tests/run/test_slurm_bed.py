@@ -150,14 +150,14 @@ def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
         cli, _hosts_file(tmp_path / "warned", "--max-steps", str(STEPS))
     )
     _wait_step(stopped_root, 15)
+    _wait_step(warned_root, 15)
+    # What --signal=B:USR1@90 sends 90 s before the time limit: to the batch script alone. Sent
+    # before the stop below, which takes seconds in which a fast machine ends the whole run.
+    slurm_bed.run("scancel", "--batch", "--signal=USR1", warned_job)
     stop = cli.run("stop", stopped_id)
     assert stop.returncode == 0, stop.stderr
     assert "every node stopped on its own after checkpointing" in stop.stderr
     assert slurm_bed.job(first_job)["JobState"] == "COMPLETED"
-
-    _wait_step(warned_root, 15)
-    # What --signal=B:USR1@90 sends 90 s before the time limit: to the batch script alone.
-    slurm_bed.run("scancel", "--batch", "--signal=USR1", warned_job)
 
     resumed = cli.run("resume", stopped_id)
     assert resumed.returncode == 0, resumed.stderr
