@@ -44,10 +44,20 @@ Commands:
 - ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
   ``SENT`` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
   killed.
+- ``serve``: says ``{"serving": PID}``, then runs the one-shot commands above, one after
+  another, each asked as a line on stdin (``{"args": [COMMAND, ARGS…], "sent": SENT}``) and
+  answered with what it prints, then ``{"served": EXIT_STATUS, "failed":
+  LAST_TRACEBACK_LINE}``; until stdin ends. A launch keeps
+  one per host (:func:`ddptui.run.agent_call.kept_agents`): a command then costs a line each
+  way, not a session and a Python start.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -101,5 +111,35 @@ def main(argv: list[str], sent: Any = None) -> int:
             return follow(Path(args[0]), sent)
         except (BrokenPipeError, KeyboardInterrupt):
             return 0
+    if command == "serve":
+        return serve()
     emit({"error": f"unknown command {command!r}"})
     return 2
+
+
+NOT_SERVED = ("follow", "run", "serve")
+"""Commands that hold the process (or its stdin) for as long as they last."""
+
+
+def serve() -> int:
+    emit({"serving": os.getpid()})
+    sys.stdout.flush()
+    requests = sys.stdin.buffer
+    while True:
+        line = requests.readline()
+        if not line:
+            return 0
+        failed = ""
+        try:
+            request = json.loads(line)
+            argv = [str(arg) for arg in request["args"]]
+            if argv and argv[0] in NOT_SERVED:
+                emit({"error": f"{argv[0]} is not served"})
+                status = 2
+            else:
+                status = main(argv, request.get("sent"))
+        except Exception:
+            # What a one-shot agent's traceback would end with on its stderr.
+            status, failed = 1, traceback.format_exc().strip().splitlines()[-1]
+        emit({"served": status, "failed": failed})
+        sys.stdout.flush()

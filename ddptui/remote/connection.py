@@ -22,7 +22,7 @@ from ddptui.remote import channel, failures
 from ddptui.remote.commands import CommandResult, command_line
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
 from ddptui.remote.status import Reach, Reachability
-from ddptui.remote.stream import RemoteProcess, RemoteStream
+from ddptui.remote.stream import RemoteProcess, RemoteStream, SendFailed
 from ddptui.remote.target import SshTarget, check_host_key, resolve_target
 from ddptui.remote.transport import Command, HostUnreachable, RemoteError, Transport
 
@@ -155,6 +155,19 @@ class RemoteCluster(Transport):
         """
         process = await self._start(host, command_line(argv), input=input.encode(), encoding=None)
         return RemoteStream(host, process, max_line, close_timeout=self.connect_timeout)
+
+    async def open_session(
+        self, host: HostConfig, argv: Sequence[str], *, input: bytes, max_line: int
+    ) -> RemoteStream:
+        process = await self._start(host, command_line(argv), encoding=None)
+        stream = RemoteStream(host, process, max_line, close_timeout=self.connect_timeout)
+        try:
+            await stream.send(input)
+        except SendFailed as error:
+            await stream.close()
+            reason = failures.remote_reason(str(error))
+            raise RemoteError(f"{failures.where(host)}: cannot start a command: {reason}") from None
+        return stream
 
     async def close(self) -> None:
         """Close every connection and wait (at most the connect timeout) for them to go; any

@@ -93,6 +93,21 @@ def agent_program(sent: object = None) -> str:
     return program("agent", AGENT_MODULES, sent)
 
 
+KEPT_AGENT_BOOTSTRAP = (
+    "import sys;"
+    "source = sys.stdin.buffer.read(int(sys.stdin.buffer.readline()));"
+    "exec(compile(source, 'ddptui-agent', 'exec'))"
+)
+"""For ``python -c KEPT_AGENT_BOOTSTRAP serve``: the agent comes first on stdin (its length, a
+line, then its text), and stdin stays open for the commands ``serve`` reads after it."""
+
+
+def kept_agent_input() -> bytes:
+    """What starts the stdin of a :data:`KEPT_AGENT_BOOTSTRAP`: the node agent's program."""
+    text = agent_program().encode("utf-8")
+    return b"%d\n" % len(text) + text
+
+
 def probe_program() -> str:
     """The probe as one program for ``python - *probe_args(…)``."""
     return program("probe", PROBE_MODULES)

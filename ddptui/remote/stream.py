@@ -94,6 +94,10 @@ async def drain_both(out: _Reader, err: _Reader, stdout: Capped, stderr: Capped)
             reader.cancel()
 
 
+class SendFailed(Exception):
+    """A command's stdin could not be written: its channel is gone."""
+
+
 class LineTooLong(Exception):
     """The host sent more than the allowed bytes without a newline."""
 
@@ -162,6 +166,15 @@ class RemoteStream(LineStream):
     @property
     def exit_status(self) -> int | None:
         return self._process.returncode
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` to the command's stdin (a session's, which stays open), waiting while
+        the channel's window is full. Raises :class:`SendFailed` once the channel is gone."""
+        try:
+            self._process.stdin.write(data)
+            await self._process.stdin.drain()
+        except (asyncssh.Error, OSError, BrokenPipeError) as error:
+            raise SendFailed(str(error) or type(error).__name__) from None
 
     async def close(self) -> None:
         """Close the channel; wait at most ``close_timeout`` for the host to confirm, then abort

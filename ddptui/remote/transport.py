@@ -18,7 +18,7 @@ from ddptui.errors import DdptuiError
 from ddptui.remote.commands import CommandResult, python_argv
 from ddptui.remote.files import read_remote
 from ddptui.remote.status import Reachability
-from ddptui.remote.stream import LineStream
+from ddptui.remote.stream import LineStream, RemoteStream
 
 MAX_STDOUT_BYTES = 8 * 1024 * 1024
 """What :meth:`Transport.run` keeps of a command's stdout before ending it: a flooding host must
@@ -98,6 +98,14 @@ class Transport(ABC):
     ) -> LineStream:
         """Start ``argv`` on ``host`` with ``input`` on its stdin; its stdout as bounded lines.
         Raises :class:`RemoteError` if it cannot be started."""
+
+    async def open_session(
+        self, host: HostConfig, argv: Sequence[str], *, input: bytes, max_line: int
+    ) -> RemoteStream:
+        """As :meth:`open_stream`, but ``input`` only starts its stdin, which stays open for
+        :meth:`~ddptui.remote.stream.RemoteStream.send`. Raises :class:`RemoteError`, always
+        here: only an SSH connection keeps such a session."""
+        raise RemoteError(f"{host.name}: no session is kept through this transport")
 
     async def read_file(
         self, host: HostConfig, path: str, *, max_bytes: int, timeout: float

@@ -10,16 +10,22 @@ something else), never any other exception; :meth:`Answer.take` reads a part of 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
+from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
-from ddptui.remote.programs import agent_program
-from ddptui.remote.transport import Transport
+from ddptui.remote.programs import KEPT_AGENT_BOOTSTRAP, agent_program, kept_agent_input
+from ddptui.remote.stream import LineTooLong, RemoteStream, SendFailed
+from ddptui.remote.transport import RemoteError, Transport
 from ddptui.untrusted import plain
 
 AGENT_TIMEOUT_S = 30.0
@@ -76,7 +82,12 @@ async def agent(
     timeout: float = AGENT_TIMEOUT_S,
 ) -> Answer:
     """Run one agent command on ``host`` (``sent``: its document too large for argv); its
-    JSON answer. Raises :class:`NodeError`."""
+    JSON answer. Raises :class:`NodeError`.
+
+    Inside :func:`kept_agents` the command goes to the agent kept on ``host``, if it has one."""
+    kept = _kept.get().get(host.name)
+    if kept is not None and kept.remote is remote and not kept.broken:
+        return await kept.ask(args, sent, timeout)
     command = args[0]
     result = await remote.run(
         host,
@@ -88,29 +99,186 @@ async def agent(
     if result.reach is not None:
         raise NodeError(f"{host.name}: {plain(result.reach.detail)}")
     if result.timed_out:
-        raise NodeError(f"{host.name}: the node agent ({command}) did not answer in {timeout:g} s")
+        raise _no_answer(host.name, command, timeout)
     if result.overflow is not None:
         raise _garbage(host.name, command, f"it {result.overflow}")
-    lines = result.stdout.strip().splitlines()
+    failed = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
+    return _answer(host.name, command, result.stdout.strip().splitlines(), failed[0])
+
+
+def _no_answer(host: str, command: str, timeout: float) -> NodeError:
+    return NodeError(f"{host}: the node agent ({command}) did not answer in {timeout:g} s")
+
+
+def _answer(host: str, command: str, lines: Sequence[str], failed: str) -> Answer:
+    """The agent's answer among the ``lines`` it printed; ``failed``: why it printed none."""
     if not lines:
-        why = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.exit_status}"]
-        excerpt = plain(why[0], limit=EXCERPT_CHARS, one_line=True)
-        raise NodeError(f"{host.name}: the node agent ({command}) failed: {excerpt}")
+        excerpt = plain(failed, limit=EXCERPT_CHARS, one_line=True)
+        raise NodeError(f"{host}: the node agent ({command}) failed: {excerpt}")
     # The last line: a login script may print before the agent does.
     line = lines[-1]
     try:
         document = json.loads(line)
     except (ValueError, RecursionError):
         # ValueError also covers integers of more than 4300 digits.
-        raise _garbage(host.name, command, line) from None
+        raise _garbage(host, command, line) from None
     if not isinstance(document, dict):
-        raise _garbage(host.name, command, line)
+        raise _garbage(host, command, line)
     if "error" in document:
         error = document["error"]
         if not isinstance(error, str):
-            raise _garbage(host.name, command, line)
-        raise NodeError(f"{host.name}: {plain(error, limit=2000)}")
-    return Answer(host.name, command, line, document)
+            raise _garbage(host, command, line)
+        raise NodeError(f"{host}: {plain(error, limit=2000)}")
+    return Answer(host, command, line, document)
+
+
+class _Ended(Exception):
+    """A kept agent's output ended before its command's end line."""
+
+
+class KeptAgent:
+    """The node agent kept running on one host (its ``serve`` command), asked one command at a
+    time: a command costs a line each way instead of a session and a Python start.
+
+    A kept agent that fails to answer as ``serve`` does (in time, within the caps, with its
+    end line) is closed, and that command fails as a one-shot agent's would; the next command
+    to that host goes one-shot."""
+
+    def __init__(self, remote: Transport, host: HostConfig, stream: RemoteStream) -> None:
+        self.remote = remote
+        self.host = host
+        self._stream = stream
+        self._lines = stream.lines()
+        self._turn = asyncio.Lock()
+        self.broken = False
+
+    async def ask(self, args: Sequence[str], sent: object, timeout: float) -> Answer:
+        command = args[0]
+        async with self._turn:
+            try:
+                request = json.dumps({"args": list(args), "sent": sent}) + "\n"
+                await self._stream.send(request.encode("utf-8"))
+                lines, failed = await wait_for(self._served(command), timeout)
+            except asyncio.TimeoutError:
+                await self._break()
+                raise _no_answer(self.host.name, command, timeout) from None
+            except (_Ended, SendFailed, LineTooLong, OSError) as error:
+                await self._break()
+                raise NodeError(
+                    f"{self.host.name}: the node agent ({command}) was lost: "
+                    f"{plain(str(error), limit=EXCERPT_CHARS, one_line=True)}"
+                ) from None
+            except NodeError:
+                await self._break()
+                raise
+        return _answer(self.host.name, command, lines, failed)
+
+    async def serving(self) -> None:
+        """Once the agent has said it serves; :class:`_Ended` if it never does."""
+        size = 0
+        while True:
+            raw = await self._line()
+            size += len(raw) + 1
+            if size > MAX_ANSWER_BYTES:
+                raise _Ended(f"more than {MAX_ANSWER_BYTES} bytes before it served")
+            if _serving_line(raw.decode("utf-8", errors="replace")):
+                return
+
+    async def _line(self) -> bytes:
+        try:
+            return await anext(self._lines)
+        except StopAsyncIteration:
+            raise _Ended("its output ended") from None
+
+    async def _served(self, command: str) -> tuple[list[str], str]:
+        """The lines one command printed, and its end line's ``failed``."""
+        lines: list[str] = []
+        size = 0
+        while True:
+            raw = await self._line()
+            size += len(raw) + 1
+            if size > MAX_ANSWER_BYTES:
+                raise _garbage(self.host.name, command, f"it sent more than {MAX_ANSWER_BYTES}")
+            line = raw.decode("utf-8", errors="replace")
+            end = _end_line(line)
+            if end is None:
+                lines.append(line)
+                continue
+            status, failed = end
+            return lines, failed or f"exit status {status}"
+
+    async def _break(self) -> None:
+        self.broken = True
+        await self._stream.close()
+
+    async def close(self) -> None:
+        async with self._turn:
+            if not self.broken:
+                self.broken = True
+                await self._stream.close()
+
+
+def _serving_line(line: str) -> bool:
+    try:
+        document = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and isinstance(document.get("serving"), int)
+
+
+def _end_line(line: str) -> tuple[int, str] | None:
+    """``serve``'s line after a command: (exit status, failed), or None for any other line."""
+    try:
+        document = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict) or "served" not in document:
+        return None
+    status, failed = document["served"], document.get("failed", "")
+    if not isinstance(status, int) or not isinstance(failed, str):
+        return None
+    return status, failed
+
+
+_kept: ContextVar[Mapping[str, KeptAgent]] = ContextVar("kept_agents", default=MappingProxyType({}))
+
+
+@contextlib.asynccontextmanager
+async def kept_agents(remote: Transport, hosts: Sequence[HostConfig]) -> AsyncIterator[None]:
+    """Within this block (in this task and those it starts), :func:`agent` asks each of
+    ``hosts`` through an agent kept running there, started now on all at once. A host where
+    none can be started (a transport without sessions, a host not reached) is asked one-shot,
+    and says so then, as it would have anyway."""
+    started = await asyncio.gather(*(_start_kept(remote, host) for host in hosts))
+    kept = {agent.host.name: agent for agent in started if agent is not None}
+    token = _kept.set({**_kept.get(), **kept})
+    try:
+        yield
+    finally:
+        _kept.reset(token)
+        await asyncio.gather(*(agent.close() for agent in kept.values()))
+
+
+async def _start_kept(remote: Transport, host: HostConfig) -> KeptAgent | None:
+    """The agent kept on ``host``, once it said it serves (what a login script prints first
+    is passed over); None where it did not start (no such Python, say), so that the host is
+    asked one-shot and its failure worded as ever."""
+    try:
+        stream = await remote.open_session(
+            host,
+            remote.python(host, "-c", KEPT_AGENT_BOOTSTRAP, "serve"),
+            input=kept_agent_input(),
+            max_line=MAX_ANSWER_BYTES,
+        )
+    except RemoteError:
+        return None
+    agent = KeptAgent(remote, host, stream)
+    try:
+        await wait_for(agent.serving(), AGENT_TIMEOUT_S)
+    except (asyncio.TimeoutError, _Ended, LineTooLong):
+        await agent.close()
+        return None
+    return agent
 
 
 def described(host: str, error: Exception) -> str:

@@ -10,8 +10,10 @@ host, so ``ddptui check`` and ``ddptui trust`` reach the misbehaviour.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import enum
+import json
 import re
 import shlex
 from collections.abc import Callable
@@ -49,14 +51,25 @@ AgentAnswers = Callable[[list[str]], bytes]
 _ENCODED_COMMAND = re.compile(r"echo ([A-Za-z0-9+/=]+) \| base64 -d")
 
 
+KeptAnswers = Callable[[list[str]], bytes]
+"""What a kept agent (``serve``) prints for one command, its end line included."""
+
+
 def agent_args(command: str) -> list[str]:
-    """The node-agent arguments of a command ddptui sent (``python - ARGS``), decoded from
-    :func:`ddptui.remote.commands.command_line`."""
+    """The node-agent arguments of a command ddptui sent (``python - ARGS``, or ``serve`` for
+    ``python -c BOOTSTRAP serve``), decoded from :func:`ddptui.remote.commands.command_line`."""
     found = _ENCODED_COMMAND.search(command)
     assert found is not None, command
     argv = shlex.split(base64.b64decode(found.group(1)).decode("utf-8"))
     argv = argv[argv.index("exec") + 1 :]
+    if "-c" in argv:
+        return argv[argv.index("-c") + 2 :]
     return argv[argv.index("-") + 1 :]
+
+
+def served(answer: bytes, status: int = 0) -> bytes:
+    """``answer`` as a kept agent prints it: followed by its end line."""
+    return answer + json.dumps({"served": status, "failed": ""}).encode() + b"\n"
 
 
 class _Mute:
@@ -86,6 +99,13 @@ class HostileSshServer(LocalSshServer):
     """Channel-open requests swallowed."""
     agent: AgentAnswers = staticmethod(lambda args: b"")
     """What :attr:`Behaviour.AGENT` answers to each node-agent command."""
+    hello: bytes = b'{"serving": 4242}\n'
+    """What a kept agent says first, once it has read its program."""
+    serves = True
+    """Whether a kept agent goes on after its hello; if not it exits 127 (no such Python)."""
+    kept: KeptAnswers | None = None
+    """What a kept agent prints for each command; None: :attr:`agent`'s answer, then the end
+    line."""
     asked: list[list[str]]
     """The node-agent arguments of every command :attr:`Behaviour.AGENT` answered, in order."""
     ignored_closes = 0
@@ -182,14 +202,35 @@ class HostileSshServer(LocalSshServer):
                 return
             if self.behaviour is Behaviour.AGENT:
                 args = agent_args(process.command or "")
+                if args == ["serve"]:
+                    await self._serve(process)
+                    return
                 self.asked.append(args)
                 process.stdout.write(self.agent(args))
             else:
                 process.stdout.write(self.answer)
             await process.stdout.drain()
             process.exit(0)
-        except (asyncssh.Error, OSError):
+        except (asyncssh.Error, OSError, asyncio.IncompleteReadError):
             process.close()
+
+    async def _serve(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        """A kept agent: reads its program, says :attr:`hello`, then answers each command line
+        (recorded in :attr:`asked` as ``["serve", COMMAND, ARGS…]``) until stdin ends."""
+        size = int(await process.stdin.readline())
+        await process.stdin.readexactly(size)
+        process.stdout.write(self.hello)
+        if not self.serves:
+            await process.stdout.drain()
+            process.exit(127)
+            return
+        while line := await process.stdin.readline():
+            args = [str(arg) for arg in json.loads(line)["args"]]
+            self.asked.append(["serve", *args])
+            answer = self.kept(args) if self.kept else served(self.agent(args))
+            process.stdout.write(answer)
+            await process.stdout.drain()
+        process.exit(0)
 
     async def _answer_and_stay_open(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         # asyncssh wraps a session's channel in a line editor that passes attribute reads on

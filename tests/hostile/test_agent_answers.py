@@ -10,6 +10,7 @@ server, so the checks are known to accept what the agent sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_answers import AttemptStatus
-from ddptui.run.agent_call import GarbledAnswer, NodeError
+from ddptui.run.agent_call import GarbledAnswer, NodeError, kept_agents
 from ddptui.run.launcher import LaunchError, start_attempt
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
@@ -123,14 +124,20 @@ def answering(tmp_path: Path) -> Iterator[HostileSshServer]:
         yield server
 
 
-def call_all(server: HostileSshServer, document: str) -> dict[str, BaseException | object]:
-    """What each client function gave for ``document``: its value, or what it raised."""
+def call_all(
+    server: HostileSshServer, document: str, *, kept: bool = False
+) -> dict[str, BaseException | object]:
+    """What each client function gave for ``document``: its value, or what it raised; asked
+    one-shot, or all of a ``kept`` agent."""
     server.agent = lambda args: document.encode() + b"\n"
     host = agent_host(server)
 
     async def scenario() -> dict[str, BaseException | object]:
         outcomes: dict[str, BaseException | object] = {}
-        async with RemoteCluster([host], connect_timeout=CONNECT_TIMEOUT_S) as remote:
+        async with (
+            RemoteCluster([host], connect_timeout=CONNECT_TIMEOUT_S) as remote,
+            kept_agents(remote, [host]) if kept else contextlib.nullcontext(),
+        ):
             for command, call in CALLS.items():
                 try:
                     outcomes[command] = await call(remote, host)
@@ -141,23 +148,28 @@ def call_all(server: HostileSshServer, document: str) -> dict[str, BaseException
     return asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("kept", [False, True], ids=["one-shot", "kept"])
 @pytest.mark.parametrize("document", GARBAGE.values(), ids=GARBAGE.keys())
 def test_garbage_is_a_node_error_naming_the_host_for_every_command(
-    answering: HostileSshServer, document: str
+    answering: HostileSshServer, document: str, kept: bool
 ) -> None:
-    outcomes = call_all(answering, document)
+    outcomes = call_all(answering, document, kept=kept)
     for command, outcome in outcomes.items():
         assert isinstance(outcome, GarbledAnswer), (command, outcome)
         message = str(outcome)
         assert message.startswith(f"ddpa2 answered garbage to {command}: "), message
         assert message.isprintable() and len(message) < 200, message
-    assert [args[0] for args in answering.asked] == list(CALLS)
+    # Garbage is the host's answer, not a broken kept agent: every command still went to it.
+    asked = [args[1:] if kept else args for args in answering.asked]
+    assert [args[0] for args in asked] == list(CALLS)
+    assert all((args[0] == "serve") is kept for args in answering.asked)
 
 
+@pytest.mark.parametrize("kept", [False, True], ids=["one-shot", "kept"])
 def test_an_error_answer_is_the_hosts_words_and_sane_answers_are_typed(
-    answering: HostileSshServer,
+    answering: HostileSshServer, kept: bool
 ) -> None:
-    said = call_all(answering, '{"error": "port 29500 is not free \\u001b[2J"}')
+    said = call_all(answering, '{"error": "port 29500 is not free \\u001b[2J"}', kept=kept)
     assert {command: str(error) for command, error in said.items()} == dict.fromkeys(
         CALLS, "ddpa2: port 29500 is not free \\x1b[2J"
     )
@@ -168,7 +180,7 @@ def test_an_error_answer_is_the_hosts_words_and_sane_answers_are_typed(
         "port": 29500,
         "pgid": 4242,
     }
-    assert call_all(answering, json.dumps(sane)) == {
+    assert call_all(answering, json.dumps(sane), kept=kept) == {
         "status": [AttemptStatus(1, 4242, True, None, ((4243, "python3"), (4244, "pt_\\x1bmain")))],
         "signal": ["torchrun"],
         "free-port": 29500,
