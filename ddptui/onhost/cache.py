@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 import shutil
+import socket
 import stat
 import time
 from pathlib import Path
@@ -47,8 +48,11 @@ def lacking(cache: Path, digests: Any) -> list[Any]:
 
 def put(cache: Path, sent: Any) -> int:
     cache.mkdir(parents=True, exist_ok=True)
+    # Hosts sharing this cache upload the same content at once: each into a part of its own (the
+    # same across this host's calls), so none renames or refills a part another still writes.
+    host = socket.gethostname()
     for digest, offset, data, size in sent:
-        part = cache / (str(digest) + ".part")
+        part = cache / f"{digest}.{host}.part"
         handle = os.open(str(part), os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             os.pwrite(handle, base64.b64decode(data), int(offset))
@@ -59,16 +63,10 @@ def put(cache: Path, sent: Any) -> int:
             os.close(handle)
         if size is None:
             continue
-        final = cache / str(digest)
-        try:
-            good = sha256_of(part) == digest
-        except FileNotFoundError:
-            # A host sharing this cache finished the same content first.
-            good = final.exists()
+        good = sha256_of(part) == digest
+        if good:
+            part.replace(cache / str(digest))
         else:
-            if good:
-                part.replace(final)
-        if not good:
             part.unlink()
             emit({"error": f"content {digest[:12]} arrived damaged: checksum mismatch"})
             return 1
