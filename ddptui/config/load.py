@@ -44,7 +44,7 @@ MACHINE_KEYS: tuple[str, ...] = (
 _HOST_ONLY: dict[str, values.Validator] = {
     "name": values.name,
     "address": values.address,
-    "rank0": values.rank0,
+    "rank0": values.true_or_false,
 }
 _REQUIRED_HOST_KEYS = ("name", "address")
 _CLUSTER_ONLY: dict[str, values.Validator] = {
@@ -68,6 +68,7 @@ _JOB_FIXED: dict[str, values.Validator] = {
     "exclude": values.patterns,
     "max_upload_mb": values.max_upload_mb,
     "loss_pattern": values.loss_pattern,
+    "instrument": values.true_or_false,
     "checkpoint_files": values.relative_globs,
     "memory_per_process_gb": values.memory_per_process_gb,
 }
@@ -81,6 +82,7 @@ _JOB_KEY_ORDER = (
     "exclude",
     "max_upload_mb",
     "loss_pattern",
+    "instrument",
     "checkpoint_files",
     "memory_per_process_gb",
     "resume_args",

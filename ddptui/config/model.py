@@ -68,6 +68,7 @@ class JobConfig:
     exclude: tuple[str, ...] = ()
     max_upload_mb: float = 100.0
     loss_pattern: str | None = None
+    instrument: bool = True
     checkpoint_files: tuple[str, ...] = ()
     memory_per_process_gb: float | None = None
     resume_args: tuple[str, ...] = ("--resume", "latest")

@@ -252,6 +252,16 @@ _JOB = _Table(
             active=False,
         ),
         _Key(
+            "instrument",
+            False,
+            "A script that trains with Lightning, Hugging Face's Trainer or Accelerate writes "
+            "ddptui's events with no change to it (every rank's loss, speed, memory, its "
+            "evaluations and checkpoint saves); false leaves the script alone, and the loss is "
+            "read from its output (TTY_COMPATIBLE=1 lets rich, Lightning's progress bar, write "
+            "it as it goes).",
+            active=False,
+        ),
+        _Key(
             "resume_args",
             ["--resume", "latest"],
             "Arguments added when a stopped run is resumed.",

@@ -277,7 +277,7 @@ def address(value: object) -> str:
     return text
 
 
-def rank0(value: object) -> bool:
+def true_or_false(value: object) -> bool:
     if not isinstance(value, bool):
         raise expected("true or false", value)
     return value

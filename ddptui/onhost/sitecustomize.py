@@ -1,8 +1,11 @@
 """The stack handler every rank loads: written as ``sitecustomize.py`` first on each rank's
 ``PYTHONPATH`` (:func:`ddptui.onhost.processes.stack_site`), so any Python script (the trainer
 or the user's own) registers it before its first line runs. On the agent's signal it writes
-the rank's stacks (all threads) with :mod:`faulthandler`. It must never break the process it
-runs in, and a sitecustomize the user already has runs after it, as if this one were not there.
+the rank's stacks (all threads) with :mod:`faulthandler`. It also installs the events of the
+frameworks a script may train with (:mod:`ddptui.onhost.instrument`, written beside it as
+``ddptui_instrument.py``) unless ``DDPTUI_INSTRUMENT`` is ``0``. It must never break the
+process it runs in, and a sitecustomize the user already has runs after it, as if this one
+were not there.
 
 Never imported by ddptui: its source is what is written.
 """
@@ -11,22 +14,27 @@ import os
 import sys
 
 
+def _ddptui_rank_process() -> bool:
+    """Whether this is a rank's own process: not torchrun, nor what a rank starts (its
+    workers inherit RANK)."""
+    rank = os.environ.get("RANK")
+    if rank is None:
+        return False
+    try:
+        with open("/proc/%d/environ" % os.getppid(), "rb") as parent:
+            return ("RANK=" + rank).encode() not in parent.read().split(b"\0")
+    except OSError:
+        return True
+
+
 def _ddptui_stack_handler() -> None:
     import faulthandler
     import json
     import signal
 
     directory = os.environ.get("DDPTUI_STACKS_DIR")
-    rank = os.environ.get("RANK")
-    if not directory or rank is None or not hasattr(signal, "SIGRTMIN"):
+    if not directory or not hasattr(signal, "SIGRTMIN"):
         return
-    # Only a rank's own process: not torchrun, nor what a rank starts (its workers inherit RANK).
-    try:
-        with open("/proc/%d/environ" % os.getppid(), "rb") as parent:
-            if ("RANK=" + rank).encode() in parent.read().split(b"\0"):
-                return
-    except OSError:
-        pass
     # A real-time signal few programs use: its default action ends the process, so the agent
     # sends it only to a process whose ready file below says this handler is in place.
     signum = signal.SIGRTMIN + 6
@@ -55,8 +63,21 @@ def _ddptui_next_sitecustomize() -> None:
     spec.loader.exec_module(module)
 
 
-try:
-    _ddptui_stack_handler()
-except Exception:
-    pass
+def _ddptui_instrument() -> None:
+    if os.environ.get("DDPTUI_INSTRUMENT", "1") == "0" or not os.environ.get("DDPTUI_RUN_DIR"):
+        return
+    import ddptui_instrument  # type: ignore[import-not-found]
+
+    ddptui_instrument.install()
+
+
+if _ddptui_rank_process():
+    try:
+        _ddptui_stack_handler()
+    except Exception:
+        pass
+    try:
+        _ddptui_instrument()
+    except Exception as error:
+        sys.stderr.write("ddptui: no framework events from this rank (%s)\n" % error)
 _ddptui_next_sitecustomize()

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ddptui.config.model import AUTO, Config, HostConfig
+from ddptui.config.model import AUTO, Config, HostConfig, JobConfig
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.findings import HostCheck
 from ddptui.plan.resources import (
@@ -45,6 +45,12 @@ STACKS_ENV = "DDPTUI_STACKS_DIR"
 ATTEMPT_ENV = "DDPTUI_ATTEMPT"
 """The attempt a process of the run belongs to (the node agent's ``ATTEMPT_MARK``): its start
 sets it on SSH hosts, the batch script on Slurm's nodes."""
+INSTRUMENT_ENV = "DDPTUI_INSTRUMENT"
+"""``0``: the ranks' stack handler installs no framework events (``[job] instrument``)."""
+UNINSTRUMENTED_ENV = {INSTRUMENT_ENV: "0", "TTY_COMPATIBLE": "1"}
+"""A rank without framework events: its loss is read from its output, and rich's live display
+(Lightning's default progress bar) writes nothing into a pipe until it ends unless told that
+the pipe takes terminal output."""
 FLIGHT_RECORDER_ENTRIES = 2000
 """Collectives each rank's flight recorder keeps: a few steps of a large model's, about a MiB."""
 """Every rank's environment names its node's run directory, for scripts that write events."""
@@ -175,7 +181,7 @@ def plan_launch(
         devices = _visible_devices(host, host_facts, nproc) if backend == "nccl" else None
         ifname = None if lone else _socket_ifname(host, host_facts, config.head.address)
         run_dir = layout.host_run_dir(_workdir(host, host_facts), run_id, rank)
-        env = rank_environment(host, backend, devices, ifname, run_dir, debug)
+        env = rank_environment(host, config.job, backend, devices, ifname, run_dir, debug)
         env |= _flight_recorder(host, host_facts, backend, run_dir)
         argv = torchrun_argv(host, config, rendezvous, rank, nproc, run_dir, attempt, args)
         nodes.append(
@@ -271,6 +277,7 @@ def _socket_ifname(host: HostConfig, facts: HostFacts, master_address: str) -> s
 
 def rank_environment(
     host: HostConfig,
+    job: JobConfig,
     backend: str,
     devices: str | None,
     ifname: str | None,
@@ -287,6 +294,8 @@ def rank_environment(
     # Without it every rank of a CPU node spawns a thread per core and they fight for them.
     env["OMP_NUM_THREADS"] = "1"
     env[RUN_DIR_ENV] = run_dir
+    if not job.instrument:
+        env |= UNINSTRUMENTED_ENV
     env.update(host.env)
     if debug:
         env.update(DEBUG_ENV)

@@ -133,7 +133,7 @@ def plan_batch(
     argv = torchrun_argv(
         node, config, rendezvous, shell("SLURM_NODEID"), nproc, run_dir, shell("attempt"), args
     )
-    env = rank_environment(node, backend, None, None, run_dir, debug)
+    env = rank_environment(node, config.job, backend, None, None, run_dir, debug)
     env |= flight_recorder_environment(node, FLIGHT_RECORDER_NAMES, backend, run_dir)
     text = _script(
         config,

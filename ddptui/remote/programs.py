@@ -13,8 +13,19 @@ from functools import cache
 from pathlib import Path
 
 ONHOST = Path(__file__).resolve().parents[1] / "onhost"
-AGENT_MODULES = ("common", "processes", "stacks", "cache", "follow", "sitecustomize", "agent")
-"""The node agent's program: its commands, and the stack handler its ``start`` writes out."""
+AGENT_MODULES = (
+    "common",
+    "processes",
+    "stacks",
+    "cache",
+    "follow",
+    "sitecustomize",
+    "instrument",
+    "instrument_hf",
+    "agent",
+)
+"""The node agent's program: its commands, and the stack handler and the frameworks' events
+its ``start`` writes out."""
 PROBE_MODULES = (
     "probe_section",
     "probe_network",

@@ -7,8 +7,12 @@ loss 0.123``; ``[job] loss_pattern`` (a regular expression with the named groups
 optionally, ``step``) reads the rest. A line is cut to :data:`MAX_LINE_CHARS` before any
 pattern sees it, and the built-in patterns have no nested repetition, so reading a host's line
 costs time in proportion to at most that many characters. A line without a step counts as the
-rank's next one. A progress bar (tqdm's, into a pipe) redraws itself on one line with carriage
-returns: only its newest state, after the last one, is read.
+rank's next one. A progress bar redraws itself with carriage returns: tqdm's into a pipe on one
+line, each state after the one before; rich's live display (Lightning's default bar, where
+``TTY_COMPATIBLE=1`` lets it write into a pipe) as a bar line and a metrics line, so a line holds
+one state's metrics, then a carriage return and the next state's bar. Of a line's last
+:data:`SEGMENTS` parts between carriage returns, the newest one with a loss is read; terminal
+escapes (rich's colours and cursor moves) are dropped before.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from ddptui.untrusted import whole
 
 MAX_LINE_CHARS = 1000
+SEGMENTS = 3
+_ESCAPE = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]", re.ASCII)
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _LOSS_PATTERNS = (
     # {'loss': 0.1234, 'grad_norm': …} (Hugging Face Trainer's log dictionary; its numbers
@@ -52,7 +58,13 @@ class LossReader:
         self._own = re.compile(pattern) if pattern else None
 
     def read(self, line: str) -> LoggedLoss | None:
-        text = line.rstrip("\r\n").rpartition("\r")[2][:MAX_LINE_CHARS]
+        for segment in reversed(line.rstrip("\r\n").rsplit("\r", SEGMENTS)[-SEGMENTS:]):
+            found = self._read(_ESCAPE.sub("", segment[:MAX_LINE_CHARS]))
+            if found is not None:
+                return found
+        return None
+
+    def _read(self, text: str) -> LoggedLoss | None:
         if self._own is not None:
             found = self._own.search(text)
             if found is not None:

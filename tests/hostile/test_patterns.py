@@ -97,6 +97,7 @@ HOST_PATTERNS = frozenset(
         "run.layout.NODE_EXIT",
         "run.layout.NODE_OUT",
         "run.layout.RANK_LOG",
+        "run.logloss._ESCAPE",
         "run.logloss._LOSS_PATTERNS",
         "run.logloss._STEP",
         "run.model._STEP",

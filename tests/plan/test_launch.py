@@ -112,6 +112,16 @@ def test_user_script_module_args_and_debug() -> None:
     assert argv[argv.index("-m", 3) : argv.index("-m", 3) + 2] == ["-m", "mypkg.train"]
 
 
+def test_uninstrumented_ranks_are_told_so_and_rich_may_write_into_their_pipe() -> None:
+    script = _config(A, B, script=Path("/home/me/jobs/train.py"))
+    plan = plan_launch(script, _checks(script), run_id=RUN)
+    assert all("DDPTUI_INSTRUMENT" not in node.env for node in plan.nodes)
+    left_alone = _config(A, B, script=Path("/home/me/jobs/train.py"), instrument=False)
+    for node in plan_launch(left_alone, _checks(left_alone), run_id=RUN).nodes:
+        assert node.env["DDPTUI_INSTRUMENT"] == "0" and node.env["TTY_COMPATIBLE"] == "1"
+        assert node.env.get("NCCL_IB_DISABLE") == ("1" if node.host.name == "gpu-b" else None)
+
+
 def test_a_host_without_facts_or_processes_cannot_be_planned() -> None:
     config = _config(A, B)
     checks = _checks(config)

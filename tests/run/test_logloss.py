@@ -30,6 +30,14 @@ from ddptui.run.logloss import MAX_LINE_CHARS, LoggedLoss, LossReader
             LoggedLoss(None, 0.123),
         ),
         ("Epoch 2: 100%|██| 50/50 [00:03, train_loss=1.5e-2]", LoggedLoss(None, 0.015)),
+        # rich's live display (Lightning's bar) into a pipe: one state's metrics line, then the
+        # cursor moved up and the next state's bar line.
+        (
+            "      \x1b[3mtrain_loss: 1.077\x1b[0m\r\x1b[2K\x1b[1A\x1b[2KEpoch 0/1  \x1b[35m╸"
+            "\x1b[0m 5/32 \x1b[2m0:00:00 • 0:00:01\x1b[0m \x1b[3mv_num: 0.000     \x1b[0m",
+            LoggedLoss(None, 1.077),
+        ),
+        ("\x1b[1;32mstep 4 loss=0.25\x1b[0m", LoggedLoss(4, 0.25)),
         ("[GPU0] Epoch 3 | Step 120 | loss: 2.345", LoggedLoss(120, 2.345)),
         ("iter 7, lr 0.001, loss 3.0", LoggedLoss(7, 3.0)),
         ("Loss = .5", LoggedLoss(None, 0.5)),
@@ -55,7 +63,10 @@ def test_the_users_pattern_comes_first() -> None:
 
 def test_a_hosts_line_costs_time_in_proportion_to_its_cut_length() -> None:
     reader = LossReader()
-    hostile = ["loss" + " " * 10_000, "loss " * 5_000, "step " * 5_000 + "loss", "{'loss'" * 3000]
+    hostile = [
+        *("loss" + " " * 10_000, "loss " * 5_000, "step " * 5_000 + "loss", "{'loss'" * 3000),
+        *("loss\r" * 5_000, "\x1b[" + "0" * 10_000, "\x1b[" * 5_000 + "loss"),
+    ]
     began = time.perf_counter()
     for line in hostile:
         reader.read(line)

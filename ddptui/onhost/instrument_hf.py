@@ -1,0 +1,162 @@
+"""ddptui's events from Hugging Face's ``Trainer`` and Accelerate (:mod:`ddptui.onhost.instrument`
+says how they are added): written beside it as ``ddptui_instrument_hf.py`` and imported by it
+once a script imports one of them.
+
+Never imported by ddptui: its source is what is written. Stdlib only, Python ≥ 3.8.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from typing import Any
+
+import ddptui_instrument as core  # type: ignore[import-not-found]
+
+
+def transformers(module: Any) -> None:
+    trainer_class = module.Trainer
+    callback_class = sys.modules["transformers.trainer_callback"].TrainerCallback
+    version = str(getattr(sys.modules["transformers"], "__version__", "?"))
+    events = core.rank_events()
+
+    class DdptuiEvents(callback_class):  # type: ignore[misc, valid-type]
+        """ddptui's events from this rank's Hugging Face ``Trainer``."""
+
+        def __init__(self, trainer: Any) -> None:
+            self.rank = core.Rank(events, "transformers", version)
+            self.trainer = trainer
+            self.losses: list[float | None] = []
+            self.resumed_from: str | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            core.guarded("on_train_begin", self._start)(args, state, kwargs.get("model"))
+
+        def _start(self, args: Any, state: Any, model: Any) -> None:
+            parameters = sum(p.numel() for p in model.parameters()) if model is not None else None
+            self.rank.start(
+                total_steps=int(state.max_steps) if state.max_steps else None,
+                start_step=int(state.global_step),
+                resumed_from=self.resumed_from,
+                device=str(args.device),
+                parameters=parameters,
+                global_batch=int(args.per_device_train_batch_size)
+                * int(args.gradient_accumulation_steps)
+                * int(args.world_size),
+            )
+            self.per_step = int(args.per_device_train_batch_size) * int(
+                args.gradient_accumulation_steps
+            )
+
+        def resuming(self, resumed: Any, output_dir: str) -> None:
+            """``resume_from_checkpoint``: a path, or True for the newest in ``output_dir``."""
+            if resumed is True:
+                utils = sys.modules["transformers.trainer_utils"]
+                resumed = utils.get_last_checkpoint(output_dir)
+            if isinstance(resumed, str):
+                self.resumed_from = resumed
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            core.guarded("on_step_end", self._step)(state)
+
+        def _step(self, state: Any) -> None:
+            losses, self.losses = self.losses, []
+            self.rank.pace.add(self.per_step)
+            self.rank.step(
+                int(state.global_step), core.total_of(losses), epoch=core.epoch_of(state.epoch)
+            )
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            core.guarded("on_train_end", self.rank.done)(False)
+
+    original_init = trainer_class.__init__
+    original_step = trainer_class.training_step
+    original_save = trainer_class._save_checkpoint
+    original_evaluate = trainer_class.evaluate
+    original_train = trainer_class.train
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self._ddptui_events = DdptuiEvents(self)
+        self.add_callback(self._ddptui_events)
+
+    def training_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        loss = original_step(self, *args, **kwargs)
+        hook = getattr(self, "_ddptui_events", None)
+        if hook is not None:
+            # The rank's own loss, as the step returned it (per micro-batch, already divided
+            # by the accumulation steps): summed at the optimizer step.
+            hook.losses.append(core.number_of(loss))
+        return loss
+
+    def _save_checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hook = getattr(self, "_ddptui_events", None)
+        if hook is not None and hook.rank.started:
+            core.guarded("_save_checkpoint", hook.rank.phase)("checkpoint")
+        return original_save(self, *args, **kwargs)
+
+    def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hook = getattr(self, "_ddptui_events", None)
+        if hook is not None and hook.rank.started:
+            core.guarded("evaluate", hook.rank.phase)("eval")
+        try:
+            return original_evaluate(self, *args, **kwargs)
+        finally:
+            if hook is not None and hook.rank.started:
+                core.guarded("evaluate", hook.rank.phase)("train")
+
+    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hook = getattr(self, "_ddptui_events", None)
+        if hook is not None:
+            resumed = kwargs.get("resume_from_checkpoint", args[0] if args else None)
+            core.guarded("train", hook.resuming)(resumed, self.args.output_dir)
+        return original_train(self, *args, **kwargs)
+
+    trainer_class.__init__ = __init__
+    trainer_class.training_step = training_step
+    trainer_class._save_checkpoint = _save_checkpoint
+    trainer_class.evaluate = evaluate
+    trainer_class.train = train
+
+
+def accelerate(module: Any) -> None:
+    accelerator_class = module.Accelerator
+    version = str(getattr(module, "__version__", "?"))
+    rank = core.Rank(core.rank_events(), "accelerate", version)
+    losses: list[float | None] = []
+    batch: list[int] = []
+    original_backward = accelerator_class.backward
+    original_prepare = accelerator_class.prepare_data_loader
+
+    def prepare_data_loader(self: Any, *args: Any, **kwargs: Any) -> Any:
+        loader = original_prepare(self, *args, **kwargs)
+        # The samples of one backward on this rank: the prepared loader's, split over ranks.
+        total = getattr(loader, "total_batch_size", None)
+        if isinstance(total, int) and total > 0 and not batch:
+            batch.append(max(total // max(int(self.num_processes), 1), 1))
+        return loader
+
+    def backward(self: Any, loss: Any, **kwargs: Any) -> Any:
+        result = original_backward(self, loss, **kwargs)
+        core.guarded("backward", _after_backward)(self, loss)
+        return result
+
+    def _after_backward(accelerator: Any, loss: Any) -> None:
+        if not rank.started:
+            rank.start(device=str(accelerator.device), start_step=0)
+            atexit.register(core.guarded("exit", _exited))
+        losses.append(core.number_of(loss))
+        rank.pace.add(batch[0] if batch else None)
+        if accelerator.sync_gradients:
+            taken = list(losses)
+            del losses[:]
+            rank.step(rank.last_step + 1, core.total_of(taken))
+
+    def _exited() -> None:
+        # An Accelerate script has no end of training to hook: its process ending without an
+        # uncaught exception is it (a signal that ends it runs no exit handler).
+        if not core.ERRORS:
+            rank.done(False)
+
+    accelerator_class.backward = backward
+    accelerator_class.prepare_data_loader = prepare_data_loader
