@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 EVENTS_VERSION = 1
+TAIL_BYTES = 16 * 2**20
 WARNED: list[str] = []
 PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 0.0
 
@@ -243,6 +244,29 @@ class Rank:
     def phase(self, phase: str) -> None:
         if not self.muted:
             self.events.emit("phase", phase=phase)
+
+    def checkpoint(self, path: str, seconds: float) -> None:
+        if not self.muted:
+            self.events.emit("checkpoint", path=path, step=self.last_step, seconds=seconds)
+
+    def saved_step(self, path: str) -> int | None:
+        """The step of this rank's last ``checkpoint`` event for ``path`` in the tail of its
+        events (the newest checkpoint is among the last events an attempt wrote)."""
+        try:
+            with Path(self.events.path).open("rb") as handle:
+                handle.seek(max(handle.seek(0, os.SEEK_END) - TAIL_BYTES, 0))
+                lines = handle.read().splitlines()
+        except OSError:
+            return None
+        for line in reversed(lines):
+            if b'"checkpoint"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if event.get("type") == "checkpoint" and event.get("path") == path:
+                    step = event.get("step")
+                    return step if isinstance(step, int) and step >= 0 else None
+        return None
 
     def done(self, stopped: bool) -> None:
         if self.muted:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import ddptui_instrument as core  # type: ignore[import-not-found]
@@ -54,7 +56,7 @@ def transformers(module: Any) -> None:
                 utils = sys.modules["transformers.trainer_utils"]
                 resumed = utils.get_last_checkpoint(output_dir)
             if isinstance(resumed, str):
-                self.resumed_from = resumed
+                self.resumed_from = _absolute(resumed)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             core.guarded("on_step_end", self._step)(state)
@@ -127,6 +129,9 @@ def accelerate(module: Any) -> None:
     batch: list[int] = []
     original_backward = accelerator_class.backward
     original_prepare = accelerator_class.prepare_data_loader
+    original_save = accelerator_class.save_state
+    original_load = accelerator_class.load_state
+    resumed: dict[str, Any] = {}
 
     def prepare_data_loader(self: Any, *args: Any, **kwargs: Any) -> Any:
         loader = original_prepare(self, *args, **kwargs)
@@ -141,9 +146,33 @@ def accelerate(module: Any) -> None:
         core.guarded("backward", _after_backward)(self, loss)
         return result
 
+    def save_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if rank.started:
+            core.guarded("save_state", rank.phase)("checkpoint")
+        began = time.monotonic()
+        location = original_save(self, *args, **kwargs)
+        if rank.started:
+            core.guarded("save_state", _saved)(location, time.monotonic() - began)
+        return location
+
+    def _saved(location: Any, seconds: float) -> None:
+        rank.checkpoint(_absolute(location), seconds)
+        rank.phase("train")
+
+    def load_state(self: Any, input_dir: Any = None, *args: Any, **kwargs: Any) -> Any:
+        result = original_load(self, input_dir, *args, **kwargs)
+        if input_dir is not None:
+            core.guarded("load_state", _loaded)(_absolute(input_dir))
+        return result
+
+    def _loaded(path: str) -> None:
+        # Accelerate counts no steps: the step this rank's own checkpoint event gave the state.
+        resumed["resumed_from"] = path
+        resumed["start_step"] = rank.saved_step(path) or 0
+
     def _after_backward(accelerator: Any, loss: Any) -> None:
         if not rank.started:
-            rank.start(device=str(accelerator.device), start_step=0)
+            rank.start(device=str(accelerator.device), **{"start_step": 0, **resumed})
             atexit.register(core.guarded("exit", _exited))
         losses.append(core.number_of(loss))
         rank.pace.add(batch[0] if batch else None)
@@ -160,3 +189,10 @@ def accelerate(module: Any) -> None:
 
     accelerator_class.backward = backward
     accelerator_class.prepare_data_loader = prepare_data_loader
+    accelerator_class.save_state = save_state
+    accelerator_class.load_state = load_state
+
+
+def _absolute(path: Any) -> str:
+    """A checkpoint's path as its save and its load both name it: absolute, links kept."""
+    return str(Path(str(path)).expanduser().absolute())

@@ -112,18 +112,32 @@ def test_an_unchanged_script_writes_every_rank_s_own_events(tmp_path: Path, fram
 
 
 @pytest.mark.slow
-def test_a_resumed_trainer_run_says_so_and_its_steps_continue(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("framework", "saved_at", "checkpoint", "last"),
+    [
+        # Lightning's ModelCheckpoint saves every 20 steps; the Trainer and the script written
+        # with Accelerate also save as training (or its epoch) ends. The frameworks skip what
+        # was trained; the Accelerate script trains all its epochs again.
+        ("lightning", 20, "out/checkpoints/last.ckpt", STEPS),
+        ("transformers", STEPS // 2, f"out/checkpoint-{STEPS // 2}", STEPS),
+        ("accelerate", STEPS // 2, "out/state", STEPS // 2 + STEPS),
+    ],
+)
+def test_a_resumed_run_says_from_where_and_its_steps_continue(
+    tmp_path: Path, framework: str, saved_at: int, checkpoint: str, last: int
+) -> None:
     run_dir = tmp_path / "run"
-    script = staged(tmp_path, "transformers")
+    script = staged(tmp_path, framework)
     trained(torchrun(tmp_path, script, run_dir, EPOCHS="1"), run_dir)
     trained(torchrun(tmp_path, script, run_dir, EPOCHS="2"), run_dir)
-    seen = events(run_dir, 1)
-    starts = [event for event in seen if event["type"] == "start"]
-    assert [start["start_step"] for start in starts] == [0, STEPS // 2]
-    assert starts[1]["resumed_from"].endswith(f"checkpoint-{STEPS // 2}")
-    steps = [event["step"] for event in seen if event["type"] == "step"]
-    assert steps == list(range(1, STEPS + 1))
-    assert {event["phase"] for event in seen if event["type"] == "phase"} == {"checkpoint"}
+    for rank in (0, 1):
+        seen = events(run_dir, rank)
+        starts = [event for event in seen if event["type"] == "start"]
+        assert [start["start_step"] for start in starts] == [0, saved_at]
+        assert starts[1]["resumed_from"] == str(tmp_path / checkpoint)
+        steps = [event["step"] for event in seen if event["type"] == "step"]
+        assert steps == [*range(1, STEPS // 2 + 1), *range(saved_at + 1, last + 1)]
+        assert {event["phase"] for event in seen if event["type"] == "phase"} >= {"checkpoint"}
 
 
 @pytest.mark.slow
