@@ -72,6 +72,8 @@ PEERS_IDLE_STEP_TIMES = 3.0
 """While a host is silent, the hosts that answer count as stepping until this many of the
 slowest rank's step-event intervals (and at least ``PEERS_IDLE_MIN_S``) pass without a step."""
 HEARD_LATELY_S = 5.0
+STOP_CLOCK_SLACK_S = 1.0
+"""How far a host's clock may be behind the head's for what the stop caused there to be its."""
 """More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
 _STEP = re.compile(r'"type"\s*:\s*"step"')
 """A step event's type, as JSON writers put it: a line without it is read, whatever it is."""
@@ -401,12 +403,21 @@ class RunModel:
 
     def diagnoses(self) -> list[Diagnosis]:
         """What the lines say went wrong (:meth:`Diagnoser.diagnoses`). Once a stop was asked
-        for, torchrun's word that it was told to stop (its ``SignalException``, signal 15) is
-        that stop, not an error, and is left out."""
+        for, what it caused is the stop, not an error, and is left out: torchrun's word that it
+        was told to stop (its ``SignalException``, signal 15), and whatever was first written
+        after the stop began (a rank whose peer the stop ended first loses its connection)."""
         found = self.diagnoser.diagnoses()
-        if self.record.state in (RunState.STOPPING, RunState.STOPPED):
-            return [each for each in found if each.category is not Category.TERMINATED]
-        return found
+        if self.record.state not in (RunState.STOPPING, RunState.STOPPED):
+            return found
+        asked = next(
+            (c.time for c in reversed(self.record.states) if c.state is RunState.STOPPING), None
+        )
+        return [
+            each
+            for each in found
+            if each.category is not Category.TERMINATED
+            and (asked is None or each.first_time < asked - STOP_CLOCK_SLACK_S)
+        ]
 
     def tick(self) -> None:
         """Bring the ranks' progress up to date and recompute what depends on time passing

@@ -307,22 +307,32 @@ def test_torchrun_told_to_stop_is_a_consequence_never_the_first_failure() -> Non
 
 
 @pytest.mark.parametrize("asked", [True, False])
-def test_after_a_stop_someone_asked_for_torchrun_told_to_stop_is_no_error(asked: bool) -> None:
+def test_what_a_stop_someone_asked_for_causes_is_no_error(asked: bool) -> None:
+    """A stop is clean: torchrun told to stop and a rank whose peer it ended first are the
+    stop; what went wrong before it was asked for is still an error."""
+    now = [1000.0]
     record = _record()
     for state in (RunState.STAGING, RunState.STARTING, RunState.RUNNING):
-        record.transition(state)
-    record.transition(RunState.STOPPING if asked else RunState.FAILED)
-    model = RunModel(record)
+        record.transition(state, now=now[0])
+    model = RunModel(record, clock=lambda: now[0], wall=lambda: now[0])
+    model.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/0/stderr.log", 10,
+                         "RuntimeError: CUDA out of memory"))  # fmt: skip
+    now[0] += 30
+    record.transition(RunState.STOPPING if asked else RunState.FAILED, now=now[0])
+    now[0] += 2
     for text in (
         "Traceback (most recent call last):",
         "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15",
     ):
         model.apply(FileLine("a", "node/attempt-1.out", 10, text))
-    model.apply(FileLine("b", "logs/attempt-1/x_y/attempt_0/0/stderr.log", 10,
-                         "RuntimeError: CUDA out of memory"))  # fmt: skip
+    lost = (
+        "RuntimeError: [../gloo/transport/tcp/pair.cc:537] Connection closed by peer [10.0.0.2]:1"
+    )
+    model.apply(FileLine("a", "logs/attempt-1/x_y/attempt_0/1/stderr.log", 10, lost))
     shown = [diagnosis.category for diagnosis in model.diagnoses()]
     assert (Category.TERMINATED in shown) is not asked
-    assert len(shown) == (1 if asked else 2), shown
+    assert len(shown) == (1 if asked else 3), shown
+    assert Category.CUDA_OOM in shown
 
 
 def test_status_says_what_a_silent_host_means_for_the_run() -> None:

@@ -1,0 +1,188 @@
+"""Scripts written with Lightning, Hugging Face's Trainer and Accelerate, unchanged, run by
+ddptui on the test bed as users run them (2 hosts of 2 processes, `[job] script`,
+`checkpoint_files`): every rank's loss, speed and memory in `status --json` soon after its
+first step; `dump` has every rank's stacks; a frozen rank makes the run hung; stop, then resume
+from the framework's own newest checkpoint with the step count going on; nothing left after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.run.bed import Cli, host_run_dir, run_pid, run_processes, write_hosts
+from tests.testbed import TestBed, TestHost
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+FRAMEWORKS = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
+CASES = {
+    "lightning": ("lightning_regression.py", ["out/checkpoints/last.ckpt"]),
+    "transformers": ("transformers_regression.py", ["out/checkpoint-*/*"]),
+    "accelerate": ("accelerate_regression.py", ["out/state/*"]),
+}
+"""Each framework's script and where it saves its checkpoints (for `checkpoint_files`)."""
+PROCS = 2
+FIRST_LOSS_S = 20
+
+_T = TypeVar("_T")
+
+
+def _until(what: str, found: Callable[[], _T | None], timeout: float) -> _T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = found()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"no {what} in {timeout:g} s"
+        time.sleep(0.5)
+
+
+def _events(hosts: list[TestHost], run_id: str) -> dict[int, list[dict[str, Any]]]:
+    found: dict[int, list[dict[str, Any]]] = {}
+    for host in hosts:
+        for path in sorted((host_run_dir(host, run_id) / "events").glob("rank*.jsonl")):
+            lines = path.read_text().splitlines()
+            # A line being written is not whole yet.
+            found[int(path.stem.removeprefix("rank"))] = [
+                json.loads(line) for line in lines if line.endswith("}")
+            ]
+    return found
+
+
+@contextlib.contextmanager
+def _frozen(pid: int) -> Iterator[float]:
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.time()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("framework", CASES)
+def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_resumed(
+    testbed: TestBed, tmp_path: Path, cli: Cli, framework: str
+) -> None:
+    hosts = testbed.hosts[:2]
+    script, checkpoints = CASES[framework]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / script).write_text((FRAMEWORKS / script).read_text())
+    # Trains until it is stopped, saving every 50 steps.
+    env = {"env": {"EPOCHS": "100000", "SAVE_EVERY": "50"}}
+    job = {
+        "script": str(project / script),
+        "args": [],
+        "nproc_per_node": PROCS,
+        "checkpoint_files": checkpoints,
+    }
+    hosts_file = write_hosts(
+        testbed, tmp_path, hosts, job=job, host_overrides={host.name: env for host in hosts}
+    )
+    started = cli.run("launch", str(hosts_file), "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    ranks = range(len(hosts) * PROCS)
+
+    # Every rank's own loss, speed and memory, from the events the site directory adds.
+    def every_rank_measured() -> list[dict[str, Any]] | None:
+        shown = cli.json("status", run_id)["ranks"]
+        measured = [
+            rank
+            for rank in shown
+            if rank["loss"] is not None and rank["samples_per_s"] and rank["rss_mib"]
+        ]
+        return shown if len(measured) == len(ranks) else None
+
+    shown = _until("loss, speed and memory on every rank", every_rank_measured, 120)
+    seen = time.time()
+    first_step = min(
+        event["time"]
+        for events in _events(hosts, run_id).values()
+        for event in events
+        if event["type"] == "step"
+    )
+    assert seen - first_step <= FIRST_LOSS_S, (seen, first_step)
+    assert sorted(rank["rank"] for rank in shown) == list(ranks)
+    assert len({rank["loss"] for rank in shown}) > 1, shown
+    starts = {rank: events[0] for rank, events in _events(hosts, run_id).items()}
+    assert {start["task"] for start in starts.values()} == {framework}, starts
+
+    dumped = cli.run("dump", run_id)
+    assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+    saved = Path(dumped.stdout.splitlines()[-1].rpartition(": ")[2])
+    assert sorted(path.name for path in saved.iterdir()) == [
+        f"node{rank // PROCS}-rank{rank}.txt" for rank in ranks
+    ]
+    assert all("File " in path.read_text() for path in saved.iterdir())
+
+    frozen_pid = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
+    with _frozen(frozen_pid) as frozen:
+        status = _until(
+            "hung", lambda: (found := cli.json("status", run_id))["state"] == "hung" and found, 90
+        )
+        hung_at = time.time()
+    assert hung_at - frozen <= 35, (hung_at, frozen)
+    odd = [(rank["rank"], rank["host"]) for rank in status["hang"]["ranks"] if rank["why"]]
+    assert odd == [(PROCS, hosts[1].name)], status["hang"]
+    _until("stepping again", lambda: cli.json("status", run_id)["state"] == "running", 90)
+
+    # A checkpoint the framework saved, then the stop.
+    _until(
+        "a checkpoint",
+        lambda: any(
+            event["type"] == "checkpoint" or event.get("phase") == "checkpoint"
+            for event in _events(hosts, run_id)[0]
+        ),
+        120,
+    )
+    time.sleep(3)
+    stopped = cli.run("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not run_processes(hosts, run_id)
+    # A clean stop: what it caused (torchrun told to stop, ranks whose peers it ended first)
+    # is no error.
+    assert cli.json("status", run_id)["errors"] == []
+    reached = {
+        rank: max(event["step"] for event in events if event["type"] == "step")
+        for rank, events in _events(hosts, run_id).items()
+    }
+
+    resumed = cli.run("resume", run_id, "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+
+    def resumed_and_stepping() -> dict[int, dict[str, Any]] | None:
+        events = _events(hosts, run_id)
+        second: dict[int, dict[str, Any]] = {}
+        for rank in ranks:
+            starts = [event for event in events.get(rank, []) if event["type"] == "start"]
+            if len(starts) < 2:
+                return None
+            after = events[rank][events[rank].index(starts[1]) :]
+            if len([event for event in after if event["type"] == "step"]) < 5:
+                return None
+            second[rank] = starts[1]
+        return second
+
+    second = _until("every rank resumed and stepping", resumed_and_stepping, 180)
+    for rank, start in second.items():
+        # From the framework's own newest checkpoint: a step it had reached, its steps after it.
+        assert 0 < start["start_step"] <= reached[rank], (start, reached[rank])
+        assert start["resumed_from"], start
+        steps = [
+            event["step"]
+            for event in _events(hosts, run_id)[rank]
+            if event["type"] == "step" and event["time"] > start["time"]
+        ]
+        assert steps[:3] == [start["start_step"] + n for n in (1, 2, 3)], (rank, steps[:3])
+    assert cli.run("stop", run_id).returncode == 0
+    assert not run_processes(hosts, run_id)
