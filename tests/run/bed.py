@@ -3,6 +3,7 @@ hosts file for the bed, and what the trainer left on the hosts (steps, processes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,17 @@ def run_pid(host: TestHost, run_id: str, *marks: bytes) -> int:
             found.append(int(entry.name))
     assert len(found) == 1, found
     return found[0]
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[float]:
+    """``pid`` stopped (SIGSTOP) for the block: when it was."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.time()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def launch_and_wait(

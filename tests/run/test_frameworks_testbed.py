@@ -7,18 +7,15 @@ from the framework's own newest checkpoint with the step count going on; nothing
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from tests.run.bed import Cli, host_run_dir, run_pid, run_processes, write_hosts
+from tests.run.bed import Cli, frozen, host_run_dir, run_pid, run_processes, write_hosts
 from tests.testbed import TestBed, TestHost
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -56,16 +53,6 @@ def _events(hosts: list[TestHost], run_id: str) -> dict[int, list[dict[str, Any]
                 json.loads(line) for line in lines if line.endswith("}")
             ]
     return found
-
-
-@contextlib.contextmanager
-def _frozen(pid: int) -> Iterator[float]:
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield time.time()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
 
 
 @pytest.mark.parametrize("framework", CASES)
@@ -126,12 +113,12 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
     assert all("File " in path.read_text() for path in saved.iterdir())
 
     frozen_pid = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
-    with _frozen(frozen_pid) as frozen:
+    with frozen(frozen_pid) as frozen_at:
         status = _until(
             "hung", lambda: (found := cli.json("status", run_id))["state"] == "hung" and found, 90
         )
         hung_at = time.time()
-    assert hung_at - frozen <= 35, (hung_at, frozen)
+    assert hung_at - frozen_at <= 35, (hung_at, frozen_at)
     odd = [(rank["rank"], rank["host"]) for rank in status["hang"]["ranks"] if rank["why"]]
     assert odd == [(PROCS, hosts[1].name)], status["hang"]
     _until("stepping again", lambda: cli.json("status", run_id)["state"] == "running", 90)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ else:
 from tests.run.bed import (
     PHASES,
     Cli,
+    frozen,
     host_run_dir,
     kill_run,
     run_pid,
@@ -88,17 +89,6 @@ def _attempt_of(pid: int) -> bytes | None:
             if item.startswith(b"DDPTUI_ATTEMPT="):
                 return item.partition(b"=")[2]
     return None
-
-
-@contextlib.contextmanager
-def _frozen(pid: int) -> Iterator[float]:
-    """``pid`` stopped (SIGSTOP) for the block: when it was."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield time.time()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
 
 
 def test_a_detached_run_that_loses_a_host_fails_with_no_front_end_open_and_resumes(
@@ -179,7 +169,7 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
     states = [change["state"] for change in _record(cli, run_id)["states"]]
     assert states[-1] == "running" and "hung" not in states, states
     rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
-    with _frozen(rank1) as frozen:
+    with frozen(rank1) as frozen_at:
         status = _until(
             "status to say hung",
             lambda: (found := cli.json("status", run_id))["state"] == "hung" and found,
@@ -190,10 +180,10 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
         hung = next(c for c in _record(cli, run_id)["states"] if c["state"] == "hung")
         human = cli.run("status", run_id)
     # Said once the default window (20 s for steps this short) passed since the last step.
-    assert hung["time"] - frozen <= 30 + 5, (hung, frozen)
-    assert seen - frozen <= 30 + 15
+    assert hung["time"] - frozen_at <= 30 + 5, (hung, frozen_at)
+    assert seen - frozen_at <= 30 + 15
     hang = status["hang"]
-    assert hang["window_s"] == 20 and abs(hang["since"] - frozen) < 5, hang
+    assert hang["window_s"] == 20 and abs(hang["since"] - frozen_at) < 5, hang
     odd = [rank for rank in hang["ranks"] if rank["why"]]
     found = [(rank["rank"], rank["host"], rank["process"]) for rank in odd]
     assert found == [(1, "node1", "T")], hang["ranks"]
@@ -257,7 +247,7 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     run_id = _launch(cli, write_hosts(testbed, tmp_path, job=job), *ENDLESS)
     wait_for_step(testbed, hosts, run_id, 10)
     rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer")
-    with _frozen(rank1):
+    with frozen(rank1):
         record = _until(
             "the hung run to be stopped",
             lambda: (found := _record(cli, run_id))["state"] == "failed" and found,
@@ -273,8 +263,8 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     # Every rank's stacks were taken before the stop: the frozen rank could not answer, the
     # others were caught waiting for it.
     stacks = kept["stacks"]
-    (frozen,) = stacks["without_stack"]
-    assert (frozen["rank"], frozen["host"]) == (1, "node1") and "stopped" in frozen["why"]
+    (silent,) = stacks["without_stack"]
+    assert (silent["rank"], silent["host"]) == (1, "node1") and "stopped" in silent["why"]
     assert sorted(rank for group in stacks["groups"] for rank in group["ranks"]) == [0, 2]
     saved = Path(stacks["saved_in"])
     assert sorted(path.name for path in saved.iterdir()) == [
