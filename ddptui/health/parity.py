@@ -14,6 +14,9 @@ from ddptui.probe.facts import NA, HostFacts, Maybe
 
 NOT_INSTALLED = "not installed"
 MAX_LISTED_PACKAGES = 8
+FRAMEWORKS = ("lightning", "pytorch-lightning", "transformers", "accelerate", "deepspeed")
+"""The training frameworks a script's behaviour hangs on: a drift in one is named before the
+others (which are often only its dependencies)."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def _drift(
     if len(known) < 2:
         return
     differences: dict[str, list[tuple[str, str, Maybe[str]]]] = {name: [] for name in known}
-    for package in sorted(set().union(*known.values())):
+    for package in sorted(set().union(*known.values()), key=_framework_first):
         values: dict[str, Maybe[str]] = {
             name: packages.get(package, NOT_INSTALLED) for name, packages in known.items()
         }
@@ -185,6 +188,11 @@ def _drift(
     for name, found in differences.items():
         if found:
             yield _drift_finding(code, kind, hosts[name], found)
+
+
+def _framework_first(package: str) -> tuple[bool, str]:
+    normalised = package.lower().replace("_", "-")
+    return normalised not in FRAMEWORKS, normalised
 
 
 def _capped(items: Sequence[str]) -> list[str]:

@@ -141,6 +141,16 @@ def last_lines(view: RunView, now: float) -> list[Text]:
     return lines
 
 
+def resumed_line(view: RunView) -> Text | None:
+    """Where the latest attempt's ranks resumed from, as the lowest such rank said."""
+    rank = next((rank for rank in view.ranks if rank.resumed_from), None)
+    if rank is None:
+        return None
+    path = plain(rank.resumed_from or "", limit=200, one_line=True)
+    at = f" after step {rank.start_step:,}" if rank.start_step else ""
+    return Text(f"resumed from {path}{at} (rank {rank.rank}'s checkpoint)")
+
+
 def status_lines(view: RunView, now: float | None = None) -> list[Text]:
     """Everything ``ddptui status`` prints: state and why, when and what, attempts, nodes,
     progress, a hang, and the first classified errors with their fixes."""
@@ -155,6 +165,9 @@ def status_lines(view: RunView, now: float | None = None) -> list[Text]:
         ),
     ]
     lines += [Text("  ") + attempt_line(attempt) for attempt in record.attempts]
+    resumed = resumed_line(view)
+    if resumed is not None:
+        lines.append(Text("  ") + resumed)
     timeline = record.timeline()
     if timeline is not None and timeline.hosts:
         hosts = [node.host for node in record.nodes]

@@ -106,6 +106,10 @@ class RankProgress:
     steps_per_event: int = 1
     """Steps between the latest two step events: ``--log-every``."""
     last_checkpoint_step: int | None = None
+    start_step: int | None = None
+    """The step its latest attempt started after (a resume's checkpoint's)."""
+    resumed_from: str | None = None
+    """The checkpoint its latest attempt resumed from, as the rank named it (raw)."""
     error: str | None = None
     """The ``error`` event's message, raw (sanitise to show)."""
     losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
@@ -263,7 +267,8 @@ def _restart(progress: RankProgress, event: StartEvent) -> None:
         progress.state = RankState.STARTING
     progress.started_at = event.time
     progress.total_steps = event.total_steps
-    progress.step = event.start_step
+    progress.step = progress.start_step = event.start_step
+    progress.resumed_from = event.resumed_from
     progress.epoch = event.start_epoch
     progress.error = None
     progress.last_step_at = None

@@ -59,6 +59,9 @@ class RankView:
     """The rank's latest line of output (raw: sanitise to show)."""
     last_line_at: float | None = None
     """When it arrived (wall clock)."""
+    start_step: int | None = None
+    resumed_from: str | None = None
+    """The checkpoint the rank's attempt resumed from (raw: sanitise to show)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ class RunView:
                     compute_s=_finite(rank.compute_s),
                     slower_by=_finite(rank.slower_by),
                     slow_since=rank.slow_since,
+                    start_step=rank.start_step,
+                    resumed_from=rank.resumed_from,
                     **_last_line(model.logs.get(rank.rank)),
                 )
                 for rank in model.progress.ranks

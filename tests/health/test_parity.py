@@ -50,3 +50,19 @@ def test_package_drift_lists_a_readable_number_of_packages() -> None:
     assert "20 pip packages" in drift.message
     assert "pkg07==1.0" in drift.hint and "pkg08==1.0" not in drift.hint
     assert "12 more" in drift.hint and "--json" in drift.hint
+
+
+def test_a_drifting_training_framework_is_named_first() -> None:
+    scenario = Scenario()
+    deps = {f"dep{i:02d}": "1.0" for i in range(12)}
+    same = {"torch": "2.4.1+cu121", "Transformers": "5.25.0", **deps}
+    scenario.edit(A, pip_packages=same)
+    scenario.edit(C, pip_packages=same)
+    odd = {"torch": "2.4.1+cu121", "Transformers": "5.23.0", **dict.fromkeys(deps, "0.9")}
+    scenario.edit(B, pip_packages=odd)
+    (drift,) = [f for f in scenario.run() if f.code is Code.PACKAGE_DRIFT]
+    assert drift.message.startswith(
+        f"{B} differs from the other hosts in 13 pip packages: Transformers 5.23.0 (others: "
+        "5.25.0), dep00 0.9"
+    ), drift.message
+    assert drift.hint.startswith("python3 -m pip install Transformers==5.25.0 dep00"), drift.hint

@@ -609,3 +609,24 @@ def test_a_run_s_own_loss_pattern_reads_its_output() -> None:
     model.apply(FileLine("a", "logs/attempt-1/x_y/attempt_0/1/stderr.log", 1, "obj[12]=0.5"))
     assert (model.progress.ranks[1].step, model.progress.ranks[1].loss) == (12, 0.5)
     assert RunRecord.from_toml(record.to_toml()).loss_pattern == record.loss_pattern
+
+
+def test_status_says_which_checkpoint_a_resumed_attempt_started_from() -> None:
+    from ddptui.present.status import status_lines
+    from ddptui.run.view import RunView
+
+    model = RunModel(_record())
+    view = RunView.of(model.record, model, model.judgement(model.record))
+    assert not any("resumed from" in line.plain for line in status_lines(view))
+    # A host's text: shown with its control characters as visible escapes.
+    checkpoint = "/runs/r/code/out/checkpoint-40\x1b]0;owned\x07"
+    for rank in (1, 0):
+        start = _event("start", rank, start_step=40, resumed_from=checkpoint)
+        model.apply(FileLine("a" if rank < 2 else "b", f"events/rank{rank}.jsonl", 9, start))
+    view = RunView.of(model.record, model, model.judgement(model.record))
+    (said,) = [line.plain for line in status_lines(view) if "resumed from" in line.plain]
+    assert said.strip() == (
+        "resumed from /runs/r/code/out/checkpoint-40\\x1b]0;owned\\x07 after step 40 "
+        "(rank 0's checkpoint)"
+    )
+    assert view.document()["ranks"][0]["resumed_from"] == checkpoint
