@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("path", metavar="PATH", nargs="?", default=DEFAULT_HOSTS)
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--job",
+        metavar="SCRIPT",
+        help=(
+            "your training script: [job] runs it, and for a Lightning, Hugging Face Trainer or "
+            "Accelerate script, checkpoint_files and resume_args are set for its checkpoints"
+        ),
+    )
 
     check = commands.add_parser(
         "check",

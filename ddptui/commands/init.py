@@ -1,4 +1,5 @@
-"""``ddptui init [PATH] [--force]``: write a commented starter hosts file."""
+"""``ddptui init [PATH] [--force] [--job SCRIPT]``: write a commented starter hosts file, its
+``[job]`` set for SCRIPT (:mod:`ddptui.config.proposals`) when one is given."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import tempfile
 from pathlib import Path
 
 from ddptui.config import starter_text
+from ddptui.config.proposals import MAX_SCRIPT_BYTES, Proposal, propose
+from ddptui.config.render import assignment
 from ddptui.errors import UsageError
 
 
@@ -23,9 +26,11 @@ def run(args: argparse.Namespace) -> int:
     """
     path = Path(args.path)
     shown = shlex.quote(args.path)
+    proposal = _proposal(Path(args.job), path) if args.job else None
     mode = _replaceable_mode(path, args) if args.force else None
     try:
-        _write_new(path, starter_text(), replace=args.force, mode=mode)
+        text = starter_text(proposal.job if proposal else None)
+        _write_new(path, text, replace=args.force, mode=mode)
     except FileExistsError:
         raise UsageError(
             f"{args.path} already exists; `ddptui init {shown} --force` replaces it"
@@ -37,7 +42,35 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         raise UsageError(f"{args.path}: cannot write: {error.strerror or error}") from None
     print(f"wrote {args.path}: set each host's name and address, then `ddptui config {shown}`")
+    if proposal is not None:
+        print(*_proposal_lines(proposal, args.job), sep="\n")
     return 0
+
+
+def _proposal(script: Path, hosts_file: Path) -> Proposal:
+    """What to write for ``script`` (a file, or a directory with ``__main__.py``), named as
+    the hosts file names it: relative to that file's directory."""
+    source = script / "__main__.py" if script.is_dir() else script
+    try:
+        with source.open("rb") as handle:
+            data = handle.read(MAX_SCRIPT_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"--job {script}: cannot read it: {error.strerror or error}") from None
+    named = os.path.relpath(script.absolute(), hosts_file.absolute().parent)
+    if len(data) > MAX_SCRIPT_BYTES:
+        return Proposal(None, {"script": named, "args": []}, ("too long to read for more",))
+    return propose(data.decode("utf-8", errors="replace"), named)
+
+
+def _proposal_lines(proposal: Proposal, script: str) -> list[str]:
+    if proposal.framework:
+        found = f"trains with {proposal.framework}"
+    else:
+        found = "trains with no framework ddptui knows"
+    written = "; ".join(assignment(key, value) for key, value in proposal.job.items())
+    lines = [f"{script} {found}: [job] {written}"]
+    lines += [f"  for stop and resume: {note}" for note in proposal.notes]
+    return lines
 
 
 def _replaceable_mode(path: Path, args: argparse.Namespace) -> int | None:

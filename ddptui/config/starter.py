@@ -7,6 +7,7 @@ It documents every key, so the repository's ``hosts.example.toml`` is this same 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddptui.config.render import assignment
@@ -328,20 +329,31 @@ _SLURM = _Table(
 )
 
 
-def starter_text() -> str:
-    """The starter hosts file: valid as written, every key explained by a comment."""
+def starter_text(job: Mapping[str, object] | None = None) -> str:
+    """The starter hosts file: valid as written, every key explained by a comment; ``job``:
+    ``[job]`` keys written with these values, active (``ddptui init --job``)."""
+    chosen = dict(job or {})
+    unknown = set(chosen) - {key.name for key in _JOB.keys}
+    if unknown:
+        raise ValueError(f"not [job] keys: {sorted(unknown)}")
     blocks = [_comment(_INTRO)]
-    blocks += (_table(table) for table in (_CLUSTER, *_HOSTS, _JOB))
+    blocks += (_table(table) for table in (_CLUSTER, *_HOSTS))
+    blocks.append(_table(_JOB, chosen=chosen))
     blocks.append(_table(_SLURM, active=False))
     return "\n\n".join(blocks) + "\n"
 
 
-def _table(table: _Table, *, active: bool = True) -> str:
-    """``table`` with every key explained; all of it commented out unless ``active``."""
+def _table(
+    table: _Table, *, active: bool = True, chosen: Mapping[str, object] | None = None
+) -> str:
+    """``table`` with every key explained; all of it commented out unless ``active``; the
+    ``chosen`` keys active with their values."""
+    chosen = chosen or {}
     lines = [_comment(table.doc), table.header if active else f"# {table.header}"]
     for key in table.keys:
-        line = assignment(key.name, key.value)
-        lines += [_comment(key.doc), line if key.active and active else f"# {line}"]
+        line = assignment(key.name, chosen.get(key.name, key.value))
+        written = active and (key.active or key.name in chosen)
+        lines += [_comment(key.doc), line if written else f"# {line}"]
     return "\n".join(lines)
 
 

@@ -39,6 +39,29 @@ def test_init_writes_a_starter_that_loads(
     assert [host.name for host in config.hosts] == ["gpu-a", "gpu-b"]
 
 
+def test_init_with_a_job_writes_it_for_the_framework_the_script_trains_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "project" / "train.py"
+    script.parent.mkdir()
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
+    script.write_text((fixture / "transformers_regression.py").read_text())
+    path = tmp_path / "cluster" / "hosts.toml"
+    path.parent.mkdir()
+
+    assert main(["init", str(path), "--job", str(script)]) == 0
+
+    job = load_config(path).job
+    assert job.script is not None and job.script.resolve() == script
+    assert job.args == () and job.resume_args == ()
+    assert job.checkpoint_files == ("out/checkpoint-*/*",)
+    assert 'script = "../project/train.py"' in path.read_text(encoding="utf-8")
+    out = capsys.readouterr().out
+    assert f"{script} trains with Hugging Face's Trainer: [job] script = " in out
+    assert main(["init", str(tmp_path / "other.toml"), "--job", str(tmp_path / "none.py")]) == 2
+    assert "--job" in capsys.readouterr().err and not (tmp_path / "other.toml").exists()
+
+
 def test_init_refuses_to_overwrite_without_force(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
