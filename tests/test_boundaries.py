@@ -23,13 +23,13 @@ HOST_PACKAGES = {
     "ddptui/onhost/bench.py": {"torch"},
     "ddptui/onhost/probe_gpus.py": {"pynvml"},
     "ddptui/onhost/sitecustomize.py": {"ddptui_instrument"},
-    "ddptui/onhost/instrument.py": {"ddptui_instrument_hf"},
-    "ddptui/onhost/instrument_hf.py": {"ddptui_instrument"},
+    "ddptui/onhost/instrument.py": {"ddptui_instrument_frameworks"},
+    "ddptui/onhost/instrument_frameworks.py": {"ddptui_instrument"},
 }
 """What a host program may use of the host's own packages: the benchmark runs with its torch
 (``check --bandwidth``); the probe asks NVML where its bindings are installed; the ranks' site
-directory holds :mod:`ddptui.onhost.instrument` and its Hugging Face part under the names
-``ddptui_instrument`` and ``ddptui_instrument_hf``."""
+directory holds :mod:`ddptui.onhost.instrument` and its frameworks' hooks under the names
+``ddptui_instrument`` and ``ddptui_instrument_frameworks``."""
 
 
 def _imported_modules(path: Path) -> set[str]:

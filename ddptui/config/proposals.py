@@ -61,7 +61,7 @@ def _lightning(job: dict[str, object], calls: list[ast.Call], paths: _Paths) -> 
     dirpath = paths.keyword(checkpoint, "dirpath") if checkpoint is not None else None
     save_last = checkpoint is not None and _truthy(checkpoint, "save_last")
     if dirpath is not None:
-        job["checkpoint_files"] = [f"{dirpath}/last.ckpt" if save_last else f"{dirpath}/*.ckpt"]
+        job["checkpoint_files"] = [f"{dirpath}/last*.ckpt" if save_last else f"{dirpath}/*.ckpt"]
     else:
         trainer = next((call for call in calls if _name(call) == "Trainer"), None)
         root = (paths.keyword(trainer, "default_root_dir") if trainer else None) or "."

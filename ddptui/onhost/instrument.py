@@ -13,8 +13,8 @@ evaluation and checkpoint saves, ``done``, and ``error`` for the exception that 
 Whatever fails in here is one warning on stderr and the end of the events, never the end of
 the script.
 
-The hooks of Hugging Face's two libraries are :mod:`ddptui.onhost.instrument_hf`, written
-beside it as ``ddptui_instrument_hf.py``. Never imported by ddptui: its source is what is
+The frameworks' hooks are :mod:`ddptui.onhost.instrument_frameworks`, written beside it as
+``ddptui_instrument_frameworks.py``. Never imported by ddptui: its source is what is
 written. Stdlib only, Python ≥ 3.8.
 """
 
@@ -32,6 +32,8 @@ from typing import Any
 
 EVENTS_VERSION = 1
 TAIL_BYTES = 16 * 2**20
+STOP_EVERY_S = 1.0
+MAX_STOP_INTERVAL = 64
 WARNED: list[str] = []
 PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 0.0
 
@@ -159,7 +161,7 @@ def _backend() -> str | None:
     return None
 
 
-def _batch_size(batch: Any) -> int | None:
+def batch_size_of(batch: Any) -> int | None:
     """The samples in a batch: the first dimension of its first tensor (in a tuple, list or
     dict, one level deep)."""
     if isinstance(batch, dict):
@@ -287,6 +289,62 @@ class Rank:
         )
 
 
+class StopRequests:
+    """Whether ddptui asked the run to stop (``control/stop`` in node 0's run directory, as the
+    bundled trainer reads it), agreed on by every rank at the same step, so that all of them
+    checkpoint and end together: at exchange steps every rank knows in advance, one all-reduce
+    (MAX) of ``[stop, steps until the next exchange]``, rank 0 proposing the interval from its
+    step time so that one happens about every :data:`STOP_EVERY_S`.
+
+    Every rank takes part in every exchange whatever happened to its events (a rank that left
+    them would keep its peers waiting); one whose exchange fails (as every rank's would, running
+    the same code) says so and reads no more requests: a stop then ends it by SIGTERM."""
+
+    def __init__(self) -> None:
+        self.countdown = 1
+        self.steps = 0
+        self.since = time.monotonic()
+        self.broken = False
+        run_dir = os.environ.get("DDPTUI_RUN_DIR", "")
+        self.request = Path(run_dir, "control", "stop") if os.environ["RANK"] == "0" else None
+
+    def asked(self, device: Any) -> bool:
+        """Called by every rank after each step; True on the step all of them stop at."""
+        if self.broken:
+            return False
+        try:
+            return self._exchange(device)
+        except Exception as error:
+            self.broken = True
+            sys.stderr.write(
+                f"ddptui: this rank reads no more stop requests ({type(error).__name__}: "
+                f"{error}); a stop ends it by SIGTERM\n"
+            )
+            return False
+
+    def _exchange(self, device: Any) -> bool:
+        self.countdown -= 1
+        self.steps += 1
+        if self.countdown > 0:
+            return False
+        stop, interval = 0, 0
+        if self.request is not None:
+            per_step = (time.monotonic() - self.since) / self.steps
+            interval = max(1, min(int(STOP_EVERY_S / max(per_step, 1e-6)), MAX_STOP_INTERVAL))
+            if self.request.exists():
+                stop = 1
+                with contextlib.suppress(OSError):
+                    self.request.unlink()
+        torch = sys.modules["torch"]
+        distributed = torch.distributed
+        if distributed.is_available() and distributed.is_initialized():
+            agreed = torch.tensor([stop, interval], dtype=torch.int64, device=device)
+            distributed.all_reduce(agreed, op=distributed.ReduceOp.MAX)
+            stop, interval = (int(value) for value in agreed.tolist())
+        self.countdown, self.steps, self.since = max(interval, 1), 0, time.monotonic()
+        return bool(stop)
+
+
 def guarded(what: str, hook: Any) -> Any:
     """``hook`` that warns once and stops the events, never raising into the framework."""
 
@@ -300,92 +358,6 @@ def guarded(what: str, hook: Any) -> Any:
             return None
 
     return warning_once
-
-
-# --- Lightning ------------------------------------------------------------------------------
-
-
-def _lightning(pl: Any) -> None:
-    trainer_class = pl.Trainer
-    callback_class = pl.Callback
-    version = str(getattr(pl, "__version__", "?"))
-    events = rank_events()
-
-    class DdptuiEvents(callback_class):  # type: ignore[misc, valid-type]
-        """ddptui's events from this rank's Lightning ``Trainer``."""
-
-        def __init__(self) -> None:
-            self.rank = Rank(events, "lightning", version)
-
-        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            guarded("on_train_start", self._start)(trainer, pl_module)
-
-        def _start(self, trainer: Any, pl_module: Any) -> None:
-            total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-            if total is None:
-                try:
-                    total = int(trainer.estimated_stepping_batches)
-                except Exception:
-                    total = None
-            parameters = sum(p.numel() for p in pl_module.parameters())
-            ckpt = getattr(trainer, "ckpt_path", None)
-            self.rank.start(
-                total_steps=total,
-                start_step=int(trainer.global_step),
-                start_epoch=int(trainer.current_epoch),
-                resumed_from=str(ckpt) if ckpt else None,
-                device=str(pl_module.device),
-                parameters=int(parameters),
-            )
-
-        def on_train_batch_end(
-            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-        ) -> None:
-            guarded("on_train_batch_end", self._batch_end)(trainer, outputs, batch)
-
-        def _batch_end(self, trainer: Any, outputs: Any, batch: Any) -> None:
-            self.rank.pace.add(_batch_size(batch))
-            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            step = int(trainer.global_step)
-            if step > self.rank.last_step:
-                self.rank.step(step, number_of(loss), epoch=int(trainer.current_epoch))
-
-        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-            if self.rank.started:
-                guarded("on_validation_start", self.rank.phase)("eval")
-
-        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-            if self.rank.started:
-                guarded("on_validation_end", self.rank.phase)("train")
-
-        def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
-            if self.rank.started:
-                guarded("on_save_checkpoint", self.rank.phase)("checkpoint")
-
-        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-            guarded("on_train_epoch_end", events.emit)(
-                "epoch_end", epoch=int(trainer.current_epoch), step=int(trainer.global_step)
-            )
-
-        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            stopped = bool(getattr(trainer, "received_sigterm", False))
-            guarded("on_train_end", self.rank.done)(stopped)
-
-    original = trainer_class.__init__
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        callbacks = kwargs.get("callbacks")
-        if callbacks is None:
-            callbacks = []
-        elif not isinstance(callbacks, list):
-            callbacks = [callbacks] if isinstance(callbacks, callback_class) else list(callbacks)
-        else:
-            callbacks = list(callbacks)
-        callbacks.append(DdptuiEvents())
-        kwargs["callbacks"] = callbacks
-        original(self, *args, **kwargs)
-
-    trainer_class.__init__ = __init__
 
 
 ERRORS: list[BaseException] = []
@@ -423,23 +395,23 @@ def rank_events() -> Events:
     return _EVENTS[0]
 
 
-def _hugging_face(name: str) -> Any:
-    """The hook of ``ddptui_instrument_hf`` (:mod:`ddptui.onhost.instrument_hf`) named
-    ``name``, imported only once a script imports that framework."""
+def _framework(name: str) -> Any:
+    """The hook of ``ddptui_instrument_frameworks`` (:mod:`ddptui.onhost.instrument_frameworks`)
+    named ``name``, imported only once a script imports that framework."""
 
     def hook(module: Any) -> None:
-        import ddptui_instrument_hf  # type: ignore[import-not-found]
+        import ddptui_instrument_frameworks  # type: ignore[import-not-found]
 
-        getattr(ddptui_instrument_hf, name)(module)
+        getattr(ddptui_instrument_frameworks, name)(module)
 
     return hook
 
 
 HOOKS = {
-    "lightning.pytorch": _lightning,
-    "pytorch_lightning": _lightning,
-    "transformers.trainer": _hugging_face("transformers"),
-    "accelerate": _hugging_face("accelerate"),
+    "lightning.pytorch": _framework("lightning"),
+    "pytorch_lightning": _framework("lightning"),
+    "transformers.trainer": _framework("transformers"),
+    "accelerate": _framework("accelerate"),
 }
 """A framework's module → what adds ddptui's hook to it once it has run (a package whole:
 inside it, its parts are only partly there)."""

@@ -248,14 +248,17 @@ def stacks_dir(run_dir: Path) -> Path:
 def stack_site(run_dir: Path) -> Path | None:
     """The directory holding the stack handler (:mod:`ddptui.onhost.sitecustomize`) as
     ``sitecustomize.py`` and the frameworks' events (:mod:`ddptui.onhost.instrument` and
-    :mod:`ddptui.onhost.instrument_hf`) as ``ddptui_instrument.py`` and
-    ``ddptui_instrument_hf.py``, put first on every rank's ``PYTHONPATH``; None if it cannot be
-    written (the run goes on without stack dumps rather than not at all)."""
+    :mod:`ddptui.onhost.instrument_frameworks`) as ``ddptui_instrument.py`` and
+    ``ddptui_instrument_frameworks.py``, put first on every rank's ``PYTHONPATH``; None if it
+    cannot be written (the run goes on without stack dumps rather than not at all)."""
     site = stacks_dir(run_dir) / "site"
     try:
         site.mkdir(parents=True, exist_ok=True)
         write_atomic(site / "ddptui_instrument.py", source_of("ddptui.onhost.instrument"))
-        write_atomic(site / "ddptui_instrument_hf.py", source_of("ddptui.onhost.instrument_hf"))
+        write_atomic(
+            site / "ddptui_instrument_frameworks.py",
+            source_of("ddptui.onhost.instrument_frameworks"),
+        )
         write_atomic(site / "sitecustomize.py", source_of("ddptui.onhost.sitecustomize"))
     except OSError:
         return None

@@ -21,7 +21,7 @@ AGENT_MODULES = (
     "follow",
     "sitecustomize",
     "instrument",
-    "instrument_hf",
+    "instrument_frameworks",
     "agent",
 )
 """The node agent's program: its commands, and the stack handler and the frameworks' events

@@ -92,6 +92,9 @@ class StartEvent(EventBase):
     launch: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     """When (Unix seconds) the rank's process began, it had imported torch and it met its peers
     (``process``, ``imported``, ``rendezvous``): its part of the launch timeline."""
+    control: frozenset[str] = frozenset()
+    """The requests in ``control/`` the rank reads (``stop``: a stop asks it to checkpoint and
+    end, as the bundled trainer does, before any signal)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -351,7 +354,17 @@ def _start(doc: Mapping[str, Any], common: dict[str, Any]) -> StartEvent:
         hostname=_text(doc.get("hostname")),
         pid=_count(doc.get("pid")),
         launch=_launch(doc.get("launch")),
+        control=_control(doc.get("control")),
     )
+
+
+CONTROL_REQUESTS = ("stop", "save")
+
+
+def _control(value: Any) -> frozenset[str]:
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(item for item in value[: len(CONTROL_REQUESTS)] if item in CONTROL_REQUESTS)
 
 
 LAUNCH_STAMPS = ("process", "imported", "rendezvous")

@@ -106,10 +106,8 @@ class RankProgress:
     steps_per_event: int = 1
     """Steps between the latest two step events: ``--log-every``."""
     last_checkpoint_step: int | None = None
-    start_step: int | None = None
-    """The step its latest attempt started after (a resume's checkpoint's)."""
-    resumed_from: str | None = None
-    """The checkpoint its latest attempt resumed from, as the rank named it (raw)."""
+    start: StartEvent | None = None
+    """Its latest attempt's start event: its start step, checkpoint, the requests it reads."""
     error: str | None = None
     """The ``error`` event's message, raw (sanitise to show)."""
     losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
@@ -267,8 +265,8 @@ def _restart(progress: RankProgress, event: StartEvent) -> None:
         progress.state = RankState.STARTING
     progress.started_at = event.time
     progress.total_steps = event.total_steps
-    progress.step = progress.start_step = event.start_step
-    progress.resumed_from = event.resumed_from
+    progress.start = event
+    progress.step = event.start_step
     progress.epoch = event.start_epoch
     progress.error = None
     progress.last_step_at = None
@@ -303,6 +301,12 @@ class RunProgress:
     @property
     def ranks(self) -> list[RankProgress]:
         return [self._ranks[rank] for rank in sorted(self._ranks)]
+
+    def reads_stop(self) -> bool:
+        """Rank 0 said it reads ``control/stop`` (the events ddptui adds to a framework a
+        script trains with): a stop asks it to checkpoint and end before any signal."""
+        head = self._ranks.get(0)
+        return head is not None and head.start is not None and "stop" in head.start.control
 
     def rank(self, rank: int) -> RankProgress | None:
         return self._ranks.get(rank)

@@ -109,8 +109,8 @@ class RunView:
                     compute_s=_finite(rank.compute_s),
                     slower_by=_finite(rank.slower_by),
                     slow_since=rank.slow_since,
-                    start_step=rank.start_step,
-                    resumed_from=rank.resumed_from,
+                    start_step=rank.start.start_step if rank.start else None,
+                    resumed_from=rank.start.resumed_from if rank.start else None,
                     **_last_line(model.logs.get(rank.rank)),
                 )
                 for rank in model.progress.ranks

@@ -14,7 +14,7 @@ FRAMEWORKS = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
 @pytest.mark.parametrize(
     ("script", "framework", "checkpoints"),
     [
-        ("lightning_regression.py", LIGHTNING, ["out/checkpoints/last.ckpt"]),
+        ("lightning_regression.py", LIGHTNING, ["out/checkpoints/last*.ckpt"]),
         ("transformers_regression.py", TRANSFORMERS, ["out/checkpoint-*/*"]),
         ("accelerate_regression.py", ACCELERATE, ["out/state/*"]),
     ],

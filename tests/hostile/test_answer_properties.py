@@ -792,6 +792,8 @@ def typed_event(event: RankEvent) -> None:
         elif field.name == "versions":
             assert all(type(k) is str and type(v) is str for k, v in value.items())
             assert all(len(k) <= 1024 and len(v) <= 1024 for k, v in value.items())
+        elif field.name == "control":
+            assert type(value) is frozenset and value <= {"stop", "save"}
         elif field.name == "launch":
             assert set(value) <= {"process", "imported", "rendezvous"}
             assert all(type(at) is float and math.isfinite(at) for at in value.values())

@@ -188,6 +188,35 @@ def frozen(pid: int) -> Iterator[float]:
             os.kill(pid, signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def held_until_asked_to_stop(node_dirs: Sequence[Path], ranks: int) -> Iterator[None]:
+    """The ``ranks`` ranks of the run whose nodes' directories are ``node_dirs`` (node 0's
+    first) held (SIGSTOP) in the block, then until node 0 has the request to stop: a fast or a
+    loaded machine can train every step left in the seconds a stop takes to arrive."""
+    marks = {f"DDPTUI_RUN_DIR={node}".encode() for node in node_dirs}
+    held = [pid for pid, _ in processes_marked(marks) if _is_rank(pid)]
+    assert len(held) == ranks, held
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+        request = node_dirs[0] / "control" / "stop"
+        deadline = time.monotonic() + 60
+        while not request.exists():
+            assert time.monotonic() < deadline, f"no {request} in 60 s"
+            time.sleep(0.2)
+    finally:
+        for pid in held:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def _is_rank(pid: int) -> bool:
+    """Whether ``pid`` is a rank: torchrun gives its workers alone a ``LOCAL_RANK``."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return any(entry.startswith(b"LOCAL_RANK=") for entry in environ)
+
+
 def launch_and_wait(
     cli: Cli, hosts_file: Path, testbed: TestBed
 ) -> tuple[subprocess.Popen[str], str, list[str]]:

@@ -64,6 +64,8 @@ def _matches(value: Any, hint: Any) -> bool:
         )
     if origin is tuple:
         return isinstance(value, tuple) and all(_matches(v, args[0]) for v in value)
+    if origin is frozenset:
+        return isinstance(value, frozenset) and all(_matches(v, args[0]) for v in value)
     if dataclasses.is_dataclass(hint):
         return isinstance(value, hint) and _well_typed(value)
     raise AssertionError(f"no check for {hint!r}")

@@ -31,6 +31,8 @@ from tests.run.bed import (
     RUN_ID,
     SMALL,
     Cli,
+    held_until_asked_to_stop,
+    host_run_dir,
     launch_and_wait,
     run_id_in,
     run_pid,
@@ -107,10 +109,9 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
 ) -> None:
     hosts = testbed.hosts[:3]
     hosts_file = write_hosts(testbed, tmp_path, job={"checkpoint_every": 40})
-    # Steps to spare after the stop is asked at step 40: on a loaded machine the request can
-    # take a while to land (400 steps were once not enough), and a run that ends first proves
-    # nothing about resuming.
-    last = 600
+    # The ranks are held from step 40 until the stop is asked: however long it takes to land,
+    # the run cannot end first, which would prove nothing about resuming.
+    last = 300
     total = ["--", "--max-steps", str(last)]
     straight = cli.run("launch", str(hosts_file), "--headless", *total)
     assert straight.returncode == 0, straight.stderr
@@ -123,10 +124,13 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
     wait_for_step(testbed, hosts, run_id, 40)
-    _the_timeline_adds_up_to_the_launch(cli, testbed, hosts, run_id, began)
-    stopped = cli.run("stop", run_id)
-    assert stopped.returncode == 0, stopped.stderr
-    assert "stopped on its own after checkpointing" in stopped.stderr
+    nodes = [host_run_dir(host, run_id) for host in hosts]
+    with held_until_asked_to_stop(nodes, len(hosts)):
+        _the_timeline_adds_up_to_the_launch(cli, testbed, hosts, run_id, began)
+        stopping = cli.start("stop", run_id)
+    said, _ = stopping.communicate(timeout=240)
+    assert stopping.returncode == 0, said
+    assert "stopped on its own after checkpointing" in said
     assert not run_processes(hosts, run_id)
     status = cli.run("status", run_id)
     assert status.returncode == 3, status.stdout + status.stderr

@@ -10,14 +10,11 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
-import os
 import queue
 import re
-import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,8 +25,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-from ddptui.run import layout
-from tests.run.bed import Cli, processes_marked
+from tests.run.bed import Cli, held_until_asked_to_stop, processes_marked
 from tests.testbed import sshd
 from tests.testbed.cluster import BED_TORCH_IMPORT_TIMEOUT_S
 from tests.testbed.slurm import PARTITION, SlurmBed
@@ -101,33 +97,6 @@ def _wait_step(run_root: Path, step: int, timeout: float = 180) -> None:
         time.sleep(0.3)
 
 
-@contextlib.contextmanager
-def _held_until_asked_to_stop(run_root: Path) -> Iterator[None]:
-    """The run's ranks held (SIGSTOP) in the block, then until node 0 has the request to stop:
-    a fast machine trains every step in the seconds a stop takes to arrive."""
-    marks = {f"DDPTUI_RUN_DIR={run_root / f'node{node}'}".encode() for node in range(NODES)}
-    ranks = [pid for pid, _ in processes_marked(marks) if _is_rank(pid)]
-    assert len(ranks) == NODES * PROCS, ranks
-    for pid in ranks:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-        request = Path(layout.control_request(layout.node_dir(str(run_root), 0), "stop"))
-        deadline = time.monotonic() + 60
-        while not request.exists():
-            assert time.monotonic() < deadline, f"no {request} in 60 s"
-            time.sleep(0.2)
-    finally:
-        for pid in ranks:
-            os.kill(pid, signal.SIGCONT)
-
-
-def _is_rank(pid: int) -> bool:
-    """Whether ``pid`` is a rank: torchrun gives its workers alone a ``LOCAL_RANK``."""
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return any(entry.startswith(b"LOCAL_RANK=") for entry in environ)
-
-
 def _check_trained(run_root: Path, events: dict[int, list[dict[str, Any]]]) -> None:
     """Every rank of an uninterrupted run started in its node's directory and completed."""
     assert sorted(events) == list(range(NODES * PROCS))
@@ -184,7 +153,8 @@ def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
     with contextlib.ExitStack() as held:
         for run_root in (stopped_root, warned_root):
             _wait_step(run_root, 15)
-            held.enter_context(_held_until_asked_to_stop(run_root))
+            nodes = [run_root / f"node{node}" for node in range(NODES)]
+            held.enter_context(held_until_asked_to_stop(nodes, NODES * PROCS))
         # What --signal=B:USR1@90 sends 90 s before the time limit: to the batch script alone.
         slurm_bed.run("scancel", "--batch", "--signal=USR1", warned_job)
         stopping = cli.start("stop", stopped_id)

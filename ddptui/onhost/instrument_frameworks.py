@@ -1,6 +1,6 @@
-"""ddptui's events from Hugging Face's ``Trainer`` and Accelerate (:mod:`ddptui.onhost.instrument`
-says how they are added): written beside it as ``ddptui_instrument_hf.py`` and imported by it
-once a script imports one of them.
+"""ddptui's events from Lightning, Hugging Face's ``Trainer`` and Accelerate
+(:mod:`ddptui.onhost.instrument` says how they are added): written beside it as
+``ddptui_instrument_frameworks.py`` and imported by it once a script imports one of them.
 
 Never imported by ddptui: its source is what is written. Stdlib only, Python ≥ 3.8.
 """
@@ -8,12 +8,121 @@ Never imported by ddptui: its source is what is written. Stdlib only, Python ≥
 from __future__ import annotations
 
 import atexit
+import contextlib
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import ddptui_instrument as core  # type: ignore[import-not-found]
+
+
+def lightning(pl: Any) -> None:
+    trainer_class = pl.Trainer
+    callback_class = pl.Callback
+    version = str(getattr(pl, "__version__", "?"))
+    events = core.rank_events()
+
+    class DdptuiEvents(callback_class):  # type: ignore[misc, valid-type]
+        """ddptui's events from this rank's Lightning ``Trainer``."""
+
+        def __init__(self) -> None:
+            self.rank = core.Rank(events, "lightning", version)
+            self.stops = core.StopRequests()
+            self.stopped = False
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            core.guarded("on_train_start", self._start)(trainer, pl_module)
+
+        def _start(self, trainer: Any, pl_module: Any) -> None:
+            total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+            if total is None:
+                try:
+                    total = int(trainer.estimated_stepping_batches)
+                except Exception:
+                    total = None
+            parameters = sum(p.numel() for p in pl_module.parameters())
+            ckpt = getattr(trainer, "ckpt_path", None)
+            self.rank.start(
+                total_steps=total,
+                start_step=int(trainer.global_step),
+                start_epoch=int(trainer.current_epoch),
+                resumed_from=str(ckpt) if ckpt else None,
+                device=str(pl_module.device),
+                parameters=int(parameters),
+                control=["stop"],
+            )
+
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
+            core.guarded("on_train_batch_end", self._batch_end)(trainer, outputs, batch)
+            if self.stops.asked(trainer.strategy.root_device):
+                self._stop(trainer)
+
+        def _stop(self, trainer: Any) -> None:
+            """ddptui's stop: the checkpoint ``fit(ckpt_path="last")`` resumes from, on every
+            rank at this step (Lightning writes it on rank 0), then the end of training."""
+            callback = trainer.checkpoint_callback
+            directory = getattr(callback, "dirpath", None) or trainer.default_root_dir
+            path = getattr(callback, "last_model_path", "") or str(Path(directory, "last.ckpt"))
+            core.guarded("stop", self.rank.phase)("checkpoint")
+            began = time.monotonic()
+            trainer.save_checkpoint(path)
+            core.guarded("stop", self.rank.checkpoint)(path, time.monotonic() - began)
+            for each in getattr(trainer, "checkpoint_callbacks", ()):
+                # Saved at this step: the epoch's end and the training's end that stopping runs
+                # through save nothing over it (a checkpoint that says the epoch was done would
+                # skip the rest of it on resume).
+                with contextlib.suppress(AttributeError):
+                    each._last_global_step_saved = trainer.global_step
+                    each._last_checkpoint_saved = each.last_model_path = path
+            trainer.should_stop = True
+            self.stopped = True
+
+        def _batch_end(self, trainer: Any, outputs: Any, batch: Any) -> None:
+            self.rank.pace.add(core.batch_size_of(batch))
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            step = int(trainer.global_step)
+            if step > self.rank.last_step:
+                self.rank.step(step, core.number_of(loss), epoch=int(trainer.current_epoch))
+
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            if self.rank.started:
+                core.guarded("on_validation_start", self.rank.phase)("eval")
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            if self.rank.started:
+                core.guarded("on_validation_end", self.rank.phase)("train")
+
+        def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
+            if self.rank.started:
+                core.guarded("on_save_checkpoint", self.rank.phase)("checkpoint")
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            core.guarded("on_train_epoch_end", events.emit)(
+                "epoch_end", epoch=int(trainer.current_epoch), step=int(trainer.global_step)
+            )
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            stopped = self.stopped or bool(getattr(trainer, "received_sigterm", False))
+            core.guarded("on_train_end", self.rank.done)(stopped)
+
+    original = trainer_class.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        callbacks = kwargs.get("callbacks")
+        if callbacks is None:
+            callbacks = []
+        elif not isinstance(callbacks, list):
+            callbacks = [callbacks] if isinstance(callbacks, callback_class) else list(callbacks)
+        else:
+            callbacks = list(callbacks)
+        callbacks.append(DdptuiEvents())
+        kwargs["callbacks"] = callbacks
+        original(self, *args, **kwargs)
+
+    trainer_class.__init__ = __init__
 
 
 def transformers(module: Any) -> None:
@@ -30,6 +139,8 @@ def transformers(module: Any) -> None:
             self.trainer = trainer
             self.losses: list[float | None] = []
             self.resumed_from: str | None = None
+            self.stops = core.StopRequests()
+            self.stopped = False
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             core.guarded("on_train_begin", self._start)(args, state, kwargs.get("model"))
@@ -45,6 +156,7 @@ def transformers(module: Any) -> None:
                 global_batch=int(args.per_device_train_batch_size)
                 * int(args.gradient_accumulation_steps)
                 * int(args.world_size),
+                control=["stop"],
             )
             self.per_step = int(args.per_device_train_batch_size) * int(
                 args.gradient_accumulation_steps
@@ -60,6 +172,12 @@ def transformers(module: Any) -> None:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             core.guarded("on_step_end", self._step)(state)
+            if self.stops.asked(args.device):
+                # ddptui's stop: the Trainer saves checkpoint-<step> (every process its part),
+                # then ends training, on every rank at this step.
+                control.should_save = True
+                control.should_training_stop = True
+                self.stopped = True
 
         def _step(self, state: Any) -> None:
             losses, self.losses = self.losses, []
@@ -69,7 +187,7 @@ def transformers(module: Any) -> None:
             )
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            core.guarded("on_train_end", self.rank.done)(False)
+            core.guarded("on_train_end", self.rank.done)(self.stopped)
 
     original_init = trainer_class.__init__
     original_step = trainer_class.training_step
