@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -56,6 +57,13 @@ def test_the_real_kept_agent_answers_as_one_shot_agents_do_in_one_session(
             Path(run_dir, "code").mkdir(parents=True)
             pgid = await nodes.start(remote, host, run_dir, 1, {}, ["sleep", "60"])
             [started] = await nodes.status(remote, host, run_dir, attempts=1)
+            # Until its shell wrapper has started sleep: a kept agent asks fast enough to find
+            # the wrapper alone.
+            deadline = time.monotonic() + 10
+            while not any(name == "sleep" for _, name in started.processes):
+                assert time.monotonic() < deadline, started
+                await asyncio.sleep(0.05)
+                [started] = await nodes.status(remote, host, run_dir, attempts=1)
             reached = await nodes.send_signal(remote, host, run_dir, "KILL", attempts=1)
             [ended] = await nodes.status(remote, host, run_dir, wait=10, attempts=1)
             again = await outcome(nodes.start(remote, host, run_dir, 1, {}, ["sleep", "60"]))

@@ -7,6 +7,7 @@ from the framework's own newest checkpoint with the step count going on; nothing
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -14,9 +15,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from textual.widgets import DataTable
 
+from ddptui.run.store import RunStore
+from ddptui.ui.app import DdptuiApp
 from tests.run.bed import Cli, frozen, host_run_dir, run_pid, run_processes, write_hosts
 from tests.testbed import TestBed, TestHost
+from tests.ui.pilot import open_from_runs, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -56,19 +61,50 @@ def _events(hosts: list[TestHost], run_id: str) -> dict[int, list[dict[str, Any]
     return found
 
 
+async def _console_losses(hosts_file: Path, store: Path, run_id: str, ranks: int) -> list[str]:
+    """The loss column of the run screen, attached from the runs screen, once every rank's
+    row has one."""
+    app = DdptuiApp(hosts_file, store=RunStore(store))
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await open_from_runs(pilot, run_id)
+        table = screen.query_one("#ranks", DataTable)
+
+        def losses() -> list[str]:
+            return [str(table.get_row_at(row)[3]) for row in range(table.row_count)]
+
+        await until(
+            pilot,
+            "every rank's loss",
+            lambda: len(losses()) == ranks and all(_number(cell) for cell in losses()),
+            FIRST_LOSS_S,
+        )
+        return losses()
+
+
+def _number(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
+
+
+def _project(tmp_path: Path, script: str) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / script).write_text((FRAMEWORKS / script).read_text())
+    return project / script
+
+
 @pytest.mark.parametrize("framework", CASES)
 def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_resumed(
     testbed: TestBed, tmp_path: Path, cli: Cli, framework: str
 ) -> None:
     hosts = testbed.hosts[:2]
     script, checkpoints = CASES[framework]
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / script).write_text((FRAMEWORKS / script).read_text())
     # Trains until it is stopped, saving every 50 steps.
     env = {"env": {"EPOCHS": "100000", "SAVE_EVERY": "50"}}
     job = {
-        "script": str(project / script),
+        "script": str(_project(tmp_path, script)),
         "args": [],
         "nproc_per_node": PROCS,
         "checkpoint_files": checkpoints,
@@ -104,6 +140,9 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
     assert len({rank["loss"] for rank in shown}) > 1, shown
     starts = {rank: events[0] for rank, events in _events(hosts, run_id).items()}
     assert {start["task"] for start in starts.values()} == {framework}, starts
+    # The console, attached: every rank's loss in its row.
+    shown = asyncio.run(_console_losses(hosts_file, cli.store, run_id, len(ranks)))
+    assert len(shown) == len(ranks)
 
     dumped = cli.run("dump", run_id)
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
@@ -179,4 +218,35 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
         ]
         assert steps[:3] == [start["start_step"] + n for n in (1, 2, 3)], (rank, steps[:3])
     assert cli.run("stop", run_id).returncode == 0
+    assert not run_processes(hosts, run_id)
+
+
+def test_without_instrumenting_a_lightning_script_its_loss_is_read_from_its_progress_bar(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    """Lightning's default bar is rich's live display, which writes nothing into a pipe until
+    it ends unless TTY_COMPATIBLE=1 says the pipe takes terminal output."""
+    hosts = testbed.hosts[:2]
+    job = {
+        "script": str(_project(tmp_path, CASES["lightning"][0])),
+        "args": [],
+        "nproc_per_node": PROCS,
+        "instrument": False,
+    }
+    env = {"env": {"EPOCHS": "100000", "SAVE_EVERY": "1000000"}}
+    hosts_file = write_hosts(
+        testbed, tmp_path, hosts, job=job, host_overrides={host.name: env for host in hosts}
+    )
+    started = cli.run("launch", str(hosts_file), "--detach")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+
+    def rank_0_loss() -> float | None:
+        shown = cli.json("status", run_id)["ranks"]
+        return next((rank["loss"] for rank in shown if rank["rank"] == 0), None)
+
+    assert _until("rank 0's loss from its output", rank_0_loss, 120) > 0
+    assert not any((host_run_dir(host, run_id) / "events").exists() for host in hosts)
+    stopped = cli.run("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
     assert not run_processes(hosts, run_id)
