@@ -401,6 +401,12 @@ class RunModel:
         """Host → when its latest phase event of this attempt arrived (:meth:`clock`)."""
         return self._phased_at
 
+    def reads_stop(self) -> bool:
+        """Rank 0 said it reads ``control/stop`` (the events ddptui adds to a framework a
+        script trains with): a stop asks it to checkpoint and end before any signal."""
+        head = self.progress.rank(0)
+        return head is not None and head.start is not None and "stop" in head.start.control
+
     def diagnoses(self) -> list[Diagnosis]:
         """What the lines say went wrong (:meth:`Diagnoser.diagnoses`). Once a stop was asked
         for, what it caused is the stop, not an error, and is left out: torchrun's word that it

@@ -302,12 +302,6 @@ class RunProgress:
     def ranks(self) -> list[RankProgress]:
         return [self._ranks[rank] for rank in sorted(self._ranks)]
 
-    def reads_stop(self) -> bool:
-        """Rank 0 said it reads ``control/stop`` (the events ddptui adds to a framework a
-        script trains with): a stop asks it to checkpoint and end before any signal."""
-        head = self._ranks.get(0)
-        return head is not None and head.start is not None and "stop" in head.start.control
-
     def rank(self, rank: int) -> RankProgress | None:
         return self._ranks.get(rank)
 

@@ -295,7 +295,7 @@ class Supervisor:
             why = "kill requested" if job.kill else "stop requested"
             self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
             model = self.following.followed
-            reads = model is not None and model.progress.reads_stop()
+            reads = model is not None and model.reads_stop()
             graceful = self.record.entry == "trainer" or reads
             report = await self.backend.stop(kill=job.kill, graceful=graceful)
             self.end_attempt(RunState.STOPPED, "killed" if job.kill else "stopped on request")
