@@ -429,6 +429,24 @@ def test_a_phase_stretches_the_window_until_it_ends_and_a_hang_in_it_says_so() -
     assert model.progress.ranks[3].phase is None
 
 
+def test_a_rank_stopped_in_a_phase_is_hung_after_the_training_window() -> None:
+    clock = _Clock()
+    model = _started(RunModel(_record(), clock=clock, wall=clock))
+    for rank in range(4):
+        model.apply(_step("ab"[rank // 2], rank, 10))
+    # Every rank enters a checkpoint save; rank 3 is SIGSTOPped in it and the others wait.
+    for rank in range(4):
+        model.apply(_phase("ab"[rank // 2], rank, "checkpoint"))
+    model.apply(_beat("a", clock, {0: ("S", 1.0), 1: ("S", 1.0)}))
+    model.apply(_beat("b", clock, {2: ("S", 1.0), 3: ("R", 90.0)}))
+    clock.now += judging.HANG_MIN_S + 1.0
+    assert judging.hang(model) is None
+    model.apply(_beat("b", clock, {2: ("S", 1.0), 3: ("T", 0.0)}))
+    hang = judging.hang(model)
+    assert hang is not None and hang.window_s == judging.HANG_MIN_S
+    assert [(rank.rank, rank.process) for rank in hang.odd] == [(3, "T")]
+
+
 def test_a_phase_before_the_first_step_keeps_the_start_s_window() -> None:
     clock = _Clock()
     model = _started(RunModel(_record(), clock=clock, wall=clock))

@@ -52,6 +52,7 @@ PROCESS_STATES = {
     "Z": "its process has exited and waits to be reaped",
 }
 """The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
+STOPPED = ("T", "t")
 
 
 def hang_window(model: RunModel, override: float | None = None) -> float:
@@ -66,13 +67,27 @@ def hang_window(model: RunModel, override: float | None = None) -> float:
 
 def phase_window(model: RunModel) -> float | None:
     """How long the phases the ranks are in may take (the longest, ``PHASE_HANG_S`` for one
-    that did not say), or None while every running rank trains."""
+    that did not say), or None while every running rank trains.
+
+    None too while any rank's process is stopped (SIGSTOP, a debugger): no phase finishes
+    while a rank that every collective needs runs nothing, whatever phase it was in when it
+    stopped."""
+    if _any_stopped(model):
+        return None
     phases = [
         PHASE_HANG_S if rank.phase_expect_s is None else rank.phase_expect_s
         for rank in model.progress.ranks
         if rank.phase is not None and not rank.state.finished
     ]
     return max(phases, default=None)
+
+
+def _any_stopped(model: RunModel) -> bool:
+    return any(
+        seen.get("state") in STOPPED
+        for node in model.nodes.values()
+        for seen in (node.sample.get("ranks") or {}).values()
+    )
 
 
 def hang(model: RunModel, override: float | None = None) -> Hang | None:
@@ -187,7 +202,7 @@ def _odd(
         return "its host does not answer"
     if state in PROCESS_STATES:
         return PROCESS_STATES[state]
-    if rank.phase is not None:
+    if rank.phase is not None and not _any_stopped(model):
         said = (
             ""
             if rank.phase_expect_s is None
