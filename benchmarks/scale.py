@@ -1,0 +1,297 @@
+"""ddptui at a real cluster's size, by simulation: the supervisor and its viewers at 64 to
+2,048 ranks.
+
+Run: ``.venv/bin/python benchmarks/scale.py [--sizes 8x8@5,32x8@5,128x8@5,256x8@2]
+[--seconds 30]``. For each size (nodes × ranks per node @ steps a second per rank), one
+process simulates every node's agent (``benchmarks/sim_hosts.py``: real-shaped events, log
+lines and heartbeats), a real supervisor follows them through its own followers
+(``benchmarks/sim_backend.py``: only the transport is simulated), and two real viewers attach
+as users do: ``ddptui logs RUN --follow --events`` (it reads and prints every line) and
+``ddptui logs RUN --follow`` (it reads every line and prints the ranks' output). Measured,
+after a warm-up: each process's CPU (a share of one core) and the supervisor's memory, how
+long a step takes from the simulated rank to the first viewer's output (p50, p99, max, from a
+sample of lines), then how long after the last step the record says ``hung`` (against the
+hang window) and how long after a node's torchrun exits 1 it says ``failed``. Last, how each
+grows with the events a second: the slope of a least-squares line, and the supervisor's CPU
+per 1,000 events/s at each size (flat when the growth is linear).
+
+Targets (issue 33): supervisor < 25% of a core and < 500 MiB at 1,024 ranks × 5 steps/s, each
+viewer < 10%, a step seen by a viewer within 1 s (p99), verdicts within the windows of a
+6-rank run (hung: the window plus judging's half second; failed: within torchrun's settle,
+3 s). The simulated hosts share the machine's cores with what they drive: their own CPU is
+printed so that a saturated machine shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ddptui.run.record import NodeRecord, RunRecord, RunState
+from ddptui.run.store import RunStore
+from ddptui.run.supervisor.judging import HANG_MIN_S
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ID = "20261204-000000-scal"
+WARM_UP_S = 10.0
+TIME_FIELD = re.compile(rb'"time":(\d+\.\d+)')
+SAMPLE_EVERY = 16
+"""One printed event line in this many is timed (parsing them all would load the machine)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@dataclass(frozen=True)
+class Size:
+    nodes: int
+    per_node: int
+    rate: float
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.per_node
+
+    @property
+    def events_per_s(self) -> float:
+        return self.ranks * self.rate
+
+    @classmethod
+    def parse(cls, text: str) -> Size:
+        shape, _, rate = text.partition("@")
+        nodes, _, per_node = shape.partition("x")
+        return cls(int(nodes), int(per_node), float(rate or 5))
+
+
+@dataclass
+class Figures:
+    size: Size
+    cpu: dict[str, float]
+    rss_mib: float
+    peak_mib: float
+    latency: list[float]
+    printed_per_s: list[float]
+    hung_after: float | None
+    failed_after: float | None
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def memory_mib(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Printed(threading.Thread):
+    """Reads a viewer's output as it comes, timing one event line in ``SAMPLE_EVERY``."""
+
+    def __init__(self, viewer: subprocess.Popen[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.viewer = viewer
+        self.lines = 0
+        self.latency: list[float] = []
+        self.timing = False
+        self.start()
+
+    def run(self) -> None:
+        assert self.viewer.stdout is not None
+        pending = b""
+        while chunk := self.viewer.stdout.read1(1 << 16):
+            now = time.time()
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for index in range(0, len(lines), SAMPLE_EVERY):
+                found = TIME_FIELD.search(lines[index]) if self.timing else None
+                if found is not None:
+                    self.latency.append(now - float(found.group(1)))
+            self.lines += len(lines)
+
+
+def write_run(store: RunStore, size: Size) -> None:
+    names = [f"sim{node:04d}" for node in range(size.nodes)]
+    hosts = "".join(
+        f'[[hosts]]\nname = "{name}"\naddress = "10.{node // 250}.{node % 250}.1"\n'
+        for node, name in enumerate(names)
+    )
+    nodes = [
+        NodeRecord(name, f"10.{node // 250}.{node % 250}.1", node, size.per_node, "/r", [], {})
+        for node, name in enumerate(names)
+    ]
+    record = RunRecord(
+        RUN_ID, time.time(), "hosts.toml", "trainer", "nccl", nodes[0].address, size.ranks,
+        [], nodes,
+    )  # fmt: skip
+    record.transition(RunState.STAGING, "simulated")
+    store.create(record, hosts)
+
+
+def until(what: str, done: object, timeout: float, every: float = 0.05) -> float:
+    deadline = time.monotonic() + timeout
+    while not done():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {what} in {timeout:g} s")
+        time.sleep(every)
+    return time.time()
+
+
+def command(sim: subprocess.Popen[str], words: str) -> float:
+    """Tell the simulated hosts ``words``: the wall time it took effect."""
+    assert sim.stdin is not None and sim.stdout is not None
+    sim.stdin.write(words + "\n")
+    sim.stdin.flush()
+    return float(sim.stdout.readline().split()[1])
+
+
+def measure(size: Size, seconds: float) -> Figures:
+    work = Path(tempfile.mkdtemp(prefix="ddptui-scale-"))
+    env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
+    store = RunStore(work / "state" / "ddptui" / "runs")
+    write_run(store, size)
+    socket = str(work / "hosts.sock")
+    python = sys.executable
+    sim = subprocess.Popen(
+        [python, str(ROOT / "benchmarks/sim_hosts.py"), socket, str(size.nodes),
+         str(size.per_node), str(size.rate)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert sim.stdout is not None and sim.stdout.readline().strip() == "serving"
+    supervisor = subprocess.Popen(
+        [python, str(ROOT / "benchmarks/sim_backend.py"), str(store.root), RUN_ID, socket],
+        env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    files = store.files(RUN_ID)
+    until("running run", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60)
+    until("supervisor socket", files.socket.exists, 30)
+    viewers = [
+        subprocess.Popen(
+            [python, "-m", "ddptui", "logs", RUN_ID, "--follow", *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        for flags in (["--events"], [])
+    ]
+    printed = [Printed(viewer) for viewer in viewers]
+    try:
+        time.sleep(WARM_UP_S)
+        pids = {"supervisor": supervisor.pid, "simulated hosts": sim.pid}
+        pids.update({f"viewer {n}": viewer.pid for n, viewer in enumerate(viewers, 1)})
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        lines_before = [viewer.lines for viewer in printed]
+        began = time.monotonic()
+        printed[0].timing = True
+        time.sleep(seconds)
+        printed[0].timing = False
+        wall = time.monotonic() - began
+        cpu = {name: (cpu_seconds(pid) - before[name]) / wall * 100 for name, pid in pids.items()}
+        rates = [(v.lines - n) / wall for v, n in zip(printed, lines_before, strict=True)]
+        rss = memory_mib(supervisor.pid, "VmRSS")
+        peak = memory_mib(supervisor.pid, "VmHWM")
+        frozen = command(sim, "freeze")
+        hung = until("hang verdict", lambda: store.load(RUN_ID).state is RunState.HUNG, 120, 0.1)
+        command(sim, "thaw")
+        until("running again", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60, 0.1)
+        time.sleep(2)
+        exited = command(sim, "fail 1")
+        failed = until(
+            "failure verdict", lambda: store.load(RUN_ID).state is RunState.FAILED, 60, 0.1
+        )
+        return Figures(
+            size, cpu, rss, peak, printed[0].latency, rates, hung - frozen, failed - exited
+        )
+    finally:
+        for process in (*viewers, supervisor):
+            process.terminate()
+        for process in (*viewers, supervisor):
+            process.wait(timeout=30)
+        assert sim.stdin is not None
+        sim.stdin.write("quit\n")
+        sim.stdin.close()
+        sim.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+
+
+def report(results: list[Figures]) -> None:
+    print()
+    print(
+        f"{'ranks':>6} {'steps/s':>8} {'events/s':>9} {'supervisor':>11} {'RSS MiB':>8} "
+        f"{'viewer 1':>9} {'viewer 2':>9} {'sim hosts':>10} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'max ms':>7} {'hung +s':>8} {'failed s':>9}"
+    )
+    for figures in results:
+        size, cpu, latency = figures.size, figures.cpu, figures.latency
+        hung = (figures.hung_after or 0.0) - HANG_MIN_S
+        print(
+            f"{size.ranks:>6} {size.rate:>8g} {size.events_per_s:>9,.0f} "
+            f"{cpu['supervisor']:>10.1f}% {figures.rss_mib:>8.0f} {cpu['viewer 1']:>8.1f}% "
+            f"{cpu['viewer 2']:>8.1f}% {cpu['simulated hosts']:>9.1f}% "
+            f"{percentile(latency, 0.5) * 1000:>7.0f} {percentile(latency, 0.99) * 1000:>7.0f} "
+            f"{max(latency, default=float('nan')) * 1000:>7.0f} {hung:>+8.1f} "
+            f"{figures.failed_after or float('nan'):>9.1f}"
+        )
+    for figures in results:
+        shown = " and ".join(f"{rate:,.0f}" for rate in figures.printed_per_s)
+        print(f"{figures.size.ranks} ranks: the viewers printed {shown} lines/s")
+    print(
+        f"(hung +s: after the last step, beyond the {HANG_MIN_S:g} s hang window; "
+        "failed s: after the node's torchrun exited 1)"
+    )
+    if len(results) < 2:
+        return
+    for name in ("supervisor", "viewer 1", "viewer 2"):
+        points = [(r.size.events_per_s, r.cpu[name]) for r in results]
+        each = ", ".join(f"{cpu / events * 1000:.2f}" for events, cpu in points)
+        print(
+            f"{name}: {slope(points) * 1000:.2f}% of a core per 1,000 events/s "
+            f"(least squares); at each size {each}"
+        )
+    memory = [(float(r.size.ranks), r.rss_mib) for r in results]
+    print(f"supervisor RSS: {slope(memory) * 1000:.0f} MiB per 1,000 ranks (least squares)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="8x8@5,32x8@5,128x8@5,256x8@2")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    results = []
+    for text in args.sizes.split(","):
+        size = Size.parse(text)
+        print(
+            f"{size.nodes} nodes x {size.per_node} ranks at {size.rate:g} steps/s ...", flush=True
+        )
+        results.append(measure(size, args.seconds))
+        report(results[-1:])
+    report(results)
+
+
+if __name__ == "__main__":
+    main()

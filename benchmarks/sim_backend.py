@@ -1,0 +1,113 @@
+"""The real supervisor with its hosts simulated (``benchmarks/sim_hosts.py``), for
+``benchmarks/scale.py``.
+
+The boundary is the transport: each node's follower is ddptui's own
+:class:`~ddptui.run.follow.HostFollower` — its inbox, its parsing of the agent's documents, its
+offsets, its silence — reading a Unix socket to the simulated hosts instead of an SSH channel
+to a node agent. Everything above it (following, the journal, the model, judging, the record,
+viewers on the supervisor's socket) is the code users run.
+
+``python benchmarks/sim_backend.py ROOT RUN_ID SOCKET``: supervise the recorded run, launching
+it, until SIGTERM; as ``python -m ddptui.run.supervisor`` does, it holds the run's lock and
+writes its pid, so viewers find it as they find any supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import sys
+import time
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ddptui.config import Config, load_config
+from ddptui.remote.stream import LineStream
+from ddptui.run.backends import Follower, Owner, RunBackend, StartFailed
+from ddptui.run.dump import StackDump
+from ddptui.run.follow import MAX_DOCUMENT_BYTES, HostFollower
+from ddptui.run.record import NodeRecord
+from ddptui.run.stopper import StopReport
+from ddptui.run.store import RunStore
+from ddptui.run.supervisor import Supervisor
+from ddptui.run.supervisor.jobs import Launch
+from ddptui.run.supervisor.process import serve
+
+
+class SimStream(LineStream):
+    """A simulated node agent's output, as an SSH channel's would be read."""
+
+    def __init__(
+        self, follower: HostFollower, writer: asyncio.StreamWriter, reader: object
+    ) -> None:
+        super().__init__(follower.host, reader, MAX_DOCUMENT_BYTES)  # type: ignore[arg-type]
+        self._writer = writer
+
+    @property
+    def exit_status(self) -> int | None:
+        return None
+
+    async def close(self) -> None:
+        self._writer.close()
+
+
+class SimFollower(HostFollower):
+    socket = ""
+
+    async def _open(self) -> LineStream:
+        reader, writer = await asyncio.open_unix_connection(self.socket, limit=1 << 20)
+        writer.write(f"{self.host.name}\n".encode())
+        self._stream = SimStream(self, writer, reader)
+        return self._stream
+
+
+class SimBackend(RunBackend):
+    """Starts nothing (the simulated hosts step from their first connection) and stops
+    nothing; it follows, which is what is measured."""
+
+    def __init__(self, config: Config, owner: Owner) -> None:
+        super().__init__(config, owner)
+
+    async def connect(self) -> None:
+        return None
+
+    async def disconnect(self) -> None:
+        return None
+
+    async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
+        self.owner.attempt_starting(number, 29500, f"starting attempt {number}")
+        self.owner.attempt_running("every node started")
+        return None
+
+    async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
+        return StopReport(graceful=graceful and not kill)
+
+    async def terminate(self, skip: Collection[str] = ()) -> StopReport:
+        return StopReport()
+
+    def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
+        return SimFollower.of_node(self.config, self.owner.record, node, offsets=offsets)
+
+    async def take_stacks(self) -> StackDump:
+        return StackDump(self.owner.record.id, time.time(), ())
+
+
+def main(root: str, run_id: str, socket: str) -> None:
+    store = RunStore(Path(root))
+    files = store.files(run_id)
+    lock = files.supervisor_lock.open("ab")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    files.supervisor_pid.write_text(f"{os.getpid()}\n")
+    logging.basicConfig(filename=files.supervisor_log, level=logging.INFO)
+    SimFollower.socket = socket
+    record = store.load(run_id)
+    supervisor = Supervisor(store, record, load_config(files.hosts), backend=SimBackend)
+    asyncio.run(serve(supervisor, Launch()))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,232 @@
+"""Simulated hosts for ``benchmarks/scale.py``: many nodes' node agents as one process.
+
+``python benchmarks/sim_hosts.py SOCKET NODES PER_NODE STEPS_PER_S`` serves a Unix socket. A
+connection says a host's name on its first line and then reads what that host's node agent
+``follow`` would send over its SSH channel: every new line of the run's files as the agent's
+JSON documents (each rank's ``start`` then ``step`` events, shaped as the bundled trainer's
+on an H200 — tests/fixtures/events —, a progress line in local rank 0's stdout every 10
+steps) and a heartbeat every 2 s (each rank's process state and CPU, 8 GPUs as the agent
+samples them: the recorded H200 row of tests/fixtures/gpu). Steps are spread over the second,
+each rank at its own phase, as ranks that step together but print a little apart.
+
+Commands on stdin, each answered on stdout with the wall time it took effect:
+``freeze`` (no rank steps any more, one rank's process is stopped: a hang), ``thaw``,
+``fail NODE`` (the node's local rank 0 raises and its torchrun exits 1), ``quit``.
+
+Stdlib only and cheap per line (lines are formatted, not built as dicts): its CPU is the
+hosts', not the head's, and it runs beside what it measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+TICK_S = 0.02
+BEAT_S = 2.0
+PRINT_EVERY = 10
+RUN_ID = "sim"
+GPU_FIELDS = (
+    "index", "temperature.gpu", "power.draw", "power.limit", "clocks.sm", "clocks.max.sm",
+    "utilization.gpu", "utilization.memory", "memory.used", "memory.total", "pstate",
+    "ecc.errors.uncorrected.volatile.total",
+)  # fmt: skip
+RECORDED_GPU = "0, 35, 79.39, 700.00, 345, 1980, 0, 0, 0, 143771, P0, 0"
+"""One H200 as the agent's ``nvidia-smi --query-gpu`` read it (recordings/h200)."""
+STEP = (
+    '{{"v":1,"type":"step","rank":{rank},"local_rank":{local},"node_rank":{node},'
+    '"world_size":{world},"time":{now:.6f},"epoch":0,"step":{step},"loss":{loss:.6f},'
+    '"lr":0.0003,"samples_per_s":{speed:.1f},"step_time_s":{took:.6f},'
+    '"cuda_allocated_mib":883.1,"cuda_reserved_mib":3728.0,"cuda_peak_mib":3346.1}}'
+)
+START = (
+    '{{"v":1,"type":"start","rank":{rank},"local_rank":{local},"node_rank":{node},'
+    '"world_size":{world},"time":{now:.6f},"device":"cuda:{local}","backend":"nccl",'
+    '"task":"synthetic","global_batch":{batch},"start_step":0,"start_epoch":0,'
+    '"total_steps":1000000,"hostname":"{host}","pid":{pid}}}'
+)
+ERROR = (
+    '{{"v":1,"type":"error","rank":{rank},"local_rank":0,"node_rank":{node},"world_size":{world},'
+    '"time":{now:.6f},"message":"DistBackendError: NCCL error: unhandled system error (run with '
+    'NCCL_DEBUG=INFO for details), NCCL version 2.28.9","traceback":"Traceback (most recent call '
+    'last):\\n  File \\"/home/alice/ddptui/trainer/loop.py\\", line 212, in step\\n"}}'
+)
+
+
+def gpu_row(index: int, busy: bool) -> dict[str, str]:
+    cells = [cell.strip() for cell in RECORDED_GPU.split(",")]
+    row = dict(zip(GPU_FIELDS, cells, strict=True))
+    row["index"] = str(index)
+    if busy:
+        row.update({"utilization.gpu": "97", "memory.used": "61440", "power.draw": "612.40"})
+    return row
+
+
+class Host:
+    def __init__(self, name: str, node: int, per_node: int, world: int, rate: float) -> None:
+        self.name, self.node, self.world = name, node, world
+        self.ranks = range(node * per_node, (node + 1) * per_node)
+        self.per_node = per_node
+        self.period = 1.0 / rate
+        self.offsets: dict[str, int] = {}
+        self.steps = dict.fromkeys(self.ranks, 0)
+        # Each rank at its own phase of the step: all ranks do not print in the same tick.
+        self.due = {rank: (rank * 0.618) % 1.0 * self.period for rank in self.ranks}
+        self.pending: list[str] = []
+        self.writer: asyncio.StreamWriter | None = None
+        self.exit: int | None = None
+        self.stopped_rank: int | None = None
+        self.log = f"logs/attempt-1/{RUN_ID}_{node}/attempt_0/0/stdout.log"
+
+    def line(self, path: str, text: str) -> None:
+        offset = self.offsets.get(path, 0) + len(text.encode()) + 1
+        self.offsets[path] = offset
+        self.pending.append(f'{{"k":"line","f":"{path}","o":{offset},"t":{json.dumps(text)}}}')
+
+    def start(self, now: float) -> None:
+        for rank in self.ranks:
+            local = rank - self.ranks.start
+            self.line(
+                f"events/rank{rank}.jsonl",
+                START.format(
+                    rank=rank, local=local, node=self.node, world=self.world, now=now,
+                    batch=32 * self.world, host=self.name, pid=1000 + local,
+                ),
+            )  # fmt: skip
+
+    def tick(self, clock: float, now: float, frozen: bool) -> None:
+        if frozen or self.exit is not None:
+            return
+        for rank in self.ranks:
+            if self.due[rank] > clock:
+                continue
+            self.due[rank] += self.period
+            step = self.steps[rank] = self.steps[rank] + 1
+            loss = 4.0 / (1 + 0.01 * step) + rank * 1e-4
+            self.line(
+                f"events/rank{rank}.jsonl",
+                STEP.format(
+                    rank=rank, local=rank - self.ranks.start, node=self.node, world=self.world,
+                    now=now, step=step, loss=loss, speed=32 / self.period, took=self.period,
+                ),
+            )  # fmt: skip
+            if rank == self.ranks.start and step % PRINT_EVERY == 0:
+                self.line(self.log, f"epoch 0 step {step} loss {loss:.4f} lr 3.0e-04")
+
+    def beat(self, now: float, frozen: bool) -> None:
+        ranks = {
+            str(rank): {
+                "state": "T" if rank == self.stopped_rank else ("S" if frozen else "R"),
+                "cpu_pct": 0.0 if rank == self.stopped_rank else (99.0 if frozen else 97.5),
+            }
+            for rank in self.ranks
+        }
+        sample = {
+            "procs": self.per_node + 1,
+            "cpu_pct": 97.5 * self.per_node,
+            "rss_mib": 2900.0 * self.per_node,
+            "ranks": ranks,
+            "gpus": [gpu_row(index, not frozen) for index in range(self.per_node)],
+        }
+        groups = {"1": self.exit is None}
+        self.pending.append(
+            json.dumps({"k": "hb", "time": now, "groups": groups, "sample": sample})
+        )
+
+    def fail(self, now: float) -> None:
+        rank = self.ranks.start
+        self.line(
+            f"events/rank{rank}.jsonl",
+            ERROR.format(rank=rank, node=self.node, world=self.world, now=now),
+        )
+        self.exit = 1
+        self.line("node/attempt-1.exit", "1")
+
+    def flush(self) -> None:
+        if self.writer is not None and self.pending and not self.writer.is_closing():
+            self.writer.write(("\n".join(self.pending) + "\n").encode())
+        self.pending.clear()
+
+
+class Simulation:
+    def __init__(self, nodes: int, per_node: int, rate: float) -> None:
+        world = nodes * per_node
+        self.hosts = {
+            f"sim{node:04d}": Host(f"sim{node:04d}", node, per_node, world, rate)
+            for node in range(nodes)
+        }
+        self.frozen = False
+        self.started = time.monotonic()
+
+    async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        name = (await reader.readline()).decode().strip()
+        host = self.hosts.get(name)
+        if host is None:
+            writer.close()
+            return
+        if host.writer is None and not host.offsets:
+            host.start(time.time())
+        host.writer = writer
+        await reader.read()
+        if host.writer is writer:
+            host.writer = None
+
+    async def run(self) -> None:
+        next_beat = time.monotonic()
+        while True:
+            clock, now = time.monotonic() - self.started, time.time()
+            beat = time.monotonic() >= next_beat
+            if beat:
+                next_beat += BEAT_S
+            for host in self.hosts.values():
+                if host.writer is None:
+                    continue
+                host.tick(clock, now, self.frozen)
+                if beat:
+                    host.beat(now, self.frozen)
+                host.flush()
+            await asyncio.sleep(TICK_S)
+
+    def command(self, words: list[str]) -> str:
+        now = time.time()
+        match words:
+            case ["freeze"]:
+                self.frozen = True
+                first = next(iter(self.hosts.values()))
+                first.stopped_rank = first.ranks.start
+            case ["thaw"]:
+                self.frozen = False
+                for host in self.hosts.values():
+                    host.stopped_rank = None
+                    # Stepping again from now, not catching up on the frozen time.
+                    clock = time.monotonic() - self.started
+                    host.due = dict.fromkeys(host.ranks, clock)
+            case ["fail", node]:
+                self.hosts[f"sim{int(node):04d}"].fail(now)
+            case _:
+                return f"unknown {words}"
+        return f"{words[0]} {now:.6f}"
+
+
+async def main(socket_path: str, nodes: int, per_node: int, rate: float) -> None:
+    simulation = Simulation(nodes, per_node, rate)
+    server = await asyncio.start_unix_server(simulation.connected, path=socket_path)
+    ticking = asyncio.create_task(simulation.run())
+    loop = asyncio.get_running_loop()
+    print("serving", flush=True)
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        words = line.split()
+        if not words or words == ["quit"]:
+            break
+        print(simulation.command(words), flush=True)
+    ticking.cancel()
+    server.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(
+        main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])),
+    )
