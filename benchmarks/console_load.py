@@ -1,4 +1,6 @@
-"""The run screen under load: 64 ranks × 50 step events/s, plus bursts of 10,000 error lines.
+"""The run screen under load: 64 ranks × 50 step events/s, plus bursts of 10,000 error lines;
+or a large cluster's size (issue 33: ``--nodes 128 --per-node 8 --rate 5 --seconds 300``, 1,024
+ranks, a row per node and the loss drawn as bands).
 
 Run: ``.venv/bin/python benchmarks/console_load.py [--seconds 60]``. The console runs headless
 (Textual's test driver: layout, rendering and compositing happen, the terminal write does not);
@@ -6,9 +8,10 @@ a task in its event loop feeds the run's model as the supervisor would and posts
 ``RunChanged`` messages. Printed: the CPU share of the whole process and of the console alone
 (the feeding's own time, which the runs layer pays in any front end, taken out), the worst gap
 between ticks of a 10 ms timer (no frame can come sooner than the loop is free), redraws done,
-and memory (RSS) after warm-up (20 s, when every rank's loss history is full), at the end and
-every 10 s. Targets (issue 10): under 25% of one core, no gap
-over 250 ms, memory flat after warm-up.
+and memory (RSS) after warm-up (when every rank's loss history is full: 20 s at the default
+size, 56 s at 1,024 ranks × 5 steps/s), at the end and every 10 s. Targets (issue 10): under
+25% of one core, no gap over 250 ms, memory flat after warm-up; at 1,024 ranks (issue 33) the
+console alone under 10%.
 """
 
 from __future__ import annotations
@@ -32,14 +35,17 @@ from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen
 
 NODES, PER_NODE = 8, 8
-RATE_HZ = 50
+RATE_HZ = 50.0
+FEED_CHUNK = 256
+"""Step events applied between turns of the event loop, as a follower hands them over."""
 BURST_LINES = 10_000
 BURST_EVERY_S = 10.0
 BURST_CHUNK = 500
 """Lines per feeding round (every 20 ms): about what one read of a follower brings."""
 TICK_S = 0.01
 WARM_UP_S = 20.0
-"""Until every rank's loss history is full (1,024 points at 50 steps/s) and thinning begins."""
+"""At least; longer until every rank's loss curve is full (1,024 points at 50 steps/s: 20 s)
+and thinning begins."""
 RSS_EVERY_S = 10.0
 ERROR_LINES = (
     "[rank5]: Traceback (most recent call last):",
@@ -54,13 +60,14 @@ def _rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _record() -> RunRecord:
-    nodes = [
-        NodeRecord(f"node{n}", f"10.0.0.{n + 1}", n, PER_NODE, "/r", [], {}) for n in range(NODES)
+def _record(nodes: int, per_node: int) -> RunRecord:
+    placed = [
+        NodeRecord(f"node{n}", f"10.0.{n // 250}.{n % 250 + 1}", n, per_node, "/r", [], {})
+        for n in range(nodes)
     ]
     record = RunRecord(
         "20261201-000000-load", time.time(), "hosts.toml", "trainer", "nccl", "10.0.0.1",
-        NODES * PER_NODE, [], nodes,
+        nodes * per_node, [], placed,
     )  # fmt: skip
     record.attempts.append(Attempt(1, time.time(), 29500))
     for state in (RunState.STAGING, RunState.STARTING, RunState.RUNNING):
@@ -68,19 +75,22 @@ def _record() -> RunRecord:
     return record
 
 
-def _step(rank: int, step: int) -> str:
+def _step(rank: int, step: int, per_node: int, world: int) -> str:
     return json.dumps(
         {
-            "v": 1, "type": "step", "rank": rank, "local_rank": rank % PER_NODE,
-            "node_rank": rank // PER_NODE, "world_size": NODES * PER_NODE, "time": time.time(),
+            "v": 1, "type": "step", "rank": rank, "local_rank": rank % per_node,
+            "node_rank": rank // per_node, "world_size": world, "time": time.time(),
             "epoch": 0, "step": step, "loss": 4.0 / (1 + step * 0.01) + rank * 1e-3,
             "lr": 1e-3, "samples_per_s": 8000.0, "step_time_s": 0.02, "rss_mib": 2900.0,
         }
     )  # fmt: skip
 
 
-async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, Any]:
+async def _load(
+    screen: RunScreen, seconds: float, per_node: int, rate: float, warm_up: float
+) -> dict[str, Any]:
     model = screen.run_model
+    world = model.record.world_size
     gaps = [0.0]
     stop = asyncio.Event()
 
@@ -100,14 +110,20 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
     while (elapsed := time.perf_counter() - began) < seconds:
         if elapsed >= len(rss_every) * RSS_EVERY_S:
             rss_every.append(_rss_mib())
-        if not warm and elapsed >= min(WARM_UP_S, seconds / 3):
+        if not warm and elapsed >= min(warm_up, seconds / 3):
             warm = {"rss": _rss_mib(), "cpu": time.process_time(), "wall": time.perf_counter()}
             warm["feed"], gaps[:] = feed_cpu, [0.0]
         cpu = time.process_time()
         step += 1
-        for rank in range(NODES * PER_NODE):
-            host = f"node{rank // PER_NODE}"
-            model.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, _step(rank, step)))
+        for rank in range(world):
+            host = f"node{rank // per_node}"
+            model.apply(
+                FileLine(host, f"events/rank{rank}.jsonl", 0, _step(rank, step, per_node, world))
+            )
+            if rank % FEED_CHUNK == FEED_CHUNK - 1:
+                feed_cpu += time.process_time() - cpu
+                await asyncio.sleep(0)
+                cpu = time.process_time()
         if elapsed >= next_burst:
             next_burst += BURST_EVERY_S
             burst = BURST_LINES
@@ -118,7 +134,7 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
         burst -= min(burst, BURST_CHUNK)
         feed_cpu += time.process_time() - cpu
         screen.post_message(RunChanged(model))
-        await asyncio.sleep(max(0.0, began + step / RATE_HZ - time.perf_counter()))
+        await asyncio.sleep(max(0.0, began + step / rate - time.perf_counter()))
     stop.set()
     await ticking
     wall = time.perf_counter() - warm["wall"]
@@ -137,15 +153,19 @@ async def _load(app: DdptuiApp, screen: RunScreen, seconds: float) -> dict[str, 
     return result
 
 
-async def main(seconds: float, pane: str) -> None:
-    record = _record()
+async def main(seconds: float, pane: str, nodes: int, per_node: int, rate: float) -> None:
+    record = _record(nodes, per_node)
     screen = RunScreen(record, model=RunModel(record))
     app = DdptuiApp(first_screen=screen)
+    # Until every rank's loss curve is full and thinning begins.
+    full = screen.run_model.progress.expect("node0", 0, 0, 0)
+    assert full is not None and full.losses.maxlen is not None
+    warm_up = max(WARM_UP_S, full.losses.maxlen / rate + 5)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press(pane)
-        result = await _load(app, screen, seconds)
+        result = await _load(screen, seconds, per_node, rate, warm_up)
     print(
-        f"pane {pane!r}, {seconds:.0f} s, 64 ranks × {RATE_HZ} events/s, "
+        f"pane {pane!r}, {seconds:.0f} s, {record.world_size} ranks × {rate:g} events/s, "
         f"{BURST_LINES} error lines every {BURST_EVERY_S:.0f} s (after warm-up):\n"
         f"  CPU {result['cpu_share'] * 100:.1f}% of one core "
         f"(console alone {result['console_cpu_share'] * 100:.1f}%)\n"
@@ -162,5 +182,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--pane", choices=("e", "o", "g"), default="e", help="pane on show")
+    parser.add_argument("--nodes", type=int, default=NODES)
+    parser.add_argument("--per-node", type=int, default=PER_NODE)
+    parser.add_argument("--rate", type=float, default=RATE_HZ, help="step events a rank a second")
     args = parser.parse_args()
-    asyncio.run(main(args.seconds, args.pane))
+    asyncio.run(main(args.seconds, args.pane, args.nodes, args.per_node, args.rate))

@@ -142,6 +142,7 @@ RUN_FOR_FRONT_ENDS = frozenset(
         "ddptui.run.state",  # its values (nodes, log lines, the judgement), the viewer's steps
         "ddptui.run.protocol",  # what an attachment yields: Ended, Said
         "ddptui.run.progress",  # each rank's progress (the rank table, the loss chart)
+        "ddptui.run.bands",  # the loss across ranks the chart draws as bands
         "ddptui.run.diagnose",  # the errors pane's diagnoses; which log lines mark errors
         "ddptui.run.timeline",  # the launch timeline the launch pane draws
         "ddptui.run.standby",  # a launch's supervisor, started before the command's imports

@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from ddptui.run import nccl_init
+from ddptui.run.bands import LossBands
 from ddptui.run.diagnose import Category, Diagnoser, Diagnosis, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
 from ddptui.run.events import (
@@ -101,6 +102,8 @@ class RunModel:
         """Host → when its latest line or heartbeat arrived."""
         self.progress = RunProgress()
         self.progress.world_size = record.world_size
+        self.bands = LossBands()
+        """The loss across ranks step by step (read only with ``Steps.EVERY``: a chart's)."""
         self.events = EventReader()
         self._starts: dict[int, int] = {}
         """Rank → start events seen: the attempt its latest events belong to."""
@@ -244,6 +247,8 @@ class RunModel:
             return
         host = node.host
         self.progress.apply(host, event)
+        if isinstance(event, StartEvent) and event.start_step is not None:
+            self.bands.rewind(event.start_step)
         self.diagnoser.feed_event(host, event)
         self._note_attempt(event)
         progress = self.progress.rank(event.rank)
@@ -254,6 +259,8 @@ class RunModel:
             self._launched(event.rank, event)
         if isinstance(event, StepEvent) and self.steps is Steps.EVERY:
             self._stepped(host, event.rank)
+            if event.loss is not None:
+                self.bands.add(event.step, event.loss, self.record.world_size)
         elif isinstance(event, PhaseEvent) and self._starts.get(event.rank) == self.attempt:
             self._phased_at[host] = self._clock()
 

@@ -34,6 +34,7 @@ from typing import Final
 
 from ddptui.untrusted import plain
 
+from .bands import halved_when_full
 from .events import (
     CheckpointEvent,
     DoneEvent,
@@ -55,6 +56,8 @@ STRAGGLER_WINDOW_S: Final = 20.0
 LOSS_POINTS: Final = 1024
 """A rank's loss curve holds at most this many points; a longer run is down-sampled. A chart
 is a few hundred dots wide: more would cost memory on every rank and show nothing more."""
+LOSS_POINTS_IN_ALL: Final = 262_144
+"""And all ranks' together about this many (30 MiB; 256 a rank at 1,024 ranks: bands chart)."""
 MAX_RANKS: Final = 16384
 """Ranks beyond this many are not tracked: a host's nonsense, not a run (each keeps a curve)."""
 
@@ -248,12 +251,7 @@ class ProgressSummary:
 def _record_loss(progress: RankProgress, step: int, loss: float) -> None:
     if progress.losses and step - progress.losses[-1][0] < progress.loss_stride:
         return
-    if len(progress.losses) == progress.losses.maxlen:
-        # Thin to every other point and keep going at half the resolution: the whole curve
-        # stays visible in fixed memory, however long the run.
-        kept = list(progress.losses)[::2]
-        progress.losses.clear()
-        progress.losses.extend(kept)
+    if halved_when_full(progress.losses):
         progress.loss_stride *= 2
     progress.losses.append((step, loss))
 
@@ -316,6 +314,8 @@ class RunProgress:
         known = self._ranks.get(rank)
         if known is None and len(self._ranks) < MAX_RANKS:
             known = self._ranks[rank] = RankProgress(rank, node_rank, local_rank, host)
+            points = LOSS_POINTS_IN_ALL // max(1, self.world_size or 1)
+            known.losses = deque(maxlen=max(64, min(LOSS_POINTS, points)))
         return known
 
     def process_running(self, rank: int) -> None:

@@ -158,6 +158,17 @@ def test_the_loss_curve_stays_bounded_and_keeps_its_shape() -> None:
     assert all(loss == 1.0 / s for s, loss in rank.losses)
 
 
+def test_all_ranks_curves_together_stay_bounded_at_a_large_clusters_size() -> None:
+    sizes = {}
+    for world in (4, 256, 1024, 16384):
+        run = RunProgress()
+        run.world_size = world
+        created = run.expect("a", 0, 0, 0)
+        assert created is not None
+        sizes[world] = created.losses.maxlen
+    assert sizes == {4: LOSS_POINTS, 256: LOSS_POINTS, 1024: 256, 16384: 64}
+
+
 def _steps(run: RunProgress, n: int, times: list[float], at: float) -> None:
     for rank, step_time in enumerate(times):
         run.apply(HOSTS[rank], step(rank, n, at, step_time_s=step_time))

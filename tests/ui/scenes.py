@@ -130,3 +130,49 @@ def run_model(*, failed: bool = True, steps: int = 300, state: RunState | None =
             model.apply(Heartbeat(host, CREATED + beat, {1: True}, sample))
     model.progress.update_health(CREATED + 200)
     return model
+
+
+def cluster_model(nodes: int = 128, per_node: int = 8, steps: int = 80) -> RunModel:
+    """A large cluster (1,024 ranks) replaying the recorded bf16 run, every other step, each
+    rank's loss a little above the last's: rank 42 (node 5) fails with the recorded NCCL error
+    at step 60, and rank 613's loss is no number from step 50."""
+    record = run_record()
+    record.world_size = nodes * per_node
+    record.nodes = [
+        NodeRecord(f"gpu-{node:03d}", f"10.1.{node}.2", node, per_node, "/srv/r", [], {})
+        for node in range(nodes)
+    ]
+    model = RunModel(record)
+    lines = (FIXTURES / "events" / "bf16-300-steps.rank0.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    error = json.loads((FIXTURES / "events" / "nccl-error.rank0.jsonl").read_text().splitlines()[0])
+    # Step by step across the ranks, as they arrive.
+    for event in events:
+        step = event.get("step")
+        if isinstance(step, int) and (step > steps or step % 2):
+            continue
+        for rank in range(record.world_size):
+            if rank == 42 and isinstance(step, int) and step > 60:
+                continue
+            shown = {**event, **_ids(rank, per_node, record.world_size)}
+            if isinstance(shown.get("loss"), float):
+                shown["loss"] *= 1 + 0.0002 * rank
+                if rank == 613 and isinstance(step, int) and step >= 50:
+                    shown["loss"] = None
+            host = record.nodes[rank // per_node].host
+            model.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, json.dumps(shown)))
+    failed = {**error, **_ids(42, per_node, record.world_size)}
+    model.apply(
+        FileLine(record.nodes[42 // per_node].host, "events/rank42.jsonl", 0, json.dumps(failed))
+    )
+    return model
+
+
+def _ids(rank: int, per_node: int, world_size: int) -> dict[str, int]:
+    node = rank // per_node
+    return {
+        "rank": rank,
+        "local_rank": rank % per_node,
+        "node_rank": node,
+        "world_size": world_size,
+    }

@@ -1,7 +1,8 @@
 """Write the README's console screenshots (SVG): ``python -m tests.ui.screenshots``, at 160×48
 and at 80×24.
 
-The health and run screens come from the recorded H200 data; the demo's run screen from a real
+The health and run screens come from the recorded H200 data (the run at 1,024 ranks too, each
+rank replaying it); the demo's run screen from a real
 ``ddptui demo`` cluster on this machine (two loopback hosts, gloo), launched with ``l`` and
 caught once every rank has logged a few dozen steps.
 """
@@ -60,6 +61,8 @@ async def main() -> None:
         )
         model = scenes.run_model()
         await _save(RunScreen(model.record, model=model), f"console-run{suffix}.svg", size=size)
+    cluster = scenes.cluster_model()
+    await _save(RunScreen(cluster.record, model=cluster), "console-run-1024.svg", ("w",))
     await _save_demo("demo-run.svg")
 
 

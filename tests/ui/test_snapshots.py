@@ -81,6 +81,30 @@ def test_run_with_the_nccl_error(snap_compare: SnapCompare, size: tuple[int, int
     assert snap_compare(DdptuiApp(first_screen=_run()), terminal_size=size, run_before=_laid_out)
 
 
+def _cluster() -> Screen[None]:
+    model = scenes.cluster_model()
+    return RunScreen(model.record, model=model)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_run_of_1024_ranks_a_row_per_node_the_loss_as_bands(
+    snap_compare: SnapCompare, size: tuple[int, int]
+) -> None:
+    # The failed node first, then the one whose loss is no number, then the rest in order.
+    app = DdptuiApp(first_screen=_cluster())
+    assert snap_compare(app, terminal_size=size, run_before=_laid_out)
+
+
+def test_the_worst_node_expanded_and_its_failed_rank_on_the_bands(
+    snap_compare: SnapCompare,
+) -> None:
+    # w: node 5 expanded, the cursor on it; three rows down is rank 42, chosen: its log, and
+    # its line over the bands.
+    press = ["w", "down", "down", "down", "enter"]
+    app = DdptuiApp(first_screen=_cluster())
+    assert snap_compare(app, terminal_size=(160, 48), press=press, run_before=_laid_out)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_run_gpus_and_linear_loss(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     app = DdptuiApp(first_screen=_run())

@@ -60,6 +60,7 @@ class RunScreen(Screen[None]):
         Binding("t", "pane('launch')", "launch timeline", show=False),
         Binding("y", "log_scale", "scale"),
         Binding("a", "all_ranks", "all ranks", show=False),
+        Binding("w", "worst", "worst node", show=False),
         Binding("D", "dump", "every rank's stacks", show=False),
         Binding("escape", "back", "back"),
     ]
@@ -311,17 +312,45 @@ class RunScreen(Screen[None]):
 
     @on(DataTable.RowSelected, "#ranks")
     def _rank_chosen(self, event: DataTable.RowSelected) -> None:
-        ranks = self.run_model.progress.ranks
-        pane = self.query_one("#run-panes", ContentSwitcher).current
-        if pane == "stacks" and self.stacks is not None and 0 <= event.cursor_row < len(ranks):
-            self.query_one(StacksPane).show(self.stacks, ranks[event.cursor_row].rank)
+        table = self.query_one(RankTable)
+        rank = table.rank_at(event.cursor_row)
+        if rank is None:
+            node = table.node_at(event.cursor_row)
+            if node is not None:
+                table.toggle(node)
+                self._redraw_table()
             return
-        if 0 <= event.cursor_row < len(ranks):
-            self.chart_rank = self.log_rank = ranks[event.cursor_row].rank
-            self._chart_due = 0.0
-            self.action_pane("log")
+        pane = self.query_one("#run-panes", ContentSwitcher).current
+        if pane == "stacks" and self.stacks is not None:
+            self.query_one(StacksPane).show(self.stacks, rank)
+            return
+        self.chart_rank = self.log_rank = rank
+        self._chart_due = 0.0
+        self.action_pane("log")
+
+    def action_worst(self) -> None:
+        """The cursor to the worst node's row (expanded) or the worst rank's."""
+        table = self.query_one(RankTable)
+        worst = table.worst()
+        if worst is None:
+            self.say("nothing is wrong with any rank")
+            return
+        row, words = worst
+        node = table.node_at(row)
+        if table.grouped and node is not None and node not in table.expanded:
+            table.toggle(node)
+            self._redraw_table()
+        table.move_cursor(row=row)
+        table.focus()
+        self.say(f"worst: {words}")
 
     # --- drawing ---------------------------------------------------------------------------
+
+    def _redraw_table(self) -> None:
+        """Now, not at the next tick: the rows a key asked for are there for the next key."""
+        self._table_due = 0.0
+        self.dirty = True
+        self._redraw()
 
     def _redraw(self) -> None:
         if not self.dirty or not self.is_current:
@@ -350,7 +379,7 @@ class RunScreen(Screen[None]):
         if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
             # A line plot is the costliest thing on the screen; a few times a second is plenty.
             self._chart_due = now + CHART_EVERY_S
-            chart.show(model.progress.ranks, self.chart_rank)
+            chart.show(model.progress.ranks, self.chart_rank, model.bands.points())
         if pane == "log":
             self.query_one(LogPane).follow(model.logs.get(self.log_rank, ()))
         elif pane == "gpus":

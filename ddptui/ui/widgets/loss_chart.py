@@ -15,13 +15,17 @@ from textual import on
 from textual.theme import Theme
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 
+from ddptui.run.bands import Band
 from ddptui.run.progress import RankProgress
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "white", "bright_black")
 LIGHT_COLOURS = ("blue", "magenta", "green4", "dark_orange3", "cyan", "red", "black", "purple")
 """On a light background white and yellow vanish: the same number of lines in darker inks."""
 MAX_LINES = len(COLOURS)
-"""More lines than colours would be unreadable: beyond it, only the first ranks are drawn."""
+"""More lines than colours would be unreadable: beyond it the ranks are drawn as bands (their
+lowest, median and highest loss at each step) with the selected rank's line on top, or where
+there are no bands (losses read from output), the first ranks' lines."""
+BAND_STYLE = "bright_black"
 BUCKETS_PER_CELL = 4
 """Braille draws two dots across each terminal cell; two buckets per dot column keep the picture
 when the buckets' edges and the plot's dot columns do not line up."""
@@ -129,7 +133,7 @@ class LossChart(PlotWidget):
         # Losses fall by orders of magnitude: on a linear axis the first steps flatten the rest.
         self.log_scale = True
         self._drawn: tuple[object, ...] = ()
-        self._shown: tuple[list[RankProgress], int | None] = ([], None)
+        self._shown: tuple[list[RankProgress], int | None, Sequence[Band]] = ([], None, ())
         self._zoomed = False
         """Zoomed or panned by hand: the axes are left as the user set them until reset."""
         self.set_y_formatter(TickLabels())
@@ -174,9 +178,16 @@ class LossChart(PlotWidget):
         """The scale of the picture on show (None before the first)."""
         return bool(self._drawn[0]) if self._drawn else None
 
-    def show(self, ranks: list[RankProgress], only: int | None) -> None:
-        self._shown = (ranks, only)
-        shown = [rank for rank in ranks if only is None or rank.rank == only][:MAX_LINES]
+    def show(self, ranks: list[RankProgress], only: int | None, bands: Sequence[Band] = ()) -> None:
+        """Each rank's line (``only``: that rank's alone); with more ranks than
+        :data:`MAX_LINES` and ``bands``, their lowest, median and highest loss at each step
+        instead, ``only``'s line on top."""
+        self._shown = (ranks, only, bands)
+        banded = len(ranks) > MAX_LINES and bool(bands)
+        if banded:
+            shown = [rank for rank in ranks if rank.rank == only]
+        else:
+            shown = [rank for rank in ranks if only is None or rank.rank == only][:MAX_LINES]
         columns = max(16, self.size.width * BUCKETS_PER_CELL)
         # Last step of every line, the scale and the width: if none moved, the picture is the same.
         colours = COLOURS if self.app.current_theme.dark else LIGHT_COLOURS
@@ -185,6 +196,7 @@ class LossChart(PlotWidget):
             only,
             columns,
             colours,
+            (len(bands), bands[-1]) if banded else None,
             *((r.rank, len(r.losses), r.step) for r in shown),
         )
         if key == self._drawn:
@@ -192,32 +204,50 @@ class LossChart(PlotWidget):
         self._drawn = key
         self._step_ticks.width = max(1, self.size.width - self.margin_left - 2)
         self.clear()
-        steps_shown = [rank.losses[index][0] for rank in shown if rank.losses for index in (0, -1)]
-        first, last = min(steps_shown, default=0), max(steps_shown, default=0)
+        named: list[tuple[str, str, Iterable[tuple[int, float]]]] = []
+        if banded:
+            named += [
+                ("highest", BAND_STYLE, ((band.step, band.high) for band in bands)),
+                ("median", colours[0], ((band.step, band.median) for band in bands)),
+                ("lowest", BAND_STYLE, ((band.step, band.low) for band in bands)),
+            ]
+        for index, rank in enumerate(shown):
+            # On top of the bands, in the ink the median's is not.
+            style = colours[3] if banded else colours[index % len(colours)]
+            named.append((f"rank {rank.rank}", style, rank.losses))
+        firsts_and_lasts = [
+            step
+            for rank in shown
+            if rank.losses
+            for step in (rank.losses[0][0], rank.losses[-1][0])
+        ]
+        if banded:
+            firsts_and_lasts += [bands[0].step, bands[-1].step]
+        first, last = min(firsts_and_lasts, default=0), max(firsts_and_lasts, default=0)
         lines = []
-        for rank in shown:
+        for _, _, points in named:
             drawable = (
                 point
-                for point in rank.losses
+                for point in points
                 if math.isfinite(point[1]) and (point[1] > 0 or not self.log_scale)
             )
             # Thinned before the logarithm: it keeps each column's lowest and highest alike.
-            points = envelope(drawable, first, last, columns)
-            lines.append([(step, self._plotted(loss)) for step, loss in points])
+            thinned = envelope(drawable, first, last, columns)
+            lines.append([(step, self._plotted(loss)) for step, loss in thinned])
         drawn = [point for points in lines for point in points]
         if drawn and not self._zoomed:
             all_steps, all_losses = zip(*drawn, strict=True)
             self.set_xlimits(*axis_limits(min(all_steps), max(all_steps)))
             self.set_ylimits(*axis_limits(min(all_losses), max(all_losses)))
-        for index, (rank, points) in enumerate(zip(shown, lines, strict=True)):
+        for (label, style, _), points in zip(named, lines, strict=True):
             if points:
                 steps, losses = zip(*points, strict=True)
                 self.plot(
                     steps,
                     losses,
-                    line_style=colours[index % len(colours)],
+                    line_style=style,
                     hires_mode=HiResMode.BRAILLE,
-                    label=f"rank {rank.rank}",
+                    label=label,
                 )
         # The plot writes its label over the last one without clearing it: same-width labels
         # leave nothing of the longer one behind ("log1lossss)").

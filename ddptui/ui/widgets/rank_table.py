@@ -1,9 +1,12 @@
-"""The run screen's table of ranks: a row per rank, updated in place, whole columns only, in a
-DataTable whose render caches fit what it shows."""
+"""The run screen's table of ranks: a row per rank, or at a large cluster's size a row per node
+(the worst first, each expanded into its ranks on request), updated in place, whole columns
+only, in a DataTable whose render caches fit what it shows."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -13,7 +16,8 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from ddptui.run.progress import RankProgress
-from ddptui.ui.widgets.cells import cell, in_view, number
+from ddptui.ui.widgets.cells import cell, figure, in_view, number
+from ddptui.untrusted import plain
 
 CELL_RENDERS = 1024
 """Rendered cells kept: the visible rows' cells twice over. DataTable keeps 10,000 by default,
@@ -25,6 +29,8 @@ LINES = 256
 RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", "memory")
 """The state (failed, stalled, straggler) before the rates: at 80 columns the table shows only
 its first five (the status line sums the rest up)."""
+GROUP_ABOVE = 64
+"""More ranks than this are shown a row per node: 1,024 rows are read by nobody."""
 ALWAYS_SHOWN = 5
 """Columns shown however narrow the table: a cut-off state reads better than none."""
 
@@ -52,16 +58,60 @@ class RankTable(DataTable[Any]):
         """Each column's widest content so far: a column leaves or comes back only when the
         room changes, not with every wider value."""
         self._shown_rows: dict[str, tuple[Text, ...]] = {}
+        self.expanded: set[int] = set()
+        """The nodes whose ranks are shown under their row (grouped)."""
+        self._grouped = False
+        self._targets: list[tuple[str, int]] = []
+        self._row_nodes: list[int] = []
+        self._severities: list[int] = []
+        self._worst_words: list[str] = []
 
     def lay_out_again(self) -> None:
         """The next :meth:`show` lays every row out anew (a run read back replaces them all)."""
         self._shown_rows = {}
 
+    @property
+    def grouped(self) -> bool:
+        """A row per node, each expanded on request, rather than one per rank."""
+        return self._grouped
+
+    def rank_at(self, row: int) -> int | None:
+        """The rank of row ``row``; None for a node's row or past the rows."""
+        target = self._targets[row] if 0 <= row < len(self._targets) else None
+        return target[1] if target is not None and target[0] == "rank" else None
+
+    def node_at(self, row: int) -> int | None:
+        """The node (rank) of row ``row``, whether it is the node's row or one of its ranks'."""
+        return self._row_nodes[row] if 0 <= row < len(self._row_nodes) else None
+
+    def toggle(self, node: int) -> None:
+        """Expand the node's row into its ranks', or fold them back."""
+        self.expanded ^= {node}
+
+    def worst(self) -> tuple[int, str] | None:
+        """The row of the worst node (grouped) or rank, and what is wrong with it; None when
+        nothing is."""
+        if not self._severities or max(self._severities) == 0:
+            return None
+        row = self._severities.index(max(self._severities))
+        return row, self._worst_words[row]
+
     def show(self, ranks: Sequence[RankProgress], silent: Collection[str]) -> None:
-        """One row per rank; ``silent``: the hosts that do not answer. Rows are updated cell
-        by cell: rebuilding the table would throw away its render cache on every redraw,
-        which costs more than everything else at 64 ranks."""
-        every = {str(rank.rank): _rank_cells(rank, rank.host in silent) for rank in ranks}
+        """One row per rank, or past :data:`GROUP_ABOVE` ranks one per node (the worst first)
+        with the expanded nodes' ranks under theirs; ``silent``: the hosts that do not
+        answer. Rows are updated cell by cell: rebuilding the table would throw away its
+        render cache on every redraw, which costs more than everything else at 64 ranks."""
+        self._grouped = len(ranks) > GROUP_ABOVE
+        rows = (
+            _grouped_rows(ranks, silent, self.expanded)
+            if self._grouped
+            else _flat_rows(ranks, silent)
+        )
+        every = {key: row.cells for key, row in rows.items()}
+        self._targets = [row.target for row in rows.values()]
+        self._row_nodes = [row.node for row in rows.values()]
+        self._severities = [row.severity for row in rows.values()]
+        self._worst_words = [row.words for row in rows.values()]
         for cells in every.values():
             self._widest = [max(w, c.cell_len) for w, c in zip(self._widest, cells, strict=True)]
         room = self.scrollable_content_region.width
@@ -75,34 +125,163 @@ class RankTable(DataTable[Any]):
             self.clear(columns=True)
             self._shown_columns = self.add_columns(*RANK_COLUMNS[:shown])
             self._shown_rows = {}
-        rows = {key: cells[:shown] for key, cells in every.items()}
+        cut = {key: cells[:shown] for key, cells in every.items()}
         widths = [column.content_width for column in self.columns.values()]
         # An update in place keeps the column's width and would cut a wider value (a loss of
         # 0.008914 shown as "0.00"): laying the rows out again sizes the columns to them.
         wider = any(
             cell.cell_len > width
-            for cells in rows.values()
+            for cells in cut.values()
             for cell, width in zip(cells, widths, strict=True)
         )
-        if wider or list(rows) != list(self._shown_rows):
-            row = self.cursor_row
-            self.clear()
-            for key, cells in rows.items():
-                self.add_row(*cells, key=key)
-            if self.row_count:
-                self.move_cursor(row=min(row, self.row_count - 1))
+        if wider or list(cut) != list(self._shown_rows):
+            self._lay_out(cut)
         else:
-            for key, cells in rows.items():
+            for key, cells in cut.items():
                 for column, (old, new) in enumerate(zip(self._shown_rows[key], cells, strict=True)):
                     if old != new:
                         self.update_cell(key, self._shown_columns[column], new)
-        self._shown_rows = rows
+        self._shown_rows = cut
+
+    def _lay_out(self, rows: dict[str, tuple[Text, ...]]) -> None:
+        """The rows anew, the cursor kept on the row it was on (rows move as the worst rise)."""
+        keys = list(self._shown_rows)
+        was = keys[self.cursor_row] if 0 <= self.cursor_row < len(keys) else None
+        row = self.cursor_row
+        self.clear()
+        for key, cells in rows.items():
+            self.add_row(*cells, key=key)
+        if self.row_count:
+            if was in rows:
+                row = list(rows).index(was)
+            self.move_cursor(row=min(row, self.row_count - 1))
 
 
-def _rank_cells(rank: RankProgress, silent: bool) -> tuple[Text, ...]:
+@dataclass(frozen=True)
+class _Row:
+    cells: tuple[Text, ...]
+    target: tuple[str, int]
+    """``("rank", N)`` or ``("node", N)``: what choosing the row means."""
+    node: int
+    severity: int
+    words: str
+
+
+def _flat_rows(ranks: Sequence[RankProgress], silent: Collection[str]) -> dict[str, _Row]:
+    return {
+        str(rank.rank): _Row(
+            _rank_cells(rank, rank.host in silent),
+            ("rank", rank.rank),
+            rank.node_rank,
+            _severity(rank, rank.host in silent),
+            f"rank {rank.rank} on {rank.host}: {_state(rank, rank.host in silent).plain}",
+        )
+        for rank in ranks
+    }
+
+
+def _grouped_rows(
+    ranks: Sequence[RankProgress], silent: Collection[str], expanded: Collection[int]
+) -> dict[str, _Row]:
+    """A row per node, the worst first (healthy nodes in node order, so rows do not jump
+    while nothing is wrong), each expanded node's ranks under its row."""
+    nodes: dict[int, list[RankProgress]] = {}
+    for rank in ranks:
+        nodes.setdefault(rank.node_rank, []).append(rank)
+    order = sorted(
+        nodes.items(),
+        key=lambda item: (-max(_severity(r, r.host in silent) for r in item[1]), item[0]),
+    )
+    rows: dict[str, _Row] = {}
+    for node, members in order:
+        quiet = members[0].host in silent
+        severity = max(_severity(rank, quiet) for rank in members)
+        state = _node_state(members, quiet)
+        host = plain(members[0].host, limit=64, one_line=True)
+        rows[f"node{node}"] = _Row(
+            _node_cells(node, members, state, node in expanded),
+            ("node", node),
+            node,
+            severity,
+            f"node {node} {host}: {state.plain}",
+        )
+        if node in expanded:
+            for rank in members:
+                rows[str(rank.rank)] = _Row(
+                    _rank_cells(rank, quiet, indent=True),
+                    ("rank", rank.rank),
+                    node,
+                    _severity(rank, quiet),
+                    f"rank {rank.rank} on {host}: {_state(rank, quiet).plain}",
+                )
+    return rows
+
+
+def _severity(rank: RankProgress, silent: bool) -> int:
+    """How much a rank's row asks to be looked at: failed, then not answering or stalled,
+    then a straggler, then a loss that is no number."""
+    if rank.state.value in ("failed", "killed"):
+        return 4
+    if silent or rank.stalled:
+        return 3
+    if rank.as_straggler() is not None:
+        return 2
+    return 1 if rank.nonfinite else 0
+
+
+def _node_cells(
+    node: int, ranks: list[RankProgress], state: Text, expanded: bool
+) -> tuple[Text, ...]:
+    steps = [rank.step for rank in ranks if rank.step is not None]
+    losses = [rank.loss for rank in ranks if rank.loss is not None]
+    speeds = [rank.samples_per_s for rank in ranks if rank.samples_per_s is not None]
+    times = [rank.step_time_s for rank in ranks if rank.step_time_s is not None]
+    memories = [
+        rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib for rank in ranks
+    ]
+    step = number(min(steps, default=None), "d")
+    if steps and min(steps) != max(steps):
+        step = Text(f"{figure(min(steps), 'd')}–{figure(max(steps), 'd')}", justify="right")
+    return (
+        cell(f"{'▾' if expanded else '▸'} {node} {ranks[0].host}", "bold", limit=18),
+        Text(f"{ranks[0].rank}–{ranks[-1].rank}", justify="right"),
+        step,
+        Text("nan/inf", "bold red")
+        if any(rank.nonfinite for rank in ranks)
+        else number(statistics.median(losses) if losses else None, ".4g"),
+        state,
+        number(sum(speeds) if speeds else None, ".0f"),
+        number(max(times, default=None), ".3f"),
+        number(max((m for m in memories if m is not None), default=None), ".0f", " MiB"),
+    )
+
+
+def _node_state(ranks: list[RankProgress], silent: bool) -> Text:
+    """How many of the node's ranks are in each state, the worst first, and its stalls and
+    worst straggler."""
+    counts: dict[str, int] = {}
+    for rank in sorted(ranks, key=lambda rank: -_severity(rank, silent)):
+        counts[rank.state.value] = counts.get(rank.state.value, 0) + 1
+    text = Text()
+    for index, (state, count) in enumerate(counts.items()):
+        style = {"failed": "bold red", "killed": "bold red", "done": "green"}.get(state, "")
+        text.append(f"{', ' if index else ''}{count} {state}", style)
+    stalled = sum(rank.stalled for rank in ranks)
+    if silent:
+        text.append(" ⌁ no answer", "bold yellow")
+    elif stalled:
+        text.append(f" ⏸ {stalled} stalled", "bold yellow")
+    stragglers = [s for rank in ranks if (s := rank.as_straggler()) is not None]
+    if stragglers:
+        slowest = max(stragglers, key=lambda straggler: straggler.slower_by)
+        text.append(f" ▼ r{slowest.rank} +{slowest.slower_by:.0%}", "yellow")
+    return text
+
+
+def _rank_cells(rank: RankProgress, silent: bool, *, indent: bool = False) -> tuple[Text, ...]:
     memory = rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
     return (
-        cell(f"{rank.node_rank} {rank.host}", limit=18),
+        cell(f"{'  ' if indent else ''}{rank.node_rank} {rank.host}", limit=18),
         number(rank.rank, "d"),
         number(rank.step, "d"),
         Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
