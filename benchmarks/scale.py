@@ -158,9 +158,10 @@ def command(sim: subprocess.Popen[str], words: str) -> float:
     return float(sim.stdout.readline().split()[1])
 
 
-def measure(size: Size, seconds: float) -> Figures:
+def measure(size: Size, seconds: float, profile: str = "") -> Figures:
     work = Path(tempfile.mkdtemp(prefix="ddptui-scale-"))
     env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
+    supervisor_env = {**env, "SCALE_PROFILE": profile} if profile else env
     store = RunStore(work / "state" / "ddptui" / "runs")
     write_run(store, size)
     socket = str(work / "hosts.sock")
@@ -173,7 +174,7 @@ def measure(size: Size, seconds: float) -> Figures:
     assert sim.stdout is not None and sim.stdout.readline().strip() == "serving"
     supervisor = subprocess.Popen(
         [python, str(ROOT / "benchmarks/sim_backend.py"), str(store.root), RUN_ID, socket],
-        env=env, stdin=subprocess.DEVNULL,
+        env=supervisor_env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     files = store.files(RUN_ID)
     until("running run", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60)
@@ -281,6 +282,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8x8@5,32x8@5,128x8@5,256x8@2")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--profile", default="", help="the supervisor's cProfile stats, to PATH")
     args = parser.parse_args()
     results = []
     for text in args.sizes.split(","):
@@ -288,7 +290,7 @@ def main() -> None:
         print(
             f"{size.nodes} nodes x {size.per_node} ranks at {size.rate:g} steps/s ...", flush=True
         )
-        results.append(measure(size, args.seconds))
+        results.append(measure(size, args.seconds, args.profile))
         report(results[-1:])
     report(results)
 

@@ -15,6 +15,7 @@ writes its pid, so viewers find it as they find any supervisor.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import fcntl
 import logging
 import os
@@ -106,7 +107,12 @@ def main(root: str, run_id: str, socket: str) -> None:
     SimFollower.socket = socket
     record = store.load(run_id)
     supervisor = Supervisor(store, record, load_config(files.hosts), backend=SimBackend)
-    asyncio.run(serve(supervisor, Launch()))
+    profile = os.environ.get("SCALE_PROFILE")
+    if profile:
+        # Where the supervisor's time goes (scale.py --profile), written as it exits.
+        cProfile.runctx("asyncio.run(serve(supervisor, Launch()))", globals(), locals(), profile)
+    else:
+        asyncio.run(serve(supervisor, Launch()))
 
 
 if __name__ == "__main__":
