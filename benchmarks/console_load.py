@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.sim_backend import sim_run
 from ddptui.run.follow import FileLine
 from ddptui.run.model import RunModel
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen
@@ -58,21 +58,6 @@ ERROR_LINES = (
 def _rss_mib() -> float:
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _record(nodes: int, per_node: int) -> RunRecord:
-    placed = [
-        NodeRecord(f"node{n}", f"10.0.{n // 250}.{n % 250 + 1}", n, per_node, "/r", [], {})
-        for n in range(nodes)
-    ]
-    record = RunRecord(
-        "20261201-000000-load", time.time(), "hosts.toml", "trainer", "nccl", "10.0.0.1",
-        nodes * per_node, [], placed,
-    )  # fmt: skip
-    record.attempts.append(Attempt(1, time.time(), 29500))
-    for state in (RunState.STAGING, RunState.STARTING, RunState.RUNNING):
-        record.transition(state)
-    return record
 
 
 def _step(rank: int, step: int, per_node: int, world: int) -> str:
@@ -116,7 +101,7 @@ async def _load(
         cpu = time.process_time()
         step += 1
         for rank in range(world):
-            host = f"node{rank // per_node}"
+            host = f"sim{rank // per_node:04d}"
             model.apply(
                 FileLine(host, f"events/rank{rank}.jsonl", 0, _step(rank, step, per_node, world))
             )
@@ -130,7 +115,7 @@ async def _load(
         # A follower hands lines over as it reads them: a burst arrives in chunks.
         for index in range(min(burst, BURST_CHUNK)):
             text = ERROR_LINES[index % len(ERROR_LINES)]
-            model.apply(FileLine("node0", "logs/attempt-1/x/5/stderr.log", 0, text))
+            model.apply(FileLine("sim0000", "logs/attempt-1/x/5/stderr.log", 0, text))
         burst -= min(burst, BURST_CHUNK)
         feed_cpu += time.process_time() - cpu
         screen.post_message(RunChanged(model))
@@ -154,11 +139,11 @@ async def _load(
 
 
 async def main(seconds: float, pane: str, nodes: int, per_node: int, rate: float) -> None:
-    record = _record(nodes, per_node)
+    record, _ = sim_run("20261201-000000-load", nodes, per_node, running=True)
     screen = RunScreen(record, model=RunModel(record))
     app = DdptuiApp(first_screen=screen)
     # Until every rank's loss curve is full and thinning begins.
-    full = screen.run_model.progress.expect("node0", 0, 0, 0)
+    full = screen.run_model.progress.expect("sim0000", 0, 0, 0)
     assert full is not None and full.losses.maxlen is not None
     warm_up = max(WARM_UP_S, full.losses.maxlen / rate + 5)
     async with app.run_test(size=(160, 48)) as pilot:

@@ -25,6 +25,7 @@ printed so that a saturated machine shows.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shutil
@@ -39,7 +40,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddptui.run.record import NodeRecord, RunRecord, RunState
+from benchmarks.sim_backend import SimTransport, sim_run
+from ddptui.config import load_config
+from ddptui.run import dump
+from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor.judging import HANG_MIN_S
 
@@ -84,6 +88,10 @@ class Figures:
     printed_per_s: list[float]
     hung_after: float | None
     failed_after: float | None
+    dump_s: float
+    dump_saved_s: float
+    dump_stacks: int
+    dump_groups: int
 
 
 def cpu_seconds(pid: int) -> float:
@@ -124,20 +132,7 @@ class Printed(threading.Thread):
 
 
 def write_run(store: RunStore, size: Size) -> None:
-    names = [f"sim{node:04d}" for node in range(size.nodes)]
-    hosts = "".join(
-        f'[[hosts]]\nname = "{name}"\naddress = "10.{node // 250}.{node % 250}.1"\n'
-        for node, name in enumerate(names)
-    )
-    nodes = [
-        NodeRecord(name, f"10.{node // 250}.{node % 250}.1", node, size.per_node, "/r", [], {})
-        for node, name in enumerate(names)
-    ]
-    record = RunRecord(
-        RUN_ID, time.time(), "hosts.toml", "trainer", "nccl", nodes[0].address, size.ranks,
-        [], nodes,
-    )  # fmt: skip
-    record.transition(RunState.STAGING, "simulated")
+    record, hosts = sim_run(RUN_ID, size.nodes, size.per_node)
     store.create(record, hosts)
 
 
@@ -206,6 +201,7 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
         peak = memory_mib(supervisor.pid, "VmHWM")
         frozen = command(sim, "freeze")
         hung = until("hang verdict", lambda: store.load(RUN_ID).state is RunState.HUNG, 120, 0.1)
+        dumped = asyncio.run(_dump(store, socket))
         command(sim, "thaw")
         until("running again", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60, 0.1)
         time.sleep(2)
@@ -214,8 +210,9 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
             "failure verdict", lambda: store.load(RUN_ID).state is RunState.FAILED, 60, 0.1
         )
         return Figures(
-            size, cpu, rss, peak, printed[0].latency, rates, hung - frozen, failed - exited
-        )
+            size, cpu, rss, peak, printed[0].latency, rates, hung - frozen, failed - exited,
+            *dumped,
+        )  # fmt: skip
     finally:
         for process in (*viewers, supervisor):
             process.terminate()
@@ -226,6 +223,21 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
         sim.stdin.close()
         sim.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def _dump(store: RunStore, socket: str) -> tuple[float, float, int, int]:
+    """``ddptui dump``'s work on the head, every host asked at once through the simulated
+    transport: seconds until every answer is read and grouped, until saved, the stacks, the
+    groups."""
+    SimTransport.socket = socket
+    record = store.load(RUN_ID)
+    config = load_config(store.files(RUN_ID).hosts)
+    began = time.monotonic()
+    taken = await dump.take(config, record, SimTransport())
+    groups = len(taken.groups)
+    took = time.monotonic() - began
+    dump.save(taken, store.files(RUN_ID).dumps)
+    return took, time.monotonic() - began, len(taken.stacks), groups
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -260,7 +272,12 @@ def report(results: list[Figures]) -> None:
         )
     for figures in results:
         shown = " and ".join(f"{rate:,.0f}" for rate in figures.printed_per_s)
-        print(f"{figures.size.ranks} ranks: the viewers printed {shown} lines/s")
+        print(
+            f"{figures.size.ranks} ranks: the viewers printed {shown} lines/s; dump of the hung "
+            f"run from {figures.size.nodes} hosts: {figures.dump_stacks} stacks in "
+            f"{figures.dump_groups} groups in {figures.dump_s:.2f} s, saved at "
+            f"{figures.dump_saved_s:.2f} s"
+        )
     print(
         f"(hung +s: after the last step, beyond the {HANG_MIN_S:g} s hang window; "
         "failed s: after the node's torchrun exited 1)"

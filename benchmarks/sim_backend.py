@@ -21,22 +21,54 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddptui.config import Config, load_config
+from ddptui.config.model import HostConfig
+from ddptui.remote.commands import CommandResult
+from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import LineStream
+from ddptui.remote.transport import Command, RemoteError, Transport
+from ddptui.run import dump
 from ddptui.run.backends import Follower, Owner, RunBackend, StartFailed
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import MAX_DOCUMENT_BYTES, HostFollower
-from ddptui.run.record import NodeRecord
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import Supervisor
 from ddptui.run.supervisor.jobs import Launch
 from ddptui.run.supervisor.process import serve
+
+
+def sim_run(
+    run_id: str, nodes: int, per_node: int, *, running: bool = False
+) -> tuple[RunRecord, str]:
+    """A run on ``nodes`` simulated hosts of ``per_node`` ranks (named as the simulated hosts
+    name themselves), and its hosts file: staging, or with ``running`` its first attempt
+    running."""
+    names = [f"sim{node:04d}" for node in range(nodes)]
+    addresses = [f"10.{node // 250}.{node % 250}.1" for node in range(nodes)]
+    hosts = "".join(
+        f'[[hosts]]\nname = "{name}"\naddress = "{address}"\n'
+        for name, address in zip(names, addresses, strict=True)
+    )
+    placed = [
+        NodeRecord(name, address, node, per_node, "/r", [], {})
+        for node, (name, address) in enumerate(zip(names, addresses, strict=True))
+    ]
+    record = RunRecord(
+        run_id, time.time(), "hosts.toml", "trainer", "nccl", addresses[0], nodes * per_node,
+        [], placed,
+    )  # fmt: skip
+    record.transition(RunState.STAGING, "simulated")
+    if running:
+        record.begin_attempt(Attempt(1, time.time(), 29500), "simulated")
+        record.transition(RunState.RUNNING, "simulated")
+    return record, hosts
 
 
 class SimStream(LineStream):
@@ -64,6 +96,33 @@ class SimFollower(HostFollower):
         writer.write(f"{self.host.name}\n".encode())
         self._stream = SimStream(self, writer, reader)
         return self._stream
+
+
+class SimTransport(Transport):
+    """Agent commands to the simulated hosts: ``dump`` is answered as a node agent answers it
+    (each rank's stacks); the run's files are followed by :class:`SimFollower` instead."""
+
+    socket = ""
+
+    async def connect(self, host: HostConfig) -> Reachability:
+        return Reachability(Reach.OK)
+
+    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
+        if "dump" not in command.argv:
+            return CommandResult(1, "", f"the simulated hosts run no {command.argv}")
+        reader, writer = await asyncio.open_unix_connection(self.socket, limit=1 << 24)
+        writer.write(f"{host.name} dump\n".encode())
+        answer = await reader.read()
+        writer.close()
+        return CommandResult(0, answer.decode(), "")
+
+    async def open_stream(
+        self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
+    ) -> LineStream:
+        raise RemoteError(f"{host.name}: the simulated hosts are followed by SimFollower")
+
+    async def close(self) -> None:
+        return None
 
 
 class SimBackend(RunBackend):
@@ -94,7 +153,7 @@ class SimBackend(RunBackend):
         return SimFollower.of_node(self.config, self.owner.record, node, offsets=offsets)
 
     async def take_stacks(self) -> StackDump:
-        return StackDump(self.owner.record.id, time.time(), ())
+        return await dump.take(self.config, self.owner.record, SimTransport())
 
 
 def main(root: str, run_id: str, socket: str) -> None:
@@ -104,7 +163,7 @@ def main(root: str, run_id: str, socket: str) -> None:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     files.supervisor_pid.write_text(f"{os.getpid()}\n")
     logging.basicConfig(filename=files.supervisor_log, level=logging.INFO)
-    SimFollower.socket = socket
+    SimFollower.socket = SimTransport.socket = socket
     record = store.load(run_id)
     supervisor = Supervisor(store, record, load_config(files.hosts), backend=SimBackend)
     profile = os.environ.get("SCALE_PROFILE")

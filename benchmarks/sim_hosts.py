@@ -20,6 +20,7 @@ hosts', not the head's, and it runs beside what it measures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -52,6 +53,21 @@ ERROR = (
     '"time":{now:.6f},"message":"DistBackendError: NCCL error: unhandled system error (run with '
     'NCCL_DEBUG=INFO for details), NCCL version 2.28.9","traceback":"Traceback (most recent call '
     'last):\\n  File \\"/home/alice/ddptui/trainer/loop.py\\", line 212, in step\\n"}}'
+)
+
+TORCH = "/opt/venv/lib/python3.12/site-packages/torch"
+WAITING_FRAMES = (
+    ("wait", f"{TORCH}/distributed/distributed_c10d.py", 2806),
+    ("all_reduce", f"{TORCH}/distributed/distributed_c10d.py", 2781),
+    ("_sync_params", f"{TORCH}/nn/parallel/distributed.py", 1690),
+    ("step", "/home/alice/ddptui/trainer/loop.py", 212),
+    ("main", "/home/alice/ddptui/trainer/main.py", 40),
+)
+ODD_FRAMES = (
+    ("save", f"{TORCH}/serialization.py", 967),
+    ("checkpoint", "/home/alice/ddptui/trainer/checkpoint.py", 88),
+    ("step", "/home/alice/ddptui/trainer/loop.py", 230),
+    ("main", "/home/alice/ddptui/trainer/main.py", 40),
 )
 
 
@@ -144,6 +160,22 @@ class Host:
         self.exit = 1
         self.line("node/attempt-1.exit", "1")
 
+    def dump(self, frozen: bool) -> dict[str, object]:
+        """The agent's answer to ``dump``: each rank's stacks as py-spy prints them, the ranks
+        in a collective (frozen: but the stopped one, in its step)."""
+        ranks = []
+        for rank in self.ranks:
+            odd = frozen and rank == self.stopped_rank
+            frames = ODD_FRAMES if odd else WAITING_FRAMES
+            text = f'Thread {2000 + rank} (idle): "MainThread"\n' + "".join(
+                f"    {function} ({path}:{line})\n" for function, path, line in frames
+            )
+            pid = 1000 + rank - self.ranks.start
+            ranks.append(
+                {"rank": rank, "pid": pid, "via": "py-spy", "text": text, "error": "", "note": ""}
+            )
+        return {"attempt": 1, "ranks": ranks, "flight": []}
+
     def flush(self) -> None:
         if self.writer is not None and self.pending and not self.writer.is_closing():
             self.writer.write(("\n".join(self.pending) + "\n").encode())
@@ -161,9 +193,17 @@ class Simulation:
         self.started = time.monotonic()
 
     async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        name = (await reader.readline()).decode().strip()
+        name, _, command = (await reader.readline()).decode().strip().partition(" ")
         host = self.hosts.get(name)
         if host is None:
+            writer.close()
+            return
+        if command == "dump":
+            # Asked by a supervisor that may end before it reads the answer (the benchmark
+            # ends it once the failure is recorded, while it keeps the evidence).
+            with contextlib.suppress(ConnectionError):
+                writer.write(json.dumps(host.dump(self.frozen)).encode() + b"\n")
+                await writer.drain()
             writer.close()
             return
         if host.writer is None and not host.offsets:
