@@ -135,7 +135,8 @@ def run_model(*, failed: bool = True, steps: int = 300, state: RunState | None =
 def cluster_model(nodes: int = 128, per_node: int = 8, steps: int = 80) -> RunModel:
     """A large cluster (1,024 ranks) replaying the recorded bf16 run, every other step, each
     rank's loss a little above the last's: rank 42 (node 5) fails with the recorded NCCL error
-    at step 60, and rank 613's loss is no number from step 50."""
+    at step 60, and rank 613's loss is no number from step 50. Every node has 8 busy H200s,
+    but node 5's GPU 2, idle."""
     record = run_record()
     record.world_size = nodes * per_node
     record.nodes = [
@@ -161,6 +162,22 @@ def cluster_model(nodes: int = 128, per_node: int = 8, steps: int = 80) -> RunMo
                     shown["loss"] = None
             host = record.nodes[rank // per_node].host
             model.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, json.dumps(shown)))
+    # Five heartbeats a node, 8 H200s each busy but for node 5's, whose rank 42 failed.
+    for node in record.nodes:
+        for beat in range(5):
+            gpus = [
+                {
+                    "index": index,
+                    "utilization.gpu": 0 if node.node_rank == 5 and index == 2 else 90 + beat,
+                    "memory.used": 61440 + 512 * index,
+                    "memory.total": 143771,
+                    "temperature.gpu": 44,
+                    "power.draw": 612.4,
+                }
+                for index in range(per_node)
+            ]
+            sample = {"procs": per_node + 1, "cpu_pct": 780.0, "rss_mib": 23200.0, "gpus": gpus}
+            model.apply(Heartbeat(node.host, CREATED + 2 * beat, {1: True}, sample))
     failed = {**error, **_ids(42, per_node, record.world_size)}
     model.apply(
         FileLine(record.nodes[42 // per_node].host, "events/rank42.jsonl", 0, json.dumps(failed))

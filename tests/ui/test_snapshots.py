@@ -105,6 +105,12 @@ def test_the_worst_node_expanded_and_its_failed_rank_on_the_bands(
     assert snap_compare(app, terminal_size=(160, 48), press=press, run_before=_laid_out)
 
 
+def test_a_run_of_1024_ranks_gpus_a_line_a_node(snap_compare: SnapCompare) -> None:
+    # Node 5's idle GPU shows in its spread (util 0–94%).
+    app = DdptuiApp(first_screen=_cluster())
+    assert snap_compare(app, terminal_size=(160, 48), press=["g"], run_before=_laid_out)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_run_gpus_and_linear_loss(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     app = DdptuiApp(first_screen=_run())

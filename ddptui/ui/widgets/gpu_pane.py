@@ -1,4 +1,5 @@
-"""The run screen's GPUs: each node's newest sample and each GPU's recent use as sparklines.
+"""The run screen's GPUs: each node's newest sample and each GPU's recent use as sparklines (at a
+large cluster's size, a line a node: its GPUs' spread and their mean use's sparkline).
 
 Every number here is a host's: a percentage is kept from 0 to 100, a value that is no finite
 number is left out (or shown as ``?``), and a GPU without an index is shown without a history
@@ -8,8 +9,9 @@ and as many GPUs).
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -23,6 +25,9 @@ from ddptui.untrusted import finite, plain
 
 GPU_HISTORY = 60
 """Samples kept per GPU (one per heartbeat) for its sparklines."""
+GPU_ROWS_PER_GPU_UP_TO = 64
+"""With more GPUs than this in the run, a line a node (its GPUs' spread and mean) rather than a
+line a GPU: 1,024 lines are scrolled through by nobody."""
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -35,6 +40,8 @@ class GpuPane(VerticalScroll):
         """Utilisation (%) per GPU, one sample per heartbeat."""
         self._memory: dict[tuple[str, int], deque[float]] = {}
         """Memory in use (% of the GPU's) per GPU, one sample per heartbeat."""
+        self._node_utilisation: dict[str, deque[float]] = {}
+        """Each node's GPUs' mean utilisation (%), one sample per heartbeat."""
         self._last_samples: dict[str, Mapping[str, Any]] = {}
         self._shown: Text | None = None
 
@@ -48,6 +55,7 @@ class GpuPane(VerticalScroll):
             if node.sample is self._last_samples.get(host):
                 continue
             self._last_samples[host] = node.sample
+            utilisations = []
             for gpu in node.sample.get("gpus", ()):
                 index = _index(gpu)
                 if index is None:
@@ -57,14 +65,21 @@ class GpuPane(VerticalScroll):
                 if util is not None:
                     history = self._utilisation.setdefault(key, deque(maxlen=GPU_HISTORY))
                     history.append(util)
+                    utilisations.append(util)
                 memory_share = share(gpu.get("memory.used"), gpu.get("memory.total"))
                 if memory_share is not None:
                     memory = self._memory.setdefault(key, deque(maxlen=GPU_HISTORY))
                     memory.append(100.0 * memory_share)
+            if utilisations:
+                mean = self._node_utilisation.setdefault(host, deque(maxlen=GPU_HISTORY))
+                mean.append(statistics.fmean(utilisations))
 
     def show(self, nodes: Mapping[str, NodeState], notes: Mapping[str, str]) -> None:
         """Show each node's newest sample (``notes``: why a host does not answer, by host)."""
         text = Text()
+        per_node = sum(len(node.sample.get("gpus") or ()) for node in nodes.values()) > (
+            GPU_ROWS_PER_GPU_UP_TO
+        )
         for host, node in nodes.items():
             sample = node.sample
             text.append(plain(host, one_line=True), "bold")
@@ -74,8 +89,11 @@ class GpuPane(VerticalScroll):
             cpu, rss = finite(sample.get("cpu_pct")), finite(sample.get("rss_mib"))
             if cpu is not None and rss is not None:
                 text.append(f"  cpu {figure(cpu, '.0f')}%  rss {figure(rss, '.0f')} MiB")
-            text.append("\n")
             gpus = sample.get("gpus") or ()
+            if per_node and gpus:
+                self._node(text, host, gpus)
+                continue
+            text.append("\n")
             if not gpus:
                 text.append("  no GPU samples\n", "dim")
             for gpu in gpus:
@@ -106,6 +124,34 @@ class GpuPane(VerticalScroll):
             memory = self._memory.get((host, index))
             if memory:
                 text.append("  mem " + _spark(memory), "magenta")
+        text.append("\n")
+
+    def _node(self, text: Text, host: str, gpus: Sequence[Mapping[str, Any]]) -> None:
+        """The node's GPUs on one line: how many, their utilisation's spread, the fullest
+        one's memory, and the mean utilisation's recent history."""
+        text.append(f"  {len(gpus)} GPUs")
+        utilisations = sorted(
+            util for gpu in gpus if (util := percent(gpu.get("utilization.gpu"))) is not None
+        )
+        if utilisations:
+            low, high = utilisations[0], utilisations[-1]
+            middle = statistics.median(utilisations)
+            text.append(f"  util {low:.0f}–{high:.0f}% (median {middle:.0f}%)")
+        shares = [
+            (taken, gpu)
+            for gpu in gpus
+            if (taken := share(gpu.get("memory.used"), gpu.get("memory.total"))) is not None
+        ]
+        if shares:
+            _, fullest = max(shares, key=lambda item: item[0])
+            used, total = finite(fullest.get("memory.used")), finite(fullest.get("memory.total"))
+            if used is not None and total is not None:
+                text.append("  fullest ")
+                text.append_text(bar(used, total, width=10))
+                text.append(f" {figure(used, '.0f')}/{figure(total, '.0f')} MiB")
+        history = self._node_utilisation.get(host)
+        if history:
+            text.append("  mean util " + _spark(history), "cyan")
         text.append("\n")
 
 
