@@ -50,6 +50,11 @@ class KnownKey:
     key: asyncssh.SSHKey
 
 
+PARSED_KEPT = 8
+"""Sets of known_hosts files kept parsed, the latest used: a process reaches one cluster's
+hosts, or a few."""
+
+
 class KnownHosts:
     """Parsed known_hosts files: ``path`` (the one ddptui writes) and read-only ``others``.
 
@@ -82,9 +87,19 @@ class KnownHosts:
 
     @classmethod
     def read(cls, path: Path, *others: Path) -> KnownHosts:
-        """``path`` missing is empty; of ``others``, only the files that exist are kept."""
-        read_others = [(other, text) for other in others if (text := _read(other)) is not None]
-        return cls(path, _read(path) or "", read_others)
+        """``path`` missing is empty; of ``others``, only the files that exist are kept.
+
+        Files read before with the same contents are not parsed again: every host of a
+        cluster reads the same files, and parsing all their lines for each of 128 hosts took
+        most of a check's own time (a line a host: 16,384 lines parsed twice)."""
+        read_others = tuple((other, text) for other in others if (text := _read(other)) is not None)
+        text = _read(path) or ""
+        key = (path, text, read_others)
+        known = _PARSED.pop(key, None) or cls(path, text, read_others)
+        _PARSED[key] = known
+        while len(_PARSED) > PARSED_KEPT:
+            del _PARSED[next(iter(_PARSED))]
+        return known
 
     def keys_for(self, address: str, port: int, peer_ip: str | None = None) -> list[KnownKey]:
         """The keys a strict connection to ``address:port`` would accept, with their lines.
@@ -125,6 +140,11 @@ class KnownHosts:
 
     def _match(self, address: str, port: int, peer_ip: str | None) -> tuple[Any, ...]:
         return tuple(self.trusted.match(address, peer_ip or "", None if port == SSH_PORT else port))
+
+
+_PARSED: dict[tuple[Path, str, tuple[tuple[Path, str], ...]], KnownHosts] = {}
+"""Parsed known_hosts files by their paths and contents, the latest used last. A
+:class:`KnownHosts` is never changed once made, so hosts may share one."""
 
 
 def _read(path: Path) -> str | None:

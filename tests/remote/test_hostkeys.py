@@ -110,3 +110,23 @@ def test_fingerprint_is_what_ssh_keygen_prints(tmp_path: Path) -> None:
         check=True,
     )
     assert listed.stdout.split()[1] == fingerprint(key)
+
+
+def test_files_read_again_unchanged_are_not_parsed_again_and_a_change_is_seen(
+    tmp_path: Path,
+) -> None:
+    path, system = tmp_path / "known_hosts", tmp_path / "system"
+    first, second = new_key(), new_key()
+    path.write_text(f"a {public(first)}\n")
+    system.write_text(f"c {public(second)}\n")
+    known = KnownHosts.read(path, system)
+    # Every host of a cluster reads the same files: one parse for all of them.
+    assert KnownHosts.read(path, system) is known
+    append_lines(path, [key_line("b", 22, second)])
+    again = KnownHosts.read(path, system)
+    assert again is not known
+    assert [k.key for k in again.keys_for("b", 22)] == [second]
+    assert known.keys_for("b", 22) == []
+    # Another set of files is another parse, and the first is still kept.
+    assert KnownHosts.read(path) is not again
+    assert KnownHosts.read(path, system) is again

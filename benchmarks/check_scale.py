@@ -1,0 +1,171 @@
+"""``ddptui check`` against 16 and 128 in-process SSH hosts that answer with recorded output,
+side by side in one run (issue 33: 128 within 2× the time of 16).
+
+Run: ``.venv/bin/python benchmarks/check_scale.py [--hosts 16,128] [--rounds 3]
+[--probe-s 0.1]``. The hosts are the demo's SSH servers (``ddptui/demo/sshd.py``: real
+asyncssh, a host key each, key-only login, each on its own port of 127.0.0.1) on a thread of
+this process; instead of running a session's command, each answers as a host whose probe
+cache is warm: the probe after ``--probe-s`` (0.1 s: what a warm probe took on this machine)
+with the recorded H200 document (tests/fixtures/probe, its hostname the host's), the workdir
+marks with its own mark only, node 0's port listener with a port and every worker's connect
+with success. ``ddptui check`` runs as users run it, a process of its own, so what is timed
+is ddptui's side: the SSH connections, the commands, the parsing and the judging. The sizes
+alternate round by round; printed: each round's seconds, the medians and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ddptui.check.scripts import CONNECT, LISTENER, WORKDIR_MARKS
+from ddptui.demo.cluster import hosts_toml
+from ddptui.demo.sshd import LoopbackSshd, write_key_pair
+
+RECORDED = Path(__file__).resolve().parents[1] / "tests/fixtures/probe/h200_idle_nvml.json"
+
+
+def argv_of(command: str) -> list[str]:
+    """The argv a check's command line runs (``sh -c 'eval "$(echo B64 | base64 -d)"'``)."""
+    encoded = command.split("echo ", 1)[1].split(" ", 1)[0]
+    script = base64.b64decode(encoded).decode()
+    return shlex.split(script.rsplit("exec ", 1)[1])
+
+
+class RecordedSshd(LoopbackSshd):
+    """The demo's SSH hosts, answering the check's commands from recorded output."""
+
+    probe_s = 0.1
+
+    async def _run(self, process: asyncssh.SSHServerProcess[bytes], home: Path) -> None:
+        argv = argv_of(process.command or "")
+        status = 0
+        if argv[1:2] == ["-"]:
+            await process.stdin.read()
+            await asyncio.sleep(self.probe_s)
+            process.stdout.write(json.dumps(_probe(home.name, argv[2:])).encode() + b"\n")
+        elif argv[1:3] == ["-c", WORKDIR_MARKS]:
+            if argv[3] == "list":
+                process.stdout.write(f"{argv[6]}\n".encode())
+        elif argv[1:3] == ["-c", LISTENER]:
+            process.stdout.write(b"ready 29500\n")
+            await asyncio.wait_for(process.wait_closed(), float(argv[4]))
+        elif argv[1:3] != ["-c", CONNECT]:
+            process.stderr.write(f"not a command of the check: {argv[:2]}\n".encode())
+            status = 127
+        process.exit(status)
+
+
+def _probe(name: str, args: list[str]) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(RECORDED.read_text())
+    document["host"] = {"hostname": name, "fqdn": name, "addresses": ["127.0.0.1"]}
+    document["time"] = time.time()
+    options = dict(zip(args[::2], args[1::2], strict=False))
+    document.pop("port")
+    document.pop("master")
+    if "--master-port" in options:
+        document["port"] = {"port": int(options["--master-port"]), "in_use": False}
+    if "--master-addr" in options:
+        document["master"] = {"name": options["--master-addr"], "addresses": ["127.0.0.1"]}
+    return document
+
+
+def check(hosts_file: Path) -> tuple[float, float, float, float]:
+    """``ddptui check --json``: the command's seconds, the check's own (``elapsed_s``: from
+    its first connection to its findings, without the command's start), the command's CPU
+    seconds, and the simulated hosts' (this process's: its main thread only waits)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "ddptui", "check", str(hosts_file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    took = time.monotonic() - began
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own_after = resource.getrusage(resource.RUSAGE_SELF)
+    client = (children_after.ru_utime + children_after.ru_stime) - (
+        children.ru_utime + children.ru_stime
+    )
+    hosts = (own_after.ru_utime + own_after.ru_stime) - (own.ru_utime + own.ru_stime)
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        raise SystemExit(f"the check printed no report:\n{done.stdout}\n{done.stderr}") from None
+    if done.returncode != 0 or not report.get("healthy"):
+        raise SystemExit(f"the check did not find the hosts healthy:\n{done.stdout[-3000:]}")
+    return took, float(report["elapsed_s"]), client, hosts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", default="16,128")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--probe-s", type=float, default=RecordedSshd.probe_s)
+    args = parser.parse_args()
+    counts = [int(count) for count in args.hosts.split(",")]
+    RecordedSshd.probe_s = args.probe_s
+    with tempfile.TemporaryDirectory(prefix="ddptui-check-scale-") as work:
+        root = Path(work)
+        client = root / "client"
+        client.mkdir(mode=0o700)
+        identity = client / "id_ed25519"
+        servers = RecordedSshd(root, write_key_pair(identity, "ddptui-check-scale"))
+        try:
+            hosts = [servers.add_host(f"rec-{index:03d}") for index in range(max(counts))]
+            known_hosts = client / "known_hosts"
+            known_hosts.write_text("".join(host.known_hosts_line() + "\n" for host in hosts))
+            files = {}
+            for count in counts:
+                files[count] = root / f"hosts-{count}.toml"
+                files[count].write_text(
+                    hosts_toml(servers.user, identity, known_hosts, hosts[:count], 8)
+                )
+            taken: dict[int, list[tuple[float, float, float, float]]] = {c: [] for c in counts}
+            for round_ in range(1, args.rounds + 1):
+                for count in counts if round_ % 2 else reversed(counts):
+                    taken[count].append(check(files[count]))
+                each = ", ".join(
+                    f"{count} hosts {wall:.2f} s ({own:.2f} s its own; CPU {client:.2f} s "
+                    f"ddptui, {hosts:.2f} s the hosts)"
+                    for count in counts
+                    for wall, own, client, hosts in taken[count][-1:]
+                )
+                print(f"round {round_}: {each}", flush=True)
+        finally:
+            servers.close()
+    for which, name in ((0, "the command"), (1, "the check's own time")):
+        medians = {}
+        for count, times in taken.items():
+            values = [pair[which] for pair in times]
+            medians[count] = statistics.median(values)
+            print(
+                f"{name}, {count} hosts: median {medians[count]:.2f} s "
+                f"({min(values):.2f}–{max(values):.2f}, {len(values)} rounds)"
+            )
+        first, *others = counts
+        for count in others:
+            ratio = medians[count] / medians[first]
+            print(f"{name}, {count} vs {first} hosts: {ratio:.2f}x (target <= 2x)")
+
+
+if __name__ == "__main__":
+    main()
