@@ -164,8 +164,8 @@ async def _find_shared_workdirs(
     remote: RemoteCluster, checks: Sequence[HostCheck]
 ) -> list[HostCheck]:
     """Each probed host's :attr:`~HostCheck.workdir_shared_with`: the hosts whose mark in
-    their workdir it sees. Each step runs on every host before the next starts; a host that
-    fails one shares nothing, as far as the check can tell."""
+    its workdir it sees, or that see its mark in theirs. Each step runs on every host before
+    the next starts; a host that fails to mark shares nothing, as far as the check can tell."""
     probed = {rank: check for rank, check in enumerate(checks) if check.facts is not None}
     if len(probed) < 2:
         return list(checks)
@@ -178,15 +178,24 @@ async def _find_shared_workdirs(
 
     marked = await asyncio.gather(*(step("mark", rank) for rank in probed))
     ranks = [rank for rank, result in zip(probed, marked, strict=True) if result.exit_status == 0]
+    # Each lists the marks it sees and takes its own away in one step (a session a host the
+    # fewer: the check's cost grows with the hosts): of two hosts sharing a workdir, the one
+    # that lists first still sees the other's mark, so what either saw holds for both.
     listed = await asyncio.gather(*(step("list", rank) for rank in ranks))
-    await asyncio.gather(*(step("unmark", rank) for rank in ranks))
-    seen: dict[int, tuple[str, ...]] = {}
+    seen: dict[int, set[int]] = {rank: set() for rank in ranks}
     for rank, result in zip(ranks, listed, strict=True):
-        others = {number for word in result.stdout.split() if (number := whole(word)) is not None}
-        others.discard(rank)
-        seen[rank] = tuple(checks[other].host.name for other in sorted(others) if other in ranks)
+        for word in result.stdout.split():
+            other = whole(word)
+            if other is not None and other != rank and other in seen:
+                seen[rank].add(other)
+                seen[other].add(rank)
     return [
-        dataclasses.replace(check, workdir_shared_with=seen[rank]) if seen.get(rank) else check
+        dataclasses.replace(
+            check,
+            workdir_shared_with=tuple(checks[other].host.name for other in sorted(seen[rank])),
+        )
+        if seen.get(rank)
+        else check
         for rank, check in enumerate(checks)
     ]
 

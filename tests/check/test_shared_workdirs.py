@@ -43,8 +43,14 @@ def shared(listed: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
 
 
 def test_digits_that_are_not_ascii_or_too_long_are_no_host() -> None:
+    # a saw c, b saw a: what either of two hosts saw holds for both.
     assert shared({"a": "² ٣ 2 " + "9" * 5000, "b": "0\n1", "c": "²"}) == {
-        "a": ("c",),
+        "a": ("b", "c"),
         "b": ("a",),
-        "c": (),
+        "c": ("a",),
     }
+
+
+def test_a_host_that_listed_and_took_its_mark_away_first_still_shares_with_the_later_one() -> None:
+    # b listed first and saw a's mark; a listed after b's was gone and saw only its own.
+    assert shared({"a": "0", "b": "0 1"}) == {"a": ("b",), "b": ("a",), "c": ()}
