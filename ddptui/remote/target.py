@@ -20,6 +20,7 @@ from ddptui.remote import hostkeys
 from ddptui.remote.hostkeys import SSH_PORT, HostKeyCheck, KeyState, KnownHosts, key_line, resolve
 
 SSH_CONFIG = Path("~/.ssh/config")
+AES_GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 USER_KNOWN_HOSTS = (Path("~/.ssh/known_hosts"), Path("~/.ssh/known_hosts2"))
 """OpenSSH's default UserKnownHostsFile: the first is the one written."""
 
@@ -89,11 +90,24 @@ async def resolve_target(
         keepalive_count_max=keepalive_count_max,
     )
     known_hosts = KnownHosts.read(*_user_files(host, base), *_global_files(base))
+    # A user's Ciphers stand; else AES-GCM first: asyncssh's ChaCha20-Poly1305 makes two
+    # cipher contexts a packet in Python, and a check's many short sessions to 128 hosts spent
+    # a sixth of their time on it (the hosts' OpenSSH does AES-GCM in hardware).
+    ciphers = () if base.config.get("Ciphers") else preferred_ciphers()
     options: asyncssh.SSHClientConnectionOptions = (
-        await asyncssh.SSHClientConnectionOptions.construct(base, known_hosts=known_hosts.trusted)
+        await asyncssh.SSHClientConnectionOptions.construct(
+            base, known_hosts=known_hosts.trusted, encryption_algs=ciphers
+        )
     )
     key_name = options.host_key_alias or str(options.host)
     return SshTarget(host, options, known_hosts, key_name, int(options.port))
+
+
+def preferred_ciphers() -> list[str]:
+    """asyncssh's ciphers, AES-GCM first, none left out."""
+    available = [alg.decode("ascii") for alg in asyncssh.encryption.get_default_encryption_algs()]
+    first = [alg for alg in AES_GCM if alg in available]
+    return first + [alg for alg in available if alg not in first]
 
 
 def _user_files(host: HostConfig, options: asyncssh.SSHClientConnectionOptions) -> list[Path]:

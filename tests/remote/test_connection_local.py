@@ -216,6 +216,26 @@ def test_ssh_config_is_honoured(local_ssh_server: LocalSshServer, client_home: P
     assert reach.ok, reach
 
 
+async def _cipher(host: HostConfig) -> str:
+    """The cipher a connection to ``host`` agreed on with the server."""
+    async with RemoteCluster([host], connect_timeout=5) as cluster:
+        connection = await cluster._require(host)
+        return str(connection.get_extra_info("send_cipher"))
+
+
+def test_aes_gcm_is_agreed_on_unless_the_users_config_names_its_ciphers(
+    local_ssh_server: LocalSshServer, client_home: Path
+) -> None:
+    server = local_ssh_server
+    # OpenSSH's sshd offers ChaCha20-Poly1305 first; ddptui's preference decides.
+    assert run(_cipher(local_host(server))) == "aes128-gcm@openssh.com"
+    (client_home / ".ssh").mkdir(mode=0o700)
+    (client_home / ".ssh" / "config").write_text(
+        f"Host {server.host}\n  Ciphers chacha20-poly1305@openssh.com\n"
+    )
+    assert run(_cipher(local_host(server))) == "chacha20-poly1305@openssh.com"
+
+
 @pytest.fixture
 def ssh_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A real OpenSSH ssh-agent, exported through SSH_AUTH_SOCK."""
