@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     report = asyncio.run(checked(control, config))
     if args.json:
         # allow_nan=False: NaN is not JSON; the probe parser already refuses non-finite facts.
-        json.dump(report.to_json(), sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        # One write: json.dump writes each token (145,000 writes for 128 hosts' packages).
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
         errors.print(words.summary(report))
     else:
         # Piped output has no terminal width to fit; wide enough that no value is cut.
