@@ -8,6 +8,7 @@ from the same values (:class:`~ddptui.run.view.RunView`, a
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from rich.text import Text
 
@@ -15,6 +16,7 @@ from ddptui.present.timeline import status_lines as launch_lines
 from ddptui.run.diagnose import Diagnosis
 from ddptui.run.diagnose.lines import strip_prefixes
 from ddptui.run.record import Attempt, RunRecord, RunState
+from ddptui.run.stacks import rank_spans
 from ddptui.run.state import Hang, Judgement
 from ddptui.run.view import NodeView, RunView
 from ddptui.untrusted import plain
@@ -59,10 +61,39 @@ def attempt_line(attempt: Attempt) -> Text:
     return Text(f"attempt {attempt.number} (port {attempt.master_port}){ended}{detail}")
 
 
+NODE_LINES_UP_TO = 16
+"""With more nodes than this, nodes that stand alike are one line (a ``status`` of 128 nodes
+running as they should is one line, not 128), and each node that stands apart its own."""
+
+
+def node_lines(nodes: Sequence[NodeView]) -> list[Text]:
+    """A line a node, or past :data:`NODE_LINES_UP_TO` nodes, a line a group of nodes that
+    stand alike (same ranks, same state), in the order of each group's first node."""
+    if len(nodes) <= NODE_LINES_UP_TO:
+        return [node_line(node) for node in nodes]
+    groups: dict[tuple[int, str], list[NodeView]] = {}
+    for node in nodes:
+        groups.setdefault((node.nproc, _node_state(node).plain), []).append(node)
+    lines = []
+    for (nproc, _), alike in groups.items():
+        if len(alike) == 1:
+            lines.append(node_line(alike[0]))
+            continue
+        ranks = rank_spans([node.node_rank for node in alike])
+        line = Text(f"{len(alike)} of {len(nodes)} nodes ({ranks}): {nproc} rank(s) each, ")
+        lines.append(line.append_text(_node_state(alike[0])))
+    return lines
+
+
 def node_line(node: NodeView) -> Text:
     """``node 0 gpu-a: 2 rank(s), running`` — or not answering and why, torchrun's exit, no
     process."""
     line = Text(f"node {node.node_rank} {plain(node.host, one_line=True)}: {node.nproc} rank(s), ")
+    return line.append_text(_node_state(node))
+
+
+def _node_state(node: NodeView) -> Text:
+    line = Text()
     if node.note:
         line.append(f"not answering ({plain(node.note, limit=300, one_line=True)})", "red")
     elif node.exit is not None:
@@ -172,7 +203,7 @@ def status_lines(view: RunView, now: float | None = None) -> list[Text]:
     if timeline is not None and timeline.hosts:
         hosts = [node.host for node in record.nodes]
         lines += [Text("  ") + line for line in launch_lines(timeline, hosts)]
-    lines += [Text("  ") + node_line(node) for node in view.nodes]
+    lines += [Text("  ") + line for line in node_lines(view.nodes)]
     stepped = any(rank.step is not None for rank in view.ranks)
     progress = progress_line(judgement.state, view.progress, stepped=stepped)
     if progress is not None:

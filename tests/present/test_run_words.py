@@ -39,6 +39,16 @@ def _cli(model: RunModel) -> list[str]:
     return [line.plain.strip() for line in status_lines(view)]
 
 
+def test_status_of_128_nodes_says_the_nodes_that_stand_alike_in_one_line() -> None:
+    model = scenes.cluster_model()
+    model.apply(HostSilent("gpu-007", 12.0, "connect timed out"))
+    lines = _cli(model)
+    nodes = [line for line in lines if line.startswith("node ") or " of 128 nodes " in line]
+    assert nodes[0] == "127 of 128 nodes (0–6, 8–127): 8 rank(s) each, running"
+    assert nodes[1].startswith("node 7 gpu-007: 8 rank(s), not answering (")
+    assert len(nodes) == 2, nodes
+
+
 def test_status_and_the_run_screen_say_the_same_of_a_recorded_failure() -> None:
     model = scenes.run_model()
     model.apply(HostSilent("gpu-b", 12.0, "connect timed out"))
