@@ -177,8 +177,13 @@ def _ranks_at_hang(model: RunModel) -> tuple[RankAtHang, ...]:
     top = max((rank.step for rank in ranks if rank.step is not None), default=None)
     cpus = [cpu for _, cpu in processes.values() if cpu is not None]
     spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
+    # A rank in a phase is not odd for it while another's process is stopped: they all wait.
+    stopped = any(state in STOPPED for state, _ in processes.values())
     seen = [(rank, *processes.get(rank.rank, (None, None))) for rank in ranks]
-    whys = [_odd(model, rank, state, cpu, spinning, bool(processes)) for rank, state, cpu in seen]
+    whys = [
+        _odd(model, rank, state, cpu, spinning=spinning, sampled=bool(processes), stopped=stopped)
+        for rank, state, cpu in seen
+    ]
     if not any(whys):
         whys = [_behind(rank, top) for rank in ranks]
     return tuple(
@@ -192,8 +197,10 @@ def _odd(
     rank: RankProgress,
     state: str | None,
     cpu: float | None,
+    *,
     spinning: bool,
     sampled: bool,
+    stopped: bool,
 ) -> str | None:
     """What about ``rank``'s host or process sets it apart from its peers in a hang, or
     None."""
@@ -202,7 +209,7 @@ def _odd(
         return "its host does not answer"
     if state in PROCESS_STATES:
         return PROCESS_STATES[state]
-    if rank.phase is not None and not _any_stopped(model):
+    if rank.phase is not None and not stopped:
         said = (
             ""
             if rank.phase_expect_s is None
