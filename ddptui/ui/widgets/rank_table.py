@@ -31,6 +31,7 @@ RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", 
 its first five (the status line sums the rest up)."""
 GROUP_ABOVE = 64
 """More ranks than this are shown a row per node: 1,024 rows are read by nobody."""
+STATE_STYLES = {"failed": "bold red", "killed": "bold red", "done": "green"}
 ALWAYS_SHOWN = 5
 """Columns shown however narrow the table: a cut-off state reads better than none."""
 
@@ -168,16 +169,18 @@ class _Row:
 
 
 def _flat_rows(ranks: Sequence[RankProgress], silent: Collection[str]) -> dict[str, _Row]:
-    return {
-        str(rank.rank): _Row(
-            _rank_cells(rank, rank.host in silent),
-            ("rank", rank.rank),
-            rank.node_rank,
-            _severity(rank, rank.host in silent),
-            f"rank {rank.rank} on {rank.host}: {_state(rank, rank.host in silent).plain}",
-        )
-        for rank in ranks
-    }
+    return {str(rank.rank): _rank_row(rank, rank.host in silent) for rank in ranks}
+
+
+def _rank_row(rank: RankProgress, silent: bool, *, indent: bool = False) -> _Row:
+    host = plain(rank.host, limit=64, one_line=True)
+    return _Row(
+        _rank_cells(rank, silent, indent=indent),
+        ("rank", rank.rank),
+        rank.node_rank,
+        _severity(rank, silent),
+        f"rank {rank.rank} on {host}: {_state(rank, silent).plain}",
+    )
 
 
 def _grouped_rows(
@@ -188,33 +191,26 @@ def _grouped_rows(
     nodes: dict[int, list[RankProgress]] = {}
     for rank in ranks:
         nodes.setdefault(rank.node_rank, []).append(rank)
-    order = sorted(
-        nodes.items(),
-        key=lambda item: (-max(_severity(r, r.host in silent) for r in item[1]), item[0]),
-    )
     rows: dict[str, _Row] = {}
-    for node, members in order:
+    for node, members in nodes.items():
         quiet = members[0].host in silent
-        severity = max(_severity(rank, quiet) for rank in members)
-        state = _node_state(members, quiet)
+        severities = [_severity(rank, quiet) for rank in members]
+        state = _node_state(members, severities, quiet)
         host = plain(members[0].host, limit=64, one_line=True)
         rows[f"node{node}"] = _Row(
             _node_cells(node, members, state, node in expanded),
             ("node", node),
             node,
-            severity,
+            max(severities),
             f"node {node} {host}: {state.plain}",
         )
-        if node in expanded:
-            for rank in members:
-                rows[str(rank.rank)] = _Row(
-                    _rank_cells(rank, quiet, indent=True),
-                    ("rank", rank.rank),
-                    node,
-                    _severity(rank, quiet),
-                    f"rank {rank.rank} on {host}: {_state(rank, quiet).plain}",
-                )
-    return rows
+    ordered: dict[str, _Row] = {}
+    for key, row in sorted(rows.items(), key=lambda item: (-item[1].severity, item[1].node)):
+        ordered[key] = row
+        if row.node in expanded:
+            for rank in nodes[row.node]:
+                ordered[str(rank.rank)] = _rank_row(rank, rank.host in silent, indent=True)
+    return ordered
 
 
 def _severity(rank: RankProgress, silent: bool) -> int:
@@ -236,9 +232,7 @@ def _node_cells(
     losses = [rank.loss for rank in ranks if rank.loss is not None]
     speeds = [rank.samples_per_s for rank in ranks if rank.samples_per_s is not None]
     times = [rank.step_time_s for rank in ranks if rank.step_time_s is not None]
-    memories = [
-        rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib for rank in ranks
-    ]
+    memories = [_memory(rank) for rank in ranks]
     step = number(min(steps, default=None), "d")
     if steps and min(steps) != max(steps):
         step = Text(f"{figure(min(steps), 'd')}–{figure(max(steps), 'd')}", justify="right")
@@ -256,16 +250,16 @@ def _node_cells(
     )
 
 
-def _node_state(ranks: list[RankProgress], silent: bool) -> Text:
-    """How many of the node's ranks are in each state, the worst first, and its stalls and
-    worst straggler."""
+def _node_state(ranks: list[RankProgress], severities: list[int], silent: bool) -> Text:
+    """How many of the node's ranks are in each state, the worst first (``severities``: each
+    rank's), and its stalls and worst straggler."""
     counts: dict[str, int] = {}
-    for rank in sorted(ranks, key=lambda rank: -_severity(rank, silent)):
+    by_severity = sorted(zip(severities, ranks, strict=True), key=lambda pair: -pair[0])
+    for _, rank in by_severity:
         counts[rank.state.value] = counts.get(rank.state.value, 0) + 1
     text = Text()
     for index, (state, count) in enumerate(counts.items()):
-        style = {"failed": "bold red", "killed": "bold red", "done": "green"}.get(state, "")
-        text.append(f"{', ' if index else ''}{count} {state}", style)
+        text.append(f"{', ' if index else ''}{count} {state}", STATE_STYLES.get(state, ""))
     stalled = sum(rank.stalled for rank in ranks)
     if silent:
         text.append(" ⌁ no answer", "bold yellow")
@@ -278,8 +272,12 @@ def _node_state(ranks: list[RankProgress], silent: bool) -> Text:
     return text
 
 
+def _memory(rank: RankProgress) -> float | None:
+    """The rank's peak CUDA memory, else its process's RSS."""
+    return rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
+
+
 def _rank_cells(rank: RankProgress, silent: bool, *, indent: bool = False) -> tuple[Text, ...]:
-    memory = rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
     return (
         cell(f"{'  ' if indent else ''}{rank.node_rank} {rank.host}", limit=18),
         number(rank.rank, "d"),
@@ -288,13 +286,12 @@ def _rank_cells(rank: RankProgress, silent: bool, *, indent: bool = False) -> tu
         _state(rank, silent),
         number(rank.samples_per_s, ".0f"),
         number(rank.step_time_s, ".3f"),
-        number(memory, ".0f", " MiB"),
+        number(_memory(rank), ".0f", " MiB"),
     )
 
 
 def _state(rank: RankProgress, silent: bool) -> Text:
-    style = {"failed": "bold red", "killed": "bold red", "done": "green"}.get(rank.state.value, "")
-    text = Text(rank.state.value, style)
+    text = Text(rank.state.value, STATE_STYLES.get(rank.state.value, ""))
     if silent:
         # Its host does not answer: no news is not a stall (the status line says more).
         text.append(" ⌁ no answer", "bold yellow")
