@@ -13,8 +13,8 @@ Commands on stdin, each answered on stdout with the wall time it took effect:
 ``freeze`` (no rank steps any more, one rank's process is stopped: a hang), ``thaw``,
 ``fail NODE`` (the node's local rank 0 raises and its torchrun exits 1), ``quit``.
 
-Stdlib only and cheap per line (lines are formatted, not built as dicts): its CPU is the
-hosts', not the head's, and it runs beside what it measures.
+Cheap per line (lines are formatted, not built as dicts): its CPU is the hosts', not the
+head's, and it runs beside what it measures.
 """
 
 from __future__ import annotations
@@ -25,15 +25,12 @@ import json
 import sys
 import time
 
+from ddptui.run.follow import GPU_FIELDS
+
 TICK_S = 0.02
 BEAT_S = 2.0
 PRINT_EVERY = 10
 RUN_ID = "sim"
-GPU_FIELDS = (
-    "index", "temperature.gpu", "power.draw", "power.limit", "clocks.sm", "clocks.max.sm",
-    "utilization.gpu", "utilization.memory", "memory.used", "memory.total", "pstate",
-    "ecc.errors.uncorrected.volatile.total",
-)  # fmt: skip
 RECORDED_GPU = "0, 35, 79.39, 700.00, 345, 1980, 0, 0, 0, 143771, P0, 0"
 """One H200 as the agent's ``nvidia-smi --query-gpu`` read it (recordings/h200)."""
 STEP = (
