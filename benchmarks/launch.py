@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tomli_w
 
+from benchmarks.procfs import cpu_seconds
 from ddptui.config import Config, load_config
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.launcher import stage
@@ -368,11 +369,14 @@ def bench_watch(bench: Bench, seconds: float) -> None:
         reader.printed = 0
     supervisor = int((record_dir / "supervisor.pid").read_text())
     pids = [supervisor, *(viewer.pid for viewer in viewers)]
-    start_cpu, start = [_cpu(pid) for pid in pids], time.monotonic()
+    start_cpu, start = [cpu_seconds(pid) for pid in pids], time.monotonic()
     lines = [0, 0]
     time.sleep(seconds)
     wall = time.monotonic() - start
-    used = [(_cpu(pid) - before) / wall * 100 for pid, before in zip(pids, start_cpu, strict=True)]
+    used = [
+        (cpu_seconds(pid) - before) / wall * 100
+        for pid, before in zip(pids, start_cpu, strict=True)
+    ]
     lines = [viewer.printed for viewer in readers]
     for viewer in viewers:
         viewer.kill()
@@ -419,11 +423,6 @@ def _appears(path: Path, seen: list[float]) -> None:
             seen.append(time.monotonic())
             return
         time.sleep(0.005)
-
-
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_cut(bench: Bench, tries: int) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.procfs import cpu_seconds, memory_mib
 from benchmarks.sim_backend import SimTransport, sim_run
 from ddptui.config import load_config
 from ddptui.run import dump
@@ -53,7 +54,6 @@ WARM_UP_S = 10.0
 TIME_FIELD = re.compile(rb'"time":(\d+\.\d+)')
 SAMPLE_EVERY = 16
 """One printed event line in this many is timed (parsing them all would load the machine)."""
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
@@ -92,18 +92,6 @@ class Figures:
     dump_saved_s: float
     dump_stacks: int
     dump_groups: int
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def memory_mib(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Printed(threading.Thread):
