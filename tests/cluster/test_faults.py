@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -16,6 +15,7 @@ from tests.testbed import (
     firewall_port,
     freeze,
     install_double,
+    network,
     occupy_port,
     restore_host_key,
     restore_link,
@@ -69,14 +69,8 @@ def _states(host: TestHost) -> set[str]:
     pids = subprocess.run(
         ["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=True
     ).stdout.split()
-    states = set()
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            continue  # exited since listed (a session ending as the host thaws)
-        states.add(stat[stat.rindex(")") + 2])
-    return states
+    # A process gone since listed (a session ending as the host thaws) has no state.
+    return {state for pid in pids if (state := network.process_state(int(pid))) is not None}
 
 
 def test_freeze_stops_every_process_and_thaw_resumes_them(testbed: TestBed) -> None:

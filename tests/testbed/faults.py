@@ -70,7 +70,7 @@ def freeze(host: TestHost) -> None:
     # A signal is delivered when its process next enters the kernel: one running on the other
     # core shows R for a moment after the kill.
     deadline = time.monotonic() + STOP_SETTLE_S
-    while any(_state(pid) not in STOPPED_OR_GONE for pid in stopped):
+    while any(network.process_state(pid) not in STOPPED_OR_GONE for pid in stopped):
         if time.monotonic() > deadline:
             break
         time.sleep(0.01)
@@ -78,14 +78,6 @@ def freeze(host: TestHost) -> None:
 
 STOP_SETTLE_S = 2.0
 STOPPED_OR_GONE = {"T", "t", "Z", "X", None}
-
-
-def _state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2]
 
 
 def thaw(host: TestHost) -> None:

@@ -177,8 +177,16 @@ def pids_in(inodes: set[int]) -> list[int]:
 
 def _is_zombie(proc: Path) -> bool:
     # A zombie has no namespaces left to leave; it only waits for its parent to reap it.
-    stat = (proc / "stat").read_text()
-    return stat[stat.rindex(")") + 2] == "Z"
+    return process_state(int(proc.name)) == "Z"
+
+
+def process_state(pid: int) -> str | None:
+    """``pid``'s state letter (``ps``'s STAT: R, S, T, Z…), or None once it has gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
 
 
 def signal_all(pids: Iterable[int], signum: signal.Signals) -> None:
