@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.sim_backend import sim_run
 from ddptui.run.follow import FileLine
 from ddptui.run.model import RunModel
+from ddptui.run.progress import loss_points
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen
@@ -143,9 +144,7 @@ async def main(seconds: float, pane: str, nodes: int, per_node: int, rate: float
     screen = RunScreen(record, model=RunModel(record))
     app = DdptuiApp(first_screen=screen)
     # Until every rank's loss curve is full and thinning begins.
-    full = screen.run_model.progress.expect("sim0000", 0, 0, 0)
-    assert full is not None and full.losses.maxlen is not None
-    warm_up = max(WARM_UP_S, full.losses.maxlen / rate + 5)
+    warm_up = max(WARM_UP_S, loss_points(record.world_size) / rate + 5)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press(pane)
         result = await _load(screen, seconds, per_node, rate, warm_up)

@@ -248,6 +248,11 @@ class ProgressSummary:
         return "  ".join(parts)
 
 
+def loss_points(world_size: int | None) -> int:
+    """The points a rank's loss curve keeps in a run of ``world_size`` ranks."""
+    return max(64, min(LOSS_POINTS, LOSS_POINTS_IN_ALL // max(1, world_size or 1)))
+
+
 def _record_loss(progress: RankProgress, step: int, loss: float) -> None:
     if progress.losses and step - progress.losses[-1][0] < progress.loss_stride:
         return
@@ -314,8 +319,7 @@ class RunProgress:
         known = self._ranks.get(rank)
         if known is None and len(self._ranks) < MAX_RANKS:
             known = self._ranks[rank] = RankProgress(rank, node_rank, local_rank, host)
-            points = LOSS_POINTS_IN_ALL // max(1, self.world_size or 1)
-            known.losses = deque(maxlen=max(64, min(LOSS_POINTS, points)))
+            known.losses = deque(maxlen=loss_points(self.world_size))
         return known
 
     def process_running(self, rank: int) -> None:
