@@ -6,11 +6,11 @@ Run: ``.venv/bin/python benchmarks/check_scale.py [--hosts 16,128] [--rounds 3]
 asyncssh, a host key each, key-only login, each on its own port of 127.0.0.1) on a thread of
 this process; instead of running a session's command, each answers as a host whose probe
 cache is warm: the probe after ``--probe-s`` (0.1 s: what a warm probe took on this machine)
-with the recorded H200 document (tests/fixtures/probe, its hostname the host's), the workdir
-marks with its own mark only, node 0's port listener with a port and every worker's connect
-with success. ``ddptui check`` runs as users run it, a process of its own, so what is timed
-is ddptui's side: the SSH connections, the commands, the parsing and the judging. The sizes
-alternate round by round; printed: each round's seconds, the medians and their ratio.
+with the recorded H200 document (tests/fixtures/probe, its hostname and workdir identity the
+host's own), node 0's port listener with a port and every worker's connect with success.
+``ddptui check`` runs as users run it, a process of its own, so what is timed is ddptui's
+side: the SSH connections, the commands, the parsing and the judging. The sizes alternate
+round by round; printed: each round's seconds, the medians and their ratio.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import json
 import resource
 import shlex
@@ -33,7 +34,7 @@ import asyncssh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddptui.check.scripts import CONNECT, LISTENER, WORKDIR_MARKS
+from ddptui.check.scripts import CONNECT, LISTENER
 from ddptui.demo.cluster import hosts_toml
 from ddptui.demo.sshd import LoopbackSshd, write_key_pair
 
@@ -59,9 +60,6 @@ class RecordedSshd(LoopbackSshd):
             await process.stdin.read()
             await asyncio.sleep(self.probe_s)
             process.stdout.write(json.dumps(_probe(home.name, argv[2:])).encode() + b"\n")
-        elif argv[1:3] == ["-c", WORKDIR_MARKS]:
-            if argv[3] == "list":
-                process.stdout.write(f"{argv[6]}\n".encode())
         elif argv[1:3] == ["-c", LISTENER]:
             process.stdout.write(b"ready 29500\n")
             await asyncio.wait_for(process.wait_closed(), float(argv[4]))
@@ -75,6 +73,7 @@ def _probe(name: str, args: list[str]) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(RECORDED.read_text())
     document["host"] = {"hostname": name, "fqdn": name, "addresses": ["127.0.0.1"]}
     document["time"] = time.time()
+    document["workdir_id"] = {"id": hashlib.md5(name.encode()).hexdigest(), "inode": 4242}
     options = dict(zip(args[::2], args[1::2], strict=False))
     document.pop("port")
     document.pop("master")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import asyncssh
+
 from ddptui.aio import wait_for
 from ddptui.check.report import CheckReport, PortTest
-from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER, WORKDIR_MARKS
+from ddptui.check.scripts import CONNECT, CONNECT_FAILED, LISTENER
 from ddptui.config.model import AUTO, Config, HostConfig
 from ddptui.health import Finding, HostCheck, ProbeFailure, evaluate
 from ddptui.probe import PROBE_SOURCE, probe_args
@@ -25,7 +26,7 @@ from ddptui.remote.commands import CommandResult, classify_python_failure, pytho
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.status import Reachability
 from ddptui.remote.transport import RemoteError, Transport
-from ddptui.untrusted import plain, whole
+from ddptui.untrusted import plain
 
 PROBE_TIMEOUT_S = 60.0
 """How long node 0's port-test listener may take to start, and the probe's bound besides its
@@ -33,7 +34,6 @@ PROBE_TIMEOUT_S = 60.0
 seconds."""
 
 PORT_TEST_CONNECT_TIMEOUT_S = 3.0
-WORKDIR_MARK_TIMEOUT_S = 15.0
 
 STDERR_TAIL_LINES = 5
 
@@ -55,8 +55,8 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
         checks = await asyncio.gather(
             *(_check_host(remote, config, host, notify) for host in hosts)
         )
-        checks = await _find_shared_workdirs(remote, checks)
         checks, port_test = await _test_master_port(remote, config, checks, notify)
+    checks = shared_workdirs(checks)
     findings = evaluate(config, checks)
     elapsed = time.monotonic() - started
     return CheckReport(config, tuple(checks), tuple(findings), elapsed, port_test, began_at)
@@ -160,44 +160,26 @@ def _with_stderr(failure: Reachability, stderr: str) -> Reachability:
     return dataclasses.replace(failure, detail=f"{failure.detail}\n{tail}")
 
 
-async def _find_shared_workdirs(
-    remote: RemoteCluster, checks: Sequence[HostCheck]
-) -> list[HostCheck]:
-    """Each probed host's :attr:`~HostCheck.workdir_shared_with`: the hosts whose mark in
-    its workdir it sees, or that see its mark in theirs. Each step runs on every host before
-    the next starts; a host that fails to mark shares nothing, as far as the check can tell."""
-    probed = {rank: check for rank, check in enumerate(checks) if check.facts is not None}
-    if len(probed) < 2:
-        return list(checks)
-    token = secrets.token_hex(6)
+def shared_workdirs(checks: Sequence[HostCheck]) -> list[HostCheck]:
+    """Each probed host's :attr:`~HostCheck.workdir_shared_with`: the other hosts whose
+    workdir has the same identity (the probe's, kept in the workdir itself)."""
+    names: dict[str, list[str]] = {}
+    for check in checks:
+        if (identity := _workdir_identity(check)) is not None:
+            names.setdefault(identity, []).append(check.host.name)
+    found = []
+    for check in checks:
+        identity = _workdir_identity(check)
+        sharing = names[identity] if identity is not None else []
+        others = tuple(name for name in sharing if name != check.host.name)
+        found.append(dataclasses.replace(check, workdir_shared_with=others) if others else check)
+    return found
 
-    async def step(what: str, rank: int) -> CommandResult:
-        host = checks[rank].host
-        argv = python_argv(host, "-c", WORKDIR_MARKS, what, host.workdir, token, str(rank))
-        return await remote.run(host, argv, timeout=WORKDIR_MARK_TIMEOUT_S)
 
-    marked = await asyncio.gather(*(step("mark", rank) for rank in probed))
-    ranks = [rank for rank, result in zip(probed, marked, strict=True) if result.exit_status == 0]
-    # Each lists the marks it sees and takes its own away in one step (a session a host the
-    # fewer: the check's cost grows with the hosts): of two hosts sharing a workdir, the one
-    # that lists first still sees the other's mark, so what either saw holds for both.
-    listed = await asyncio.gather(*(step("list", rank) for rank in ranks))
-    seen: dict[int, set[int]] = {rank: set() for rank in ranks}
-    for rank, result in zip(ranks, listed, strict=True):
-        for word in result.stdout.split():
-            other = whole(word)
-            if other is not None and other != rank and other in seen:
-                seen[rank].add(other)
-                seen[other].add(rank)
-    return [
-        dataclasses.replace(
-            check,
-            workdir_shared_with=tuple(checks[other].host.name for other in sorted(seen[rank])),
-        )
-        if seen.get(rank)
-        else check
-        for rank, check in enumerate(checks)
-    ]
+def _workdir_identity(check: HostCheck) -> str | None:
+    if check.facts is None or not isinstance(check.facts.workdir_identity, str):
+        return None
+    return check.facts.workdir_identity
 
 
 async def _test_master_port(
@@ -260,10 +242,12 @@ def _port_test_skipped(checks: Sequence[HostCheck], workers: Sequence[HostCheck]
 
 
 async def _listening_port(lines: AsyncIterator[str], *, timeout: float) -> tuple[int | None, str]:
-    """The port node 0's listener reports, and the last line read.
+    """The port node 0's listener reports, and the last line read (or how the connection
+    was lost).
 
     Lines a login shell prints first (a banner, a motd) are skipped, up to a few; anything
-    else — an error, silence for ``timeout`` seconds, a garbled line — gives None.
+    else — an error, silence for ``timeout`` seconds, a garbled line, a lost connection —
+    gives None.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -273,6 +257,8 @@ async def _listening_port(lines: AsyncIterator[str], *, timeout: float) -> tuple
             line = await wait_for(anext(lines), max(deadline - loop.time(), 0))
         except (StopAsyncIteration, asyncio.TimeoutError):
             break
+        except (asyncssh.Error, OSError) as error:
+            return None, f"the connection was lost: {error}"
         last = line.strip()
         ready = _READY.fullmatch(last)
         if ready is not None:

@@ -39,17 +39,3 @@ except OSError as error:
     sys.exit(3)
 """
 CONNECT_FAILED = 3
-
-# Which hosts share a workdir: every host marks it, then every host lists the marks it sees
-# and takes its own away. argv: what to do, the workdir, the check's token, the node rank.
-WORKDIR_MARKS = """\
-import os, sys
-what, workdir, token, rank = sys.argv[1], os.path.expanduser(sys.argv[2]), sys.argv[3], sys.argv[4]
-prefix = ".ddptui-check-" + token + "-"
-if what == "mark":
-    os.makedirs(workdir, exist_ok=True)
-    open(os.path.join(workdir, prefix + rank), "w").close()
-else:
-    print(" ".join(name[len(prefix):] for name in os.listdir(workdir) if name.startswith(prefix)))
-    os.remove(os.path.join(workdir, prefix + rank))
-"""

@@ -25,7 +25,7 @@ from ddptui.onhost.probe_torch_cache import (
     keep_torch,
     torch_fingerprint,
 )
-from ddptui.onhost.probe_workdir import disk_section, workdir_section
+from ddptui.onhost.probe_workdir import disk_section, identity_section, workdir_section
 
 PROBE_VERSION = 1
 """The document's format: :mod:`ddptui.probe` reads this number and no other."""
@@ -55,6 +55,9 @@ def main(argv: list[str]) -> None:
         "gpus": section(gpus_section),
         "disk": section(lambda: disk_section(args.workdir)),
         "workdir": section(lambda: workdir_section(args.workdir)),
+        # After the workdir's section, which reports the workdir as it was found: this one
+        # creates it where it is missing.
+        "workdir_id": section(lambda: identity_section(args.workdir)),
         "system": section(system_section),
         "packages": section(packages_section),
         "port": None

@@ -1,15 +1,19 @@
-"""The probe's workdir sections: the free disk where the workdir is, and who could change
-what it holds (every directory and link on its path from ``/``)."""
+"""The probe's workdir sections: the free disk where the workdir is, who could change what it
+holds (every directory and link on its path from ``/``), and the identity hosts that share it
+report alike."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
-from ddptui.onhost.probe_section import maybe
+from ddptui.onhost.probe_section import SectionError, maybe
+from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 
 MAX_PATH_ENTRIES = 64
 """Directories and links the workdir's walk records at most: a deeper path is left unjudged."""
@@ -17,6 +21,12 @@ MAX_SYMLINKS = 40
 """Links followed in one walk: Linux's limit for one lookup."""
 PATH_MAX = 4096
 """Linux's longest path: a walk that builds a longer one stops."""
+WORKDIR_ID = "workdir-id"
+"""Under the workdir's probe cache: a random identity, made by the first probe to look."""
+ID_CHARS = 32
+ID_WRITE_S = 2.0
+"""How long an identity file made without a hard link may stay short of an identity: it is
+read again meanwhile, 50 ms apart, as its maker finishes writing it."""
 
 
 def disk_section(workdir: str) -> dict[str, Any]:
@@ -127,3 +137,59 @@ def workdir_section(workdir: str) -> dict[str, Any]:
         "target": None if target is None else index[target],
         "entries": entries,
     }
+
+
+def identity_section(workdir: str) -> dict[str, Any]:
+    """What every host that shares this workdir (an NFS home, say) reports alike: the random
+    identity kept in it, and the inode of the file that keeps it, which a network filesystem
+    shows alike to all its clients and a copy of the workdir does not share.
+
+    Of hosts making the identity at once, one wins: a complete file is hard-linked into
+    place, which fails for all but the first (on NFS too), and the others read the winner's.
+    """
+    folder = Path(workdir).expanduser() / TORCH_CACHE_DIR
+    path = folder / WORKDIR_ID
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        _make_identity(path, replace=False)
+    deadline, replaced = time.monotonic() + ID_WRITE_S, False
+    while True:
+        with path.open("rb") as file:
+            text = file.read(ID_CHARS + 1).decode("ascii", "replace")
+            found = os.fstat(file.fileno())
+        if len(text) == ID_CHARS:
+            return {"id": text, "inode": found.st_ino}
+        if replaced:
+            raise SectionError(f"{path} holds no identity")
+        if time.monotonic() > deadline:
+            # Cut short (a full disk, a crash while it was written): a new one takes its place.
+            _make_identity(path, replace=True)
+            replaced = True
+        else:
+            time.sleep(0.05)
+
+
+def _make_identity(path: Path, *, replace: bool) -> None:
+    identity = secrets.token_hex(ID_CHARS // 2).encode()
+    part = path.with_name(f"{path.name}.{secrets.token_hex(8)}.part")
+    try:
+        part.write_bytes(identity)
+        if replace:
+            part.replace(path)
+        else:
+            os.link(part, path)
+    except FileExistsError:
+        pass
+    except OSError:
+        if replace:
+            raise
+        # A filesystem without hard links: an exclusive create, whose contents a host that
+        # reads at that moment may not see yet (the reads above wait for them).
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "wb") as file:
+            file.write(identity)
+    finally:
+        maybe(part.unlink)

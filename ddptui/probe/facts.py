@@ -198,6 +198,9 @@ class HostFacts:
     disk: DiskFacts = DiskFacts()
     workdir: Maybe[WorkdirSafety] = NA
     """``NA`` when the probe could not say (or is older than this fact)."""
+    workdir_identity: Maybe[str] = NA
+    """Alike on every host that shares the workdir: a random identity kept in it and the
+    inode of its file (a copy of the workdir has the identity, not the inode)."""
     cpu_count: Maybe[int] = NA
     memory_total_bytes: Maybe[int] = NA
     memory_available_bytes: Maybe[int] = NA

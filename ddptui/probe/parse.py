@@ -22,6 +22,7 @@ from ddptui.probe.sections import (
     read_python,
     read_torch,
     read_workdir,
+    read_workdir_identity,
 )
 from ddptui.untrusted import plain
 
@@ -71,6 +72,7 @@ def parse_facts(text: str) -> HostFacts:
         gpus=read_gpus(section("gpus")),
         disk=read_disk(section("disk")),
         workdir=read_workdir(doc.get("workdir"), errors),
+        workdir_identity=read_workdir_identity(doc.get("workdir_id")),
         cpu_count=typed_field(system, "cpu_count", int),
         memory_total_bytes=typed_field(system, "memory_total_bytes", int),
         memory_available_bytes=typed_field(system, "memory_available_bytes", int),

@@ -5,6 +5,7 @@ at all, never an exception."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import stat
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
@@ -46,6 +47,8 @@ MAX_PATH_CHARS: Final = 4096
 MAX_UID: Final = 2**32 - 1
 """Linux's uids and gids are 32 bits."""
 MAX_MODE: Final = 0o177777
+MAX_INODE: Final = 2**64 - 1
+_IDENTITY: Final = re.compile(r"[0-9a-f]{32}")
 """``st_mode`` is 16 bits: the file's type and its permissions."""
 
 
@@ -238,6 +241,17 @@ def read_packages(value: Any) -> Maybe[Mapping[str, str]]:
     if not isinstance(value, dict):
         return NA
     return {name: version for name, version in value.items() if isinstance(version, str)}
+
+
+def read_workdir_identity(value: Any) -> Maybe[str]:
+    """A probe that could not keep an identity (a read-only workdir) shares nothing, as far
+    as the check can tell: no finding rests on it alone."""
+    if not isinstance(value, dict):
+        return NA
+    identity, inode = value.get("id"), count(value.get("inode"), MAX_INODE)
+    if not isinstance(identity, str) or not _IDENTITY.fullmatch(identity) or inode is None:
+        return NA
+    return f"{identity}/{inode}"
 
 
 def read_port(value: Any) -> PortFacts | None:

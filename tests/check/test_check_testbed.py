@@ -103,7 +103,7 @@ def test_hosts_that_share_their_workdir_are_told_apart_from_those_that_do_not(
     testbed: TestBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The bed's hosts share one filesystem: one path is one directory for all, as an NFS
-    # home is; the check finds that out from marks, not from the path.
+    # home is; the check finds that out from the identity kept in it, not from the path.
     nfs = {"workdir": str(tmp_path / "nfs-home" / "ddptui-runs")}
     node1, node3 = testbed.hosts[1], testbed.hosts[3]
     overrides = {node1.name: nfs, node3.name: nfs}
@@ -115,7 +115,7 @@ def test_hosts_that_share_their_workdir_are_told_apart_from_those_that_do_not(
         f"{nfs['workdir']} on {node1.name} is on storage that 1 other host(s)"
         in (finding["message"])
     )
-    # The marks are gone again; the probes' torch facts stay, one file per host.
+    # Only the probe's cache is left: the torch facts, one file per host, and the identity.
     assert [p.name for p in Path(nfs["workdir"]).iterdir()] == [TORCH_CACHE_DIR]
 
 

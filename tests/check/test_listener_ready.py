@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import asyncssh
 import pytest
 
 from ddptui.check.run import _listening_port
 
 
-async def lines(*texts: str, then_hang: bool = False) -> AsyncIterator[str]:
+async def lines(
+    *texts: str, then_hang: bool = False, then: BaseException | None = None
+) -> AsyncIterator[str]:
     for text in texts:
         yield text
     if then_hang:
         await asyncio.sleep(3600)
+    if then is not None:
+        raise then
 
 
 @pytest.mark.parametrize(
@@ -44,3 +49,10 @@ def test_silence_ends_at_the_timeout_with_the_last_line() -> None:
 def test_endless_banners_give_up() -> None:
     bound, _ = asyncio.run(_listening_port(lines(*["banner\n"] * 1000, "ready 5\n"), timeout=5))
     assert bound is None
+
+
+def test_a_connection_lost_before_ready_is_said_not_raised() -> None:
+    # It used to end `ddptui check` with a traceback, however healthy the other hosts were.
+    lost = lines("banner\n", then=asyncssh.ConnectionLost("Connection lost"))
+    bound, last = asyncio.run(_listening_port(lost, timeout=5))
+    assert (bound, last) == (None, "the connection was lost: Connection lost")

@@ -1,56 +1,83 @@
-"""Which hosts share a workdir, found from their answers: any answer a host gives is read as
-whole ASCII numbers or nothing (``"²".isdigit()`` is true and ``int("²")`` raises, which on the
-landed code ended ``ddptui check`` and ``launch`` for every host)."""
+"""Which hosts share a workdir, from the identities their probes found in it, and how the head
+reads an identity a host sends: a well-formed one or none, never an exception."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping, Sequence
+import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
-from ddptui.check.run import _find_shared_workdirs
+import pytest
+
+from ddptui.check.run import shared_workdirs
 from ddptui.config.model import HostConfig
-from ddptui.health import HostCheck
+from ddptui.health import HostCheck, ProbeFailure
+from ddptui.probe.facts import NA
 from ddptui.probe.parse import parse_facts
-from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
 
 FACTS = parse_facts(
     (Path(__file__).parents[1] / "fixtures" / "probe" / "h200_idle_nvml.json").read_text()
 )
+NFS = "a" * 32 + "/4242"
 
 
-class Listing:
-    """Hosts whose ``list`` step answers as given; the others' steps succeed quietly."""
-
-    def __init__(self, listed: Mapping[str, str]) -> None:
-        self.listed = listed
-
-    async def run(
-        self, host: HostConfig, argv: Sequence[str], *, timeout: float, **_: object
-    ) -> CommandResult:
-        said = self.listed.get(host.name, "") if "list" in argv else ""
-        return CommandResult(0, said, "")
+def host(name: str, identity: object = NA) -> HostCheck:
+    facts = dataclasses.replace(FACTS, workdir_identity=identity)
+    return HostCheck(HostConfig(name, f"10.0.0.{len(name)}"), Reachability(Reach.OK, "ok"), facts)
 
 
-def shared(listed: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+def test_hosts_with_one_identity_share_and_the_others_do_not() -> None:
     checks = [
-        HostCheck(HostConfig(name, f"10.0.0.{i}"), Reachability(Reach.OK, "ok"), facts=FACTS)
-        for i, name in enumerate(("a", "b", "c"))
+        host("a", NFS),
+        host("b", "b" * 32 + "/7"),
+        host("c", NFS),
+        host("d"),
+        host("e", NFS),
+        HostCheck(
+            HostConfig("f", "10.0.0.9"),
+            Reachability(Reach.OK, "ok"),
+            probe_failure=ProbeFailure("no JSON", exit_status=0),
+        ),
     ]
-    found = asyncio.run(_find_shared_workdirs(Listing(listed), checks))  # type: ignore[arg-type]
-    return {check.host.name: check.workdir_shared_with for check in found}
-
-
-def test_digits_that_are_not_ascii_or_too_long_are_no_host() -> None:
-    # a saw c, b saw a: what either of two hosts saw holds for both.
-    assert shared({"a": "² ٣ 2 " + "9" * 5000, "b": "0\n1", "c": "²"}) == {
-        "a": ("b", "c"),
-        "b": ("a",),
-        "c": ("a",),
+    assert {check.host.name: check.workdir_shared_with for check in shared_workdirs(checks)} == {
+        "a": ("c", "e"),
+        "b": (),
+        "c": ("a", "e"),
+        "d": (),
+        "e": ("a", "c"),
+        "f": (),
     }
 
 
-def test_a_host_that_listed_and_took_its_mark_away_first_still_shares_with_the_later_one() -> None:
-    # b listed first and saw a's mark; a listed after b's was gone and saw only its own.
-    assert shared({"a": "0", "b": "0 1"}) == {"a": ("b",), "b": ("a",), "c": ()}
+def identity(value: Any) -> object:
+    return parse_facts(json.dumps({"probe_version": 1, "workdir_id": value})).workdir_identity
+
+
+def test_a_well_formed_identity_is_read_with_its_inode() -> None:
+    assert identity({"id": "0123456789abcdef" * 2, "inode": 2**64 - 1}) == (
+        f"{'0123456789abcdef' * 2}/{2**64 - 1}"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "a" * 32,
+        {"error": "Read-only file system"},
+        {"id": "A" * 32, "inode": 1},
+        {"id": "a" * 31, "inode": 1},
+        {"id": "a" * 32 + "\n", "inode": 1},
+        {"id": "a" * 32, "inode": -1},
+        {"id": "a" * 32, "inode": 2**64},
+        {"id": "a" * 32, "inode": True},
+        {"id": "a" * 32, "inode": "1"},
+        {"id": ["a" * 32], "inode": 1},
+    ],
+)
+def test_anything_else_is_no_identity_and_no_error(value: Any) -> None:
+    facts = parse_facts(json.dumps({"probe_version": 1, "workdir_id": value}))
+    assert facts.workdir_identity is NA
+    assert "workdir_id" not in facts.section_errors
