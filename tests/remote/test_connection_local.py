@@ -271,6 +271,40 @@ def test_agent_keys_offered_are_named(local_ssh_server: LocalSshServer, ssh_agen
     assert f"agent: agent_wrong (ssh-ed25519 {fingerprint(wrong)})" in reach.detail
 
 
+def test_the_identity_file_is_read_once_a_connection(
+    local_ssh_server: LocalSshServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncssh makes options anew from options, reading every key file again each time:
+    # three reads a host, a fifth of a check's time at 128 hosts.
+    read = asyncssh.public_key.read_file
+    reads: list[str] = []
+
+    def counted(path: Any, *args: Any) -> Any:
+        reads.append(str(path))
+        return read(path, *args)
+
+    monkeypatch.setattr(asyncssh.public_key, "read_file", counted)
+    reach = run(connect_once(local_host(local_ssh_server)))
+    assert reach.ok, reach
+    assert reads.count(str(local_ssh_server.client_key)) == 1
+
+
+@pytest.mark.parametrize("identities_only", [False, True])
+def test_identities_only_keeps_agent_keys_other_than_the_identity_file_out(
+    local_ssh_server: LocalSshServer, ssh_agent: Path, client_home: Path, identities_only: bool
+) -> None:
+    # The keys are loaded once and handed on to the options made after; the agent keys
+    # IdentitiesOnly allows must be handed on with them, or the agent's key would be offered.
+    ssh_add(ssh_agent, local_ssh_server.client_key)
+    other = local_ssh_server.root / "not_authorized"
+    write_key(other)
+    ssh = client_home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "config").write_text(f"IdentitiesOnly {'yes' if identities_only else 'no'}\n")
+    reach = run(connect_once(local_host(local_ssh_server, identity_file=other)))
+    assert reach.reach is (Reach.AUTH_FAILED if identities_only else Reach.OK), reach
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
