@@ -115,7 +115,8 @@ class LineStream:
         """Complete stdout lines without their newline, until the command or channel ends.
 
         Raises :class:`LineTooLong` if a line exceeds the cap: a host that does that is not
-        running our follower, and reading on would hold its output in memory.
+        running our follower, and reading on would hold its output in memory; and what the
+        transport raises where the connection is lost (``asyncssh.Error``, ``OSError``).
         """
         pending = bytearray()
         while True:
@@ -203,7 +204,8 @@ class RemoteProcess:
         self._close_timeout = close_timeout
 
     async def lines(self) -> AsyncIterator[str]:
-        """Output lines (``\n``-terminated) until the command or the connection ends.
+        """Output lines (``\n``-terminated) until the command ends; a lost connection raises
+        (``asyncssh.Error``, ``OSError``).
 
         A line longer than :data:`MAX_LINE_CHARS` comes in pieces of that length, so a host
         that never sends a newline cannot grow one line without bound. Callers bound the

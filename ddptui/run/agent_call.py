@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+import asyncssh
+
 from ddptui.aio import wait_for
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
@@ -189,6 +191,9 @@ class KeptAgent:
             return await anext(self._lines)
         except StopAsyncIteration:
             raise _Ended("its output ended") from None
+        except (asyncssh.Error, OSError) as error:
+            # The connection, not just the channel: asyncssh raises where a channel ends.
+            raise _Ended(f"the connection was lost: {error}") from None
 
     async def _served(self, command: str) -> tuple[list[str], str]:
         """The lines one command printed, and its end line's ``failed``."""

@@ -147,6 +147,21 @@ def test_a_kept_agent_whose_output_ends_mid_command_is_lost_and_the_next_is_one_
     assert serving.asked == [["serve", "free-port", "0"], ["free-port", "0"]]
 
 
+def test_a_connection_lost_while_the_kept_agent_answers_is_a_node_error_and_then_one_shot(
+    serving: HostileSshServer,
+) -> None:
+    def drops(args: list[str]) -> bytes:
+        for connection in list(serving._connections):
+            connection.abort()
+        raise ConnectionResetError
+
+    serving.kept = drops
+    said, then = ask_twice(serving, lambda remote, host: nodes.free_port(remote, host))
+    assert str(said).startswith("NodeError: ddpa2: the node agent (free-port) was lost: ")
+    assert then == 29500
+    assert serving.asked == [["serve", "free-port", "0"], ["free-port", "0"]]
+
+
 @pytest.mark.parametrize(
     "flood",
     [b"x" * (MAX_ANSWER_BYTES + 2), b"{}\n" * (MAX_ANSWER_BYTES // 3 + 1)],
