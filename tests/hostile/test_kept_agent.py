@@ -134,28 +134,18 @@ def test_a_kept_agent_that_never_ends_its_answer_times_out_and_the_next_command_
     assert serving.asked == [["serve", "x"], ["free-port", "0"]]
 
 
-def test_a_kept_agent_whose_output_ends_mid_command_is_lost_and_the_next_is_one_shot(
-    serving: HostileSshServer,
+@pytest.mark.parametrize("lost", ["channel", "connection"])
+def test_a_kept_agent_lost_mid_command_is_a_node_error_and_the_next_is_one_shot(
+    serving: HostileSshServer, lost: str
 ) -> None:
+    # A lost connection used to escape as asyncssh's ConnectionLost, past every caller.
     def dies(args: list[str]) -> bytes:
+        if lost == "connection":
+            for connection in list(serving._connections):
+                connection.abort()
         raise ConnectionResetError
 
     serving.kept = dies
-    said, then = ask_twice(serving, lambda remote, host: nodes.free_port(remote, host))
-    assert str(said).startswith("NodeError: ddpa2: the node agent (free-port) was lost: ")
-    assert then == 29500
-    assert serving.asked == [["serve", "free-port", "0"], ["free-port", "0"]]
-
-
-def test_a_connection_lost_while_the_kept_agent_answers_is_a_node_error_and_then_one_shot(
-    serving: HostileSshServer,
-) -> None:
-    def drops(args: list[str]) -> bytes:
-        for connection in list(serving._connections):
-            connection.abort()
-        raise ConnectionResetError
-
-    serving.kept = drops
     said, then = ask_twice(serving, lambda remote, host: nodes.free_port(remote, host))
     assert str(said).startswith("NodeError: ddpa2: the node agent (free-port) was lost: ")
     assert then == 29500
