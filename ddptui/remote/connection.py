@@ -21,9 +21,17 @@ from ddptui.config.model import Config, HostConfig
 from ddptui.remote import channel, failures
 from ddptui.remote.commands import CommandResult, command_line
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
+from ddptui.remote.jumps import MAX_HOPS, Hop, hop_host, jump_hops
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import RemoteProcess, RemoteStream, SendFailed
-from ddptui.remote.target import SshTarget, check_host_key, resolve_target
+from ddptui.remote.target import (
+    SshTarget,
+    Tunnel,
+    check_host_key,
+    jump_spec,
+    resolve_target,
+    through,
+)
 from ddptui.remote.transport import Command, HostUnreachable, RemoteError, Transport
 
 
@@ -51,6 +59,9 @@ class RemoteCluster(Transport):
         self._handshakes = asyncio.Semaphore(max_parallel_connects)
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._jumps: dict[str, asyncssh.SSHClientConnection] = {}
+        """Each jump host's connection, by the chain of hops to it (``a``, ``a,b``): one for
+        every host behind it (:mod:`ddptui.remote.jumps`)."""
 
     @classmethod
     def for_config(
@@ -172,8 +183,13 @@ class RemoteCluster(Transport):
     async def close(self) -> None:
         """Close every connection and wait (at most the connect timeout) for them to go; any
         still there then is aborted."""
-        connections = list(self._connections.values())
+        # The hosts first: closing a jump host's connection cuts those behind it short.
+        await self._close_all(list(self._connections.values()))
         self._connections.clear()
+        await self._close_all(list(self._jumps.values()))
+        self._jumps.clear()
+
+    async def _close_all(self, connections: list[asyncssh.SSHClientConnection]) -> None:
         for connection in connections:
             connection.close()
         waits = asyncio.gather(*(connection.wait_closed() for connection in connections))
@@ -219,8 +235,11 @@ class RemoteCluster(Transport):
             return reach, connection
 
     async def _open(
-        self, host: HostConfig
+        self, host: HostConfig, *, tunnel: Tunnel = None, path: tuple[str, ...] = ()
     ) -> tuple[Reachability, asyncssh.SSHClientConnection | None]:
+        """A connection to ``host``: through ``tunnel`` when given, else through the jump
+        hosts its ``ProxyJump`` names, if any (``path``: the jump hosts being connected on
+        the way here, a jump host's own ``ProxyJump`` leading on)."""
         try:
             target = await resolve_target(
                 host,
@@ -231,16 +250,23 @@ class RemoteCluster(Transport):
         except (OSError, ValueError, asyncssh.Error) as error:
             what = f"identity_file {host.identity_file}" if host.identity_file else "SSH settings"
             return Reachability(Reach.KEY_UNUSABLE, f"cannot use {what}: {error}"), None
+        spec = jump_spec(target)
+        if tunnel is None and spec is not None:
+            reach, tunnel = await self.jump(spec, path=path)
+            if tunnel is None:
+                return reach, None
         options = target.options
         try:
             connection = await wait_for(
-                asyncssh.connect(host.address, host.port, options=options, config=None),
+                asyncssh.connect(
+                    host.address, host.port, options=options, config=None, tunnel=through(tunnel)
+                ),
                 self.connect_timeout,
             )
         except asyncssh.HostKeyNotVerifiable:
-            return await self._host_key_verdict(target), None
+            return await self._host_key_verdict(target, tunnel), None
         except (asyncssh.KeyExchangeFailed, asyncssh.ConnectionLost) as error:
-            return await self._key_exchange_failure(target, error), None
+            return await self._key_exchange_failure(target, error, tunnel), None
         except asyncssh.PermissionDenied:
             offered = await _offered_keys(host, options)
             return failures.auth_failure(host, options.username, offered), None
@@ -252,21 +278,60 @@ class RemoteCluster(Transport):
             return revoked, None
         return Reachability(Reach.OK, _describe(connection)), connection
 
-    async def _host_key_verdict(self, target: SshTarget) -> Reachability:
+    async def jump(
+        self, spec: str, *, path: tuple[str, ...] = ()
+    ) -> tuple[Reachability, asyncssh.SSHClientConnection | None]:
+        """The connection to the last jump host of ``spec`` (a ``ProxyJump``), each hop
+        reached through the one before it and connected once for every host behind it; or
+        why a hop could not be reached, naming it."""
+        chain: list[str] = []
+        tunnel: Tunnel = None
+        for hop in jump_hops(spec):
+            if hop.text in path or len(path) >= MAX_HOPS:
+                why = "ProxyJump in ~/.ssh/config loops" if hop.text in path else "too many hops"
+                return Reachability(Reach.ERROR, f"jump host {hop.text}: {why}"), None
+            chain.append(hop.text)
+            path = (*path, hop.text)
+            reach, tunnel = await self._hop(",".join(chain), hop, tunnel, path)
+            if tunnel is None:
+                detail = reach.detail.removeprefix(f"jump host {hop.text}: ")
+                return Reachability(reach.reach, f"through jump host {hop.text}: {detail}"), None
+        return Reachability(Reach.OK, f"through {spec}"), tunnel
+
+    async def _hop(
+        self, chain: str, hop: Hop, tunnel: Tunnel, path: tuple[str, ...]
+    ) -> tuple[Reachability, asyncssh.SSHClientConnection | None]:
+        lock = self._locks.setdefault(f"jump {chain}", asyncio.Lock())
+        async with lock:
+            connection = self._jumps.get(chain)
+            if connection is not None and not connection.is_closed():
+                return Reachability(Reach.OK, _describe(connection)), connection
+            try:
+                host = await hop_host(hop)
+            except (OSError, ValueError, asyncssh.Error) as error:
+                return Reachability(Reach.ERROR, f"cannot read its SSH settings: {error}"), None
+            reach, connection = await self._open(host, tunnel=tunnel, path=path)
+            if connection is not None:
+                self._jumps[chain] = connection
+            return reach, connection
+
+    async def _host_key_verdict(self, target: SshTarget, tunnel: Tunnel) -> Reachability:
         try:
-            check = await check_host_key(target, timeout=self.connect_timeout)
+            check = await check_host_key(target, timeout=self.connect_timeout, tunnel=tunnel)
         except failures.NETWORK_ERRORS as error:
             return failures.network_failure(target.host, error, self.connect_timeout)
         return failures.host_key_failure(target.host, check)
 
-    async def _key_exchange_failure(self, target: SshTarget, error: asyncssh.Error) -> Reachability:
+    async def _key_exchange_failure(
+        self, target: SshTarget, error: asyncssh.Error, tunnel: Tunnel
+    ) -> Reachability:
         # Only the recorded key types are negotiated: a host that dropped them all fails
         # key exchange (or hangs up, depending on who notices first) instead of presenting
         # a different key. Fetching its key in any type tells the two apart.
         peer_ip = await resolve(target.address, target.key_port, timeout=self.connect_timeout)
         if target.known_hosts.keys_for(target.key_name, target.key_port, peer_ip):
             try:
-                check = await check_host_key(target, timeout=self.connect_timeout)
+                check = await check_host_key(target, timeout=self.connect_timeout, tunnel=tunnel)
             except failures.NETWORK_ERRORS:
                 pass
             else:

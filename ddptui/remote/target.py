@@ -148,11 +148,29 @@ def _configured_files(options: asyncssh.SSHClientConnectionOptions, key: str) ->
     return [Path(value).expanduser() for value in values if value.lower() != "none"]
 
 
+Tunnel = asyncssh.SSHClientConnection | None
+"""The connection to the last jump host a host is reached through (``ProxyJump``), or None
+for a host reached directly (:mod:`ddptui.remote.jumps`)."""
+
+
+def through(tunnel: Tunnel) -> asyncssh.SSHClientConnection | tuple[()]:
+    """asyncssh's ``tunnel`` argument for ``tunnel`` (``()``: the options' own). A target's
+    options may name its ``ProxyJump``: a connection made from them goes through the jump
+    hosts' shared connection, never asyncssh's own (:mod:`ddptui.remote.jumps` says why)."""
+    return () if tunnel is None else tunnel
+
+
+def jump_spec(target: SshTarget) -> str | None:
+    """The ``ProxyJump`` that ``~/.ssh/config`` gives ``target``, if any."""
+    tunnel = target.options.tunnel
+    return tunnel if isinstance(tunnel, str) and tunnel else None
+
+
 async def fetch_host_key(
-    target: SshTarget, *, timeout: float, algorithms: Iterable[str] = ()
+    target: SshTarget, *, timeout: float, algorithms: Iterable[str] = (), tunnel: Tunnel = None
 ) -> asyncssh.SSHKey:
     """The host key ``target`` presents, optionally limited to ``algorithms``, reached as the
-    connection reaches it (HostName, Port, ProxyJump).
+    connection reaches it (HostName, Port, through ``tunnel``).
 
     Raises what connecting raises (``OSError``, ``asyncio.TimeoutError``, asyncssh errors).
     """
@@ -163,6 +181,7 @@ async def fetch_host_key(
             options=target.options,
             config=None,
             server_host_key_algs=list(algorithms) or (),
+            tunnel=through(tunnel),
         ),
         timeout,
     )
@@ -171,7 +190,9 @@ async def fetch_host_key(
     return key
 
 
-async def check_host_key(target: SshTarget, *, timeout: float) -> HostKeyCheck:
+async def check_host_key(
+    target: SshTarget, *, timeout: float, tunnel: Tunnel = None
+) -> HostKeyCheck:
     """Fetch ``target``'s key and compare it with its known_hosts files.
 
     A key marked ``@revoked`` is :attr:`KeyState.REVOKED` whatever else is recorded. A host
@@ -187,16 +208,18 @@ async def check_host_key(target: SshTarget, *, timeout: float) -> HostKeyCheck:
     revoked = known_hosts.revoked_for(*lookup)
     algorithms = [alg.decode("ascii") for entry in known for alg in entry.key.sig_algorithms]
     try:
-        presented = await fetch_host_key(target, timeout=timeout, algorithms=algorithms)
+        presented = await fetch_host_key(
+            target, timeout=timeout, algorithms=algorithms, tunnel=tunnel
+        )
     except (asyncssh.KeyExchangeFailed, asyncssh.ConnectionLost):
         # A host offering none of the recorded types fails key exchange, or hangs up,
         # depending on which side notices first.
         if not algorithms:
             raise
-        presented = await fetch_host_key(target, timeout=timeout)
+        presented = await fetch_host_key(target, timeout=timeout, tunnel=tunnel)
     if presented in revoked:
         return HostKeyCheck(KeyState.REVOKED, presented, known, known_hosts.files)
-    if known_hosts.has_authority_for(*lookup) and await _accepted_strictly(target, timeout):
+    if known_hosts.has_authority_for(*lookup) and await _accepted_strictly(target, timeout, tunnel):
         return HostKeyCheck(KeyState.TRUSTED, presented, known, known_hosts.files, True)
     if not known:
         return HostKeyCheck(KeyState.UNKNOWN, presented, known, known_hosts.files)
@@ -205,7 +228,7 @@ async def check_host_key(target: SshTarget, *, timeout: float) -> HostKeyCheck:
     return HostKeyCheck(state, presented, known, known_hosts.files)
 
 
-async def _accepted_strictly(target: SshTarget, timeout: float) -> bool:
+async def _accepted_strictly(target: SshTarget, timeout: float, tunnel: Tunnel) -> bool:
     # A host certificate cannot be fetched and checked by hand (asyncssh hands back the bare
     # key), so let a strict handshake judge it, offering no key: getting as far as
     # authentication means the host key was accepted.
@@ -218,6 +241,7 @@ async def _accepted_strictly(target: SshTarget, timeout: float) -> bool:
                 config=None,
                 client_keys=[],
                 agent_path=None,
+                tunnel=through(tunnel),
             ),
             timeout,
         )

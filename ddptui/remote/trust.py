@@ -15,9 +15,11 @@ import asyncssh
 
 from ddptui.config.model import HostConfig
 from ddptui.remote import failures
+from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState
+from ddptui.remote.jumps import hop_host, jump_hops
 from ddptui.remote.status import Reach, Reachability
-from ddptui.remote.target import SshTarget, check_host_key, resolve_target
+from ddptui.remote.target import SshTarget, check_host_key, jump_spec, resolve_target
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,14 @@ class HostKeyScan:
 async def scan_host_keys(
     hosts: Sequence[HostConfig], *, timeout: float, max_parallel: int = 32
 ) -> list[HostKeyScan]:
-    """Fetch every host's key concurrently (``max_parallel`` handshakes at a time), in order."""
+    """Every host's key fetched concurrently (``max_parallel`` handshakes at a time), in
+    order, after those of the jump hosts they are reached through (``ProxyJump``), which must
+    be trusted before the hosts behind them can be scanned."""
     handshakes = asyncio.Semaphore(max_parallel)
+    # Jump hosts are logged in to (their keys checked strictly), once each.
+    jumps = RemoteCluster([], connect_timeout=timeout, max_parallel_connects=max_parallel)
 
-    async def scan(host: HostConfig) -> HostKeyScan:
+    async def scan(host: HostConfig, via: str | None = None) -> HostKeyScan:
         # The same resolution as the connection's (~/.ssh/config, known_hosts files), so a
         # key recorded here is a key the connection then accepts.
         try:
@@ -45,15 +51,49 @@ async def scan_host_keys(
         except (OSError, ValueError, asyncssh.Error) as error:
             unusable = Reachability(Reach.ERROR, f"cannot use the SSH settings: {error}")
             return HostKeyScan(host, None, unusable)
+        spec = via if via is not None else jump_spec(target)
+        tunnel = None
+        if spec:
+            reach, tunnel = await jumps.jump(spec)
+            if tunnel is None:
+                return HostKeyScan(host, None, reach, target)
         async with handshakes:
             try:
-                check = await check_host_key(target, timeout=timeout)
+                check = await check_host_key(target, timeout=timeout, tunnel=tunnel)
             except failures.NETWORK_ERRORS as error:
                 failure = failures.network_failure(host, error, timeout)
                 return HostKeyScan(host, None, failure, target)
         return HostKeyScan(host, check, None, target)
 
-    return list(await asyncio.gather(*(scan(host) for host in hosts)))
+    async with jumps:
+        hops = await _jump_hosts(hosts, timeout)
+        scanned = await asyncio.gather(
+            *(scan(hop, via) for hop, via in hops), *(scan(host) for host in hosts)
+        )
+    return list(scanned)
+
+
+async def _jump_hosts(
+    hosts: Sequence[HostConfig], timeout: float
+) -> list[tuple[HostConfig, str | None]]:
+    """Each jump host the hosts' ``ProxyJump`` names, once, with the hops before it (None: the
+    first hop, which its own settings reach)."""
+    found: dict[str, tuple[HostConfig, str | None]] = {}
+    for host in hosts:
+        try:
+            target = await resolve_target(host, connect_timeout=timeout, client_keys=False)
+            spec = jump_spec(target)
+            if spec is None:
+                continue
+            chain: list[str] = []
+            for hop in jump_hops(spec):
+                key = ",".join([*chain, hop.text])
+                if key not in found:
+                    found[key] = (await hop_host(hop), ",".join(chain) or None)
+                chain.append(hop.text)
+        except (OSError, ValueError, asyncssh.Error):
+            continue  # the host's own scan says why its settings cannot be used
+    return list(found.values())
 
 
 def lines_to_add(scans: Sequence[HostKeyScan]) -> dict[Path, list[str]]:
