@@ -184,10 +184,10 @@ class RemoteCluster(Transport):
         """Close every connection and wait (at most the connect timeout) for them to go; any
         still there then is aborted."""
         # The hosts first: closing a jump host's connection cuts those behind it short.
-        await self._close_all(list(self._connections.values()))
-        self._connections.clear()
-        await self._close_all(list(self._jumps.values()))
-        self._jumps.clear()
+        for connections in (self._connections, self._jumps):
+            closing = list(connections.values())
+            connections.clear()
+            await self._close_all(closing)
 
     async def _close_all(self, connections: list[asyncssh.SSHClientConnection]) -> None:
         for connection in connections:

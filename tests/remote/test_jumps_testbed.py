@@ -5,8 +5,12 @@ from the config), logged in to once for every host behind it, and trusted like a
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
+import pytest
+
+from ddptui.cli import main
 from ddptui.config.model import HostConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.hostkeys import KeyState
@@ -60,6 +64,23 @@ def test_hosts_behind_a_jump_host_are_reached_through_one_login_to_it(
     for host in behind:
         new = logins(host)[before[host.name] :]
         assert len(new) == 1 and f"from {node0.address} " in new[0], new
+
+
+def test_the_check_runs_whole_on_hosts_behind_a_jump_host(
+    testbed: TestBed, client_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    behind_jumpbox(testbed, client_home, testbed.known_hosts)
+    hosts_file = testbed.write_hosts_file(
+        tmp_path / "hosts.toml", testbed.hosts[1:], cluster={"master_port": 29500}
+    )
+    capsys.readouterr()
+    exit_code = main(["check", str(hosts_file), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert exit_code == 0, report["findings"]
+    assert [host["reach"] for host in report["hosts"]] == ["ok"] * 3
+    assert report["master_port_test"]["ran"] is True
+    # Node 0 of this cluster is node1: every worker reached its master port.
+    assert [host["master_port_reachable"] for host in report["hosts"]] == [None, True, True]
 
 
 def test_trust_offers_the_jump_host_s_key_first_then_the_hosts_behind_it(
