@@ -51,7 +51,13 @@ _CLUSTER = _Table(
             "SSH user name. Unset: the User from ~/.ssh/config, else your local user name.",
             active=False,
         ),
-        _Key("port", 22, "SSH port."),
+        _Key(
+            "port",
+            22,
+            "SSH port. A host is reached as `ssh` reaches it otherwise: ~/.ssh/config's "
+            "HostName, HostKeyAlias and ProxyJump apply (a jump host is logged in to once for "
+            "all the hosts behind it, with its own settings from ~/.ssh/config).",
+        ),
         _Key(
             "identity_file",
             "~/.ssh/id_ed25519",
