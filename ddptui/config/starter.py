@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ddptui.config.model import MAX_PARALLEL_CONNECTS
 from ddptui.config.render import assignment
 
 _WIDTH = 96
@@ -126,8 +127,11 @@ _CLUSTER = _Table(
         ),
         _Key(
             "max_parallel_connects",
-            32,
-            "Cluster-wide: at most this many SSH connections are opened at once.",
+            MAX_PARALLEL_CONNECTS,
+            "Cluster-wide: at most this many SSH connections are opened at once. Each host sees "
+            "one, a jump host (ProxyJump) one for all behind it; lower it to 10 if a "
+            "ProxyCommand sends every connection through one bastion, whose MaxStartups "
+            "(10:30:100 by default) drops handshakes past 10.",
         ),
         _Key(
             "min_free_disk_gb",

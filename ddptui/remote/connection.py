@@ -17,7 +17,7 @@ from typing import Any
 import asyncssh
 
 from ddptui.aio import wait_for
-from ddptui.config.model import Config, HostConfig
+from ddptui.config.model import MAX_PARALLEL_CONNECTS, Config, HostConfig
 from ddptui.remote import channel, failures
 from ddptui.remote.commands import CommandResult, command_line
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState, resolve
@@ -48,7 +48,7 @@ class RemoteCluster(Transport):
         hosts: Sequence[HostConfig],
         *,
         connect_timeout: float,
-        max_parallel_connects: int = 32,
+        max_parallel_connects: int = MAX_PARALLEL_CONNECTS,
         keepalive_interval: float = 15.0,
         keepalive_count_max: int = 3,
     ) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import asyncssh
 
-from ddptui.config.model import HostConfig
+from ddptui.config.model import MAX_PARALLEL_CONNECTS, HostConfig
 from ddptui.remote import failures
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.hostkeys import HostKeyCheck, KeyState
@@ -34,7 +34,7 @@ class HostKeyScan:
 
 
 async def scan_host_keys(
-    hosts: Sequence[HostConfig], *, timeout: float, max_parallel: int = 32
+    hosts: Sequence[HostConfig], *, timeout: float, max_parallel: int = MAX_PARALLEL_CONNECTS
 ) -> list[HostKeyScan]:
     """Every host's key fetched concurrently (``max_parallel`` handshakes at a time), in
     order, after those of the jump hosts they are reached through (``ProxyJump``), which must
