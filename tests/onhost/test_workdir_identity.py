@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.onhost import probe_workdir
+from ddptui.onhost.probe_section import section
 from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 from ddptui.onhost.probe_workdir import WORKDIR_ID, identity_section
 
@@ -70,3 +71,16 @@ def test_an_identity_cut_short_is_replaced_once_its_maker_had_time_to_finish(
     section = identity_section(str(tmp_path / "runs"))
     assert kept.read_text() == section["id"]
     assert len(section["id"]) == 32
+
+
+@pytest.mark.parametrize("kind", ["link", "pipe"])
+def test_an_identity_that_is_not_a_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    kept = tmp_path / "runs" / TORCH_CACHE_DIR / WORKDIR_ID
+    kept.parent.mkdir(parents=True)
+    if kind == "link":
+        (tmp_path / "elsewhere").write_text("f" * 32)
+        kept.symlink_to(tmp_path / "elsewhere")
+    else:
+        os.mkfifo(kept)
+    said = section(lambda: identity_section(str(tmp_path / "runs")))
+    assert set(said) == {"error"}, said
