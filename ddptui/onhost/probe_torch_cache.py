@@ -13,13 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ddptui.onhost.probe_section import maybe
+from ddptui.onhost.probe_section import SectionError, maybe, read_kept
 from ddptui.onhost.probe_torch import TORCH_SNIPPET
 
 TORCH_CACHE_DIR = "probe-cache"
 """Under the workdir: what the last ``import torch`` reported, per host, kept while nothing it
 depends on changed. The import costs seconds of CPU (tens on a network filesystem) on every
 check, launch and resume, and its answer rarely changes."""
+MAX_KEPT_BYTES = 1024 * 1024
+"""A kept answer is a few KiB; a longer file is not one of ours and is not read whole."""
 TORCH_CACHE_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
@@ -72,8 +74,9 @@ def cached_torch(workdir: str, fingerprint: Any) -> dict[str, Any] | None:
     if not isinstance(fingerprint, dict):
         return None
     try:
-        kept = json.loads(torch_cache_path(workdir).read_text())
-    except (OSError, ValueError):
+        text, _ = read_kept(torch_cache_path(workdir), MAX_KEPT_BYTES)
+        kept = json.loads(text)
+    except (OSError, ValueError, SectionError):
         return None
     if not isinstance(kept, dict) or kept.get("fingerprint") != fingerprint:
         return None

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddptui.onhost.probe_section import SectionError, maybe
+from ddptui.onhost.probe_section import SectionError, maybe, read_kept
 from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 
 MAX_PATH_ENTRIES = 64
@@ -154,14 +154,8 @@ def identity_section(workdir: str) -> dict[str, Any]:
         _make_identity(path, replace=False)
     deadline, replaced = time.monotonic() + ID_WRITE_S, False
     while True:
-        # Not through a link, and never waiting on a pipe: whoever else can write in the
-        # workdir could have put either there, and the probe must not hang on it.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as file:
-            found = os.fstat(fd)
-            if not stat.S_ISREG(found.st_mode):
-                raise SectionError(f"{path} is not a file")
-            text = file.read(ID_CHARS + 1).decode("ascii", "replace")
+        kept, found = read_kept(path, ID_CHARS + 1)
+        text = kept.decode("ascii", "replace")
         if len(text) == ID_CHARS:
             return {"id": text, "inode": found.st_ino}
         if replaced:

@@ -3,13 +3,14 @@ what is kept of a successful one."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
 
 import pytest
 
-from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
+from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR, cached_torch, torch_cache_path
 from ddptui.probe.facts import HostFacts
 from tests.helpers import CUDA_TORCH, run_probe
 
@@ -79,3 +80,19 @@ def test_a_failed_torch_import_is_not_kept(tmp_path: Path) -> None:
         )
         assert facts.torch.status == "error"
         assert imports.read_text().count("import") == expected
+
+
+@pytest.mark.parametrize("kind", ["pipe", "link"])
+def test_a_kept_answer_that_is_not_a_file_is_not_read(tmp_path: Path, kind: str) -> None:
+    # Whoever else can write in the workdir could put a pipe there (the probe would hang on
+    # it) or a link to an answer of their own.
+    kept = torch_cache_path(str(tmp_path))
+    kept.parent.mkdir(parents=True)
+    fingerprint = {"torch": "the same"}
+    if kind == "pipe":
+        os.mkfifo(kept)
+    else:
+        planted = tmp_path / "planted.json"
+        planted.write_text(json.dumps({"fingerprint": fingerprint, "facts": {"status": "ok"}}))
+        kept.symlink_to(planted)
+    assert cached_torch(str(tmp_path), fingerprint) is None
