@@ -47,9 +47,10 @@ MAX_PATH_CHARS: Final = 4096
 MAX_UID: Final = 2**32 - 1
 """Linux's uids and gids are 32 bits."""
 MAX_MODE: Final = 0o177777
+"""``st_mode`` is 16 bits: the file's type and its permissions."""
 MAX_INODE: Final = 2**64 - 1
 _IDENTITY: Final = re.compile(r"[0-9a-f]{32}")
-"""``st_mode`` is 16 bits: the file's type and its permissions."""
+"""A workdir's identity as the probe makes it: 16 random bytes in lower-case hex."""
 
 
 def read_interfaces(data: Mapping[str, Any]) -> Maybe[tuple[Interface, ...]]:
