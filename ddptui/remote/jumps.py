@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import asyncssh
 
 from ddptui.config.model import HostConfig
-from ddptui.remote.target import SSH_CONFIG
+from ddptui.remote.target import ssh_config_files
 
 MAX_HOPS = 8
 """Hops a host is reached through at most, jump hosts' own ``ProxyJump`` included: past it,
@@ -56,10 +56,9 @@ async def hop_host(hop: Hop) -> HostConfig:
     """
     port = hop.port
     if port is None:
-        config = SSH_CONFIG.expanduser()
         options = await asyncssh.SSHClientConnectionOptions.construct(
             host=hop.address,
-            config=[str(config)] if config.is_file() else [],
+            config=ssh_config_files(),
             username=hop.user if hop.user is not None else (),
             client_keys=None,
         )

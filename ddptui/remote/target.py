@@ -72,12 +72,10 @@ async def resolve_target(
         keys = [str(host.identity_file)]
     else:
         keys = ()
-    config = SSH_CONFIG.expanduser()
     base: asyncssh.SSHClientConnectionOptions = await asyncssh.SSHClientConnectionOptions.construct(
         host=host.address,
         port=host.port,
-        # Explicit, so the host's Host/Match blocks are applied when building these options.
-        config=[str(config)] if config.is_file() else [],
+        config=ssh_config_files(),
         username=host.user if host.user is not None else (),
         client_keys=keys,
         # A passphrase-protected key file is skipped (its agent copy may still work)
@@ -101,6 +99,13 @@ async def resolve_target(
     )
     key_name = options.host_key_alias or str(options.host)
     return SshTarget(host, options, known_hosts, key_name, int(options.port))
+
+
+def ssh_config_files() -> list[str]:
+    """``~/.ssh/config`` when there is one, for asyncssh's ``config=``: named explicitly, so
+    that a host's Host and Match blocks apply when its options are built."""
+    config = SSH_CONFIG.expanduser()
+    return [str(config)] if config.is_file() else []
 
 
 def _keys_as_loaded(base: asyncssh.SSHClientConnectionOptions) -> dict[str, object]:
