@@ -43,14 +43,19 @@ async def scan_host_keys(
     # Jump hosts are logged in to (their keys checked strictly), once each.
     jumps = RemoteCluster([], connect_timeout=timeout, max_parallel_connects=max_parallel)
 
-    async def scan(host: HostConfig, via: str | None = None) -> HostKeyScan:
+    async def resolved(host: HostConfig) -> SshTarget | HostKeyScan:
         # The same resolution as the connection's (~/.ssh/config, known_hosts files), so a
         # key recorded here is a key the connection then accepts.
         try:
-            target = await resolve_target(host, connect_timeout=timeout, client_keys=False)
+            return await resolve_target(host, connect_timeout=timeout, client_keys=False)
         except (OSError, ValueError, asyncssh.Error) as error:
             unusable = Reachability(Reach.ERROR, f"cannot use the SSH settings: {error}")
             return HostKeyScan(host, None, unusable)
+
+    async def scan(target: SshTarget | HostKeyScan, via: str | None = None) -> HostKeyScan:
+        if isinstance(target, HostKeyScan):
+            return target
+        host = target.host
         spec = via if via is not None else jump_spec(target)
         tunnel = None
         if spec:
@@ -66,33 +71,32 @@ async def scan_host_keys(
         return HostKeyScan(host, check, None, target)
 
     async with jumps:
-        hops = await _jump_hosts(hosts, timeout)
+        targets = await asyncio.gather(*(resolved(host) for host in hosts))
+        hops = await _jump_hosts([t for t in targets if isinstance(t, SshTarget)])
+        hop_targets = await asyncio.gather(*(resolved(hop) for hop, _ in hops))
         scanned = await asyncio.gather(
-            *(scan(hop, via) for hop, via in hops), *(scan(host) for host in hosts)
+            *(scan(hop, via) for hop, (_, via) in zip(hop_targets, hops, strict=True)),
+            *(scan(target) for target in targets),
         )
     return list(scanned)
 
 
-async def _jump_hosts(
-    hosts: Sequence[HostConfig], timeout: float
-) -> list[tuple[HostConfig, str | None]]:
-    """Each jump host the hosts' ``ProxyJump`` names, once, with the hops before it (None: the
-    first hop, which its own settings reach)."""
+async def _jump_hosts(targets: Sequence[SshTarget]) -> list[tuple[HostConfig, str | None]]:
+    """Each jump host the targets' ``ProxyJump`` names, once, with the hops before it (None:
+    the first hop, which its own settings reach). A hop whose settings cannot be read is left
+    out: the scans of the hosts behind it say why."""
     found: dict[str, tuple[HostConfig, str | None]] = {}
-    for host in hosts:
-        try:
-            target = await resolve_target(host, connect_timeout=timeout, client_keys=False)
-            spec = jump_spec(target)
-            if spec is None:
-                continue
-            chain: list[str] = []
-            for hop in jump_hops(spec):
-                key = ",".join([*chain, hop.text])
-                if key not in found:
+    for target in targets:
+        spec = jump_spec(target)
+        chain: list[str] = []
+        for hop in jump_hops(spec) if spec is not None else []:
+            key = ",".join([*chain, hop.text])
+            if key not in found:
+                try:
                     found[key] = (await hop_host(hop), ",".join(chain) or None)
-                chain.append(hop.text)
-        except (OSError, ValueError, asyncssh.Error):
-            continue  # the host's own scan says why its settings cannot be used
+                except (OSError, ValueError, asyncssh.Error):
+                    break
+            chain.append(hop.text)
     return list(found.values())
 
 
