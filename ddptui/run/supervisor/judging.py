@@ -178,7 +178,7 @@ def _ranks_at_hang(model: RunModel) -> tuple[RankAtHang, ...]:
     cpus = [cpu for _, cpu in processes.values() if cpu is not None]
     spinning = bool(cpus) and statistics.median(cpus) > SPINNING_CPU_PCT
     # A rank in a phase is not odd for it while another's process is stopped: they all wait.
-    stopped = any(state in STOPPED for state, _ in processes.values())
+    stopped = _any_stopped(model)
     seen = [(rank, *processes.get(rank.rank, (None, None))) for rank in ranks]
     whys = [
         _odd(model, rank, state, cpu, spinning=spinning, sampled=bool(processes), stopped=stopped)
