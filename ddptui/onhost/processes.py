@@ -48,15 +48,28 @@ def run(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: lis
     """Start ``command`` as :func:`start` does, but in this process's session, and wait for it:
     how a Slurm step runs a node, so the step lives as long as torchrun and Slurm's signals
     reach it. Exits with the command's status; the signals that end the command do not end
-    this process first (it waits for the wrapper to record the status)."""
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    this process first (it waits for the command and records its status itself)."""
+    child: subprocess.Popen[bytes] | None = None
+    early: list[int] = []
+
+    def held(number: int, _frame: object) -> None:
+        # A signal for the whole step that came before the command existed would otherwise be
+        # lost: it is passed on once the command runs. Later ones reach it through its group.
+        if child is None:
+            early.append(number)
+
+    for step_signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         # A handler, not SIG_IGN: the command gets the default disposition back at exec.
-        signal.signal(number, lambda *_: None)
+        signal.signal(step_signal, held)
     child = _begin(run_dir, code_dir, attempt, env_json, command, detached=False)
     if child is None:
         return 1
+    for passed_on in early:
+        child.send_signal(passed_on)
     status = child.wait()
-    return status if status >= 0 else 128 - status
+    code = status if status >= 0 else 128 - status
+    write_atomic(_attempt_file(run_dir, attempt, "exit"), f"{code}\n")
+    return code
 
 
 def _begin(
@@ -68,9 +81,8 @@ def _begin(
     *,
     detached: bool,
 ) -> subprocess.Popen[bytes] | None:
-    directory = run_dir / "node"
-    directory.mkdir(parents=True, exist_ok=True)
-    pgid_file = directory / f"attempt-{attempt}.pgid"
+    pgid_file = _attempt_file(run_dir, attempt, "pgid")
+    pgid_file.parent.mkdir(parents=True, exist_ok=True)
     if pgid_file.exists():
         emit({"error": f"attempt {attempt} was already started on this host"})
         return None
@@ -86,23 +98,36 @@ def _begin(
         env[STACKS_MARK] = str(site.parent)
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(site) + (os.pathsep + path if path else "")
-    out = directory / f"attempt-{attempt}.out"
-    exit_file = directory / f"attempt-{attempt}.exit"
+    out = _attempt_file(run_dir, attempt, "out")
+    exit_file = _attempt_file(run_dir, attempt, "exit")
+    # Started detached, the command outlives this process, so a shell waits for it and
+    # records how it ended; in the foreground, this process does (see run).
+    wrapper = ["sh", "-c", WRAPPER, "ddptui-node", str(out), str(exit_file)] if detached else []
     try:
-        child = subprocess.Popen(
-            ["sh", "-c", WRAPPER, "ddptui-node", str(out), str(exit_file), *command],
-            cwd=str(code_dir),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=detached,
-        )
+        with Path(os.devnull if detached else out).open("wb") as output:
+            child = subprocess.Popen(
+                [*wrapper, *command],
+                cwd=str(code_dir),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=detached,
+            )
     except OSError as error:
         emit({"error": f"cannot start: {error}"})
+        if not detached:
+            # As the shell records a command it cannot run, so the step's node ends alike.
+            out.write_text(f"ddptui: cannot start {command[0]}: {error}\n")
+            write_atomic(exit_file, "127\n")
         return None
     write_atomic(pgid_file, f"{child.pid}\n")
     return child
+
+
+def _attempt_file(run_dir: Path, attempt: str, kind: str) -> Path:
+    # The host's side of ddptui.run.layout's node files (that module is not sent to hosts).
+    return run_dir / "node" / f"attempt-{attempt}.{kind}"
 
 
 def run_processes(run_dir: Path) -> list[tuple[int, str, int, list[str], int | None]]:

@@ -10,8 +10,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from ddptui.onhost import processes
 from ddptui.remote.programs import agent_program
+
+STEP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _run(tmp_path: Path, *command: str) -> subprocess.Popen[str]:
@@ -51,3 +57,33 @@ def test_a_step_s_sigterm_ends_the_command_and_run_still_records_how(tmp_path: P
     os.killpg(process.pid, signal.SIGTERM)
     assert process.wait(timeout=30) == 128 + signal.SIGTERM
     assert exit_file.read_text() == f"{128 + signal.SIGTERM}\n"
+
+
+def test_a_step_s_sigterm_before_the_command_exists_still_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # scancel as the step starts: the signal reaches the node before its command is forked.
+    started = subprocess.Popen
+
+    def signalled_first(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return started(*args, **kwargs)
+
+    monkeypatch.setattr(processes.subprocess, "Popen", signalled_first)
+    before = {number: signal.getsignal(number) for number in STEP_SIGNALS}
+    (tmp_path / "code").mkdir()
+    try:
+        status = processes.run(tmp_path / "run", tmp_path / "code", "1", "{}", ["sleep", "20"])
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    assert status == 128 + signal.SIGTERM
+    assert (tmp_path / "run" / "node" / "attempt-1.exit").read_text() == f"{status}\n"
+
+
+def test_a_command_that_cannot_start_ends_the_step_s_node_as_a_shell_would(tmp_path: Path) -> None:
+    process = _run(tmp_path, str(tmp_path / "no-such-program"))
+    assert process.wait(timeout=30) == 1
+    node = tmp_path / "run" / "node"
+    assert (node / "attempt-2.exit").read_text() == "127\n"
+    assert "no-such-program" in (node / "attempt-2.out").read_text()
