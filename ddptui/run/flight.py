@@ -47,6 +47,8 @@ class Collective:
     sizes: str
     where: str
     """The innermost frame outside torch that called it, ``function at file:line``."""
+    completed: bool = False
+    """NCCL's recorder marks a collective completed; gloo's leaves every one ``scheduled``."""
 
     @property
     def shape(self) -> tuple[str, str]:
@@ -117,6 +119,7 @@ def _collective(entry: Any) -> Collective | None:
         plain(op, limit=MAX_TEXT, one_line=True),
         _sizes(entry.get("input_sizes")),
         _caller(entry.get("frames")),
+        entry.get("state") == "completed",
     )
 
 
@@ -196,15 +199,7 @@ def _group_findings(
     behind = sorted((rank for rank in last if last[rank] < top), key=lambda r: (last[r], r))
     if not behind:
         if mismatch is None and top:
-            sample = seen[ahead[0]][top]
-            text = (
-                f"group {group}: every rank entered {sample.describe()}; none is behind in the "
-                "recorder, so the collective itself did not complete (the network, or a rank "
-                "that died inside it)"
-                if complete
-                else f"group {group}: {_ranks(ahead)} entered {sample.describe()}"
-            )
-            found.append(FlightFinding(group, text))
+            found.append(FlightFinding(group, _level(group, seen, ahead, top, complete)))
         return found
     target = seen[ahead[0]][top]
     for seq in sorted({last[rank] for rank in behind}):
@@ -221,6 +216,32 @@ def _group_findings(
             )
         )
     return found
+
+
+def _level(
+    group: str,
+    seen: Mapping[int, Mapping[int, Collective]],
+    ranks: Sequence[int],
+    top: int,
+    complete: bool,
+) -> str:
+    """What the ranks that all reached collective ``top`` of ``group`` tell."""
+    sample = seen[ranks[0]][top]
+    if all(seen[rank][top].completed for rank in ranks):
+        if not complete:
+            return f"group {group}: {_ranks(ranks)} completed {sample.describe()}"
+        return (
+            f"group {group}: every rank completed {sample.describe()}, its last collective; "
+            "none waits in this group, so what holds them is outside it (another group, the "
+            "data, the host)"
+        )
+    if not complete:
+        return f"group {group}: {_ranks(ranks)} entered {sample.describe()}"
+    return (
+        f"group {group}: every rank entered {sample.describe()}; none is behind in the "
+        "recorder, so the collective itself did not complete (the network, or a rank that "
+        "died inside it)"
+    )
 
 
 def _first_mismatch(seen: Mapping[int, Mapping[int, Collective]]) -> FlightFinding | None:

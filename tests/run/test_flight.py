@@ -101,3 +101,27 @@ def test_any_bytes_are_a_trace_or_an_error(data: bytes) -> None:
     except FlightDumpError:
         return
     assert all(collective.seq >= 0 for collective in trace.collectives)
+
+
+def test_nccl_s_recorder_read_on_a_gpu_host_tells_completed_collectives() -> None:
+    trace = read_dump(0, (RECORDED / "nccl-one-gpu" / "rank_0").read_bytes())
+    assert [(c.seq, c.op, c.sizes, c.completed) for c in trace.collectives] == [
+        (1, "nccl:all_reduce", "[[1024]]", True),
+        (2, "nccl:broadcast", "[[16]]", True),
+        (3, "nccl:all_reduce", "[[1024]]", True),
+        (4, "nccl:broadcast", "[[16]]", True),
+    ]
+    (finding,) = analyse([trace], world_size=1)
+    assert finding.text.startswith(
+        "group 0 (default_pg): every rank completed #4 (nccl:broadcast [[16]], called from "
+        "train_step at train.py:25), its last collective; none waits in this group"
+    )
+    assert finding.odd_ranks == ()
+
+
+def test_ranks_all_inside_one_unfinished_collective_point_at_the_collective_itself() -> None:
+    # Ranks 0 and 1 of the gloo job: both wait in #5, and gloo marks nothing completed.
+    (finding,) = analyse(_traces("rank-behind")[:2], world_size=2)
+    assert finding.text.startswith("group 0 (default_pg): every rank entered #5 (gloo:all_reduce")
+    assert finding.text.endswith("so the collective itself did not complete (the network, or a "
+                                 "rank that died inside it)")  # fmt: skip
