@@ -61,6 +61,18 @@ def _events(hosts: list[TestHost], run_id: str) -> dict[int, list[dict[str, Any]
     return found
 
 
+def _told(hosts: list[TestHost], run_id: str) -> str:
+    """The end of what each node's torchrun and ranks wrote: a failed stop's story."""
+    said = []
+    for host in hosts:
+        node = host_run_dir(host, run_id)
+        written = [*node.glob("node/attempt-*.out"), *node.glob("logs/attempt-*/**/*.*")]
+        for path in sorted(written):
+            tail = path.read_text(errors="replace").splitlines()[-12:]
+            said.append(f"--- {host.name}: {path.relative_to(node)}\n" + "\n".join(tail))
+    return "\n".join(said)
+
+
 async def _console_losses(hosts_file: Path, store: Path, run_id: str, ranks: int) -> list[str]:
     """The loss column of the run screen, attached from the runs screen, once every rank's
     row has one."""
@@ -174,15 +186,15 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
     )
     time.sleep(3)
     stopped = cli.run("stop", run_id)
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 0, stopped.stderr + _told(hosts, run_id)
     assert not run_processes(hosts, run_id)
     # Lightning and the Trainer read ddptui's stop request: every rank checkpoints at one step
     # and ends; an Accelerate script has no loop to end and is sent SIGTERM.
     graceful = "every node stopped on its own after checkpointing" in stopped.stderr
-    assert graceful is (framework in READS_STOP), stopped.stderr
+    assert graceful is (framework in READS_STOP), stopped.stderr + _told(hosts, run_id)
     # A clean stop: what it caused (torchrun told to stop, ranks whose peers it ended first)
     # is no error.
-    assert cli.json("status", run_id)["errors"] == []
+    assert cli.json("status", run_id)["errors"] == [], _told(hosts, run_id)
     reached = {
         rank: max(event["step"] for event in events if event["type"] == "step")
         for rank, events in _events(hosts, run_id).items()
