@@ -51,6 +51,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 10
+PROFILE_ROWS = 30
 BOOTSTRAP = 2000
 
 
@@ -169,12 +170,68 @@ def _rate(ends: list[float]) -> float:
     return 1 / statistics.median(b - a for a, b in itertools.pairwise(ends[WARMUP:]))
 
 
+def _profiled(side: Any, round_: int, steps: int) -> dict[str, tuple[float, float, float]]:
+    """Op → (calls, self CPU µs, self device µs) per step of one round of ``side``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch_cuda_available():
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as measured:
+        side(round_)
+    return {
+        row.key: (
+            row.count / steps,
+            row.self_cpu_time_total / steps,
+            row.self_device_time_total / steps,
+        )
+        for row in measured.key_averages()
+    }
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _profile_table(
+    a: dict[str, tuple[float, float, float]], b: dict[str, tuple[float, float, float]]
+) -> str:
+    """The ops whose calls or times per step differ most between the two sides."""
+    none = (0.0, 0.0, 0.0)
+    names = sorted(
+        set(a) | set(b),
+        key=lambda name: (
+            -sum(abs(x - y) for x, y in zip(a.get(name, none), b.get(name, none), strict=True))
+        ),
+    )
+    lines = [f"{'op':<44} {'calls/step':>17} {'self CPU µs/step':>19} {'device µs/step':>17}"]
+    for name in names[:PROFILE_ROWS]:
+        (ca, ta, da), (cb, tb, db) = a.get(name, none), b.get(name, none)
+        lines.append(
+            f"{name[:44]:<44} {ca:>8.2f} {cb:>8.2f} {ta:>9.1f} {tb:>9.1f} {da:>8.1f} {db:>8.1f}"
+        )
+    total = [sum(side.get(n, none)[i] for n in side) for side in (a, b) for i in (1, 2)]
+    lines.append(f"{'(all ops: self CPU, device)':<44} {'':>17} {total[0]:>9.1f} {total[2]:>9.1f} "
+                 f"{total[1]:>8.1f} {total[3]:>8.1f}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     work = Path(args.worker)
     sides = Sides(args, work)
     first, second = (sides.bare, sides.bare) if args.control else (sides.trainer, sides.bare)
+    if args.profile:
+        for side in (first, second):
+            side(0)
+        a, b = _profiled(first, 1, args.steps), _profiled(second, 1, args.steps)
+        if sides.rt.placement.rank == 0:
+            (work / "profile.txt").write_text(_profile_table(a, b))
+        dist.destroy_process_group()
+        return
     rounds = []
     for round_ in range(args.rounds):
         # Alternate which side goes first, so that neither always runs on a warmer machine.
@@ -196,7 +253,8 @@ def _torchrun(args: argparse.Namespace, work: Path) -> None:
             "--nproc-per-node", str(args.nproc), "--master_addr", "127.0.0.1",
             "--master_port", str(port), str(Path(__file__).resolve()), "--worker", str(work),
             "--rounds", str(args.rounds), "--steps", str(args.steps), *_model_args(args),
-            "--device", args.device, *(["--control"] if args.control else [])]  # fmt: skip
+            "--device", args.device, *(["--control"] if args.control else []),
+            *(["--profile"] if args.profile else [])]  # fmt: skip
     # One intra-op thread per process: by default each of the processes starts a pool as wide
     # as the machine, and their oversubscription swamps the difference being measured.
     env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONWARNINGS": "ignore"}
@@ -230,6 +288,12 @@ def main() -> None:
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--control", action="store_true", help="the bare loop against itself")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of rounds, one profiled round per side on rank 0 (after a warm-up round): "
+        "the ops whose calls and times per step differ most",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     on_gpu = args.device == "cuda"
@@ -243,6 +307,12 @@ def main() -> None:
         worker(args)
         return
     started = time.monotonic()
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            _torchrun(args, Path(tmp))
+            print(f"per step, trainer | bare DDP, {args.steps} steps, {args.device}:")
+            print((Path(tmp) / "profile.txt").read_text())
+        return
     with tempfile.TemporaryDirectory() as tmp:
         _torchrun(args, Path(tmp))
         rounds = json.loads((Path(tmp) / "rounds.json").read_text())
