@@ -240,10 +240,20 @@ def test_deferred_step_events_are_written_in_order_once_their_values_arrive(
     log._flush()
     assert [(e["step"], e["loss"]) for e in _written(path)] == [(1, 3.0), (2, 2.0)]
     assert _written(path)[0]["time"] <= queued_at, "an event keeps the time of its step"
-    # Any other event waits for the steps before it, whether their values arrived or not.
-    log.emit("checkpoint", step=3)
-    assert [e["type"] for e in _written(path)] == ["step", "step", "step", "checkpoint"]
-    assert third.waited_for and not first.waited_for
+    # Another event queues behind the steps before it without waiting for their values (a
+    # wait would drain the device's queue), and is written as soon as they are in.
+    log.emit("epoch_end", step=3)
+    assert not third.waited_for
+    assert [e["type"] for e in _written(path)] == ["step", "step"]
+    third.arrived = True
+    log.poll()
+    assert [e["type"] for e in _written(path)] == ["step", "step", "step", "epoch_end"]
+    # A rank's last words wait: nothing before them may be lost with the process.
+    fourth = _Arriving(0.5)
+    log.defer(fourth, "step", step=4)
+    log.emit("done", step=4)
+    assert fourth.waited_for and not first.waited_for
+    assert [e["type"] for e in _written(path)][-2:] == ["step", "done"]
     log.close()
 
 
