@@ -39,13 +39,15 @@ FIRST_LOSS_S = 20
 _T = TypeVar("_T")
 
 
-def _until(what: str, found: Callable[[], _T | None], timeout: float) -> _T:
+def _until(
+    what: str, found: Callable[[], _T | None], timeout: float, story: Callable[[], str] = str
+) -> _T:
     deadline = time.monotonic() + timeout
     while True:
         value = found()
         if value:
             return value
-        assert time.monotonic() < deadline, f"no {what} in {timeout:g} s"
+        assert time.monotonic() < deadline, f"no {what} in {timeout:g} s\n{story()}"
         time.sleep(0.5)
 
 
@@ -216,7 +218,11 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
             second[rank] = starts[1]
         return second
 
-    second = _until("every rank resumed and stepping", resumed_and_stepping, 180)
+    def resume_story() -> str:
+        shown = cli.run("status", run_id)
+        return shown.stdout + shown.stderr + _told(hosts, run_id)
+
+    second = _until("every rank resumed and stepping", resumed_and_stepping, 180, resume_story)
     for rank, start in second.items():
         # From the framework's own newest checkpoint: a step it had reached, its steps after it.
         assert 0 < start["start_step"] <= reached[rank], (start, reached[rank])
