@@ -59,8 +59,9 @@ AT_EXIT_ABORT = "terminate called without an active exception"
 loaded machine, without ddptui too): torch 2.13's gloo worker thread releases the last
 allreduce's work, which holds a Python object, while the interpreter finalizes; the thread
 cannot take the GIL and the C++ runtime aborts (gdb on the core: ``ProcessGroupGloo::runLoop``
-→ ``~AsyncAllreduceWork`` → ``take_gil`` → ``pthread_exit`` → ``std::terminate``). Real training
-ends long after its last allreduce."""
+→ ``~AsyncAllreduceWork`` → ``take_gil`` → ``pthread_exit`` → ``std::terminate``). The ranks now
+wait for each other at exit once their training ended (``instrument._exit_together``), which
+made it rare (0 of 40 runs of a 4-rank DDP script under load, against 5 of 20 without)."""
 
 
 def trained(ran: subprocess.CompletedProcess[str], run_dir: Path) -> None:
@@ -244,3 +245,50 @@ def test_the_frameworks_recorded_output_gives_a_loss(recording: str, at_least: i
     read = [found for found in map(reader.read, lines) if found is not None]
     assert len(read) >= at_least
     assert all(math.isfinite(found.loss) and 0 < found.loss < 10 for found in read)
+
+
+class _Distributed:
+    """torch.distributed as ``_exit_together`` sees it: its backend, and the barriers asked."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.waited: list[float] = []
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_backend(self) -> str:
+        return self.backend
+
+    def barrier(self, async_op: bool = False) -> Any:
+        assert async_op, "a barrier at exit must not wait without a deadline"
+        return self
+
+    def wait(self, timeout: Any) -> None:
+        self.waited.append(timeout.total_seconds())
+
+
+@pytest.mark.parametrize(
+    ("ended", "error", "backend", "waits"),
+    [
+        (True, None, "gloo", True),
+        (False, None, "gloo", False),
+        (True, RuntimeError("boom"), "gloo", False),
+        (True, None, "nccl", False),
+    ],
+    ids=["trained", "never ended", "raised", "nccl"],
+)
+def test_a_rank_whose_training_ended_waits_for_its_peers_at_exit_on_gloo_only(
+    monkeypatch: pytest.MonkeyPatch, ended: bool, error: Exception | None, backend: str, waits: bool
+) -> None:
+    from ddptui.onhost import instrument
+
+    distributed = _Distributed(backend)
+    monkeypatch.setitem(sys.modules, "torch.distributed", distributed)
+    monkeypatch.setattr(instrument, "ENDED", [True] if ended else [])
+    monkeypatch.setattr(instrument, "ERRORS", [error] if error else [])
+    instrument._exit_together()
+    assert distributed.waited == ([instrument.EXIT_TOGETHER_S] if waits else [])
