@@ -170,13 +170,13 @@ def _rate(ends: list[float]) -> float:
     return 1 / statistics.median(b - a for a, b in itertools.pairwise(ends[WARMUP:]))
 
 
-def _profiled(side: Any, round_: int, steps: int) -> dict[str, tuple[float, float, float]]:
+def _profiled(
+    side: Any, round_: int, steps: int, on_gpu: bool
+) -> dict[str, tuple[float, float, float]]:
     """Op → (calls, self CPU µs, self device µs) per step of one round of ``side``."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if torch_cuda_available():
-        activities.append(ProfilerActivity.CUDA)
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
     with profile(activities=activities) as measured:
         side(round_)
     return {
@@ -187,12 +187,6 @@ def _profiled(side: Any, round_: int, steps: int) -> dict[str, tuple[float, floa
         )
         for row in measured.key_averages()
     }
-
-
-def torch_cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _profile_table(
@@ -212,9 +206,11 @@ def _profile_table(
         lines.append(
             f"{name[:44]:<44} {ca:>8.2f} {cb:>8.2f} {ta:>9.1f} {tb:>9.1f} {da:>8.1f} {db:>8.1f}"
         )
-    total = [sum(side.get(n, none)[i] for n in side) for side in (a, b) for i in (1, 2)]
-    lines.append(f"{'(all ops: self CPU, device)':<44} {'':>17} {total[0]:>9.1f} {total[2]:>9.1f} "
-                 f"{total[1]:>8.1f} {total[3]:>8.1f}")  # fmt: skip
+    (_, cpu_a, device_a), (_, cpu_b, device_b) = (
+        tuple(map(sum, zip(*side.values(), strict=True))) for side in (a, b)
+    )
+    lines.append(f"{'(all ops: self CPU, device)':<44} {'':>17} {cpu_a:>9.1f} {cpu_b:>9.1f} "
+                 f"{device_a:>8.1f} {device_b:>8.1f}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -227,7 +223,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.profile:
         for side in (first, second):
             side(0)
-        a, b = _profiled(first, 1, args.steps), _profiled(second, 1, args.steps)
+        on_gpu = args.device == "cuda"
+        a, b = (_profiled(side, 1, args.steps, on_gpu) for side in (first, second))
         if sides.rt.placement.rank == 0:
             (work / "profile.txt").write_text(_profile_table(a, b))
         dist.destroy_process_group()
@@ -307,14 +304,12 @@ def main() -> None:
         worker(args)
         return
     started = time.monotonic()
-    if args.profile:
-        with tempfile.TemporaryDirectory() as tmp:
-            _torchrun(args, Path(tmp))
-            print(f"per step, trainer | bare DDP, {args.steps} steps, {args.device}:")
-            print((Path(tmp) / "profile.txt").read_text())
-        return
     with tempfile.TemporaryDirectory() as tmp:
         _torchrun(args, Path(tmp))
+        if args.profile:
+            print(f"per step, trainer | bare DDP, {args.steps} steps, {args.device}:")
+            print((Path(tmp) / "profile.txt").read_text())
+            return
         rounds = json.loads((Path(tmp) / "rounds.json").read_text())
     a_name = "bare (control)" if args.control else "trainer"
     ratios = [r["a"] / r["b"] for r in rounds]
