@@ -42,6 +42,10 @@ def _ddptui_stack_handler() -> None:
     with open("/proc/self/stat") as stat:
         started = stat.read().rpartition(")")[2].split()[19]
     stacks = open(os.path.join(directory, "%d.txt" % pid), "ab", buffering=0)
+    # Ignored beneath the handler: the interpreter's exit restores the disposition it found,
+    # and a rank that lingers in native teardown after that (gloo's threads) must not die of
+    # a dump asked just then.
+    signal.signal(signum, signal.SIG_IGN)
     faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
     ready = os.path.join(directory, "%d.ready" % pid)
     with open(ready + ".tmp", "w") as out:

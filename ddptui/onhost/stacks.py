@@ -117,6 +117,8 @@ def signal_stack_handler(
     if fields[0] in ("T", "t"):
         # Its handler would run only once it is continued: no answer now, a dump later.
         return "stopped (SIGSTOP, or a debugger holds it): no stack until it runs again"
+    if not _catches(pid, signum):
+        return "its interpreter has exited (native teardown still runs): no Python stack"
     path = directory / f"{pid}.txt"
     try:
         before = path.stat().st_size
@@ -124,3 +126,15 @@ def signal_stack_handler(
     except OSError as error:
         return f"cannot signal it: {error}"
     return path, before, before, time.monotonic()
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler for ``signum`` now (``SigCgt``): an exiting interpreter
+    removes it long before the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True

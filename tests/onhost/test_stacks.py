@@ -18,13 +18,16 @@ import pytest
 from ddptui.onhost import processes
 from ddptui.remote.programs import agent_program
 
-# torchrun's part: start each rank with RANK set, then wait for them.
+# torchrun's part: start each rank (a script, or a program that is not Python) with RANK set,
+# then wait for them.
 LAUNCHER = """\
 import os, subprocess, sys
 ranks = [
     subprocess.Popen(argv, env=dict(os.environ, RANK=str(rank)))
-    for rank, argv in enumerate([[sys.executable, "rank.py"], [sys.executable, "rank.py"],
-                                 ["sleep", "600"]])
+    for rank, argv in enumerate(
+        [sys.executable, name] if name.endswith(".py") else ["sleep", "600"]
+        for name in sys.argv[1:]
+    )
 ]
 for rank in ranks:
     rank.wait()
@@ -40,6 +43,13 @@ def waiting_for_the_others():
 
 print("started", flush=True)
 (stuck_in_here if os.environ["RANK"] == "0" else waiting_for_the_others)()
+"""
+# A rank whose interpreter has exited while the process lingers in native code (as gloo's
+# teardown can): libc's own exit handlers run after Python's finalization.
+LINGERING = """\
+import ctypes
+libc = ctypes.CDLL(None)
+libc.__cxa_atexit(ctypes.cast(libc.pause, ctypes.c_void_p), None, None)
 """
 THEIR_SITE = """\
 import os
@@ -72,7 +82,18 @@ def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     marks.mkdir()
     (theirs / "sitecustomize.py").write_text(THEIR_SITE)
     env = json.dumps({"PYTHONPATH": str(theirs), "THEIR_MARKS": str(marks)})
-    started = _agent("start", str(run_dir), str(code), "1", env, sys.executable, "launcher.py")
+    started = _agent(
+        "start",
+        str(run_dir),
+        str(code),
+        "1",
+        env,
+        sys.executable,
+        "launcher.py",
+        "rank.py",
+        "rank.py",
+        "sleep",
+    )
     pgid = started["pgid"]
     assert isinstance(pgid, int)
     try:
@@ -119,3 +140,44 @@ def test_the_user_s_own_sitecustomize_still_runs(ranks: tuple[Path, Path]) -> No
     # Theirs ran in the launcher and in both Python ranks; ours registered in the ranks only.
     assert len(list(marks.iterdir())) == 3
     assert ready <= {path.name for path in marks.iterdir()} and len(ready) == 2
+
+
+def _caught_signals(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no SigCgt for {pid}")
+
+
+def test_a_rank_past_its_interpreter_s_exit_is_not_killed_by_a_dump(tmp_path: Path) -> None:
+    run_dir, code = tmp_path / "runs" / "r1" / "node0", tmp_path / "code"
+    code.mkdir()
+    (code / "launcher.py").write_text(LAUNCHER)
+    (code / "lingering.py").write_text(LINGERING)
+    started = _agent(
+        "start", str(run_dir), str(code), "1", "{}", sys.executable, "launcher.py", "lingering.py"
+    )
+    pgid = started["pgid"]
+    assert isinstance(pgid, int)
+    dump_signal = signal.SIGRTMIN + 6
+    try:
+        deadline = time.monotonic() + 90
+        ready: list[Path] = []
+        while not ready and time.monotonic() < deadline:
+            ready = list(processes.stacks_dir(run_dir).glob("*.ready"))
+            time.sleep(0.1)
+        assert ready, "the rank never registered its handler"
+        pid = int(ready[0].stem)
+        while _caught_signals(pid) >> (dump_signal - 1) & 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        answer = _agent("dump", str(run_dir), "2")
+        reports = answer["ranks"]
+        assert isinstance(reports, list) and len(reports) == 1
+        assert "interpreter has exited" in reports[0]["error"]
+        # Even a signal sent before the agent could see the handler go leaves it running.
+        os.kill(pid, dump_signal)
+        time.sleep(0.5)
+        assert Path(f"/proc/{pid}").exists()
+        assert Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    finally:
+        os.killpg(pgid, signal.SIGKILL)

@@ -380,6 +380,26 @@ def test_a_run_whose_answering_hosts_all_stop_stepping_hangs_naming_the_stopped_
     assert judging.hang(model) is None
 
 
+def test_ranks_that_said_they_ended_are_never_hung_while_their_processes_exit() -> None:
+    clock = _Clock()
+    model = _started(RunModel(_record(), clock=clock, wall=clock))
+    for rank in range(4):
+        model.apply(_step("ab"[rank // 2], rank, 3))
+    for rank in (0, 1, 2):
+        line = _event("done", rank, step=3, reason="completed")
+        model.apply(FileLine("ab"[rank // 2], f"events/rank{rank}.jsonl", 4, line))
+    clock.now += 60.0
+    model.apply(_beat("a", clock, {0: ("S", 0.0), 1: ("S", 0.0)}))
+    model.apply(_beat("b", clock, {2: ("S", 0.0), 3: ("S", 0.0)}))
+    # Rank 3 has not said it ended: its host is still judged.
+    hang = judging.hang(model)
+    assert hang is not None and hang.step == 3
+    model.apply(FileLine("b", "events/rank3.jsonl", 4, _event("done", 3, step=3)))
+    assert judging.hang(model) is None
+    clock.now += 600.0
+    assert judging.hang(model) is None
+
+
 def test_the_hang_window_follows_the_slowest_rank_or_the_hosts_file() -> None:
     clock = _Clock()
     model = _started(RunModel(_record(), clock=clock, wall=clock))

@@ -91,16 +91,16 @@ def _any_stopped(model: RunModel) -> bool:
 
 
 def hang(model: RunModel, override: float | None = None) -> Hang | None:
-    """The hang, when no host that answers (and has not finished) has sent a step or a phase
-    event for the hang window; None while any steps, or while nothing can tell (no host
-    answers).
+    """The hang, when no host that answers (and has not finished, nor every rank of it said
+    it ended) has sent a step or a phase event for the hang window; None while any steps, or
+    while nothing can tell (no host answers).
 
     Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``, and while a
     rank is in a phase (a checkpoint save…) at least what that phase may take. A script that
     writes no events is judged by its output and its processes' CPU use instead
     (:data:`QUIET_HANG_S`).
     """
-    witnesses = model.witnesses()
+    witnesses = [host for host in model.witnesses() if not _all_ranks_ended(model, host)]
     if not witnesses or model.stopped_ranks:
         return None
     if not model.starts:
@@ -131,6 +131,14 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
         else None,
         ranks=_ranks_at_hang(model),
     )
+
+
+def _all_ranks_ended(model: RunModel, host: str) -> bool:
+    """Whether every rank ``host`` ran has said it ended (done, stopped, failed): what is left
+    there is the processes' exit, which no step or phase tells of and a stack dump cannot
+    help."""
+    ranks = [rank for rank in model.progress.ranks if rank.host == host]
+    return bool(ranks) and all(rank.state.finished for rank in ranks)
 
 
 def _quiet_hang(model: RunModel, witnesses: list[str], override: float | None) -> Hang | None:
