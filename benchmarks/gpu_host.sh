@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one run of about 7 minutes on a one-GPU host:
 #   1. the host: nvidia-smi, torch, CUDA and NCCL versions;
-#   2. the trainer's CUDA tests (deferred step events, data on the device, exact resume);
+#   2. the trainer's CUDA tests (deferred step events, data on the device, exact resume, its
+#      flight-recorder dump on nccl);
 #   3. benchmarks/trainer_overhead.py --device cuda, bf16, on the two models of the H200 trial
 #      (MLP 8192×4 batch 4096, and 2048×4 batch 1024; target ≥ 0.97 each);
 #   4. ddptui end to end on the GPU: check (NVML), launch, stop, resume, status, events, and the
@@ -44,7 +45,8 @@ step() {
     step host 60 sh -c "nvidia-smi; $py -c 'import sys, torch; print(sys.version); \
 print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())'"
     step trainer-tests 240 "$py" -m pytest -p no:cacheprovider -q -o addopts= \
-        tests/trainer/test_cuda.py "tests/trainer/test_units.py::test_device_scalars_arrive_without_a_sync"
+        tests/trainer/test_cuda.py "tests/trainer/test_units.py::test_device_scalars_arrive_without_a_sync" \
+        "tests/trainer/test_units.py::test_a_failed_rank_s_flight_recorder_dump_reads_as_its_last_collectives"
     step overhead-8192 200 "$py" benchmarks/trainer_overhead.py --device cuda --precision bf16 \
         --width 8192 --depth 4 --batch-size 4096 --rounds 8
     step overhead-2048 150 "$py" benchmarks/trainer_overhead.py --device cuda --precision bf16 \

@@ -105,9 +105,12 @@ def dump_flight_recorder(rank: int) -> None:
         return
     path = Path(f"{prefix}{rank}")
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace
+        import torch._C._distributed_c10d as c10d
 
-        data = _dump_fr_trace(True, True, False)
+        # NCCL keeps a recorder of its own (the one its watchdog dumps); _dump_fr_trace's
+        # holds none of NCCL's collectives.
+        nccl = dist.get_backend() == "nccl" and hasattr(c10d, "_dump_nccl_trace")
+        data = (c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace)(True, True, False)
         if not data or path.exists():
             return
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")

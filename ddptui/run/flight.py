@@ -78,7 +78,11 @@ class FlightFinding:
 
 def read_dump(rank: int, data: bytes) -> RankTrace:
     """One rank's dump (pickle or JSON); :class:`FlightDumpError` when it is neither."""
-    entries = _document(data).get("entries")
+    document = _document(data)
+    entries = document.get("entries")
+    if entries is None and "version" in document:
+        # torch leaves the list out when it has nothing to list (only active ones asked for).
+        raise FlightDumpError("it holds no collectives: none in flight, or none recorded")
     if not isinstance(entries, list):
         raise FlightDumpError("no entries in the dump")
     collectives = [c for entry in entries[:MAX_ENTRIES] if (c := _collective(entry)) is not None]

@@ -117,6 +117,9 @@ def test_nccl_s_recorder_read_on_a_gpu_host_tells_completed_collectives() -> Non
         "train_step at train.py:25), its last collective; none waits in this group"
     )
     assert finding.odd_ranks == ()
+    # Its JSON form asked for active collectives only: with all four completed it lists none.
+    with pytest.raises(FlightDumpError, match="holds no collectives: none in flight"):
+        read_dump(0, (RECORDED / "nccl-one-gpu" / "rank_0.json").read_bytes())
 
 
 def test_ranks_all_inside_one_unfinished_collective_point_at_the_collective_itself() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ddptui.run.flight import read_dump
 from tests.trainer.launch import SOURCE
 from trainer.checkpoint import CheckpointStore, read_verified
 from trainer.cli import DEFAULT_EPOCHS, parse_args
@@ -349,3 +350,41 @@ def test_a_checkpoint_sized_payload_reaches_the_other_rank_whole(tmp_path: Path)
     outputs = [rank.communicate(timeout=120)[0] for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0]
     assert outputs == [f"{4 << 20} True\n"] * 2
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "gloo",
+        pytest.param(
+            "nccl",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ),
+    ],
+)
+def test_a_failed_rank_s_flight_recorder_dump_reads_as_its_last_collectives(
+    tmp_path: Path, backend: str
+) -> None:
+    # One real rank, its recorder on as ddptui's launch turns it on.
+    device = "cuda" if backend == "nccl" else "cpu"
+    script = tmp_path / "one.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "from trainer.dist import dump_flight_recorder\n"
+        f"dist.init_process_group('{backend}', init_method='file://{tmp_path}/store', rank=0,"
+        " world_size=1)\n"
+        f"dist.all_reduce(torch.ones(8, device='{device}'))\n"
+        f"dist.broadcast(torch.ones(2, device='{device}'), 0)\n"
+        "dump_flight_recorder(0)\n"
+        "dist.destroy_process_group()\n"
+    )
+    prefix = tmp_path / "flight_"
+    env = {**os.environ, "PYTHONPATH": str(SOURCE.parent)}
+    env.update(TORCH_FR_BUFFER_SIZE="100", TORCH_NCCL_TRACE_BUFFER_SIZE="100")
+    env.update(TORCH_FR_DUMP_TEMP_FILE=str(prefix))
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=120)
+    trace = read_dump(0, Path(f"{prefix}0").read_bytes())
+    assert [(c.op, c.sizes) for c in trace.collectives][-2:] == [
+        (f"{backend}:all_reduce", "[[8]]"),
+        (f"{backend}:broadcast", "[[2]]"),
+    ]
