@@ -281,7 +281,8 @@ _JOB = _Table(
             "stop_grace_s",
             60.0,
             "Seconds a graceful stop waits for the checkpoint and a clean exit before SIGTERM, "
-            "and SIGTERM waits before SIGKILL.",
+            "and SIGTERM waits before SIGKILL (torchrun left behind once every rank has ended: "
+            "20 s, then 10 s).",
         ),
         _Key(
             "hang_timeout_s",

@@ -14,9 +14,11 @@ Commands:
 - ``run RUN_DIR CODE_DIR ATTEMPT ENV_JSON CMD…``: the same, in the foreground: waits for CMD
   and exits with its status (a Slurm job's step runs each node so).
 - ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
-  ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, and torchrun's exit status.
+  ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, how many are ranks' (``RANK``
+  set: a rank and what it started), and torchrun's exit status.
 - ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run.
-- ``wait RUN_DIR SECONDS``: as ``status``, once no process of the run is left or at the latest
+- ``wait RUN_DIR SECONDS [LINGER]``: as ``status``, once no process of the run is left, or
+  (with LINGER) none of what is left has been a rank's for LINGER seconds, or at the latest
   after SECONDS.
 - ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
 - ``put CACHE_DIR``: write the pieces in ``SENT`` (``[sha256, offset, base64, size or
@@ -91,7 +93,7 @@ def main(argv: list[str], sent: Any = None) -> int:
     if command == "signal":
         return send_signal(Path(args[0]), args[1])
     if command == "wait":
-        return wait_gone(Path(args[0]), float(args[1]))
+        return wait_gone(Path(args[0]), float(args[1]), float(args[2]) if args[2:] else None)
     if command == "control":
         return control(Path(args[0]), args[1])
     if command == "dump":

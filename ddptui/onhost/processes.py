@@ -207,6 +207,9 @@ def status(run_dir: Path) -> int:
             "alive": bool(mine),
             "exit": files.get("exit"),
             "processes": mine,
+            "ranks": sum(
+                1 for _, _, of, _, rank in processes if of == attempt and rank is not None
+            ),
         }
     emit({"attempts": report, "time": time.time()})
     return 0
@@ -232,15 +235,27 @@ def send_signal(run_dir: Path, name: str) -> int:
     return 0
 
 
-def wait_gone(run_dir: Path, seconds: float) -> int:
-    """Return once no process of the run is left, or after ``seconds``; then as ``status``.
+def wait_gone(run_dir: Path, seconds: float, linger: float | None = None) -> int:
+    """Return once no process of the run is left, or (with ``linger``) once none of what is
+    left has been a rank's for ``linger`` seconds, or after ``seconds``; then as ``status``.
 
     One process watching on the host instead of the head asking every second: on a loaded
     machine that polling competes with the very shutdown it waits for.
     """
-    deadline = time.monotonic() + seconds
-    while run_processes(run_dir) and time.monotonic() < deadline:
+    now = time.monotonic()
+    deadline, ranks_gone_at = now + seconds, None
+    while now < deadline:
+        left = run_processes(run_dir)
+        if not left:
+            break
+        if linger is not None and all(rank is None for *_, rank in left):
+            ranks_gone_at = now if ranks_gone_at is None else ranks_gone_at
+            if now - ranks_gone_at >= linger:
+                break
+        else:
+            ranks_gone_at = None
         time.sleep(WAIT_POLL_S)
+        now = time.monotonic()
     return status(run_dir)
 
 

@@ -39,6 +39,8 @@ class AttemptStatus:
     alive: bool
     exit: int | None
     processes: tuple[tuple[int, str], ...]
+    ranks: int | None = None
+    """How many of ``processes`` are ranks' (a rank and what it started); None: not said."""
 
 
 def attempts(value: Any, latest: int) -> list[AttemptStatus] | None:
@@ -53,14 +55,16 @@ def attempts(value: Any, latest: int) -> list[AttemptStatus] | None:
         pgid, exit_status = fields.get("pgid"), fields.get("exit")
         alive = fields.get("alive")
         processes = _processes(fields.get("processes"))
+        ranks = fields.get("ranks")
         if (
             (pgid is not None and pid(pgid) is None)
             or (exit_status is not None and count(exit_status, 255) is None)
             or not isinstance(alive, bool)
             or processes is None
+            or (ranks is not None and count(ranks, PID_LIMIT) is None)
         ):
             return None
-        found.append(AttemptStatus(number, pgid, alive, exit_status, processes))
+        found.append(AttemptStatus(number, pgid, alive, exit_status, processes, ranks))
     return sorted(found, key=lambda item: item.attempt)
 
 

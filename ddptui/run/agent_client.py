@@ -65,16 +65,20 @@ async def status(
     run_dir: str,
     *,
     wait: float = 0.0,
+    linger: float | None = None,
     attempts: int | None = None,
 ) -> list[AttemptStatus]:
     """Every attempt of the run on ``host``: process group, liveness, processes, exit status.
 
-    With ``wait``, the answer comes once no process of the run is left on the host, or after
-    ``wait`` seconds. ``attempts``: how many the run record knows; a host that reports a later
-    one answered garbage.
+    With ``wait``, the answer comes once no process of the run is left on the host, or (with
+    ``linger``) none of what is left has been a rank's for ``linger`` seconds, or after
+    ``wait`` seconds. ``attempts``: how many the run record knows; a host that reports a
+    later one answered garbage.
     """
     if wait > 0:
         command = ["wait", run_dir, f"{wait:g}"]
+        if linger is not None:
+            command.append(f"{linger:g}")
         answer = await agent(remote, host, *command, timeout=wait + AGENT_TIMEOUT_S)
     else:
         answer = await agent(remote, host, "status", run_dir)

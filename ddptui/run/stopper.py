@@ -28,6 +28,11 @@ from ddptui.run.record import RunRecord
 _T = TypeVar("_T")
 
 KILL_WAIT_S = 10.0
+RANKS_GONE_LINGER_S = 10.0
+"""How long the launchers (torchrun) may outlive every rank of a stopped run on their host, and
+then all together: they exit at once unless torch's exit barrier waits for a node that failed,
+up to 300 s and deaf to SIGTERM. Then they are ended, with ``KILL_WAIT_S`` between the
+signals."""
 
 
 @dataclass
@@ -36,6 +41,8 @@ class StopReport:
 
     graceful: bool = False
     """Every node exited on its own after the stop request."""
+    outlived: list[str] = field(default_factory=list)
+    """Hosts whose launchers outlived every rank of the run after the stop request."""
     terminated: dict[str, list[str]] = field(default_factory=dict)
     """Host → processes that got SIGTERM."""
     killed: dict[str, list[str]] = field(default_factory=dict)
@@ -57,6 +64,11 @@ class StopReport:
         said = []
         if self.graceful:
             said.append("every node stopped on its own after checkpointing")
+        elif self.outlived:
+            said.append(
+                "every rank stopped on its own after checkpointing; torchrun outlived them on "
+                f"{', '.join(self.outlived)} (its exit barrier waits for a node that failed)"
+            )
         for label, table in (("SIGTERM to", self.terminated), ("SIGKILL to", self.killed)):
             for host, processes in table.items():
                 if processes:
@@ -101,11 +113,13 @@ async def live(
     report: StopReport,
     skip: Collection[str] = (),
     wait: float = 0.0,
+    linger: float | None = None,
 ) -> dict[str, list[AttemptStatus]]:
     """Host → the run's attempts that still have processes there (``skip``: hosts not asked).
 
-    With ``wait``, each host answers once nothing of the run is left there, or after ``wait``.
-    Hosts that could not say are in ``report`` (``unreachable``, ``garbled``) instead.
+    With ``wait``, each host answers once nothing of the run is left there (or, with
+    ``linger``, nothing that is a rank's for that long), or after ``wait``. Hosts that could
+    not say are in ``report`` (``unreachable``, ``garbled``) instead.
     """
     hosts = _hosts(config, record)
     known = _attempts(record)
@@ -113,7 +127,8 @@ async def live(
 
     async def one(name: str, run_dir: str) -> None:
         attempts = await report.ask(
-            name, nodes.status(remote, hosts[name], run_dir, wait=wait, attempts=known)
+            name,
+            nodes.status(remote, hosts[name], run_dir, wait=wait, linger=linger, attempts=known),
         )
         if attempts is None:
             return
@@ -127,6 +142,11 @@ async def live(
         *(one(node.host, node.run_dir) for node in record.nodes if node.host not in skip)
     )
     return found
+
+
+def _launchers_only(running: dict[str, list[AttemptStatus]]) -> bool:
+    """Whether no rank is left of what still runs (every host said how many are ranks')."""
+    return all(item.ranks == 0 for attempts in running.values() for item in attempts)
 
 
 async def _wait_gone(
@@ -223,10 +243,20 @@ async def stop_nodes(
             say(f"could not ask the trainer to stop: {why}")
         else:
             say(f"asked the trainer to checkpoint and stop (waiting up to {grace:g} s)")
-            running = await _wait_gone(remote, config, record, report, grace)
-            report.graceful = not running and not report.unreachable and not report.garbled
+            running = await live(
+                remote, config, record, report, wait=grace, linger=RANKS_GONE_LINGER_S
+            )
+            if running and _launchers_only(running):
+                # A host whose ranks ended last may have released the others' barrier just now.
+                running = await _wait_gone(remote, config, record, report, RANKS_GONE_LINGER_S)
+            answered = not report.unreachable and not report.garbled
+            report.graceful = not running and answered
+            if running and answered and _launchers_only(running):
+                report.outlived = sorted(running)
+                grace = KILL_WAIT_S
+                say(f"torchrun outlives every rank on {', '.join(report.outlived)}: ending it")
     if not report.graceful:
-        if not kill:
+        if not kill and not report.outlived:
             say("sending SIGTERM to the run's processes")
         await terminate(remote, config, record, grace=0.0 if kill else grace, report=report)
     report.seconds = time.monotonic() - began

@@ -69,6 +69,8 @@ GARBAGE = {
     "pgid a float": attempts(("1", sane_attempt(pgid=4242.0))),
     "exit past 255": attempts(("1", sane_attempt(exit=256))),
     "alive not a bool": attempts(("1", sane_attempt(alive=1))),
+    "ranks negative": attempts(("1", sane_attempt(ranks=-1))),
+    "ranks text": attempts(("1", sane_attempt(ranks="1"))),
     "attempt not an object": attempts(("1", [4242])),
     "attempts a list": json.dumps({"attempts": [[1, 2, 3]]}),
     "list of lists": "[[1,2,3]]",
@@ -175,13 +177,17 @@ def test_an_error_answer_is_the_hosts_words_and_sane_answers_are_typed(
     )
     assert all(type(error) is NodeError for error in said.values())
     sane = {
-        "attempts": {"1": sane_attempt(processes=[[4243, "python3"], [4244, "pt_\x1bmain"]])},
+        "attempts": {
+            "1": sane_attempt(processes=[[4243, "python3"], [4244, "pt_\x1bmain"]], ranks=1)
+        },
         "signalled": [{"attempt": 0, "processes": ["torchrun"]}],
         "port": 29500,
         "pgid": 4242,
     }
     assert call_all(answering, json.dumps(sane), kept=kept) == {
-        "status": [AttemptStatus(1, 4242, True, None, ((4243, "python3"), (4244, "pt_\\x1bmain")))],
+        "status": [
+            AttemptStatus(1, 4242, True, None, ((4243, "python3"), (4244, "pt_\\x1bmain")), 1)
+        ],
         "signal": ["torchrun"],
         "free-port": 29500,
         "start": 4242,
@@ -204,6 +210,7 @@ def test_the_real_agents_answers_pass_the_checks(
                 [started] = await nodes.status(remote, host, run_dir, attempts=1)
                 assert (started.attempt, started.pgid, started.alive) == (1, pgid, True)
                 assert "sleep" in {name for _, name in started.processes}
+                assert started.ranks == 0
             finally:
                 reached = await nodes.send_signal(remote, host, run_dir, "KILL", attempts=1)
             assert "sleep" in reached

@@ -1,5 +1,5 @@
-"""The node agent's ``run``: a Slurm step's node, started as ``start`` starts one, in the
-foreground, ending with its command."""
+"""The node agent's ``run`` (a Slurm step's node, started as ``start`` starts one, in the
+foreground, ending with its command) and its ``wait`` for a run's processes to end."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from ddptui.onhost import processes
 from ddptui.remote.programs import agent_program
+from tests.onhost.agent import agent
 
 STEP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -87,3 +88,30 @@ def test_a_command_that_cannot_start_ends_the_step_s_node_as_a_shell_would(tmp_p
     node = tmp_path / "run" / "node"
     assert (node / "attempt-2.exit").read_text() == "127\n"
     assert "no-such-program" in (node / "attempt-2.out").read_text()
+
+
+@pytest.mark.parametrize("rank_lives", [False, True], ids=["launcher-only", "rank-lives"])
+def test_wait_with_linger_returns_once_only_launchers_are_left(
+    tmp_path: Path, rank_lives: bool
+) -> None:
+    # torchrun's part: a launcher (no RANK) that outlives its rank, as in its exit barrier.
+    rank = "sleep 600" if rank_lives else "true"
+    launcher = f"RANK=0 {rank} & sleep 600"
+    run_dir, code = tmp_path / "run", tmp_path / "code"
+    code.mkdir()
+    started = agent("start", str(run_dir), str(code), "1", "{}", "sh", "-c", launcher)
+    pgid = started["pgid"]
+    assert isinstance(pgid, int)
+    try:
+        began = time.monotonic()
+        answer = agent("wait", str(run_dir), "4" if rank_lives else "60", "1")
+        waited = time.monotonic() - began
+        attempt = answer["attempts"]["1"]  # type: ignore[index]
+        assert attempt["alive"] is True
+        if rank_lives:
+            # A rank still there: the wait lasts its whole time.
+            assert attempt["ranks"] == 1 and waited >= 4
+        else:
+            assert attempt["ranks"] == 0 and waited < 30
+    finally:
+        os.killpg(pgid, signal.SIGKILL)

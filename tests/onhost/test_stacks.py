@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.onhost import processes
-from ddptui.remote.programs import agent_program
+from tests.onhost.agent import agent
 
 # torchrun's part: start each rank (a script, or a program that is not Python) with RANK set,
 # then wait for them.
@@ -57,19 +56,6 @@ open(os.path.join(os.environ["THEIR_MARKS"], str(os.getpid())), "w").close()
 """
 
 
-def _agent(*args: str) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-", *args],
-        input=agent_program(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    document: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return document
-
-
 @pytest.fixture
 def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A run of three ranks (two Python, one not) whose own sitecustomize leaves marks."""
@@ -82,7 +68,7 @@ def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     marks.mkdir()
     (theirs / "sitecustomize.py").write_text(THEIR_SITE)
     env = json.dumps({"PYTHONPATH": str(theirs), "THEIR_MARKS": str(marks)})
-    started = _agent(
+    started = agent(
         "start",
         str(run_dir),
         str(code),
@@ -115,7 +101,7 @@ def test_every_python_rank_s_stack_comes_back_and_other_ranks_are_left_alone(
     ranks: tuple[Path, Path],
 ) -> None:
     run_dir, _ = ranks
-    answer = _agent("dump", str(run_dir), "10")
+    answer = agent("dump", str(run_dir), "10")
     assert answer["attempt"] == 1
     reports = answer["ranks"]
     assert isinstance(reports, list)
@@ -130,7 +116,7 @@ def test_every_python_rank_s_stack_comes_back_and_other_ranks_are_left_alone(
     alive = [name for pid, name, _, _, _ in processes.run_processes(run_dir)]
     assert alive.count("python3") + alive.count(Path(sys.executable).name) >= 3
     assert "sleep" in alive
-    again = {report["rank"]: report for report in _agent("dump", str(run_dir), "10")["ranks"]}  # type: ignore[union-attr]
+    again = {report["rank"]: report for report in agent("dump", str(run_dir), "10")["ranks"]}  # type: ignore[union-attr]
     assert again[0]["text"].count("in stuck_in_here") == 1
 
 
@@ -154,7 +140,7 @@ def test_a_rank_past_its_interpreter_s_exit_is_not_killed_by_a_dump(tmp_path: Pa
     code.mkdir()
     (code / "launcher.py").write_text(LAUNCHER)
     (code / "lingering.py").write_text(LINGERING)
-    started = _agent(
+    started = agent(
         "start", str(run_dir), str(code), "1", "{}", sys.executable, "launcher.py", "lingering.py"
     )
     pgid = started["pgid"]
@@ -170,7 +156,7 @@ def test_a_rank_past_its_interpreter_s_exit_is_not_killed_by_a_dump(tmp_path: Pa
         pid = int(ready[0].stem)
         while _caught_signals(pid) >> (dump_signal - 1) & 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        answer = _agent("dump", str(run_dir), "2")
+        answer = agent("dump", str(run_dir), "2")
         reports = answer["ranks"]
         assert isinstance(reports, list) and len(reports) == 1
         assert "interpreter has exited" in reports[0]["error"]

@@ -209,8 +209,11 @@ HEAVIER = ["--width", "256", "--depth", "4", "--batch-size", "64", "--samples", 
 
 
 def _stragglers(cli: Cli, run_id: str) -> list[tuple[int, str]]:
-    ranks = cli.json("status", run_id)["ranks"]
-    return [(rank["rank"], rank["host"]) for rank in ranks if rank["straggler"]]
+    return _named_stragglers(cli.json("status", run_id))
+
+
+def _named_stragglers(status: dict[str, Any]) -> list[tuple[int, str]]:
+    return [(rank["rank"], rank["host"]) for rank in status["ranks"] if rank["straggler"]]
 
 
 def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recovers(
@@ -226,12 +229,18 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
     # it to about what it gets on the bed anyway (three ranks, their torchruns and agents share
     # two cores), and a fifth was not named in 150 s with the whole suite beside it.
     with cpu_throttled([rank1], 0.05, f"ddptui-test-{os.getpid()}"):
-        # How soon is benchmarks/stragglers.py's to measure, on an idle machine.
-        named = _until("a straggler", lambda: _stragglers(cli, run_id), 150, every=2.0)
-    assert named == [(1, "node1")]
-    status = cli.json("status", run_id)
+        # How soon is benchmarks/stragglers.py's to measure, on an idle machine. One status
+        # says it all: a second could come after the rank recovered.
+        status = _until(
+            "a straggler",
+            lambda: _named_stragglers(found := cli.json("status", run_id)) and found,
+            150,
+            every=2.0,
+        )
+    assert _named_stragglers(status) == [(1, "node1")]
     rank = next(rank for rank in status["ranks"] if rank["rank"] == 1)
-    assert rank["slower_by"] >= 0.10 and rank["compute_s"] > 0, rank
+    # Named once 10% slower; it stays named until under 5%.
+    assert rank["slower_by"] >= 0.05 and rank["compute_s"] > 0, rank
     assert "straggler rank 1 on node1 +" in status["progress"]
     _until("no straggler", lambda: not _stragglers(cli, run_id), 150, every=2.0)
 
@@ -281,6 +290,65 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     ]
     assert f"every rank's stacks at the hang: {saved}" in record["attempts"][0]["detail"]
     _until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
+
+
+# A script of one's own that reads ddptui's stop request (docs/events.md) and whose rank 1
+# crashes on its way out once it has stopped, as torch's gloo teardown can abort a process: its
+# node's torchrun fails, and node 0's then waits in torch's exit barrier, deaf to SIGTERM.
+CRASHES_AT_EXIT = """\
+import json, os, time
+import torch, torch.distributed as dist
+
+run_dir, rank = os.environ["DDPTUI_RUN_DIR"], int(os.environ["RANK"])
+os.makedirs(os.path.join(run_dir, "events"), exist_ok=True)
+events = open(os.path.join(run_dir, "events", "rank%d.jsonl" % rank), "a")
+
+
+def emit(kind, **fields):
+    fields.update(v=1, type=kind, rank=rank, local_rank=int(os.environ["LOCAL_RANK"]),
+                  node_rank=int(os.environ["GROUP_RANK"]),
+                  world_size=int(os.environ["WORLD_SIZE"]), time=time.time())
+    events.write(json.dumps(fields) + "\\n")
+    events.flush()
+
+
+dist.init_process_group("gloo")
+emit("start", start_step=0, control=["stop"])
+step = 0
+while True:
+    asked = os.path.exists(os.path.join(run_dir, "control", "stop"))
+    flag = torch.tensor([float(asked)])
+    dist.all_reduce(flag)
+    if flag.item():
+        break
+    step += 1
+    emit("step", step=step, loss=1.0 / step)
+    time.sleep(0.2)
+emit("done", step=step, reason="stopped")
+dist.destroy_process_group()
+if rank == 1:
+    os._exit(1)
+"""
+
+
+def test_a_stop_ends_the_launchers_that_outlive_every_rank_without_waiting_out_the_grace(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:2]
+    script = tmp_path / "crashes_at_exit.py"
+    script.write_text(CRASHES_AT_EXIT)
+    job = {"script": str(script), "args": [], "stop_grace_s": 240}
+    run_id = _launch(cli, write_hosts(testbed, tmp_path, hosts, job=job))
+    wait_for_step(testbed, hosts, run_id, 3)
+    stopped = cli.run("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    said = stopped.stderr
+    assert "every rank stopped on its own after checkpointing; torchrun outlived them" in said
+    assert "node0: SIGTERM to" in said and "nothing of it is left running" in said
+    seconds = re.search(r"stopped in ([\d.]+) s", said)
+    assert seconds and float(seconds.group(1)) < 120, said
+    assert not run_processes(hosts, run_id)
+    assert _record(cli, run_id)["state"] == "stopped"
 
 
 def test_two_resumes_at_once_start_one_supervisor_and_one_attempt(
