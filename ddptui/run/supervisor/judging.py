@@ -16,7 +16,7 @@ from typing import Any
 
 from ddptui.config.model import JobConfig
 from ddptui.run.model import RunModel
-from ddptui.run.progress import RankProgress
+from ddptui.run.progress import RankProgress, RankState
 from ddptui.run.record import RunState
 from ddptui.run.state import Hang, RankAtHang, Silence, Verdict
 
@@ -53,6 +53,7 @@ PROCESS_STATES = {
 }
 """The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
 STOPPED = ("T", "t")
+ENDED_WELL = (RankState.DONE, RankState.STOPPED)
 
 
 def hang_window(model: RunModel, override: float | None = None) -> float:
@@ -92,7 +93,7 @@ def _any_stopped(model: RunModel) -> bool:
 
 def hang(model: RunModel, override: float | None = None) -> Hang | None:
     """The hang, when no host that answers (and has not finished, nor every rank of it said
-    it ended) has sent a step or a phase event for the hang window; None while any steps, or
+    it is done) has sent a step or a phase event for the hang window; None while any steps, or
     while nothing can tell (no host answers).
 
     Before the attempt's first step the window is at least ``FIRST_STEP_HANG_S``, and while a
@@ -100,7 +101,7 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     writes no events is judged by its output and its processes' CPU use instead
     (:data:`QUIET_HANG_S`).
     """
-    witnesses = [host for host in model.witnesses() if not _all_ranks_ended(model, host)]
+    witnesses = [host for host in model.witnesses() if not _all_ranks_done(model, host)]
     if not witnesses or model.stopped_ranks:
         return None
     if not model.starts:
@@ -133,12 +134,12 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     )
 
 
-def _all_ranks_ended(model: RunModel, host: str) -> bool:
-    """Whether every rank ``host`` ran has said it ended (done, stopped, failed): what is left
-    there is the processes' exit, which no step or phase tells of and a stack dump cannot
-    help."""
+def _all_ranks_done(model: RunModel, host: str) -> bool:
+    """Whether every rank ``host`` ran has said it trained to its end or stopped on request:
+    what is left there is the processes' exit, which no step or phase tells of. A rank that
+    raised is still judged: its exit may hang (an NCCL communicator that never aborts)."""
     ranks = [rank for rank in model.progress.ranks if rank.host == host]
-    return bool(ranks) and all(rank.state.finished for rank in ranks)
+    return bool(ranks) and all(rank.state in ENDED_WELL for rank in ranks)
 
 
 def _quiet_hang(model: RunModel, witnesses: list[str], override: float | None) -> Hang | None:
