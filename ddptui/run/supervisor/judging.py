@@ -101,7 +101,8 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     writes no events is judged by its output and its processes' CPU use instead
     (:data:`QUIET_HANG_S`).
     """
-    witnesses = [host for host in model.witnesses() if not _all_ranks_done(model, host)]
+    done = _hosts_all_done(model)
+    witnesses = [host for host in model.witnesses() if host not in done]
     if not witnesses or model.stopped_ranks:
         return None
     if not model.starts:
@@ -134,12 +135,13 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     )
 
 
-def _all_ranks_done(model: RunModel, host: str) -> bool:
-    """Whether every rank ``host`` ran has said it trained to its end or stopped on request:
-    what is left there is the processes' exit, which no step or phase tells of. A rank that
-    raised is still judged: its exit may hang (an NCCL communicator that never aborts)."""
-    ranks = [rank for rank in model.progress.ranks if rank.host == host]
-    return bool(ranks) and all(rank.state in ENDED_WELL for rank in ranks)
+def _hosts_all_done(model: RunModel) -> set[str]:
+    """The hosts whose every rank has said it trained to its end or stopped on request: what
+    is left there is the processes' exit, which no step or phase tells of. A rank that raised
+    is still judged: its exit may hang (an NCCL communicator that never aborts)."""
+    ranks = model.progress.ranks
+    busy = {rank.host for rank in ranks if rank.state not in ENDED_WELL}
+    return {rank.host for rank in ranks} - busy
 
 
 def _quiet_hang(model: RunModel, witnesses: list[str], override: float | None) -> Hang | None:
