@@ -30,6 +30,7 @@ On the head, ``$XDG_STATE_HOME/ddptui/runs/<run id>/`` (:class:`RunFiles`).
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from dataclasses import dataclass
@@ -82,9 +83,12 @@ class RunPath:
     """``log``: ``stdout`` or ``stderr``."""
 
 
+@functools.lru_cache(maxsize=4096)
 def run_path(path: str) -> RunPath | None:
     """What ``path`` (as a host names it) is among the run files the head reads, whoever it
-    belongs to; None for any other path, or one longer than :data:`MAX_PATH_CHARS`."""
+    belongs to; None for any other path, or one longer than :data:`MAX_PATH_CHARS`. Kept for
+    the paths named last: every line of a run names one of a few, and matching is most of a
+    line's cost here."""
     if len(path) > MAX_PATH_CHARS or not path.isascii():
         return None
     # Events first: nearly every line is one.
