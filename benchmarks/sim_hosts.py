@@ -206,7 +206,8 @@ class Simulation:
         if host.writer is None and not host.offsets:
             host.start(time.time())
         host.writer = writer
-        await reader.read()
+        with contextlib.suppress(ConnectionError):
+            await reader.read()
         if host.writer is writer:
             host.writer = None
 
@@ -249,7 +250,9 @@ class Simulation:
 
 async def main(socket_path: str, nodes: int, per_node: int, rate: float) -> None:
     simulation = Simulation(nodes, per_node, rate)
-    server = await asyncio.start_unix_server(simulation.connected, path=socket_path)
+    # Every host's follower and, at a dump, every host's question connect at once: asyncio's
+    # backlog of 100 refused some of 256 hosts' dumps.
+    server = await asyncio.start_unix_server(simulation.connected, path=socket_path, backlog=4096)
     ticking = asyncio.create_task(simulation.run())
     loop = asyncio.get_running_loop()
     print("serving", flush=True)
