@@ -164,7 +164,16 @@ def test_processes_are_found_by_the_run_they_inherit(tmp_path: Path) -> None:
         [sys.executable, "-c", "import time; time.sleep(30)"], env=child_env
     ) as child:
         try:
-            found = [(pid, attempt) for pid, _, attempt, _, _ in processes.run_processes(tmp_path)]
+            # Looked for again for a while: Popen returns once exec closed the child's
+            # close-on-exec pipe, before the kernel set up its new environment; on a loaded
+            # machine /proc/PID/environ was once still empty then.
+            deadline = time.monotonic() + 10
+            found: list[tuple[int, int]] = []
+            while not found and time.monotonic() < deadline:
+                found = [
+                    (pid, attempt) for pid, _, attempt, _, _ in processes.run_processes(tmp_path)
+                ]
+                time.sleep(0.05)
             assert found == [(child.pid, 3)]
         finally:
             child.kill()
