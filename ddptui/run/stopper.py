@@ -156,8 +156,9 @@ async def _wait_gone(
     report: StopReport,
     seconds: float,
     skip: Collection[str] = (),
+    linger: float | None = None,
 ) -> dict[str, list[AttemptStatus]]:
-    return await live(remote, config, record, report, skip, wait=seconds)
+    return await live(remote, config, record, report, skip, wait=seconds, linger=linger)
 
 
 async def _signal(
@@ -243,8 +244,8 @@ async def stop_nodes(
             say(f"could not ask the trainer to stop: {why}")
         else:
             say(f"asked the trainer to checkpoint and stop (waiting up to {grace:g} s)")
-            running = await live(
-                remote, config, record, report, wait=grace, linger=RANKS_GONE_LINGER_S
+            running = await _wait_gone(
+                remote, config, record, report, grace, linger=RANKS_GONE_LINGER_S
             )
             if running and _launchers_only(running):
                 # A host whose ranks ended last may have released the others' barrier just now.
