@@ -80,6 +80,11 @@ class RankState(str, enum.Enum):
     def finished(self) -> bool:
         return self in (RankState.DONE, RankState.STOPPED, RankState.FAILED, RankState.KILLED)
 
+    @property
+    def ended_well(self) -> bool:
+        """Trained to its end, or stopped on request."""
+        return self in (RankState.DONE, RankState.STOPPED)
+
 
 @dataclass
 class RankProgress:

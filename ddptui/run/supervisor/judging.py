@@ -16,7 +16,7 @@ from typing import Any
 
 from ddptui.config.model import JobConfig
 from ddptui.run.model import RunModel
-from ddptui.run.progress import RankProgress, RankState
+from ddptui.run.progress import RankProgress
 from ddptui.run.record import RunState
 from ddptui.run.state import Hang, RankAtHang, Silence, Verdict
 
@@ -53,7 +53,6 @@ PROCESS_STATES = {
 }
 """The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
 STOPPED = ("T", "t")
-ENDED_WELL = (RankState.DONE, RankState.STOPPED)
 
 
 def hang_window(model: RunModel, override: float | None = None) -> float:
@@ -140,7 +139,7 @@ def _hosts_all_done(model: RunModel) -> set[str]:
     is left there is the processes' exit, which no step or phase tells of. A rank that raised
     is still judged: its exit may hang (an NCCL communicator that never aborts)."""
     ranks = model.progress.ranks
-    busy = {rank.host for rank in ranks if rank.state not in ENDED_WELL}
+    busy = {rank.host for rank in ranks if not rank.state.ended_well}
     return {rank.host for rank in ranks} - busy
 
 
