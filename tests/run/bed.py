@@ -11,9 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from ddptui.run.supervising import holds_open
@@ -85,6 +85,30 @@ def write_hosts(
         job={"nproc_per_node": 1, "args": SMALL, **job},
         host_overrides=host_overrides,
     )
+
+
+_T = TypeVar("_T")
+
+
+def wait_until(
+    what: str,
+    ready: Callable[[], _T | None],
+    timeout: float,
+    *,
+    every: float = 0.25,
+    story: Callable[[], str] | None = None,
+) -> _T:
+    """``ready()``'s first true value, asked every ``every`` seconds; after ``timeout`` seconds
+    an AssertionError naming ``what``, with ``story()`` (what the test saw) where given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = ready()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            told = f"\n{story()}" if story is not None else ""
+            raise AssertionError(f"waited {timeout:.0f} s for {what}{told}")
+        time.sleep(every)
 
 
 def run_id_in(output: str) -> str:

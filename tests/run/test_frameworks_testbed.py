@@ -10,16 +10,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from textual.widgets import DataTable
 
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
-from tests.run.bed import Cli, frozen, host_run_dir, run_pid, run_processes, write_hosts
+from tests.run.bed import (
+    Cli,
+    frozen,
+    host_run_dir,
+    run_pid,
+    run_processes,
+    wait_until,
+    write_hosts,
+)
 from tests.testbed import TestBed, TestHost
 from tests.ui.pilot import open_from_runs, until
 
@@ -35,20 +42,6 @@ CASES = {
 READS_STOP = ("lightning", "transformers")
 PROCS = 2
 FIRST_LOSS_S = 20
-
-_T = TypeVar("_T")
-
-
-def _until(
-    what: str, found: Callable[[], _T | None], timeout: float, story: Callable[[], str] = str
-) -> _T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = found()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"no {what} in {timeout:g} s\n{story()}"
-        time.sleep(0.5)
 
 
 def _events(hosts: list[TestHost], run_id: str) -> dict[int, list[dict[str, Any]]]:
@@ -141,7 +134,7 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
         ]
         return shown if len(measured) == len(ranks) else None
 
-    shown = _until("loss, speed and memory on every rank", every_rank_measured, 120)
+    shown = wait_until("loss, speed and memory on every rank", every_rank_measured, 120, every=0.5)
     seen = time.time()
     first_step = min(
         event["time"]
@@ -168,23 +161,32 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
 
     frozen_pid = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
     with frozen(frozen_pid) as frozen_at:
-        status = _until(
-            "hung", lambda: (found := cli.json("status", run_id))["state"] == "hung" and found, 90
+        status = wait_until(
+            "hung",
+            lambda: (found := cli.json("status", run_id))["state"] == "hung" and found,
+            90,
+            every=0.5,
         )
         hung_at = time.time()
     assert hung_at - frozen_at <= 35, (hung_at, frozen_at)
     odd = [(rank["rank"], rank["host"]) for rank in status["hang"]["ranks"] if rank["why"]]
     assert odd == [(PROCS, hosts[1].name)], status["hang"]
-    _until("stepping again", lambda: cli.json("status", run_id)["state"] == "running", 90)
+    wait_until(
+        "stepping again",
+        lambda: cli.json("status", run_id)["state"] == "running",
+        90,
+        every=0.5,
+    )
 
     # A checkpoint the framework saved, then the stop.
-    _until(
+    wait_until(
         "a checkpoint",
         lambda: any(
             event["type"] == "checkpoint" or event.get("phase") == "checkpoint"
             for event in _events(hosts, run_id)[0]
         ),
         120,
+        every=0.5,
     )
     time.sleep(3)
     stopped = cli.run("stop", run_id)
@@ -222,7 +224,13 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
         shown = cli.run("status", run_id)
         return shown.stdout + shown.stderr + _told(hosts, run_id)
 
-    second = _until("every rank resumed and stepping", resumed_and_stepping, 180, resume_story)
+    second = wait_until(
+        "every rank resumed and stepping",
+        resumed_and_stepping,
+        180,
+        every=0.5,
+        story=resume_story,
+    )
     for rank, start in second.items():
         # From the framework's own newest checkpoint: a step it had reached, its steps after it.
         assert 0 < start["start_step"] <= reached[rank], (start, reached[rank])
@@ -263,7 +271,7 @@ def test_without_instrumenting_a_lightning_script_its_loss_is_read_from_its_prog
         shown = cli.json("status", run_id)["ranks"]
         return next((rank["loss"] for rank in shown if rank["rank"] == 0), None)
 
-    assert _until("rank 0's loss from its output", rank_0_loss, 120) > 0
+    assert wait_until("rank 0's loss from its output", rank_0_loss, 120, every=0.5) > 0
     assert not any((host_run_dir(host, run_id) / "events").exists() for host in hosts)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from tests.run.bed import (
     run_processes,
     supervisors,
     wait_for_step,
+    wait_until,
     write_hosts,
 )
 from tests.testbed import TestBed, TestHost, cpu_throttled, cut_link, restore_link
@@ -44,17 +45,6 @@ ENDLESS = ("--", "--max-steps", "100000")
 
 def _record(cli: Cli, run_id: str) -> dict[str, Any]:
     return tomllib.loads((cli.store / run_id / "run.toml").read_text())
-
-
-def _until(what: str, ready: Callable[[], Any], timeout: float, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = ready()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}")
-        time.sleep(every)
 
 
 def _launch(cli: Cli, hosts_file: Path, *args: str) -> str:
@@ -80,7 +70,7 @@ def _wait_for_attempt_steps(
                     return False
         return True
 
-    _until(f"{steps} steps of attempt {attempt} on every rank", stepped, 180, every=0.5)
+    wait_until(f"{steps} steps of attempt {attempt} on every rank", stepped, 180, every=0.5)
 
 
 def _attempt_of(pid: int) -> bytes | None:
@@ -103,7 +93,7 @@ def test_a_detached_run_that_loses_a_host_fails_with_no_front_end_open_and_resum
     try:
         # Nothing of ddptui runs now but the run's supervisor, asked as a user would.
         statuses = []
-        _until(
+        wait_until(
             "status to say failed",
             lambda: (
                 statuses.append(cli.json("status", run_id)) or statuses[-1]["state"] == "failed"
@@ -125,15 +115,19 @@ def test_a_detached_run_that_loses_a_host_fails_with_no_front_end_open_and_resum
             "taking the nodes' last lines",
         )
         assert statuses[-1]["doing"] in steps, statuses[-1]
-        _until("the healthy hosts to be cleared", lambda: not run_processes(hosts[:2], run_id), 30)
-        _until("status to say it is done", lambda: cli.json("status", run_id)["doing"] is None, 30)
+        wait_until(
+            "the healthy hosts to be cleared", lambda: not run_processes(hosts[:2], run_id), 30
+        )
+        wait_until(
+            "status to say it is done", lambda: cli.json("status", run_id)["doing"] is None, 30
+        )
     finally:
         restore_link(hosts[2])
     # Once the host answers again, a resume ends what is left there and goes on from the
     # last checkpoint.
     resumed = cli.run("resume", run_id, "--detach")
     assert resumed.returncode == 0, resumed.stderr
-    starts = _until(
+    starts = wait_until(
         "attempt 2's start on rank 0",
         lambda: len(found := _starts(hosts[0], run_id)) == 2 and found,
         90,
@@ -170,7 +164,7 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
     assert states[-1] == "running" and "hung" not in states, states
     rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
     with frozen(rank1) as frozen_at:
-        status = _until(
+        status = wait_until(
             "status to say hung",
             lambda: (found := cli.json("status", run_id))["state"] == "hung" and found,
             120,
@@ -195,7 +189,7 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
     assert f"run {run_id}: hung, attempt 1: no step for" in human.stdout, human.stdout
     assert re.search(r"hung since \d\d:\d\d:\d\d \(\d+ s without a step", human.stdout)
     # SIGCONT: it steps again, and so does the record.
-    _until(
+    wait_until(
         "the run to step again",
         lambda: _record(cli, run_id)["states"][-1]["state"] == "running",
         60,
@@ -231,7 +225,7 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
     with cpu_throttled([rank1], 0.05, f"ddptui-test-{os.getpid()}"):
         # How soon is benchmarks/stragglers.py's to measure, on an idle machine. One status
         # says it all: a second could come after the rank recovered.
-        status = _until(
+        status = wait_until(
             "a straggler",
             lambda: _named_stragglers(found := cli.json("status", run_id)) and found,
             150,
@@ -242,7 +236,7 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
     # Named once 10% slower; it stays named until under 5%.
     assert rank["slower_by"] >= 0.05 and rank["compute_s"] > 0, rank
     assert "straggler rank 1 on node1 +" in status["progress"]
-    _until("no straggler", lambda: not _stragglers(cli, run_id), 150, every=2.0)
+    wait_until("no straggler", lambda: not _stragglers(cli, run_id), 150, every=2.0)
 
     def recorded() -> str | None:
         detail = str(_record(cli, run_id)["attempts"][-1]["detail"])
@@ -250,7 +244,7 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
 
     # status asks the supervisor's model; its record takes the recovery at its next judging,
     # up to half a second later.
-    detail = _until("the recovery in the record", recorded, 10)
+    detail = wait_until("the recovery in the record", recorded, 10)
     assert "straggler: rank 1 on node1 +" in detail and "rank 1 no longer a straggler" in detail
     kill_run(cli, hosts, run_id)
 
@@ -264,7 +258,7 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     wait_for_step(testbed, hosts, run_id, 10)
     rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer")
     with frozen(rank1):
-        record = _until(
+        record = wait_until(
             "the hung run to be stopped",
             lambda: (found := _record(cli, run_id))["state"] == "failed" and found,
             90,
@@ -289,7 +283,7 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
         "node2-rank2.txt",
     ]
     assert f"every rank's stacks at the hang: {saved}" in record["attempts"][0]["detail"]
-    _until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
+    wait_until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
 
 
 # A script of one's own that reads ddptui's stop request (docs/events.md) and whose rank 1
@@ -406,9 +400,9 @@ def _printed(output: Path, step: int) -> bool:
 
 
 def _kill_supervisor(cli: Cli, run_id: str) -> int:
-    pid = _until("the run's supervisor", lambda: _supervised(cli, run_id), 30)
+    pid = wait_until("the run's supervisor", lambda: _supervised(cli, run_id), 30)
     os.kill(pid, signal.SIGKILL)
-    _until("the supervisor to die", lambda: not supervisors(cli.store), 10, every=0.05)
+    wait_until("the supervisor to die", lambda: not supervisors(cli.store), 10, every=0.05)
     return int(pid)
 
 
@@ -435,10 +429,10 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     wait_for_step(testbed, hosts, run_id, 60)
     killed = _kill_supervisor(cli, run_id)
     # The follower finds its supervisor gone, starts another and goes on where it was.
-    _until("the follower to start another supervisor", lambda: _supervised(cli, run_id), 30)
+    wait_until("the follower to start another supervisor", lambda: _supervised(cli, run_id), 30)
     assert _supervised(cli, run_id) != killed
     wait_for_step(testbed, hosts, run_id, 200)
-    _until("the follower to print step 200", lambda: _printed(followed, 200), 30)
+    wait_until("the follower to print step 200", lambda: _printed(followed, 200), 30)
     first.kill()
     first.wait(30)
     output = followed.read_text()
@@ -454,7 +448,7 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     assert f"run {run_id} had no supervisor" in status.stderr, status.stderr
     assert f"run {run_id}: running" in status.stdout, status.stdout
     # One that holds the run but does not answer (stopped) is ended and replaced, not waited on.
-    stuck = _until("the new supervisor", lambda: _supervised(cli, run_id), 30)
+    stuck = wait_until("the new supervisor", lambda: _supervised(cli, run_id), 30)
     os.kill(stuck, signal.SIGSTOP)
     status = cli.run("status", run_id)
     assert f"(pid {stuck}) does not answer: ending it" in status.stderr, status.stderr
@@ -464,10 +458,10 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     gone = _kill_supervisor(cli, run_id)
     listing = cli.run("runs")
     assert f"run {run_id} had no supervisor" in listing.stderr, listing.stderr
-    _until("the adopted supervisor", lambda: _supervised(cli, run_id) not in (None, gone), 30)
+    wait_until("the adopted supervisor", lambda: _supervised(cli, run_id) not in (None, gone), 30)
     whole = tmp_path / "whole.out"
     second = _follow_into(whole, cli, run_id)
-    _until("the second follower to print step 250", lambda: _printed(whole, 250), 120)
+    wait_until("the second follower to print step 250", lambda: _printed(whole, 250), 120)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
     assert second.wait(60) == 0
