@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.run.checkpoints import MAX_LISTED, Held
+from ddptui.run.checkpoints import MAX_LISTED, Held, carriable, matches
 from ddptui.run.progress import MAX_RANKS
 from ddptui.run.stacks import RankStack, parse_stacks
 from ddptui.untrusted import count, finite, plain, whole
@@ -148,7 +148,15 @@ def flight_sizes(value: Any) -> dict[int, int] | None:
 
 
 def listed_files(value: Any, globs: Sequence[str]) -> dict[str, dict[str, Held]] | None:
-    """Glob → relative path → the file as the host holds it, for each of ``globs``."""
+    """Glob → relative path → the file as the host holds it, for each of ``globs``.
+
+    A path no copy could carry (:func:`~ddptui.run.checkpoints.carriable`: too long, or a
+    control character or a byte that is not UTF-8 in a name, which the lister can list) is
+    left out. Any other path the lister could not have listed under its glob
+    (:func:`~ddptui.run.checkpoints.matches`: outside the directory, not in normal form, or
+    not matched) makes the whole answer garbage: that host is lying or broken, and the resume
+    stops naming it rather than weigh the rest of its word.
+    """
     if not isinstance(value, dict):
         return None
     listed: dict[str, dict[str, Held]] = {}
@@ -161,7 +169,12 @@ def listed_files(value: Any, globs: Sequence[str]) -> dict[str, dict[str, Held]]
             held = _held(entry)
             if held is None:
                 return None
-            listed[glob][held[0]] = held[1]
+            path, file = held
+            if not carriable(path):
+                continue
+            if not matches(path, glob):
+                return None
+            listed[glob][path] = file
     return listed
 
 
@@ -169,7 +182,7 @@ def _held(entry: object) -> tuple[str, Held] | None:
     if not isinstance(entry, list) or len(entry) != 3:
         return None
     path, size, mtime = entry
-    if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+    if not isinstance(path, str):
         return None
     size, when = count(size, 1 << 50), finite(mtime)
     if size is None or when is None:

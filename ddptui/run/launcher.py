@@ -29,8 +29,9 @@ from ddptui.run.checkpoints import (
     RECEIVE,
     SEND,
     Copy,
-    copies,
+    Refused,
     only_on_node_0,
+    plan_copies,
     unmatched,
 )
 from ddptui.run.code import MIB, CodeError, job_code, mib
@@ -220,15 +221,19 @@ async def end_leftovers(remote: Transport, config: Config, record: RunRecord, *,
 
 COPY_RATE = 20 * MIB
 """Bytes a second a checkpoint copy through this machine is given at least, over a minute."""
+REFUSALS_SAID = 5
+"""Refused copies named one a line; a host that offers a thousand is not given a thousand."""
 
 
 async def carry_checkpoints(
     remote: RemoteCluster, config: Config, record: RunRecord, *, say: Say
 ) -> None:
     """Before a resume of a user's script: copy ``[job] checkpoint_files`` to every node that
-    lacks the newest copy (and say what was copied), or, without the key, warn when node 0
-    holds checkpoint-like files that some node lacks. :class:`LaunchError` when a glob of the
-    key matches nothing on any node, a node cannot list, or a copy fails."""
+    lacks node 0's copy (and say what was copied, and what a host offered that was refused:
+    :mod:`ddptui.run.checkpoints`), or, without the key, warn when node 0 holds
+    checkpoint-like files that some node lacks. :class:`LaunchError` when a glob of the key
+    matches nothing on any node, a node cannot list (or lists what it could not hold), the
+    run's code cannot be read here, or a copy fails."""
     if record.entry == "trainer":
         return
     globs = config.job.checkpoint_files or LIKELY_CHECKPOINTS
@@ -252,7 +257,7 @@ async def carry_checkpoints(
         for rank, found in matched.items()
     }
     if not config.job.checkpoint_files:
-        alone = only_on_node_0(held)
+        alone = [_shown(path) for path in only_on_node_0(held)]
         if alone:
             named = ", ".join(alone[:3]) + (f" and {len(alone) - 3} more" if len(alone) > 3 else "")
             say(
@@ -266,13 +271,50 @@ async def carry_checkpoints(
             f"[job] checkpoint_files: {missing[0]!r} matches no file on any node, so there is "
             "nothing to resume from; check the name (relative to the script's directory)"
         )
+    plan = plan_copies(
+        held,
+        staged=_staged_paths(config),
+        latest=time.time() + config.cluster.max_clock_skew_s,
+    )
     by_rank = {node.node_rank: node for node in record.nodes}
-    for copy in copies(held):
+    for line in _refusals(plan.refused, by_rank):
+        say(line)
+    for copy in plan.copies:
         source = by_rank[copy.source]
         for target in (by_rank[rank] for rank in copy.targets):
             await _copy(remote, config, copy, source, target)
         targets = ", ".join(f"{by_rank[rank].host}" for rank in copy.targets)
-        say(f"copied {copy.path} ({mib(copy.held.size)}) from {source.host} to {targets}")
+        say(f"copied {_shown(copy.path)} ({mib(copy.held.size)}) from {source.host} to {targets}")
+
+
+def _staged_paths(config: Config) -> set[str]:
+    """The paths of the run's code, as a launch of ``config`` stages it now.
+
+    The record keeps no manifest, and a resume stages nothing; this is what the launch uploaded
+    unless the job's directory changed since (a file deleted here since is not among them).
+    """
+    try:
+        return {file.path for file in job_code(config.job).files}
+    except CodeError as error:
+        raise LaunchError(
+            f"cannot tell the run's code from its checkpoints, to never copy over it: {error}"
+        ) from None
+
+
+def _refusals(refused: Sequence[Refused], by_rank: Mapping[int, NodeRecord]) -> list[str]:
+    lines = [
+        f"warning: not copying {_shown(each.path)} from {by_rank[each.source].host} to "
+        f"{', '.join(by_rank[rank].host for rank in each.targets)}: {each.why}"
+        for each in refused[:REFUSALS_SAID]
+    ]
+    if len(refused) > REFUSALS_SAID:
+        lines.append(f"warning: and {len(refused) - REFUSALS_SAID} more file(s) not copied")
+    return lines
+
+
+def _shown(path: str) -> str:
+    """A path a host listed, to show."""
+    return plain(path, limit=200, one_line=True)
 
 
 async def _copy(
@@ -292,10 +334,12 @@ async def _copy(
             timeout=60.0 + copy.held.size / COPY_RATE,
         )
     except RemoteError as error:
-        raise LaunchError(f"copying {copy.path}: {error}") from None
+        raise LaunchError(f"copying {_shown(copy.path)}: {error}") from None
     if result.exit_status != 0:
         why = plain(result.stdout.strip() or result.stderr.strip(), limit=300, one_line=True)
-        raise LaunchError(f"copying {copy.path} from {source.host} to {target.host} failed: {why}")
+        raise LaunchError(
+            f"copying {_shown(copy.path)} from {source.host} to {target.host} failed: {why}"
+        )
 
 
 async def start_attempt(
