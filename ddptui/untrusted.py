@@ -89,6 +89,11 @@ def _escaped_within(text: str, pattern: re.Pattern[str], room: int) -> str:
     return "".join(shown)
 
 
+def plain_error(error: BaseException, *, limit: int = 300) -> str:
+    """``error`` as ``Type: message`` on one line: a message may quote a host's value."""
+    return plain(f"{type(error).__name__}: {error}", limit=limit, one_line=True)
+
+
 def plain_bytes(data: bytes, *, limit: int | None = None, one_line: bool = False) -> str:
     """:func:`plain` for raw bytes: invalid UTF-8 is replaced, never raised."""
     if limit is not None:

@@ -7,19 +7,31 @@ long, nested too deep, an unknown ``type``, a missing or mistyped common field) 
 Within an event that is recognised, a field of the wrong type (or a number that is not finite)
 becomes ``None`` rather than costing the whole event: one odd value must not hide a step.
 
-Strings are kept as the host sent them, only cut to a length; sanitise them for display with
-:func:`ddptui.untrusted.plain`.
+This parser is the one place that decides what of a host's values the rest of ddptui sees, so
+that judging, recording and rendering need not each defend themselves:
+
+- every string is :func:`~ddptui.untrusted.plain` (terminal escapes, bidi marks and lone
+  surrogates shown as visible escapes) and cut to its cap: short ones on one line, ``message``
+  and ``traceback`` with their newlines. A hang's words, a record's TOML and a terminal take
+  them as they are;
+- a time (``time``, ``launch``) outside ``[0, MAX_EVENT_TIME)`` is no time any clock gives:
+  the event is garbled (a stamp, left out). How far ahead of the head node's clock a time may
+  be is the model's to clamp (:mod:`ddptui.run.model`): the parser knows no clock;
+- every duration, rate and size has a cap (:data:`MAX_STEP_S`, :data:`MAX_EXPECT_S`,
+  :data:`MAX_SAMPLES_PER_S`, :data:`MAX_MIB`): a larger value is read as the cap, a negative
+  one as not reported.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeAlias, TypeVar
 
-from ddptui.untrusted import finite
+from ddptui.untrusted import ELLIPSIS, finite, plain
 
 EVENT_VERSION: Final = 1
 """The ``v`` this reader understands; the trainer writes the same number."""
@@ -29,7 +41,8 @@ MAX_EVENT_LINE_BYTES: Final = 65536
 smaller, and a cap keeps one host from making the head node parse megabytes per line."""
 
 MAX_TEXT_CHARS: Final = 1024
-"""Short strings: device, backend, hostname, source, reason, versions, config strings."""
+"""Short strings: device, backend, hostname, source, reason, versions, config strings (a cut
+one ends with ``…``)."""
 MAX_PATH_CHARS: Final = 4096
 MAX_MESSAGE_CHARS: Final = 4096
 MAX_TRACEBACK_CHARS: Final = 32768
@@ -38,6 +51,21 @@ MAX_CONFIG_DEPTH: Final = 8
 """``config`` deeper than this is dropped: later code walks it (run records, the console)."""
 MAX_SKIPPED_CHECKPOINTS: Final = 64
 MAX_PHASE_CHARS: Final = 64
+
+MAX_EVENT_TIME: Final = float(2**32)
+"""Event times (Unix seconds) are below this (February 2106) and not negative: beyond, a time
+is no clock's, and ``time.localtime`` (a straggler's "since", a log's date) raises on it."""
+MAX_STEP_S: Final = 3600.0
+"""``step_time_s`` and ``compute_s`` above an hour are read as an hour: a step takes less, and
+ten step times make the hang window, so one event must not stretch it without end."""
+MAX_EXPECT_S: Final = 86400.0
+"""A phase's ``expect_s`` (and a checkpoint's ``seconds``) above a day is read as a day: one
+rank's word must not switch hang detection off for the whole run (the window is the longest
+phase any rank is in)."""
+MAX_SAMPLES_PER_S: Final = 1e9
+"""A rank's ``samples_per_s`` above this is read as this: summed over ranks it stays finite."""
+MAX_MIB: Final = float(2**30)
+"""Memory (MiB: ``cuda_*_mib``, ``rss_mib``) above a pebibyte is read as a pebibyte."""
 
 # Counts (ranks, steps, bytes) beyond int64 are nonsense from a host, not a huge run.
 _MAX_COUNT: Final = 2**63 - 1
@@ -137,7 +165,8 @@ class PhaseEvent(EventBase):
 
     phase: str
     expect_s: float | None = None
-    """How long the phase may take at most; past it (and the hang window), the run is hung."""
+    """How long the phase may take at most (a day at most: :data:`MAX_EXPECT_S`); past it (and
+    the hang window), the run is hung."""
 
     TRAINING: ClassVar[str] = "train"
 
@@ -169,7 +198,7 @@ class ErrorEvent(EventBase):
     """The rank raised; torchrun will see it exit non-zero."""
 
     message: str | None = None
-    """``ExceptionType: text``, at most :data:`MAX_MESSAGE_CHARS`."""
+    """``ExceptionType: text``, at most :data:`MAX_MESSAGE_CHARS` (plain, newlines kept)."""
     traceback: str | None = None
 
 
@@ -249,7 +278,7 @@ def _parse(line: str | bytes) -> RankEvent | None:
 def _common(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     rank, local_rank = _count(doc.get("rank")), _count(doc.get("local_rank"))
     node_rank, world_size = _count(doc.get("node_rank")), _count(doc.get("world_size"))
-    time = finite(doc.get("time"))
+    time = _time(doc.get("time"))
     if rank is None or local_rank is None or node_rank is None or time is None:
         return None
     if world_size is None or not rank < world_size:
@@ -277,25 +306,70 @@ def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+# These read most fields of every step event, thousands a second at a thousand ranks: a
+# comparison does finite()'s work (NaN fails every one; a bool's type is neither float nor int).
+
+
+def _time(value: Any) -> float | None:
+    if (type(value) is float or type(value) is int) and 0 <= value < MAX_EVENT_TIME:
+        return float(value)
+    return None
+
+
+def _amount(value: Any, cap: float) -> float | None:
+    """A duration, rate or size: ``None`` unless a finite number and not negative; at most
+    ``cap``."""
+    if type(value) is float:
+        if 0.0 <= value <= cap:
+            return value
+        return cap if cap < value < math.inf else None
+    if type(value) is int and value >= 0:
+        return float(value) if value <= cap else cap
+    return None
+
+
 def _text(value: Any, limit: int = MAX_TEXT_CHARS) -> str | None:
-    return value[:limit] if isinstance(value, str) else None
+    return plain(value, limit=limit, one_line=True) if isinstance(value, str) else None
 
 
 def _tail(value: Any, limit: int) -> str | None:
-    return value[-limit:] if isinstance(value, str) else None
+    """The end of ``value``, plain, in at most ``limit`` characters (newlines kept)."""
+    if not isinstance(value, str):
+        return None
+    tail = value[-limit:]
+    shown = plain(tail)
+    if len(shown) <= limit:
+        return shown
+    # Escapes made it longer: keep the end still (the exception itself), whole escapes only.
+    kept: list[str] = []
+    room = limit - len(ELLIPSIS)
+    for char in reversed(tail):
+        each = plain(char)
+        if len(each) > room:
+            break
+        kept.append(each)
+        room -= len(each)
+    return ELLIPSIS + "".join(reversed(kept))
 
 
 def _json_value(value: Any, depth: int) -> Any:
-    """A read-only copy of a JSON value, strings cut; raises :class:`_Garbled` if too deep."""
+    """A read-only copy of a JSON value, its strings (keys too) plain and cut; raises
+    :class:`_Garbled` if too deep."""
     if depth > MAX_CONFIG_DEPTH:
         raise _Garbled("nested too deep")
     if isinstance(value, str):
-        return value[:MAX_TEXT_CHARS]
+        return _plain_text(value)
     if isinstance(value, dict):
-        return MappingProxyType({k: _json_value(v, depth + 1) for k, v in value.items()})
+        return MappingProxyType(
+            {_plain_text(k): _json_value(v, depth + 1) for k, v in value.items()}
+        )
     if isinstance(value, list):
         return tuple(_json_value(item, depth + 1) for item in value)
     return value
+
+
+def _plain_text(value: str) -> str:
+    return plain(value, limit=MAX_TEXT_CHARS, one_line=True)
 
 
 def _config(value: Any) -> Mapping[str, Any]:
@@ -314,7 +388,7 @@ def _versions(value: Any) -> Mapping[str, str]:
         return MappingProxyType({})
     return MappingProxyType(
         {
-            key[:MAX_TEXT_CHARS]: text[:MAX_TEXT_CHARS]
+            _plain_text(key): _plain_text(text)
             for key, text in value.items()
             if isinstance(text, str)
         }
@@ -373,7 +447,7 @@ LAUNCH_STAMPS = ("process", "imported", "rendezvous")
 def _launch(value: Any) -> Mapping[str, float]:
     if not isinstance(value, dict):
         return MappingProxyType({})
-    stamps = {key: finite(value.get(key)) for key in LAUNCH_STAMPS}
+    stamps = {key: _time(value.get(key)) for key in LAUNCH_STAMPS}
     return MappingProxyType({key: at for key, at in stamps.items() if at is not None})
 
 
@@ -388,13 +462,13 @@ def _step(doc: Mapping[str, Any], common: dict[str, Any]) -> StepEvent:
         epoch=_count(doc.get("epoch")),
         loss=finite(doc.get("loss")),
         lr=finite(doc.get("lr")),
-        samples_per_s=finite(doc.get("samples_per_s")),
-        step_time_s=finite(doc.get("step_time_s")),
-        compute_s=finite(doc.get("compute_s")),
-        cuda_allocated_mib=finite(doc.get("cuda_allocated_mib")),
-        cuda_reserved_mib=finite(doc.get("cuda_reserved_mib")),
-        cuda_peak_mib=finite(doc.get("cuda_peak_mib")),
-        rss_mib=finite(doc.get("rss_mib")),
+        samples_per_s=_amount(doc.get("samples_per_s"), MAX_SAMPLES_PER_S),
+        step_time_s=_amount(doc.get("step_time_s"), MAX_STEP_S),
+        compute_s=_amount(doc.get("compute_s"), MAX_STEP_S),
+        cuda_allocated_mib=_amount(doc.get("cuda_allocated_mib"), MAX_MIB),
+        cuda_reserved_mib=_amount(doc.get("cuda_reserved_mib"), MAX_MIB),
+        cuda_peak_mib=_amount(doc.get("cuda_peak_mib"), MAX_MIB),
+        rss_mib=_amount(doc.get("rss_mib"), MAX_MIB),
     )
 
 
@@ -404,22 +478,18 @@ def _checkpoint(doc: Mapping[str, Any], common: dict[str, Any]) -> CheckpointEve
         path=_text(doc.get("path"), MAX_PATH_CHARS),
         step=_count(doc.get("step")),
         epoch=_count(doc.get("epoch")),
-        seconds=finite(doc.get("seconds")),
+        seconds=_amount(doc.get("seconds"), MAX_EXPECT_S),
         bytes=_count(doc.get("bytes")),
     )
 
 
 def _phase(doc: Mapping[str, Any], common: dict[str, Any]) -> PhaseEvent:
-    phase = doc.get("phase")
-    if not isinstance(phase, str) or not phase:
+    phase = _text(doc.get("phase"), MAX_PHASE_CHARS)
+    if not phase:
         # Without its phase it says nothing of how long a silence may be.
         raise _Garbled("phase")
-    expect_s = finite(doc.get("expect_s"))
-    return PhaseEvent(
-        **common,
-        phase=phase[:MAX_PHASE_CHARS],
-        expect_s=expect_s if expect_s is not None and expect_s > 0 else None,
-    )
+    expect_s = _amount(doc.get("expect_s"), MAX_EXPECT_S)
+    return PhaseEvent(**common, phase=phase, expect_s=expect_s or None)
 
 
 def _epoch_end(doc: Mapping[str, Any], common: dict[str, Any]) -> EpochEndEvent:
@@ -437,9 +507,10 @@ def _done(doc: Mapping[str, Any], common: dict[str, Any]) -> DoneEvent:
 
 
 def _error(doc: Mapping[str, Any], common: dict[str, Any]) -> ErrorEvent:
+    message = doc.get("message")
     return ErrorEvent(
         **common,
-        message=_text(doc.get("message"), MAX_MESSAGE_CHARS),
+        message=plain(message, limit=MAX_MESSAGE_CHARS) if isinstance(message, str) else None,
         traceback=_tail(doc.get("traceback"), MAX_TRACEBACK_CHARS),
     )
 

@@ -30,6 +30,10 @@ _SEGMENT = re.compile(r"^journal-(\d{20})\.jsonl$")
 _OFFSETS = "offsets.json"
 MAX_FILES_PER_HOST = 65536
 """Offsets kept per host: a host that invents files past this many is not followed for more."""
+_SET_ASIDE = "set-aside.jsonl"
+MAX_SET_ASIDE = 4096
+"""Lines remembered as set aside: past this many, a replay meets the rest again (and sets them
+aside again), which costs time, never the supervisor."""
 
 
 class Journal:
@@ -63,6 +67,7 @@ class Journal:
         self.offsets: dict[str, dict[str, int]] = {}
         """Host → path → the byte offset after the last line taken from it."""
         self._recover_offsets()
+        self._set_aside = _read_set_aside(directory / _SET_ASIDE)
 
     @property
     def start(self) -> int:
@@ -80,6 +85,23 @@ class Journal:
         taken[line.path] = line.offset
         self._pending += line_record(line)
         return True
+
+    def set_aside(self, line: FileLine) -> None:
+        """Remember that ``line`` could not be taken, so that a replay skips it instead of
+        meeting the same fault again (a supervisor that crashed on it would crash again)."""
+        key = (line.host, line.path, line.offset)
+        if key in self._set_aside or len(self._set_aside) >= MAX_SET_ASIDE:
+            return
+        self._set_aside.add(key)
+        entry = json.dumps({"host": line.host, "path": line.path, "offset": line.offset})
+        fd = os.open(self.directory / _SET_ASIDE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, entry.encode() + b"\n")
+        finally:
+            os.close(fd)
+
+    def was_set_aside(self, line: FileLine) -> bool:
+        return (line.host, line.path, line.offset) in self._set_aside
 
     @property
     def unwritten(self) -> int:
@@ -189,6 +211,26 @@ def _offsets(value: Any) -> dict[str, dict[str, int]]:
         for host, files in value.items()
         if isinstance(host, str) and isinstance(files, Mapping)
     }
+
+
+def _read_set_aside(path: Path) -> set[tuple[str, str, int]]:
+    """The lines set aside before, as ``(host, path, offset)``; none when the file is missing
+    or unreadable (a replay then meets them again and sets them aside again)."""
+    try:
+        with path.open("rb") as kept:
+            data = kept.read(MAX_SET_ASIDE * 1024)
+    except OSError:
+        return set()
+    found = set()
+    for raw in data.splitlines()[:MAX_SET_ASIDE]:
+        try:
+            entry = json.loads(raw)
+            key = (entry["host"], entry["path"], entry["offset"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(key[0], str) and isinstance(key[1], str) and type(key[2]) is int:
+            found.add(key)
+    return found
 
 
 def _whole_lines(fd: int) -> int:

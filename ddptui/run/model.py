@@ -11,8 +11,9 @@ Every line comes from a host, and a host speaks only for what the plan gave it: 
 (``node_rank``, local ranks below its ``nproc``, global ranks from its ``base_rank``) and its
 own node's files. An event of another rank (or one that says it runs elsewhere, or in another
 world), a line of a rank or file the host does not have, and a heartbeat's word on another
-host's ranks are not taken: they are counted (:attr:`RunModel.refused`). So what a model keeps
-is bounded by the plan, whatever a host sends:
+host's ranks are not taken: they are counted (:attr:`RunModel.refused`). An event's times
+are no later than its host's clock can say as it arrives (:data:`CLOCK_SKEW_S`). So what a
+model keeps is bounded by the plan, whatever a host sends:
 
 - log tails: :data:`~ddptui.run.state.LOG_TAIL_LINES` lines of at most
   :data:`~ddptui.run.state.LOG_LINE_CHARS` characters for each of the host's ranks and its
@@ -31,11 +32,15 @@ is bounded by the plan, whatever a host sends:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
 
 from ddptui.run import nccl_init
 from ddptui.run.bands import LossBands
@@ -66,7 +71,7 @@ from ddptui.run.state import (
     Steps,
 )
 from ddptui.run.timeline import Timeline, node_stamps
-from ddptui.untrusted import whole
+from ddptui.untrusted import plain, plain_error, whole
 
 PEERS_IDLE_MIN_S = 10.0
 PEERS_IDLE_STEP_TIMES = 3.0
@@ -76,8 +81,37 @@ HEARD_LATELY_S = 5.0
 STOP_CLOCK_SLACK_S = 1.0
 """How far a host's clock may be behind the head's for what the stop caused there to be its."""
 """More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
+CLOCK_SKEW_S: Final = 2.0
+"""How far past its host's clock now (the head node's plus the offset the check measured) an
+event's time may be: the check's default ``max_clock_skew_s`` (the record keeps each host's
+offset, not the setting). A later time is read as that: the parser knows no clock, and a rank
+that says it stepped in the future would be a straggler "since" a date no clock reaches, or
+keep the run from ever stalling."""
+MAX_CLOCK_OFFSET_S: Final = 3600.0
+"""A host's clock counts as ahead of the head node's by at most this, whatever the check
+measured: the measure comes from the host's own answer."""
+MAX_FAULTS = 64
+"""Faults kept between two :meth:`RunModel.take_faults`; past them only counted."""
 _STEP = re.compile(r'"type"\s*:\s*"step"')
 """A step event's type, as JSON writers put it: a line without it is read, whatever it is."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An update the model set aside, since taking it raised."""
+
+    line: FileLine | None
+    """The line, when it was one: what a replay of the journal skips."""
+    words: str
+
+    @classmethod
+    def of(cls, update: Update, error: Exception) -> Fault:
+        if isinstance(update, FileLine):
+            where = f"a line from {update.host} ({update.path} to byte {update.offset})"
+        else:
+            where = f"a {type(update).__name__.lower()} from {update.host}"
+        line = update if isinstance(update, FileLine) else None
+        return cls(line, f"{plain(where, one_line=True)}: {plain_error(error)}")
 
 
 class RunModel:
@@ -94,8 +128,11 @@ class RunModel:
         """``clock`` times what arrives (monotonic); ``wall`` dates it (the ranks' clock);
         ``steps``: how much of the step events to read (see :class:`Steps`)."""
         self.steps = steps
-        self._latest: dict[int, tuple[str, str]] = {}
-        """Rank → (host, text) of its latest step event not read yet (``LATEST``)."""
+        self._latest: dict[int, FileLine] = {}
+        """Rank → the line of its latest step event not read yet (``LATEST``)."""
+        self._faults: list[Fault] = []
+        self.faulted = 0
+        """Updates set aside, because taking them raised."""
         self._clock = clock
         self._wall = wall
         self._heard_at: dict[str, float] = {}
@@ -118,6 +155,10 @@ class RunModel:
         afresh; the ranks' progress (their events span attempts) carries on."""
         self.record = record
         self.attempt = record.attempt.number if record.attempts else 1
+        self._ahead = {
+            node.host: CLOCK_SKEW_S + _ahead(node.clock_offset_s) for node in record.nodes
+        }
+        """Host → how far past the head node's clock its events' times may be."""
         self._began = self._clock()
         for rank in self.progress.ranks:
             self._not_started(rank)
@@ -151,6 +192,25 @@ class RunModel:
         it told of (a start event's ``launch``, ``ready``, ``first_step``)."""
 
     def apply(self, update: Update) -> None:
+        """Take ``update``. Never raises: an update whose taking raises (a bug that a host's
+        value met) is set aside, and kept for :meth:`take_faults`; the model goes on with the
+        next, since the same update would raise again wherever it was replayed."""
+        try:
+            self._apply(update)
+        except Exception as error:
+            self._fault(update, error)
+
+    def take_faults(self) -> list[Fault]:
+        """The updates set aside since the last call (at most :data:`MAX_FAULTS` of them)."""
+        faults, self._faults = self._faults, []
+        return faults
+
+    def _fault(self, update: Update, error: Exception) -> None:
+        self.faulted += 1
+        if len(self._faults) < MAX_FAULTS:
+            self._faults.append(Fault.of(update, error))
+
+    def _apply(self, update: Update) -> None:
         if isinstance(update, (FileLine, Heartbeat)):
             self._heard_at[update.host] = self._clock()
         if isinstance(update, FileLine):
@@ -184,14 +244,16 @@ class RunModel:
             rank = named.number
             if self.steps is not Steps.EVERY and _STEP.search(line.text):
                 if self._starts.get(rank) == self.attempt and self._first_step(rank):
-                    self._launched(rank, parse_event(line.text))
+                    event = parse_event(line.text)
+                    if event is not None:
+                        self._launched(rank, self._dated(line.host, event))
                 if self.steps is Steps.LATEST:
-                    self._latest[rank] = (line.host, line.text)
+                    self._latest[rank] = line
                     self._stepped(line.host, rank)
                 return
             pending = self._latest.pop(rank, None)
             if pending is not None:
-                self._event(node, rank, pending[1])
+                self._pending_event(node, rank, pending)
             self._event(node, rank, line.text)
         elif named.number != self.attempt:
             return
@@ -246,6 +308,7 @@ class RunModel:
             self.refused += 1
             return
         host = node.host
+        event = self._dated(host, event)
         self.progress.apply(host, event)
         if isinstance(event, StartEvent) and event.start_step is not None:
             self.bands.rewind(event.start_step)
@@ -264,6 +327,16 @@ class RunModel:
         elif isinstance(event, PhaseEvent) and self._starts.get(event.rank) == self.attempt:
             self._phased_at[host] = self._clock()
 
+    def _dated(self, host: str, event: RankEvent) -> RankEvent:
+        """``event`` with no time later than ``host``'s clock may say now."""
+        latest = self._wall() + self._ahead.get(host, CLOCK_SKEW_S)
+        if event.time > latest:
+            event = dataclasses.replace(event, time=latest)
+        if isinstance(event, StartEvent) and any(at > latest for at in event.launch.values()):
+            launch = {stage: min(at, latest) for stage, at in event.launch.items()}
+            event = dataclasses.replace(event, launch=MappingProxyType(launch))
+        return event
+
     def _stepped(self, host: str, rank: int) -> None:
         # Only this attempt's steps: a resumed run's earlier steps say nothing of whether it
         # trains now.
@@ -274,7 +347,7 @@ class RunModel:
     def _first_step(self, rank: int) -> bool:
         return "first_step" not in self.launches.get(rank, {})
 
-    def _launched(self, rank: int, event: RankEvent | None) -> None:
+    def _launched(self, rank: int, event: RankEvent) -> None:
         """What ``event`` of this attempt says of the rank's launch: a start event's own
         stamps and time (ready), a first step's time."""
         if isinstance(event, StartEvent) and event.rank == rank:
@@ -309,10 +382,17 @@ class RunModel:
         """Read the step events kept unread (``LATEST``): the ranks' progress is then up to
         date."""
         latest, self._latest = self._latest, {}
-        for rank, (host, text) in latest.items():
-            node = self.nodes.get(host)
+        for rank, line in latest.items():
+            node = self.nodes.get(line.host)
             if node is not None:
-                self._event(node, rank, text)
+                self._pending_event(node, rank, line)
+
+    def _pending_event(self, node: NodeState, rank: int, line: FileLine) -> None:
+        """Take a step event kept unread: a fault is the kept line's, not the one at hand's."""
+        try:
+            self._event(node, rank, line.text)
+        except Exception as error:
+            self._fault(line, error)
 
     @staticmethod
     def _not_started(rank: RankProgress) -> None:
@@ -478,3 +558,8 @@ class RunModel:
                 rank.state = RankState.KILLED if killed else RankState.FAILED
             else:
                 rank.state = ended
+
+
+def _ahead(offset: float | None) -> float:
+    """How far ahead of the head node's clock a host's is, as far as its events' times go."""
+    return min(offset, MAX_CLOCK_OFFSET_S) if offset is not None and offset > 0.0 else 0.0

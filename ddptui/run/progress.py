@@ -36,6 +36,7 @@ from ddptui.untrusted import plain
 
 from .bands import halved_when_full
 from .events import (
+    MAX_STEP_S,
     CheckpointEvent,
     DoneEvent,
     ErrorEvent,
@@ -117,7 +118,7 @@ class RankProgress:
     start: StartEvent | None = None
     """Its latest attempt's start event: its start step, checkpoint, the requests it reads."""
     error: str | None = None
-    """The ``error`` event's message, raw (sanitise to show)."""
+    """The ``error`` event's message (plain, newlines kept)."""
     losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
     """(step, loss) points; every ``loss_stride``-th step once the curve has been thinned."""
     loss_stride: int = 1
@@ -161,12 +162,17 @@ class RankProgress:
 
     @property
     def pace_s(self) -> float | None:
-        """How long the rank takes from one step event to the next at its current speed.
+        """How long the rank takes from one step event to the next at its current speed, at
+        most :data:`~ddptui.run.events.MAX_STEP_S`.
 
         From the step time rather than the events' times, so that a rank that resumes after a
-        long pause does not stretch what counts as a stall for the others.
+        long pause does not stretch what counts as a stall for the others. The windows (stall,
+        hang, a silent host's peers) are multiples of it: uncapped, one event of a step far
+        ahead of the last would stretch them without end.
         """
-        return None if self.step_time_s is None else self.step_time_s * self.steps_per_event
+        if self.step_time_s is None:
+            return None
+        return min(self.step_time_s * self.steps_per_event, MAX_STEP_S)
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,11 @@ class Straggler:
 
     def words(self) -> str:
         """``rank 3 on node1 +45% since 14:02:11``."""
-        since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        try:
+            since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        except (OverflowError, OSError, ValueError):
+            # Any code may build a Straggler: its words must not end the judging that names it.
+            since = "?"
         return (
             f"rank {self.rank} on {plain(self.host, limit=64, one_line=True)} "
             f"+{self.slower_by:.0%} since {since}"

@@ -19,8 +19,13 @@ from ddptui.run.events import (
     EVENT_TYPES,
     EVENT_VERSION,
     MAX_EVENT_LINE_BYTES,
+    MAX_EXPECT_S,
     MAX_MESSAGE_CHARS,
+    MAX_MIB,
     MAX_PHASE_CHARS,
+    MAX_SAMPLES_PER_S,
+    MAX_STEP_S,
+    MAX_TEXT_CHARS,
     MAX_TRACEBACK_CHARS,
     CheckpointEvent,
     DoneEvent,
@@ -34,6 +39,7 @@ from ddptui.run.events import (
     StopRequestedEvent,
     parse_event,
 )
+from ddptui.untrusted import plain
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "events"
 RECORDED = sorted(FIXTURES.glob("*.jsonl"))
@@ -232,6 +238,10 @@ NESTED = "[" * 100_000 + "]" * 100_000
         _line(type="done").replace("1.5", "NaN"),
         _line(type="done").replace("1.5", "Infinity"),
         _line(type="done", time=10**400),
+        # No clock's time: time.localtime raises on some (a straggler's "since").
+        _line(type="done", time=-1.0),
+        _line(type="done", time=2**32),
+        _line(type="done", time=1e17),
         json.dumps({k: v for k, v in COMMON.items() if k != "time"} | {"type": "done"}),
         _line(type="step", loss=1.0),  # a step event without its step
         _line(type="step", step=-3),
@@ -302,22 +312,121 @@ def test_odd_optional_values_become_none_and_the_event_stays() -> None:
     for expect_s in (-1, 0, "60", float("inf")):
         phase = parse_event(_line(type="phase", phase="e" * 100, expect_s=expect_s))
         assert isinstance(phase, PhaseEvent) and phase.expect_s is None
-        assert phase.phase == "e" * MAX_PHASE_CHARS
+        assert phase.phase == "e" * (MAX_PHASE_CHARS - 1) + "…"
 
 
-def test_host_strings_are_kept_raw_but_cut() -> None:
+def test_host_strings_are_plain_and_cut() -> None:
     escape = "\x1b]0;owned\x07"
     error = parse_event(
         _line(
             type="error",
-            message=escape + "m" * 10_000,
+            message=escape + "m\n" * 3_000,
             traceback="t" * 40_000 + "ValueError: the end",
         )
     )
     assert isinstance(error, ErrorEvent) and error.message is not None
-    assert error.message.startswith(escape) and len(error.message) == MAX_MESSAGE_CHARS
+    # Shown, never interpreted; a message keeps its lines.
+    assert error.message.startswith("\\x1b]0;owned\\x07m\nm\n")
+    assert len(error.message) == MAX_MESSAGE_CHARS and error.message.endswith("…")
     assert error.traceback is not None and len(error.traceback) == MAX_TRACEBACK_CHARS
     assert error.traceback.endswith("ValueError: the end")
+
+
+def test_a_traceback_that_escapes_make_longer_keeps_its_end_in_whole_escapes() -> None:
+    error = parse_event(_line(type="error", traceback="\x1b" * 10_000 + "ValueError: the end"))
+    assert isinstance(error, ErrorEvent) and error.traceback is not None
+    assert len(error.traceback) <= MAX_TRACEBACK_CHARS
+    # Its end (the exception), and escapes whole: never half of one that reads as text.
+    assert error.traceback.endswith("\\x1bValueError: the end")
+    assert error.traceback.startswith("…\\x1b")
+
+
+def test_durations_rates_and_sizes_are_capped_and_never_negative() -> None:
+    step = parse_event(
+        _line(
+            type="step",
+            step=1,
+            step_time_s=1e308,
+            compute_s=-0.5,
+            samples_per_s=1e300,
+            cuda_allocated_mib=12.5,
+            cuda_peak_mib=1e300,
+            rss_mib=-1,
+        )
+    )
+    assert isinstance(step, StepEvent)
+    assert (step.step_time_s, step.compute_s, step.samples_per_s) == (
+        MAX_STEP_S,
+        None,
+        MAX_SAMPLES_PER_S,
+    )
+    assert (step.cuda_allocated_mib, step.cuda_peak_mib, step.rss_mib) == (12.5, MAX_MIB, None)
+    for seconds, read in ((1e308, MAX_EXPECT_S), (-1, None), (2.5, 2.5)):
+        checkpoint = parse_event(_line(type="checkpoint", seconds=seconds))
+        assert isinstance(checkpoint, CheckpointEvent) and checkpoint.seconds == read
+    # A phase longer than a day is read as a day, not as "did not say" (10 minutes).
+    phase = parse_event(_line(type="phase", phase="eval", expect_s=1e308))
+    assert isinstance(phase, PhaseEvent) and phase.expect_s == MAX_EXPECT_S == 86400.0
+    assert MAX_STEP_S == 3600.0
+
+
+def test_launch_stamps_no_clock_gives_are_left_out() -> None:
+    launch = {"process": -1.0, "imported": 2**32, "rendezvous": 1e9}
+    start = parse_event(_line(type="start", launch=launch))
+    assert isinstance(start, StartEvent) and dict(start.launch) == {"rendezvous": 1e9}
+
+
+HOSTILE_TEXT = st.text(
+    st.sampled_from(["a", "é", " ", "\t", "\n", "\x00", "\x1b", "\x07", "\x7f", "\x9b", "\u202e"])
+    | st.sampled_from(["\u2028", "\u200d", "\ufe0f", "\ud800", "\udfff", "🏖"])
+    | st.characters(),
+    max_size=12,
+)
+SHORT_TEXTS = ["device", "backend", "task", "hostname", "resumed_from", "source", "reason"]
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in ``value`` (an event's field), mapping keys too."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [text for key, item in value.items() for text in (key, *_strings(item))]
+    if isinstance(value, tuple):
+        return [text for item in value for text in _strings(item)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [
+            text for f in dataclasses.fields(value) for text in _strings(getattr(value, f.name))
+        ]
+    return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(HOSTILE_TEXT, min_size=8, max_size=8))
+def test_every_string_of_an_event_is_plain_and_encodes(texts: list[str]) -> None:
+    a, b, c, d, e, f, g, h = texts
+    documents: list[dict[str, Any]] = [
+        {"type": "start", **dict.fromkeys(SHORT_TEXTS, a), "versions": {b: c}},
+        {
+            "type": "start",
+            "config": {d: [e, {f: g}]},
+            "skipped_checkpoints": [{"path": h, "reason": a}],
+        },
+        {"type": "phase", "phase": "p" + b},
+        {"type": "checkpoint", "path": c},
+        {"type": "stop_requested", "source": d},
+        {"type": "done", "reason": e},
+        {"type": "error", "message": f, "traceback": g},
+    ]
+    for document in documents:
+        event = parse_event(json.dumps({**COMMON, **document}))
+        assert event is not None, document
+        for field in dataclasses.fields(event):
+            # A message and a traceback keep their lines; every other string is one line.
+            lines = field.name in ("message", "traceback")
+            for text in _strings(getattr(event, field.name)):
+                assert plain(text, one_line=not lines) == text, (field.name, text)
+                text.encode("utf-8")
+                assert len(text) <= MAX_TEXT_CHARS
 
 
 def test_config_is_read_only_and_too_deep_a_config_is_dropped() -> None:

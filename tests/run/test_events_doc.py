@@ -6,6 +6,7 @@ import dataclasses
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 from ddptui.run.events import (
@@ -103,3 +104,19 @@ def test_every_field_ddptui_reads_is_documented_and_nothing_else() -> None:
     assert re.findall(r"^\| `(\w+)` \|", TEXT.split("### ")[0], re.MULTILINE) == [
         "v", "type", *(f.name for f in dataclasses.fields(EventBase)),
     ]  # fmt: skip
+
+
+def test_every_number_with_a_cap_has_it_documented() -> None:
+    limits = TEXT.split("\n## Limits\n")[1].split("\n## ")[0]
+    documented = set(re.findall(r"`(\w+)`", limits))
+    # A loss and a learning rate are whatever they are; every other number has a cap.
+    numbers = {
+        f.name
+        for cls in EVENT_TYPES.values()
+        for f in dataclasses.fields(cls)
+        if typing.get_type_hints(cls)[f.name] == float | None
+    } - {"loss", "lr"}
+    memory = {name for name in numbers if re.fullmatch(r"cuda_\w+_mib", name)}
+    assert "`cuda_*_mib`" in limits and memory
+    assert numbers - memory <= documented
+    assert {"time", "launch"} <= documented

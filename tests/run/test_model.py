@@ -671,4 +671,7 @@ def test_status_says_which_checkpoint_a_resumed_attempt_started_from() -> None:
         "resumed from /runs/r/code/out/checkpoint-40\\x1b]0;owned\\x07 after step 40 "
         "(rank 0's checkpoint)"
     )
-    assert view.document()["ranks"][0]["resumed_from"] == checkpoint
+    # Made plain as the event was read: every reader of the model gets the same safe text.
+    assert view.document()["ranks"][0]["resumed_from"] == (
+        "/runs/r/code/out/checkpoint-40\\x1b]0;owned\\x07"
+    )

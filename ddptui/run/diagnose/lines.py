@@ -14,6 +14,7 @@ from typing import Final
 
 from ddptui.run.diagnose.catalogue import LOOPBACK_CAUSE, Category
 from ddptui.run.diagnose.limits import MAX_MESSAGE_CHARS
+from ddptui.untrusted import plain
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,9 @@ _NORMALISE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 def normalise(text: str) -> str:
     """``text`` with what differs between ranks of one failure replaced, for grouping."""
     # Cut first: the regexes cost time in proportion to the text, and a message is short.
-    text = text[: MAX_MESSAGE_CHARS + 100]
+    # Plain as the events' texts are, so that a rank's error event and the same message on its
+    # stderr group as one.
+    text = plain(text[: MAX_MESSAGE_CHARS + 100])
     for pattern, replacement in _NORMALISE:
         text = pattern.sub(replacement, text)
     return text.strip()[:MAX_MESSAGE_CHARS]

@@ -59,7 +59,12 @@ from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.supervisor.viewers import Audience, Viewer
 from ddptui.run.view import RunView
+from ddptui.untrusted import plain, plain_error
 
+FAULTS_SAID = 5
+"""Faults said in the run's record; every one is in ``supervisor.log``."""
+MAX_FAULTS_SEEN = 1024
+"""Faults remembered so as to log each once."""
 IDLE_EXIT_S = 10.0
 """An ended run's supervisor waits this long for another request (a resume) before it exits."""
 
@@ -95,6 +100,7 @@ class Supervisor:
             self.backend.follower,
             self._judge,
             lambda error: self.enqueue(Crashed(error)),
+            self.set_aside,
             clock=clock,
             wall=wall,
         )
@@ -108,6 +114,8 @@ class Supervisor:
         self.hang: Hang | None = None
         self.hang_stacks = ""
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
+        self._faults_seen: set[str] = set()
+        self._faults_said = 0
 
     @property
     def record(self) -> RunRecord:
@@ -363,16 +371,34 @@ class Supervisor:
     # --- judging ---------------------------------------------------------------------------
 
     def _judge(self) -> None:
+        """Judge the run as its model stands. A fault in a part of it is set aside and said,
+        and the run goes on being judged: ending the supervisor would not help, since the next
+        one replays the same lines into the same state."""
         model = self.following.model
         model.tick()
+        try:
+            self._time_the_launch(model)
+        except Exception as error:
+            self._judging_failed("timing the launch", error)
+        if self.phases.now is not Phase.RUNNING:
+            return
+        try:
+            self.note(*self.stragglers.changes(model.attempt, model.progress))
+        except Exception as error:
+            self._judging_failed("naming stragglers", error)
+        try:
+            self._verdict(model)
+        except Exception as error:
+            self._judging_failed("judging", error)
+
+    def _time_the_launch(self, model: RunModel) -> None:
         if self.timing.observe(self.record, model):
             self.change(lambda record: None)
             summary = self.timing.summary(self.record)
             if summary is not None:
                 self.say(f"launch: {summary}")
-        if self.phases.now is not Phase.RUNNING:
-            return
-        self.note(*self.stragglers.changes(model.attempt, model.progress))
+
+    def _verdict(self, model: RunModel) -> None:
         match judging.judge(model, self.record.state, self.config.job):
             case judging.Conclude(verdict=verdict):
                 self.phases.move(Phase.CONCLUDING, f"judged {verdict.state.value}")
@@ -400,6 +426,33 @@ class Supervisor:
             case judging.GoesOn():
                 self.hang = None
         self._publish_judgement()
+
+    def _judging_failed(self, part: str, error: Exception) -> None:
+        # Said once per fault, whichever hosts spoke before each tick it recurs on.
+        fault = f"{part} failed: {plain_error(error)}"
+        heard = ", ".join(sorted(self.following.heard_since_judged)[:8]) or "no host"
+        self.set_aside(f"{fault}, after lines from {heard}", error, fault)
+
+    def set_aside(self, words: str, error: BaseException | None = None, key: str = "") -> None:
+        """An input the supervisor could not take, set aside: logged (with its traceback, once
+        per ``key``, which defaults to the words) and said in the attempt's detail the first
+        :data:`FAULTS_SAID` times; then the supervisor goes on."""
+        key = key or words
+        if key in self._faults_seen:
+            return
+        if len(self._faults_seen) < MAX_FAULTS_SEEN:
+            self._faults_seen.add(key)
+        trace = "" if error is None else "".join(traceback.format_exception(error))
+        log.error("set aside: %s\n%s", words, plain(trace))
+        self._faults_said += 1
+        if self._faults_said > FAULTS_SAID:
+            return
+        if self._faults_said == FAULTS_SAID:
+            words += " (any later fault only in supervisor.log)"
+        try:
+            self.note(f"set aside: {words}")
+        except Exception:  # saying so must not end what it reports on
+            log.error("could not note the fault:\n%s", plain(traceback.format_exc()))
 
     def _publish_judgement(self) -> None:
         model = self.following.followed

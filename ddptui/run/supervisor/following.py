@@ -64,6 +64,7 @@ class Following:
         follower: Callable[[NodeRecord, Mapping[str, int] | None], Follower],
         judge: Callable[[], None],
         crashed: Callable[[BaseException], None],
+        faulted: Callable[[str], None],
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -73,6 +74,7 @@ class Following:
         self._follower = follower
         self._judge = judge
         self._crashed = crashed
+        self._faulted = faulted
         self._clock = clock
         self._wall = wall
         self.followed: RunModel | None = None
@@ -81,6 +83,9 @@ class Following:
         self._tasks: list[asyncio.Task[None]] = []
         self._beats_after: dict[str, int] = {}
         self._settled = asyncio.Event()
+        self.heard_since_judged: set[str] = set()
+        """The hosts whose lines were taken since judging last looked: where a fault in
+        judging came from."""
 
     @property
     def model(self) -> RunModel:
@@ -96,11 +101,13 @@ class Following:
         it."""
         if self.followed is None:
             model = RunModel(record, self._clock, self._wall, steps=Steps.LATEST)
-            # What an earlier supervisor took (earlier attempts' too) shapes the state.
+            # What an earlier supervisor took (earlier attempts' too) shapes the state, less
+            # what it set aside: replayed, a line that faulted would fault again.
             for raw in self.journal.lines():
                 line = protocol.decode(raw)
-                if isinstance(line, FileLine):
+                if isinstance(line, FileLine) and not self.journal.was_set_aside(line):
                     model.apply(line)
+            self._set_aside(model)
             self.followed = model
         elif self.followed.attempt != record.attempt.number:
             self.followed.next_attempt(record)
@@ -197,6 +204,16 @@ class Following:
             if now >= next_tick:
                 next_tick = now + JUDGE_EVERY_S
                 self._judge()
+                self.heard_since_judged.clear()
+                # Step events are read when judging looks: their faults surface here.
+                self._set_aside(self.model)
+
+    def _set_aside(self, model: RunModel) -> None:
+        """Keep the lines ``model`` could not take out of every later replay, and say so."""
+        for fault in model.take_faults():
+            if fault.line is not None:
+                self.journal.set_aside(fault.line)
+            self._faulted(fault.words)
 
     def _drain(self) -> None:
         while not self._inbox.empty():
@@ -208,11 +225,14 @@ class Following:
         model = self.model
         if isinstance(update, FileLine):
             if self.journal.append(update):
+                self.heard_since_judged.add(update.host)
                 model.apply(update)
+                self._set_aside(model)
                 if self._beats_after and self._all_sent():
                     self._settled.set()
             return
         model.apply(update)
+        self._set_aside(model)
         if isinstance(update, HostSilent):
             log.warning("%s does not answer: %s", update.host, update.reason)
         elif not isinstance(update, Heartbeat):

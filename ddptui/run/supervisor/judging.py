@@ -58,7 +58,7 @@ STOPPED = ("T", "t")
 def hang_window(model: RunModel, override: float | None = None) -> float:
     """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
     else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
-    slowest rank."""
+    slowest rank (each at most :data:`~ddptui.run.events.MAX_STEP_S`)."""
     if override is not None:
         return override
     paces = [rank.pace_s for rank in model.progress.ranks if rank.pace_s is not None]
@@ -67,7 +67,8 @@ def hang_window(model: RunModel, override: float | None = None) -> float:
 
 def phase_window(model: RunModel) -> float | None:
     """How long the phases the ranks are in may take (the longest, ``PHASE_HANG_S`` for one
-    that did not say), or None while every running rank trains.
+    that did not say), or None while every running rank trains. A rank's word is at most
+    :data:`~ddptui.run.events.MAX_EXPECT_S`: one host cannot switch hang detection off.
 
     None too while any rank's process is stopped (SIGSTOP, a debugger): no phase finishes
     while a rank that every collective needs runs nothing, whatever phase it was in when it
