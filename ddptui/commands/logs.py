@@ -16,13 +16,17 @@ from collections.abc import AsyncIterator
 from ddptui.commands.follow import say, stamped
 from ddptui.present.progress import ProgressReport
 from ddptui.present.status import diagnosis_lines
-from ddptui.run.control import Attachment, FileLine, HostSilent, RunControl
+from ddptui.run.control import Attachment, FileLine, HostSilent, RunControl, StoppedWaiting
 from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended, Said
 from ddptui.run.state import Steps
 from ddptui.untrusted import plain
 
 BURST_LINES = 512
+FINISHED_READ_S = 600.0
+"""How long a finished run's hosts are read at most: a host that keeps sending (a log without
+end) is left then, and said to be. A host that keeps saying it is behind without sending is
+left sooner (:data:`~ddptui.run.control.BEHIND_BEATS`)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +41,13 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
     record, config = control.open(args.run)
     if record.state.final:
         model = RunModel(record)
-        async for update in control.lines(record, config):
+        async for update in control.lines(record, config, deadline_s=FINISHED_READ_S):
+            if isinstance(update, StoppedWaiting):
+                say(
+                    f"stopped waiting after {update.seconds:.0f} s: {update.host} {update.why}; "
+                    "its lines above may be incomplete"
+                )
+                continue
             model.apply(update)
             if isinstance(update, FileLine):
                 _write([_shown(model, update, args)])

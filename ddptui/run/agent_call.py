@@ -99,7 +99,7 @@ async def agent(
         max_stdout=MAX_ANSWER_BYTES,
     )
     if result.reach is not None:
-        raise NodeError(f"{host.name}: {plain(result.reach.detail)}")
+        raise NodeError(f"{host.name}: {plain(result.reach.detail, one_line=True)}")
     if result.timed_out:
         raise _no_answer(host.name, command, timeout)
     if result.overflow is not None:
@@ -130,7 +130,9 @@ def _answer(host: str, command: str, lines: Sequence[str], failed: str) -> Answe
         error = document["error"]
         if not isinstance(error, str):
             raise _garbage(host, command, line)
-        raise NodeError(f"{host}: {plain(error, limit=2000)}")
+        # One line: a host's newline would start a line of the report (``ddptui dump``) that
+        # reads as another host's.
+        raise NodeError(f"{host}: {plain(error, limit=2000, one_line=True)}")
     return Answer(host, command, line, document)
 
 

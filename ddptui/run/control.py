@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddptui.aio import wait_for
@@ -50,6 +51,22 @@ from ddptui.run.view import RunView
 from ddptui.untrusted import plain
 
 READ_BACK_S = 30.0
+BEHIND_BEATS = 15
+"""Heartbeats in a row (30 s) in which a host says it has lines unsent and sends none: it is
+not waited for any longer. The agent sends a megabyte of each file a poll, eight polls a
+heartbeat, so an honest one is that long without a line only inside a line of over 100 MiB."""
+
+
+@dataclass(frozen=True)
+class StoppedWaiting:
+    """:meth:`RunControl.lines` no longer waits for ``host`` to catch up: what was read from it
+    may lack lines."""
+
+    host: str
+    seconds: float
+    """Since the read began."""
+    why: str
+    """What the host had said, in words that follow its name: ``still says it is behind``."""
 
 
 class RunControl:
@@ -288,16 +305,15 @@ class RunControl:
         """The run as its files on the hosts stand now, read directly (no supervisor): every
         host followed until it has caught up (:meth:`lines`), or ``timeout``."""
         model = RunModel(record)
-
-        async def read() -> None:
-            silence_s = min(SILENCE_S, timeout)
-            async for update in self.lines(
-                record, config, heartbeats=heartbeats, silence_s=silence_s
-            ):
+        async for update in self.lines(
+            record,
+            config,
+            heartbeats=heartbeats,
+            silence_s=min(SILENCE_S, timeout),
+            deadline_s=timeout,
+        ):
+            if not isinstance(update, StoppedWaiting):
                 model.apply(update)
-
-        with contextlib.suppress(asyncio.TimeoutError):
-            await wait_for(read(), timeout)
         model.tick()
         model.conclude(record.state)
         return model
@@ -307,31 +323,54 @@ class RunControl:
         record: RunRecord,
         config: Config,
         *,
+        deadline_s: float,
         heartbeats: int = 2,
         silence_s: float = SILENCE_S,
-    ) -> AsyncIterator[Update]:
+    ) -> AsyncIterator[Update | StoppedWaiting]:
         """Every line of the run's files as they stand, read from its hosts directly (no
         supervisor); it ends once each host has caught up: sent ``heartbeats`` heartbeats, the
         last with every line written before it sent (the agent reads a file a piece at a time,
-        so a large one takes several), or stopped answering."""
-        queue: asyncio.Queue[Update | None] = asyncio.Queue(maxsize=10000)
+        so a large one takes several), or stopped answering.
+
+        A host is not waited for past ``deadline_s`` from the start, nor once it has said it is
+        behind for :data:`BEHIND_BEATS` heartbeats without a line: a :class:`StoppedWaiting`
+        says so, after the lines read from it until then."""
+        queue: asyncio.Queue[Update | StoppedWaiting | None] = asyncio.Queue(maxsize=10000)
+        began = time.monotonic()
         followers = [
             HostFollower.of_node(config, record, node, silence_s=silence_s) for node in record.nodes
         ]
+        waiting = {
+            follower.host.name: "has not said it has sent every line" for follower in followers
+        }
 
         async def pump(follower: HostFollower) -> None:
-            beats = 0
+            host = follower.host.name
+            beats = behind = 0
             # Closed as it is left, so its channel is ended now, not when the loop ends.
             updates = follower.updates()
             try:
                 async for update in updates:
                     await queue.put(update)
-                    if isinstance(update, Heartbeat):
+                    if isinstance(update, FileLine):
+                        behind = 0
+                    elif isinstance(update, Heartbeat):
                         beats += 1
-                        if beats >= heartbeats and not update.behind:
-                            return
-                    if isinstance(update, HostSilent):
-                        return
+                        if not update.behind and beats >= heartbeats:
+                            break
+                        behind = behind + 1 if update.behind else 0
+                        waiting[host] = (
+                            "still says it is behind"
+                            if update.behind
+                            else "has not said it has sent every line"
+                        )
+                        if behind >= BEHIND_BEATS:
+                            why = f"still says it is behind, with no line in {behind} heartbeats"
+                            await queue.put(StoppedWaiting(host, time.monotonic() - began, why))
+                            break
+                    elif isinstance(update, HostSilent):
+                        break
+                del waiting[host]
             finally:
                 await updates.aclose()
 
@@ -341,8 +380,22 @@ class RunControl:
 
         task = asyncio.create_task(pump_all())
         try:
-            while (item := await queue.get()) is not None:
+            while (left := began + deadline_s - time.monotonic()) > 0:
+                try:
+                    item = await wait_for(queue.get(), left)
+                except asyncio.TimeoutError:
+                    break
+                if item is None:
+                    return
                 yield item
+            # What was read before the deadline is given still: it is here already.
+            for _ in range(queue.qsize()):
+                item = queue.get_nowait()
+                if item is None:
+                    return
+                yield item
+            for host, why in list(waiting.items()):
+                yield StoppedWaiting(host, deadline_s, why)
         finally:
             task.cancel()
             await asyncio.wait([task], timeout=5.0)

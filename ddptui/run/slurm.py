@@ -21,6 +21,7 @@ from ddptui.run.code import CodeTree, stage_tree
 from ddptui.run.slurm_job import (
     MAX_JOB_TEXT,
     NODE_NAME,
+    SQUEUE_FIELDS,
     SlurmAnswerError,
     SlurmJob,
     parse_job,
@@ -31,7 +32,7 @@ from ddptui.run.slurm_job import (
 from ddptui.untrusted import plain
 
 COMMAND_TIMEOUT_S = 30.0
-"""sbatch and scontrol answer in well under a second; a busy controller takes seconds."""
+"""Slurm's commands answer in well under a second; a busy controller takes seconds."""
 _ERROR_CHARS = 400
 MAX_LIST_TEXT = 8 << 20
 """What a list of nodes may take: a line each, for the largest clusters' hundred thousand."""
@@ -70,7 +71,16 @@ def job(job_id: str) -> SlurmJob | None:
     """The job as Slurm knows it now; None once Slurm has forgotten it (``MinJobAge`` after it
     ended)."""
     try:
-        answer = _slurm(["scontrol", "show", "job", "-o", job_id])
+        answer = _slurm(
+            [
+                "squeue",
+                "--noheader",
+                f"--jobs={job_id}",
+                # An ended job too, while the controller remembers it: not only queued ones.
+                "--states=all",
+                f"--Format={SQUEUE_FIELDS}",
+            ]
+        )
     except SlurmError as error:
         if "Invalid job id" in str(error):
             return None

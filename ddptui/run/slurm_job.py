@@ -1,8 +1,9 @@
-"""What Slurm says of a job (pure): ``sbatch --parsable`` and ``scontrol show job -o`` parsed,
-and the queue's reasons in plain words.
+"""What Slurm says of a job (pure): ``sbatch --parsable`` and ``squeue`` parsed, and the
+queue's reasons in plain words.
 
 Slurm's commands run on the head, but their text is still read defensively: capped, matched
-key by key, and shown only through :func:`ddptui.untrusted.plain`.
+field by field, and shown only through :func:`ddptui.untrusted.plain`. A job's own words (its
+name, its comment) are never asked for: a task in the job may set them to anything.
 """
 
 from __future__ import annotations
@@ -13,18 +14,24 @@ from dataclasses import dataclass
 from ddptui.untrusted import plain, whole
 
 MAX_JOB_TEXT = 64 * 1024
-"""``scontrol show job -o`` prints one line of a few hundred characters per job."""
+"""What a Slurm command may print of a job: ``squeue``'s line is a hundred characters or so."""
 _JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?", re.ASCII)
 _STATE = re.compile(r"[A-Z][A-Z_]{0,31}", re.ASCII)
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 """A node name as Slurm prints one; anything else in its answers is not used as one."""
 _ADDRESS = re.compile(r"[A-Za-z0-9:.%_-]{1,255}", re.ASCII)
-_FIELDS = {
-    key: re.compile(rf"(?:^|\s){key}=(\S*)")
-    for key in ("JobId", "JobState", "Reason", "NodeList", "Restarts", "ExitCode")
-}
-"""``Key=value`` of ``scontrol show job -o``; a key such as ``NodeList`` must not match inside
-``ReqNodeList``."""
+SQUEUE_FIELDS = "JobId:|,State:|,RestartCnt:|,exit_code:|,NodeList:|,Reason:"
+"""What ``squeue --Format`` prints of a job: each field whole (no size after its ``:``) and
+ended by ``|``. Only fields Slurm sets itself, the one free text (the reason) last. Not the
+name: ``scontrol show job`` prints it among the ``Key=value`` fields, so a task that renamed
+its job ``x JobState=COMPLETED NodeList=login1`` (or set such a comment) made a running job
+read as ended on the login node; here nothing a task writes is printed at all."""
+_FIELDS = re.compile(
+    rf"(?P<id>{_JOB_ID.pattern})\|(?P<state>{_STATE.pattern})\|(?P<restarts>[0-9]{{1,9}})\|"
+    r"(?P<exit_status>-?[0-9]{1,10})\|(?P<nodes>[^|\s]*)\|(?P<reason>[^\n]*)",
+    re.ASCII,
+)
+"""A job's line as :data:`SQUEUE_FIELDS` asks for it."""
 
 ENDED = frozenset(
     {
@@ -68,7 +75,7 @@ class SlurmAnswerError(ValueError):
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One job as ``scontrol show job`` tells it."""
+    """One job as ``squeue`` lists it."""
 
     id: str
     state: str
@@ -109,30 +116,29 @@ def parse_job_id(text: str) -> str:
 
 
 def parse_job(text: str) -> SlurmJob:
-    """The job ``scontrol show job -o ID`` describes."""
-    text = text[:MAX_JOB_TEXT]
-
-    def field(key: str) -> str | None:
-        found = _FIELDS[key].search(text)
-        return None if found is None else found.group(1)
-
-    job_id, state = field("JobId"), field("JobState")
-    if (
-        job_id is None
-        or not _JOB_ID.fullmatch(job_id)
-        or state is None
-        or not _STATE.fullmatch(state)
-    ):
-        raise SlurmAnswerError(f"not a job as scontrol shows one: {plain(text[:200])!r}")
-    reason, nodes, restarts = field("Reason"), field("NodeList"), field("Restarts")
+    """The job ``squeue --noheader --Format`` :data:`SQUEUE_FIELDS` lists first."""
+    line = text[:MAX_JOB_TEXT].split("\n", 1)[0].rstrip()
+    fields = _FIELDS.fullmatch(line)
+    if fields is None:
+        raise SlurmAnswerError(f"not a job as squeue lists one: {plain(line[:200])!r}")
+    reason, nodes = fields["reason"], fields["nodes"]
     return SlurmJob(
-        id=job_id,
-        state=state,
-        reason=None if reason in (None, "", "None") else reason,
-        nodes=None if nodes in (None, "", "(null)") else nodes,
-        restarts=whole(restarts) or 0,
-        exit_code=field("ExitCode"),
+        id=fields["id"],
+        state=fields["state"],
+        reason=None if reason in ("", "None") else reason,
+        nodes=None if nodes in ("", "(null)") else nodes,
+        restarts=int(fields["restarts"]),
+        exit_code=_exit_code(fields["exit_status"]),
     )
+
+
+def _exit_code(status: str) -> str | None:
+    """squeue's exit code (a wait status: 256 for ``exit 1``, 9 for SIGKILL) as ``scontrol``
+    and ``sacct`` write it, ``code:signal``; None for a figure that is no wait status."""
+    number = whole(status, digits=10)
+    if number is None or number > 0xFFFF:
+        return None
+    return f"{number >> 8}:{number & 0x7F}"
 
 
 def parse_node_addresses(text: str) -> dict[str, str]:
@@ -159,12 +165,12 @@ def parse_sacct(text: str) -> dict[str, str]:
 
 
 def reason_words(reason: str) -> str:
-    """Slurm's reason in plain words, its own name kept: ``ReqNodeNotAvail,_UnavailableNodes:n1``
+    """Slurm's reason in plain words, its own name kept: ``ReqNodeNotAvail, UnavailableNodes:n1``
     → ``a node it may use is down, drained or reserved (ReqNodeNotAvail: UnavailableNodes:n1)``.
-    Slurm writes spaces in a reason as ``_``."""
-    name, _, detail = reason.partition(",")
-    detail = detail.replace("_", " ").strip()
-    meaning = REASONS.get(name)
+    ``scontrol`` writes a reason's spaces as ``_`` and ``squeue`` does not: both read the same."""
+    name, _, detail = reason.replace("_", " ").partition(",")
+    meaning = REASONS.get(name.strip().replace(" ", "_"))
     if meaning is None:
         return reason.replace("_", " ")
-    return f"{meaning} ({name}{': ' + detail if detail else ''})"
+    detail = detail.strip()
+    return f"{meaning} ({name.strip()}{': ' + detail if detail else ''})"

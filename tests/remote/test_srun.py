@@ -102,19 +102,19 @@ def test_a_slurm_run_s_node_is_followed_from_the_shared_run_directory(tmp_path: 
     ]
 
 
-RUNNING_JOB = Path(__file__).parents[1] / "fixtures" / "slurm" / "scontrol-job-running.txt"
+RUNNING_JOB = Path(__file__).parents[1] / "fixtures" / "slurm" / "squeue-job-running.txt"
 
 
 def stand_in_slurm(bin_dir: Path, *, job_state: str, task_says: str) -> None:
     """``srun`` as a compromised node's step answers (its task writes what srun prints on
-    stderr), and ``scontrol show job`` as the controller has the job."""
+    stderr), and ``squeue`` as the controller has the job."""
     bin_dir.mkdir()
     srun = bin_dir / "srun"
     srun.write_text(f"#!/bin/sh\necho {task_says!r} >&2\nexit 1\n")
-    shown = RUNNING_JOB.read_text().replace("JobState=RUNNING", f"JobState={job_state}")
-    scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f"#!/bin/sh\ncat <<'JOB'\n{shown}JOB\n")
-    for script in (srun, scontrol):
+    shown = RUNNING_JOB.read_text().replace("|RUNNING|", f"|{job_state}|")
+    squeue = bin_dir / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat <<'JOB'\n{shown}JOB\n")
+    for script in (srun, squeue):
         script.chmod(0o755)
 
 

@@ -22,44 +22,71 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
 
 
 def _recorded(name: str) -> SlurmJob:
-    return parse_job((FIXTURES / f"scontrol-job-{name}.txt").read_text())
+    return parse_job((FIXTURES / f"squeue-job-{name}.txt").read_text())
 
 
-def test_a_running_job_names_its_nodes_and_not_the_nodes_it_asked_for() -> None:
+def test_a_running_job_names_its_nodes_and_not_what_a_task_renamed_it_to() -> None:
     job = _recorded("running")
     assert (job.id, job.state, job.reason, job.nodes, job.restarts) == (
-        "3",
+        "1",
         "RUNNING",
         None,
         "node[0-2]",
         0,
     )
     assert not job.ended and not job.pending
-    assert job.describe() == "job 3 running on node[0-2]"
+    assert job.describe() == "job 1 running on node[0-2]"
+
+
+def test_scontrol_s_line_of_a_renamed_job_is_not_taken_for_squeue_s() -> None:
+    with pytest.raises(SlurmAnswerError):
+        parse_job((FIXTURES / "scontrol-job-renamed.txt").read_text())
 
 
 def test_a_completed_job_has_ended_cleanly() -> None:
     job = _recorded("completed")
     assert job.ended and job.state == "COMPLETED" and job.exit_code == "0:0"
-    assert job.describe() == "job 3 completed on node[0-2]"
+    assert job.describe() == "job 2 completed on node[0-2]"
+
+
+def test_a_requeued_job_counts_its_restart() -> None:
+    job = _recorded("requeued")
+    assert (job.state, job.restarts, job.nodes) == ("PENDING", 1, None)
+    assert (
+        job.describe()
+        == "job 1 pending: its start time has not come (a requeued job waits a little) (BeginTime)"
+    )
 
 
 def test_a_pending_job_says_why_in_plain_words() -> None:
     job = _recorded("pending")
     assert job.pending and job.nodes is None
     assert job.describe() == (
-        "job 4 pending: Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "job 5 pending: Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
         "priority partitions"
     )
-    assert reason_words("ReqNodeNotAvail,_UnavailableNodes:node1") == (
-        "a node it may use is down, drained or reserved (ReqNodeNotAvail: UnavailableNodes:node1)"
-    )
+    # squeue writes the reason's spaces, scontrol writes them as "_".
+    for reason in (
+        "ReqNodeNotAvail, UnavailableNodes:node1",
+        "ReqNodeNotAvail,_UnavailableNodes:n1",
+    ):
+        assert reason_words(reason).startswith(
+            "a node it may use is down, drained or reserved (ReqNodeNotAvail: UnavailableNodes:n"
+        )
     assert reason_words("Priority") == "other jobs come first (Priority)"
+    assert reason_words("launch failed requeued held") == (
+        "it failed to start and is held (launch failed requeued held)"
+    )
 
 
-def test_a_failed_job_gives_its_exit_code() -> None:
-    line = "JobId=9 JobState=FAILED Reason=NonZeroExitCode NodeList=n[1-2] ExitCode=1:0"
-    assert parse_job(line).describe() == "job 9 failed: NonZeroExitCode on n[1-2], exit code 1:0"
+def test_a_failed_job_gives_its_exit_code_as_scontrol_and_sacct_write_it() -> None:
+    assert _recorded("failed").describe() == (
+        "job 3 failed: NonZeroExitCode on node0, exit code 3:0"
+    )
+    assert _recorded("killed").describe() == (
+        "job 4 failed: JobLaunchFailure on node0, exit code 0:9"
+    )
+    assert parse_job("7|FAILED|0|-2|n1|None").exit_code is None
 
 
 @pytest.mark.parametrize("answer", ["42\n", "42;cluster-a\n", "7_3"])
@@ -67,25 +94,30 @@ def test_sbatch_s_parsable_answer_is_the_job_id(answer: str) -> None:
     assert parse_job_id(answer) == answer.strip().split(";")[0]
 
 
+@pytest.mark.parametrize("answer", ["", "Submitted batch job 42", "42\n43", "\x1b[31m42"])
+def test_anything_else_from_sbatch_is_refused_without_its_escapes(answer: str) -> None:
+    with pytest.raises(SlurmAnswerError) as raised:
+        parse_job_id(answer)
+    assert "\x1b" not in str(raised.value)
+
+
 @pytest.mark.parametrize(
     "answer",
     [
         "",
-        "Submitted batch job 42",
-        "42\n43",
-        "\x1b[31m42",
-        "JobId=1",
-        "JobId=x JobState=RUNNING",
-        "JobId=1 JobState=running",
-        "JobId=1 JobState=\x1b[2J",
+        "JobId=1 JobState=RUNNING",
+        "1|RUNNING",
+        "x|RUNNING|0|0|n1|None",
+        "1|running|0|0|n1|None",
+        "1|RUNNING|many|0|n1|None",
+        "1|RUNNING|0|0|n 1|None",
+        "1|\x1b[2J|0|0|n1|None",
+        "\x1b[31m1|RUNNING|0|0|n1|None",
     ],
 )
-def test_anything_else_is_refused_without_its_escapes(answer: str) -> None:
+def test_anything_else_from_squeue_is_refused_without_its_escapes(answer: str) -> None:
     with pytest.raises(SlurmAnswerError) as raised:
-        if answer.startswith("JobId"):
-            parse_job(answer)
-        else:
-            parse_job_id(answer)
+        parse_job(answer)
     assert "\x1b" not in str(raised.value)
 
 

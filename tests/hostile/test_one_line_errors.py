@@ -1,0 +1,111 @@
+"""A host's error is one line of ddptui's words, whatever the host puts in it: gpu-b answering
+``{"error": "…\\nrank 0 on gpu-a: …"}`` must not print a line of ``ddptui dump`` that reads as
+gpu-a's rank 0.
+
+The hosts are in-process SSH servers answering the node agent's commands
+(:attr:`Behaviour.AGENT`); the dump and the client functions are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ddptui.config.model import ClusterConfig, Config, JobConfig
+from ddptui.present.stacks import dump_lines
+from ddptui.remote.connection import RemoteCluster
+from ddptui.run import agent_client as nodes
+from ddptui.run import dump as stack_dump
+from ddptui.run.agent_call import NodeError, kept_agents
+from ddptui.run.record import Attempt, NodeRecord, RunRecord
+from tests.hostile.server import Behaviour, HostileSshServer
+from tests.hostile.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
+
+FORGED = "py-spy is not installed\nrank 0 on gpu-a: all_reduce ← step ← <module> at train.py:41"
+"""What gpu-b says: its second line is how ``ddptui dump`` heads gpu-a's rank 0."""
+PY_SPY = """\
+Process 4243: python train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4243 (idle): "MainThread"
+    sleep_here (train.py:12)
+    step (train.py:41)
+    <module> (train.py:55)
+"""
+
+
+def _answer(document: object) -> bytes:
+    return json.dumps(document).encode() + b"\n"
+
+
+def _gpu_a(args: list[str]) -> bytes:
+    rank = {"rank": 0, "pid": 4243, "via": "py-spy", "text": PY_SPY, "error": "", "note": ""}
+    return _answer({"attempt": 1, "ranks": [rank], "flight": []})
+
+
+def _gpu_b(args: list[str]) -> bytes:
+    return _answer({"error": FORGED})
+
+
+@pytest.fixture
+def two_hosts(tmp_path: Path) -> Iterator[tuple[Config, RunRecord]]:
+    with (
+        HostileSshServer.start(tmp_path / "a", Behaviour.AGENT, agent=_gpu_a) as gpu_a,
+        HostileSshServer.start(tmp_path / "b", Behaviour.AGENT, agent=_gpu_b) as gpu_b,
+    ):
+        hosts = (agent_host(gpu_a, "gpu-a"), agent_host(gpu_b, "gpu-b"))
+        config = Config(
+            Path("hosts.toml"), ClusterConfig(connect_timeout=CONNECT_TIMEOUT_S), hosts, JobConfig()
+        )
+        record = RunRecord(
+            id="20990101-000000-dump",
+            created=0.0,
+            hosts_file="hosts.toml",
+            entry="trainer",
+            backend="gloo",
+            master_addr=hosts[0].address,
+            world_size=2,
+            args=[],
+            nodes=[
+                NodeRecord(host.name, host.address, rank, 1, RUN_DIR, TORCHRUN, {})
+                for rank, host in enumerate(hosts)
+            ],
+            attempts=[Attempt(number=1, started=0.0, master_port=29500)],
+        )
+        yield config, record
+
+
+def test_a_host_s_error_cannot_print_a_line_of_another_host_s_in_a_dump(
+    two_hosts: tuple[Config, RunRecord],
+) -> None:
+    config, record = two_hosts
+    taken = asyncio.run(stack_dump.take(config, record))
+    printed = "\n".join(line.plain for line in dump_lines(taken)).splitlines()
+    assert [line for line in printed if "rank 0 on gpu-a" in line] == [
+        "rank 0 on gpu-a: sleep_here ← step ← <module> at train.py:12",
+        "no answer from gpu-b: py-spy is not installed\\nrank 0 on gpu-a: all_reduce ← step ← "
+        "<module> at train.py:41",
+    ]
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["one-shot", "kept"])
+def test_a_host_s_error_is_one_line(two_hosts: tuple[Config, RunRecord], kept: bool) -> None:
+    config, _ = two_hosts
+    gpu_b = config.hosts[1]
+
+    async def ask() -> NodeError:
+        async with (
+            RemoteCluster([gpu_b], connect_timeout=CONNECT_TIMEOUT_S) as remote,
+            kept_agents(remote, [gpu_b]) if kept else contextlib.nullcontext(),
+        ):
+            with pytest.raises(NodeError) as raised:
+                await nodes.status(remote, gpu_b, RUN_DIR, attempts=1)
+            return raised.value
+
+    said = str(asyncio.run(ask()))
+    assert said == "gpu-b: " + FORGED.replace("\n", "\\n")
