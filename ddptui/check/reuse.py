@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddptui.atomic import write_atomic
+from ddptui.atomic import make_dirs, write_atomic
 from ddptui.check.report import CheckReport, PortTest
 from ddptui.config.model import Config
 from ddptui.config.render import config_to_toml
@@ -164,7 +164,7 @@ class CheckCache:
             if not report.healthy or any(not check.probe_output for check in report.checks):
                 self.forget(report.config)
                 return
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(self.root)
             write_atomic(path, json.dumps(document(report, report.began_at + report.elapsed_s)))
         except OSError:
             return

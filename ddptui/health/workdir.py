@@ -8,6 +8,8 @@ from renaming what is not theirs (``/tmp``), and write access for the user's pri
 (their primary group, named after them and theirs alone: what a umask of 002 gives) is the
 user's own, as Debian's sshd has it. The workdir itself is the user's and writable by no one
 else, sticky or not; one that does not exist yet must not be creatable by anyone else first.
+So are the directories ddptui makes in it (``runs``, ``code-cache``…) where they exist already:
+made by hand, or by an older ddptui under a umask such as 002, others may write there.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ SHOWN = 3
 """The unsafe parts a message names; the rest are counted."""
 HOME_WORKDIR = "~/ddptui-runs"
 
-Fix: TypeAlias = Literal["chmod", "mkdir", "move"]
-"""``chmod``: the user owns it and can take the others' write access away; ``mkdir``: the
+Fix: TypeAlias = Literal["chmod", "chmod -R", "mkdir", "move"]
+"""``chmod``: the user owns it and can take the others' write access away; ``chmod -R``: so,
+and from what it holds, made alike (a directory ddptui made in the workdir); ``mkdir``: the
 workdir does not exist yet, and made now it is the user's; ``move``: only its owner or an
 administrator can make it safe, so the workdir belongs elsewhere."""
 
@@ -69,6 +72,8 @@ def _unsafe_parts(safety: WorkdirSafety) -> list[Unsafe]:
     for entry in safety.entries:
         if entry == safety.target:
             found += _target(safety, entry)
+        elif entry in safety.made:
+            found += _made(safety, entry)
         else:
             found += _on_the_way(safety, entry)
     return found
@@ -102,6 +107,17 @@ def _target(safety: WorkdirSafety, entry: PathEntry) -> Iterator[Unsafe]:
             "of them can make the workdir first, or replace it",
             "chmod" if entry.uid == user else "move",
         )
+
+
+def _made(safety: WorkdirSafety, entry: PathEntry) -> Iterator[Unsafe]:
+    # As the workdir, sticky or not: the sticky bit keeps no one from making a run's
+    # directory there before ddptui does.
+    where = "(which ddptui makes in the workdir)"
+    writers = _writers(safety, entry)
+    if entry.uid != safety.uid:
+        yield Unsafe(entry, f"{where} {_owner(entry)}", "move")
+    elif writers:
+        yield Unsafe(entry, f"{where} is writable by {writers} ({_mode(entry)})", "chmod -R")
 
 
 def _on_the_way(safety: WorkdirSafety, entry: PathEntry) -> Iterator[Unsafe]:
@@ -154,6 +170,9 @@ def _hint(host: HostConfig, safety: WorkdirSafety, unsafe: list[Unsafe]) -> str:
     chmod = [shlex.quote(part.entry.path) for part in unsafe if part.fix == "chmod"]
     if chmod:
         steps.append(f"run `chmod go-w {' '.join(chmod)}` on {host.name}")
+    tree = [shlex.quote(part.entry.path) for part in unsafe if part.fix == "chmod -R"]
+    if tree:
+        steps.append(f"run `chmod -R go-w {' '.join(tree)}` on {host.name}")
     if any(part.fix == "mkdir" for part in unsafe):
         steps.append(
             f"make the workdir yourself first: `mkdir -p -m 700 {shlex.quote(safety.path)}` "

@@ -13,17 +13,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddptui.onhost.common import CACHE_DAYS, READ_CHUNK, emit, write_atomic
+from ddptui.onhost.common import (
+    CACHE_DAYS,
+    EXECUTABLE_MODE,
+    FILE_MODE,
+    PRIVATE_FILE_MODE,
+    PYCACHE,
+    READ_CHUNK,
+    emit,
+    make_dirs,
+    open_file,
+    write_atomic,
+)
 
 
-def sha256_of(path: Path, copy_to: Path | None = None) -> str:
+def sha256_of(path: Path, copy_to: Path | None = None, mode: int = FILE_MODE) -> str:
+    """``path``'s SHA-256; with ``copy_to``, copied as it is read into that new file, made
+    with ``mode``."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         if copy_to is None:
             for chunk in iter(lambda: handle.read(READ_CHUNK), b""):
                 digest.update(chunk)
         else:
-            with copy_to.open("wb") as out:
+            with os.fdopen(open_file(copy_to, os.O_WRONLY | os.O_EXCL, mode), "wb") as out:
                 for chunk in iter(lambda: handle.read(READ_CHUNK), b""):
                     digest.update(chunk)
                     out.write(chunk)
@@ -47,13 +60,13 @@ def lacking(cache: Path, digests: Any) -> list[Any]:
 
 
 def put(cache: Path, sent: Any) -> int:
-    cache.mkdir(parents=True, exist_ok=True)
+    make_dirs(cache)
     # Hosts sharing this cache upload the same content at once: each into a part of its own (the
     # same across this host's calls), so none renames or refills a part another still writes.
     host = socket.gethostname()
     for digest, offset, data, size in sent:
         part = cache / f"{digest}.{host}.part"
-        handle = os.open(str(part), os.O_WRONLY | os.O_CREAT, 0o600)
+        handle = open_file(part, os.O_WRONLY, PRIVATE_FILE_MODE)
         try:
             os.pwrite(handle, base64.b64decode(data), int(offset))
             if size is not None:
@@ -101,8 +114,8 @@ def stage(cache: Path, code_dir: Path, record_path: Path, sent: Any) -> int:
         if placed is None:
             return 1
         shared = not placed
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(record_path, record)
+    make_dirs(record_path.parent)
+    write_atomic(record_path, record, PRIVATE_FILE_MODE)
     emit({"staged": len(manifest), "shared": shared, "written": len(record)})
     return 0
 
@@ -115,9 +128,10 @@ def _lay_out(cache: Path, code_dir: Path, manifest: dict[str, Any]) -> bool | No
     try:
         for relative, (digest, executable) in sorted(manifest.items()):
             target = stage_dir / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(target.parent / PYCACHE if relative.endswith(".py") else target.parent)
+            mode = EXECUTABLE_MODE if executable else FILE_MODE
             try:
-                copied = sha256_of(cache / digest, copy_to=target)
+                copied = sha256_of(cache / digest, copy_to=target, mode=mode)
             except OSError as error:
                 emit({"error": f"{relative}: {error}"})
                 return None
@@ -125,8 +139,6 @@ def _lay_out(cache: Path, code_dir: Path, manifest: dict[str, Any]) -> bool | No
                 emit({"error": f"{relative}: the cached copy is damaged (checksum mismatch)"})
                 (cache / digest).unlink()
                 return None
-            if executable:
-                target.chmod(0o755)
         try:
             stage_dir.rename(code_dir)
         except OSError:
@@ -174,7 +186,7 @@ def staged_already(code_dir: Path, manifest: dict[str, Any]) -> bool:
 
 
 def write(path: Path, text: Any) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     write_atomic(path, text)
     emit({"written": len(text)})
     return 0

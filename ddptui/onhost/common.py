@@ -1,8 +1,10 @@
-"""What every agent command shares: how it answers (one JSON document a line), how it writes a
-file (atomically), and the names of the run's files and processes it looks for."""
+"""What every agent command shares: how it answers (one JSON document a line), how it makes a
+directory or a file (with a mode of its own, whatever the umask; a file atomically), and the
+names of the run's files and processes it looks for."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -64,11 +66,70 @@ def emit(document: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
 
 
-def write_atomic(path: Path, text: str) -> None:
+DIR_MODE = 0o755
+"""Every directory ddptui makes on a host. Another user who could write in one could replace
+what the ranks import (``sitecustomize.py``, the staged code), so no one else may, whatever the
+umask (002 on many clusters, whose users share a primary group); reading is left as under the
+common umask 022: what is there that others must not read is in files made private."""
+FILE_MODE = 0o644
+EXECUTABLE_MODE = 0o755
+PRIVATE_FILE_MODE = 0o600
+"""The run record (the ``env`` it holds may carry tokens) and the content cache."""
+
+
+PYCACHE = "__pycache__"
+"""Made beside the Python files ddptui puts on a host: the first import would make it with the
+umask, and a ``.pyc`` someone else put there would run instead of its source."""
+
+
+def make_dirs(path: Path, mode: int = DIR_MODE) -> None:
+    """``path`` and each missing directory above it, each made with ``mode`` exactly; those
+    that exist are left as they are (the workdir, a home: not ddptui's to change)."""
+    missing = []
+    level = path
+    while not level.exists():
+        missing.append(level)
+        level = level.parent
+    for level in reversed(missing):
+        try:
+            # The umask only takes bits away: never wider than ``mode``, even before the chmod.
+            level.mkdir(mode)
+        except FileExistsError:
+            # Made meanwhile by another (a host sharing the workdir): not this call's to set.
+            continue
+        level.chmod(mode)
+
+
+def open_file(path: Path, flags: int, mode: int = FILE_MODE) -> int:
+    """A descriptor of ``path`` opened with ``flags``: a file made now has ``mode`` exactly
+    from the start (no one else can open it for writing before its mode is set); one that
+    exists is left as it is."""
+    try:
+        fd = os.open(str(path), flags | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        if flags & os.O_EXCL:
+            raise
+        return os.open(str(path), flags)
+    try:
+        os.fchmod(fd, mode)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
     # A name of its own: hosts that share the directory may write the same file at once.
     temporary = path.with_name(path.name + "." + os.urandom(4).hex() + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+    fd = open_file(temporary, os.O_WRONLY | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
 
 
 def source_of(module: str) -> str:

@@ -3,6 +3,7 @@ nothing it depends on has changed."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddptui.onhost.common import make_dirs, write_atomic
 from ddptui.onhost.probe_section import SectionError, maybe, read_kept
 from ddptui.onhost.probe_torch import TORCH_SNIPPET
 
@@ -89,13 +91,9 @@ def keep_torch(workdir: str, fingerprint: Any, facts: dict[str, Any]) -> None:
     if not isinstance(fingerprint, dict) or facts.get("status") != "ok":
         return
     path = torch_cache_path(workdir)
-    part = path.with_name(f"{path.name}.{os.getpid()}.part")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part.write_text(json.dumps({"fingerprint": fingerprint, "facts": facts}))
-        part.replace(path)
-    except OSError:
-        maybe(part.unlink)
+    with contextlib.suppress(OSError):
+        make_dirs(path.parent)
+        write_atomic(path, json.dumps({"fingerprint": fingerprint, "facts": facts}))
 
 
 def agrees_with_gpus(facts: dict[str, Any], gpus: Any) -> bool:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddptui.onhost.common import make_dirs, open_file
 from ddptui.onhost.probe_section import SectionError, maybe, read_kept
 from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 
@@ -61,6 +62,12 @@ def private_group() -> int | None:
     return group.gr_gid
 
 
+MADE_IN_WORKDIR = ("runs", "code-cache", TORCH_CACHE_DIR, "bandwidth")
+"""The directories ddptui makes in the workdir (ddptui.run.layout's, which this file cannot
+import; a test keeps them equal). One made by hand, or by an older ddptui under the umask, may
+be writable by others: one of them could then make a run's directory there first, or rename one."""
+
+
 def workdir_section(workdir: str) -> dict[str, Any]:
     """Who could change what the workdir holds, for the head to judge: from ``/``, every
     directory and link a lookup of the workdir passes through, with its owner and ``st_mode``
@@ -69,19 +76,44 @@ def workdir_section(workdir: str) -> dict[str, Any]:
 
     ``target`` indexes the workdir, or the directory it would be created in when it does not
     exist yet; it is null when the walk stopped short (a directory it may not search, a link
-    loop, more than ``MAX_PATH_ENTRIES`` entries).
+    loop, more than ``MAX_PATH_ENTRIES`` entries). ``made`` indexes those of
+    :data:`MADE_IN_WORKDIR` that exist, each walked to as the workdir is.
     """
     path = Path(workdir).expanduser()
     if not path.is_absolute():
         path = Path.cwd() / path
-    root = Path("/")
-    entries: list[dict[str, Any]] = []
-    index: dict[Path, int] = {}
+    walk = _Walk()
+    target, exists = walk.to(path)
+    made: list[int] = []
+    if exists:
+        for name in MADE_IN_WORKDIR:
+            found, there = walk.to(path / name)
+            if there and found is not None:
+                made.append(walk.index[found])
+    return {
+        "path": str(path),
+        "uid": os.geteuid(),
+        "private_gid": maybe(private_group),
+        "exists": exists,
+        "target": None if target is None else walk.index[target],
+        "entries": walk.entries,
+        "made": made,
+    }
 
-    def record(where: Path, found: os.stat_result) -> None:
-        if where not in index:
-            index[where] = len(entries)
-            entries.append(
+
+class _Walk:
+    """Lookups from ``/``, each directory and link they pass through recorded once."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.index: dict[Path, int] = {}
+        self.root = Path("/")
+        self._record(self.root, self.root.lstat())
+
+    def _record(self, where: Path, found: os.stat_result) -> None:
+        if where not in self.index:
+            self.index[where] = len(self.entries)
+            self.entries.append(
                 {
                     "path": str(where),
                     "uid": found.st_uid,
@@ -90,53 +122,41 @@ def workdir_section(workdir: str) -> dict[str, Any]:
                 }
             )
 
-    record(root, root.lstat())
-    pending = parts(path)
-    current = root
-    target: Path | None = None
-    exists = False
-    links = 0
-    while pending:
-        part = pending.pop()
-        if part == "..":
-            current = current.parent
-            continue
-        step = current / part
-        if len(entries) >= MAX_PATH_ENTRIES or len(str(step)) > PATH_MAX:
-            break
-        try:
-            found = step.lstat()
-        except FileNotFoundError:
-            target = current
-            break
-        except OSError:
-            break
-        record(step, found)
-        if stat.S_ISLNK(found.st_mode):
-            links += 1
-            if links > MAX_SYMLINKS:
-                break
-            link = Path(os.readlink(step))  # noqa: PTH115 (Path.readlink is Python 3.9+)
-            if link.is_absolute():
-                current = root
-            pending += parts(link)
-        elif stat.S_ISDIR(found.st_mode):
-            current = step
-        else:
-            # Not a directory: the workdir itself when nothing follows, else no workdir can be.
-            if not pending:
-                target, exists = step, True
-            break
-    else:
-        target, exists = current, True
-    return {
-        "path": str(path),
-        "uid": os.geteuid(),
-        "private_gid": maybe(private_group),
-        "exists": exists,
-        "target": None if target is None else index[target],
-        "entries": entries,
-    }
+    def to(self, path: Path) -> tuple[Path | None, bool]:
+        """Where the lookup of ``path`` ends (itself, or the directory it would be created in;
+        None when it stopped short), and whether ``path`` exists."""
+        pending = parts(path)
+        current = self.root
+        links = 0
+        while pending:
+            part = pending.pop()
+            if part == "..":
+                current = current.parent
+                continue
+            step = current / part
+            if len(self.entries) >= MAX_PATH_ENTRIES or len(str(step)) > PATH_MAX:
+                return None, False
+            try:
+                found = step.lstat()
+            except FileNotFoundError:
+                return current, False
+            except OSError:
+                return None, False
+            self._record(step, found)
+            if stat.S_ISLNK(found.st_mode):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    return None, False
+                link = Path(os.readlink(step))  # noqa: PTH115 (Path.readlink is Python 3.9+)
+                if link.is_absolute():
+                    current = self.root
+                pending += parts(link)
+            elif stat.S_ISDIR(found.st_mode):
+                current = step
+            else:
+                # Not a directory: the workdir itself when nothing follows, else none can be.
+                return (step, True) if not pending else (None, False)
+        return current, True
 
 
 def identity_section(workdir: str) -> dict[str, Any]:
@@ -150,7 +170,7 @@ def identity_section(workdir: str) -> dict[str, Any]:
     folder = Path(workdir).expanduser() / TORCH_CACHE_DIR
     path = folder / WORKDIR_ID
     if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(folder)
         _make_identity(path, replace=False)
     deadline, replaced = time.monotonic() + ID_WRITE_S, False
     while True:
@@ -172,7 +192,8 @@ def _make_identity(path: Path, *, replace: bool) -> None:
     identity = secrets.token_hex(ID_CHARS // 2).encode()
     part = path.with_name(f"{path.name}.{secrets.token_hex(8)}.part")
     try:
-        part.write_bytes(identity)
+        with os.fdopen(open_file(part, os.O_WRONLY | os.O_EXCL), "wb") as file:
+            file.write(identity)
         if replace:
             part.replace(path)
         else:
@@ -185,7 +206,7 @@ def _make_identity(path: Path, *, replace: bool) -> None:
         # A filesystem without hard links: an exclusive create, whose contents a host that
         # reads at that moment may not see yet (the reads above wait for them).
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_file(path, os.O_WRONLY | os.O_EXCL)
         except FileExistsError:
             return
         with os.fdopen(fd, "wb") as file:

@@ -14,21 +14,26 @@ from pathlib import Path
 from ddptui.onhost.common import (
     ATTEMPT_FILE,
     ATTEMPT_MARK,
+    PYCACHE,
     RUN_MARK,
     STACKS_MARK,
     WAIT_POLL_S,
     emit,
+    make_dirs,
+    open_file,
     source_of,
     write_atomic,
 )
 
 # The wrapper survives SIGTERM/SIGINT sent to its group (the trap), so it can record how the
-# command ended; the command itself gets the default dispositions back at exec.
+# command ended; the command itself gets the default dispositions back at exec. Its exit file
+# is made 0644 (the umask the command ran with is the user's), its console by ``_begin`` first.
 WRAPPER = """\
 trap : TERM INT HUP
 out=$1; exit_file=$2; shift 2
 "$@" >"$out" 2>&1 </dev/null
 status=$?
+umask 022
 printf '%s\\n' "$status" >"$exit_file.tmp" && mv "$exit_file.tmp" "$exit_file"
 exit "$status"
 """
@@ -82,10 +87,11 @@ def _begin(
     detached: bool,
 ) -> subprocess.Popen[bytes] | None:
     pgid_file = _attempt_file(run_dir, attempt, "pgid")
-    pgid_file.parent.mkdir(parents=True, exist_ok=True)
     if pgid_file.exists():
         emit({"error": f"attempt {attempt} was already started on this host"})
         return None
+    for made in (pgid_file.parent, *(run_dir / name for name in RANKS_WRITE)):
+        make_dirs(made)
     env = dict(os.environ)
     env.update(json.loads(env_json))
     # Every process of the run inherits these (torchrun starts its workers in sessions of
@@ -104,13 +110,13 @@ def _begin(
     # records how it ended; in the foreground, this process does (see run).
     wrapper = ["sh", "-c", WRAPPER, "ddptui-node", str(out), str(exit_file)] if detached else []
     try:
-        with Path(os.devnull if detached else out).open("wb") as output:
+        with os.fdopen(open_file(out, os.O_WRONLY | os.O_TRUNC), "wb") as console:
             child = subprocess.Popen(
                 [*wrapper, *command],
                 cwd=str(code_dir),
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=output,
+                stdout=subprocess.DEVNULL if detached else console,
                 stderr=subprocess.STDOUT,
                 start_new_session=detached,
             )
@@ -118,11 +124,16 @@ def _begin(
         emit({"error": f"cannot start: {error}"})
         if not detached:
             # As the shell records a command it cannot run, so the step's node ends alike.
-            out.write_text(f"ddptui: cannot start {command[0]}: {error}\n")
+            write_atomic(out, f"ddptui: cannot start {command[0]}: {error}\n")
             write_atomic(exit_file, "127\n")
         return None
     write_atomic(pgid_file, f"{child.pid}\n")
     return child
+
+
+RANKS_WRITE = ("events", "control")
+"""The run's directories its ranks write in (their events; the trainer's requests): made here
+first, with ddptui's mode, rather than by the ranks with the umask they run with."""
 
 
 def _attempt_file(run_dir: Path, attempt: str, kind: str) -> Path:
@@ -261,8 +272,8 @@ def wait_gone(run_dir: Path, seconds: float, linger: float | None = None) -> int
 
 def control(run_dir: Path, name: str) -> int:
     directory = run_dir / "control"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / name).touch()
+    make_dirs(directory)
+    os.close(open_file(directory / name, os.O_WRONLY))
     emit({"created": name})
     return 0
 
@@ -293,7 +304,7 @@ def stack_site(run_dir: Path) -> Path | None:
     cannot be written (the run goes on without stack dumps rather than not at all)."""
     site = stacks_dir(run_dir) / "site"
     try:
-        site.mkdir(parents=True, exist_ok=True)
+        make_dirs(site / PYCACHE)
         write_atomic(site / "ddptui_instrument.py", source_of("ddptui.onhost.instrument"))
         write_atomic(
             site / "ddptui_instrument_frameworks.py",

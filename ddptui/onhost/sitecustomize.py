@@ -41,14 +41,19 @@ def _ddptui_stack_handler() -> None:
     pid = os.getpid()
     with open("/proc/self/stat") as stat:
         started = stat.read().rpartition(")")[2].split()[19]
-    stacks = open(os.path.join(directory, "%d.txt" % pid), "ab", buffering=0)
+    # At most 0644 whatever umask the rank runs with (the user's, 002 on many clusters): no one
+    # else may write what the agent reads back. The umask only takes bits away from the mode.
+    flags = os.O_WRONLY | os.O_CREAT
+    stacks = os.fdopen(
+        os.open(os.path.join(directory, "%d.txt" % pid), flags | os.O_APPEND, 0o644), "ab", 0
+    )
     # Ignored beneath the handler: the interpreter's exit restores the disposition it found,
     # and a rank that lingers in native teardown after that (gloo's threads) must not die of
     # a dump asked just then.
     signal.signal(signum, signal.SIG_IGN)
     faulthandler.register(signum, file=stacks, all_threads=True, chain=False)
     ready = os.path.join(directory, "%d.ready" % pid)
-    with open(ready + ".tmp", "w") as out:
+    with os.fdopen(os.open(ready + ".tmp", flags | os.O_TRUNC, 0o644), "w") as out:
         json.dump({"signal": int(signum), "started": started}, out)
     os.replace(ready + ".tmp", ready)
 

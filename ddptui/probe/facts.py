@@ -162,6 +162,10 @@ class WorkdirSafety:
     """The workdir, or, when it does not exist yet, the directory it would be created in;
     ``None`` when the probe stopped short of both (a directory it may not search, a link loop,
     a path too deep): the entries are then only part of the way."""
+    made: tuple[PathEntry, ...] = ()
+    """Those of :data:`entries` that are the directories ddptui makes in the workdir (``runs``,
+    ``code-cache``…) where they exist already, links followed: held to the workdir's own rule.
+    Empty from a probe older than this field."""
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,12 @@ def read_workdir(value: Any, errors: dict[str, str]) -> Maybe[WorkdirSafety]:
     index = None if target is None else count(target, len(entries) - 1)
     if len(entries) != len(rows) or (target is not None and index is None):
         return NA
+    made = value.get("made", [])
+    if not isinstance(made, list) or len(made) > MAX_PATH_ENTRIES:
+        return NA
+    made_at = [at for item in made if (at := count(item, len(entries) - 1)) is not None]
+    if len(made_at) != len(made):
+        return NA
     return WorkdirSafety(
         path=path,
         uid=uid,
@@ -218,6 +224,7 @@ def read_workdir(value: Any, errors: dict[str, str]) -> Maybe[WorkdirSafety]:
         exists=exists,
         entries=entries,
         target=None if index is None else entries[index],
+        made=tuple(entries[at] for at in made_at),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import asyncssh
 
 from ddptui.aio import wait_for
+from ddptui.atomic import make_dirs, open_file
 
 SYSTEM_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2"))
 """OpenSSH's default GlobalKnownHostsFile: read as well, never written; where cluster admins
@@ -156,8 +157,8 @@ def _read(path: Path) -> str | None:
 
 def append_lines(path: Path, lines: Sequence[str]) -> None:
     """Append ``lines`` to a known_hosts file, creating it (0600) and its folder (0700)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    make_dirs(path.parent)
+    fd = open_file(path, os.O_WRONLY | os.O_APPEND)
     with os.fdopen(fd, "a", encoding="utf-8") as file:
         # A hand-edited file may lack its final newline; gluing a new entry onto the last
         # line would corrupt both.

@@ -27,6 +27,7 @@ AGENT_MODULES = (
 """The node agent's program: its commands, and the stack handler and the frameworks' events
 its ``start`` writes out."""
 PROBE_MODULES = (
+    "common",
     "probe_section",
     "probe_network",
     "probe_system",

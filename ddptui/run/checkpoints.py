@@ -76,8 +76,21 @@ path, size, mtime = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 part = path + "." + os.urandom(4).hex() + ".part"
 digest, left, source = hashlib.sha256(), size, sys.stdin.buffer
 try:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(part, "wb") as out:
+    # Each level made, and the file, with a mode of its own: under umask 002 a group member
+    # could replace a checkpoint every rank loads.
+    missing, level = [], os.path.dirname(path)
+    while level and not os.path.isdir(level):
+        missing.append(level)
+        level = os.path.dirname(level)
+    for level in reversed(missing):
+        try:
+            os.mkdir(level, 0o755)
+            os.chmod(level, 0o755)
+        except FileExistsError:
+            pass
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.fchmod(fd, 0o644)
+    with open(fd, "wb") as out:
         while left:
             chunk = source.read(min(left, 1 << 20))
             if not chunk:

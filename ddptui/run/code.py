@@ -20,6 +20,14 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
+from ddptui.atomic import (
+    PYCACHE,
+    WORKDIR_DIR,
+    WORKDIR_EXECUTABLE,
+    WORKDIR_FILE,
+    make_dirs,
+    open_file,
+)
 from ddptui.config.model import JobConfig
 from ddptui.errors import UsageError
 from ddptui.run.gitignore import IgnoreRules
@@ -217,7 +225,8 @@ def stage_tree(tree: CodeTree, directory: Path) -> None:
     try:
         for file in tree.files:
             target = partial / file.path
-            target.parent.mkdir(parents=True, exist_ok=True)
+            parent = target.parent / PYCACHE if target.suffix == ".py" else target.parent
+            make_dirs(parent, WORKDIR_DIR)
             _copy_checked(file, target)
         partial.replace(directory)
     except OSError as error:
@@ -231,10 +240,11 @@ def stage_tree(tree: CodeTree, directory: Path) -> None:
 
 def _copy_checked(file: CodeFile, target: Path) -> None:
     digest = hashlib.sha256()
-    with file.source.open("rb") as source, target.open("xb") as copy:
+    mode = WORKDIR_EXECUTABLE if file.executable else WORKDIR_FILE
+    flags = os.O_WRONLY | os.O_EXCL
+    with file.source.open("rb") as source, os.fdopen(open_file(target, flags, mode), "wb") as copy:
         for chunk in iter(lambda: source.read(READ_CHUNK), b""):
             digest.update(chunk)
             copy.write(chunk)
     if digest.hexdigest() != file.sha256:
         raise CodeError(f"{file.source} changed while it was staged; launch again")
-    target.chmod(0o755 if file.executable else 0o644)

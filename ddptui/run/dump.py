@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddptui.atomic import make_dirs, write_atomic
 from ddptui.config.model import Config
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
@@ -221,12 +222,12 @@ def save(dump: StackDump, directory: Path) -> StackDump:
     while target.exists():
         suffix += 1
         target = directory / f"{stamp}-{suffix}"
-    target.mkdir(parents=True, mode=0o700)
+    make_dirs(target, exist_ok=False)
     for stack in dump.stacks:
         name = f"node{stack.node_rank}-rank{stack.rank}.txt"
-        (target / name).write_text(stack.text or f"(no stack: {stack.error})\n")
+        write_atomic(target / name, stack.text or f"(no stack: {stack.error})\n")
     for rank, data in dump.flight_dumps.items():
-        (target / f"flight-rank{rank}{HOST_BYTES_SUFFIX}").write_bytes(data)
+        write_atomic(target / f"flight-rank{rank}{HOST_BYTES_SUFFIX}", data)
     if dump.flight_traces:
         reading = [
             {
@@ -244,5 +245,5 @@ def save(dump: StackDump, directory: Path) -> StackDump:
             }
             for trace in dump.flight_traces
         ]
-        (target / FLIGHT_READING).write_text(json.dumps(reading, indent=1) + "\n")
+        write_atomic(target / FLIGHT_READING, json.dumps(reading, indent=1) + "\n")
     return replace(dump, saved_in=target)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ddptui.atomic import write_atomic
 from ddptui.run.follow import FileLine
 from ddptui.run.protocol import decode, line_record
 
@@ -158,9 +159,7 @@ class Journal:
         restarted supervisor resumes following exactly there."""
         self.flush()
         document = {"position": self.end, "offsets": self.offsets}
-        temporary = self.directory / f".{_OFFSETS}.tmp"
-        temporary.write_text(json.dumps(document), encoding="utf-8")
-        temporary.replace(self.directory / _OFFSETS)
+        write_atomic(self.directory / _OFFSETS, json.dumps(document))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

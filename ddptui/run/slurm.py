@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddptui.atomic import WORKDIR_DIR, WORKDIR_FILE, make_dirs, write_atomic
 from ddptui.config.model import Config
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
@@ -49,7 +50,7 @@ def submit(plan: BatchPlan, code: CodeTree | None) -> str:
     root = Path(plan.run_root)
     script = Path(plan.script_path)
     try:
-        script.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(script.parent, WORKDIR_DIR)
     except OSError as error:
         raise UsageError(
             f"cannot create {script.parent}: {error.strerror or error} (is [cluster] workdir on "
@@ -58,8 +59,9 @@ def submit(plan: BatchPlan, code: CodeTree | None) -> str:
     if code is not None:
         stage_tree(code, Path(layout.root_code_dir(plan.run_root)))
     # Each node's step runs the node agent from the shared workdir (its `run` command).
-    Path(layout.node_agent(plan.run_root)).write_text(agent_program(), encoding="utf-8")
-    script.write_text(plan.script, encoding="utf-8")
+    write_atomic(Path(layout.node_agent(plan.run_root)), agent_program(), WORKDIR_FILE)
+    # Private: it exports the hosts' env, which may carry tokens.
+    write_atomic(script, plan.script)
     answer = _slurm(["sbatch", "--parsable", str(script)], cwd=root)
     try:
         return parse_job_id(answer)

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 
+from ddptui.atomic import write_atomic
 from ddptui.errors import UsageError
 from ddptui.run import slurm
 from ddptui.run.record import RunRecord
@@ -46,7 +47,7 @@ def settle(
             states = slurm.accounted_states(sorted(waiting))
         except (slurm.SlurmError, UsageError):
             states = {}
-        asked.write_text(json.dumps({"time": time.time(), "states": states}), "utf-8")
+        write_atomic(asked, json.dumps({"time": time.time(), "states": states}))
     changed = False
     for job_id, run_id in waiting.items():
         state = states.get(job_id)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddptui.atomic import write_atomic
+from ddptui.atomic import make_dirs, open_file, write_atomic
 from ddptui.errors import DdptuiError
 from ddptui.plan.launch import RUN_ID
 from ddptui.run.layout import RunFiles
@@ -62,7 +62,7 @@ class RunStore:
 
     def create(self, record: RunRecord, hosts_toml: str) -> None:
         directory = self.directory(record.id)
-        directory.mkdir(parents=True, exist_ok=False, mode=0o700)
+        make_dirs(directory, exist_ok=False)
         files = RunFiles(directory)
         write_atomic(files.hosts, hosts_toml)
         write_atomic(files.record, record.to_toml())
@@ -89,7 +89,7 @@ class RunStore:
 
         A record that cannot be read is never overwritten: :class:`RunRecordUnreadable`.
         """
-        with self.files(run_id).lock.open("wb") as lock:
+        with os.fdopen(open_file(self.files(run_id).lock, os.O_WRONLY), "wb") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             record = self.load(run_id)
             change(record)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ddptui.aio import wait_for
+from ddptui.atomic import open_file
 from ddptui.errors import DdptuiError
 from ddptui.remote.head import HEAD_CWD, head_python
 from ddptui.run import protocol
@@ -61,7 +62,7 @@ class Supervisors:
 
         path = self.store.files(run_id).supervisor_lock
         try:
-            with path.open("ab") as handle:
+            with os.fdopen(open_file(path, os.O_WRONLY | os.O_APPEND), "ab") as handle:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

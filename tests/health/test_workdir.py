@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,61 @@ def test_paths_the_host_reported_are_quoted_in_fixes_and_shown_on_one_line() -> 
     assert "\\x1b[2J" in found.message
 
 
+# --- the directories ddptui makes in the workdir ---------------------------------------------
+
+MADE_RUNS = f"{RUNS}/runs"
+
+
+def with_made(*made: PathEntry) -> WorkdirSafety:
+    """alice's own workdir under her home, holding ``made`` (directories ddptui makes there)."""
+    safe = workdir(HOME, ALICES, directory(RUNS, 0o755))
+    return replace(safe, entries=(*safe.entries, *made), made=made)
+
+
+@pytest.mark.parametrize(
+    "made",
+    [directory(MADE_RUNS, 0o755), directory(MADE_RUNS, 0o775)],
+    ids=["writable by alice alone", "group-writable, the group alice's alone (umask 002)"],
+)
+def test_what_ddptui_made_in_the_workdir_for_alice_alone_is_fine(made: PathEntry) -> None:
+    assert findings(with_made(made)) == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "who"),
+    [
+        (0o775, "its group"),
+        (0o1775, "its group"),
+        (0o757, "every other user"),
+    ],
+)
+def test_a_directory_ddptui_makes_in_the_workdir_that_others_can_write(mode: int, who: str) -> None:
+    found = finding(with_made(directory(MADE_RUNS, mode, gid=SHARED)))
+    assert (
+        f"{MADE_RUNS} (which ddptui makes in the workdir) is writable by {who} (mode {mode:04o})"
+    ) in found.message
+    # What it holds was made with the same umask.
+    assert commands(found.hint) == [["chmod", "-R", "go-w", MADE_RUNS]]
+
+
+def test_a_directory_ddptui_makes_in_the_workdir_owned_by_another_user() -> None:
+    found = finding(with_made(directory(f"{RUNS}/code-cache", 0o755, uid=BOB, gid=BOB)))
+    assert (
+        f"{RUNS}/code-cache (which ddptui makes in the workdir) belongs to another user (uid 1001)"
+    ) in found.message
+    assert 'workdir = "~/ddptui-runs"' in found.hint
+
+
+def test_the_workdir_and_what_ddptui_made_in_it_each_get_their_chmod() -> None:
+    safety = with_made(directory(MADE_RUNS, 0o770, gid=SHARED))
+    shared = directory(RUNS, 0o770, gid=SHARED)
+    safety = replace(safety, entries=(ROOT, HOME, ALICES, shared, *safety.made), target=shared)
+    assert commands(finding(safety).hint) == [
+        ["chmod", "go-w", RUNS],
+        ["chmod", "-R", "go-w", MADE_RUNS],
+    ]
+
+
 def test_evaluate_says_it_among_the_hosts_errors() -> None:
     config = Config(Path("hosts.toml"), ClusterConfig(), (HOST,), JobConfig())
     facts = HostFacts(workdir=workdir(TMP, exists=False, path="/tmp/runs"))
@@ -266,6 +322,23 @@ def test_the_probe_finds_nothing_wrong_with_a_private_workdir(tmp_path: Path) ->
     facts = _probed_workdir(tmp_path, 0o700)
     assert isinstance(facts.workdir, WorkdirSafety)
     assert findings(facts.workdir) == []
+
+
+@pytest.mark.parametrize("name", ["runs", "code-cache"])
+def test_the_probe_finds_a_group_writable_directory_ddptui_makes_in_a_private_workdir(
+    tmp_path: Path, name: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    made = work / name
+    made.mkdir()
+    os.chown(made, -1, _a_shared_group())
+    made.chmod(0o775)
+    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": CUDA_TORCH})
+    assert isinstance(facts.workdir, WorkdirSafety)
+    found = finding(facts.workdir)
+    assert f"{made} (which ddptui makes in the workdir) is writable by its group" in found.message
+    assert commands(found.hint) == [["chmod", "-R", "go-w", str(made)]]
 
 
 class LocalNodes(CommandsOnly):

@@ -5,6 +5,8 @@
 - :mod:`tests.helpers.probe`: the probe script run on this machine with stand-ins for torch.
 - :mod:`tests.helpers.diagnose`: the test bed's recorded failures replayed into a ``Diagnoser``.
 - :mod:`tests.helpers.shells`: hosts-file values that break login shells, and what reaches a host.
+- :mod:`tests.helpers.users`: two users sharing a primary group, played as root by forked
+  children: what one of them can change of what ddptui made for the other.
 
 Test modules never import from one another; a builder a second module needs moves here.
 """
@@ -34,19 +36,31 @@ from tests.helpers.shells import (
     nasty,
     remote_values,
 )
+from tests.helpers.users import (
+    OTHER,
+    USER,
+    as_user,
+    attempts_to_replace,
+    owned_dir,
+    shared_tmp,
+)
 
 __all__ = [
     "ADDRESSES",
     "CUDA_TORCH",
     "FIELDS",
     "HOSTS_FILE",
+    "OTHER",
     "PRINTF",
     "TRICKY",
+    "USER",
     "A",
     "B",
     "C",
     "Replay",
     "Scenario",
+    "as_user",
+    "attempts_to_replace",
     "check_first_failure",
     "cpu_host",
     "gpu",
@@ -57,9 +71,11 @@ __all__ = [
     "master_unresolvable",
     "named_master",
     "nasty",
+    "owned_dir",
     "remote_values",
     "replay",
     "run_probe",
+    "shared_tmp",
     "top_diagnosis",
     "write_package",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import stat
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.onhost.probe_workdir import workdir_section
+from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
+from ddptui.onhost.probe_workdir import MADE_IN_WORKDIR, workdir_section
 from ddptui.probe.facts import NA, PathEntry, WorkdirSafety
 from ddptui.probe.parse import parse_facts
 from ddptui.probe.sections import MAX_PATH_CHARS, MAX_PATH_ENTRIES
+from ddptui.run import layout
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "probe"
 DIR = stat.S_IFDIR
@@ -89,6 +92,12 @@ def test_kinds_and_modes_come_from_st_mode() -> None:
     assert safety.target is None
 
 
+def test_the_directories_ddptui_makes_in_the_workdir_are_read_as_entries() -> None:
+    safety = parsed(section(made=[3, 2]))
+    assert [entry.path for entry in safety.made] == ["/home/alice/runs", "/home/alice"]
+    assert parsed(section()).made == (), "a probe older than the field made nothing there"
+
+
 def test_an_older_probe_without_the_section_is_not_available_and_not_a_problem() -> None:
     facts = parse_facts(json.dumps({"probe_version": 1}))
     assert facts.workdir is NA
@@ -140,6 +149,10 @@ GARBAGE = {
     "target negative": section(target=-1),
     "target a bool": section(target=True),
     "target text": section(target="3"),
+    "made not a list": section(made=3),
+    "made past the entries": section(made=[4]),
+    "made a bool": section(made=[True]),
+    "made text": section(made=["3"]),
 }
 
 
@@ -177,6 +190,7 @@ SECTION = st.fixed_dictionaries(
         "target": st.one_of(st.integers(-2, 70), JSON),
         "entries": st.one_of(st.lists(ENTRY, max_size=70), JSON),
         "error": JSON,
+        "made": st.one_of(st.lists(st.integers(-2, 70), max_size=5), JSON),
     },
 )
 
@@ -282,3 +296,32 @@ def test_a_relative_workdir_is_under_the_probes_directory(
     safety = walk("runs")
     assert safety.path == str(tmp_path / "runs")
     assert safety.target is not None and safety.target.path == str(tmp_path)
+
+
+def test_the_directories_ddptui_makes_in_the_workdir_are_walked_to_where_they_exist(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    (work / "runs").mkdir(parents=True)
+    (tmp_path / "cache-elsewhere").mkdir()
+    (work / "code-cache").symlink_to(tmp_path / "cache-elsewhere")
+    safety = walk(work)
+    assert [entry.path for entry in safety.made] == [
+        str(work / "runs"),
+        str(tmp_path / "cache-elsewhere"),
+    ]
+    assert str(work / "code-cache") in paths(safety), "the link is judged on the way"
+
+
+def test_a_missing_workdir_holds_nothing_ddptui_made(tmp_path: Path) -> None:
+    assert walk(tmp_path / "not-yet").made == ()
+
+
+def test_what_the_probe_walks_to_is_what_ddptui_makes_in_the_workdir() -> None:
+    made = {
+        posixpath.dirname(layout.run_root("/w", "id")),
+        layout.code_cache_dir(layout.host_run_dir("/w", "id", 0)),
+        posixpath.dirname(layout.bench_path("/w")),
+        posixpath.join("/w", TORCH_CACHE_DIR),
+    }
+    assert made == {posixpath.join("/w", name) for name in MADE_IN_WORKDIR}

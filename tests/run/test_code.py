@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from ddptui.config.model import HostConfig, JobConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.transport import Transport
-from ddptui.run import code, code_upload
+from ddptui.run import agent_call, code, code_upload
 from ddptui.run.agent_call import NodeError
 from ddptui.run.code import CodeError, job_code
 from ddptui.run.layout import code_dir
@@ -144,7 +145,7 @@ def test_a_relaunch_sends_only_what_changed_and_stages_verified_code(
     host, cache, run_dir = _cluster(local_ssh_server)
 
     calls: list[str] = []
-    agent = code_upload.agent
+    agent = agent_call.agent
 
     async def counted(remote: Transport, host: HostConfig, *args: str, **kwargs: Any) -> Any:
         calls.append(args[0])
@@ -243,6 +244,33 @@ def test_a_file_that_changes_while_it_is_uploaded_is_named(
 
     with pytest.raises(NodeError, match=r"datautils\.py changed while it was uploaded"):
         asyncio.run(upload())
+
+
+def test_staging_on_a_shared_workdir_gives_its_own_modes_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    """With 002 and a group shared with others, one of them could replace the staged code, or
+    put a .pyc of theirs in a ``__pycache__`` the first import makes."""
+    root = _project(tmp_path / "project")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    tree = job_code(JobConfig(script=root / "multinode.py", exclude=("runs/",)))
+    staged = tmp_path / "runs" / "r" / "code"
+    old = os.umask(0o002)
+    try:
+        code.stage_tree(tree, staged)
+    finally:
+        os.umask(old)
+    modes = {
+        path.relative_to(staged).as_posix(): path.stat().st_mode & 0o777
+        for path in staged.rglob("*")
+    }
+    assert modes.pop("run.sh") == 0o755
+    assert modes.pop("__pycache__") == 0o755
+    assert modes == {path: 0o755 if (staged / path).is_dir() else 0o644 for path in modes}, (
+        "writable by others, or made with the umask"
+    )
+    assert (tmp_path / "runs" / "r").stat().st_mode & 0o777 == 0o755
 
 
 def test_staging_on_a_shared_workdir_puts_every_file_in_place_or_none(tmp_path: Path) -> None:

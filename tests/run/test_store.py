@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from ddptui.run.record import (
 )
 from ddptui.run.store import RunNotFound, RunRecordUnreadable, RunStore, new_run_id, state_home
 from ddptui.run.timeline import Timeline
+from tests.helpers import OTHER, USER, as_user, attempts_to_replace, owned_dir, shared_tmp
 
 
 def _record(run_id: str) -> RunRecord:
@@ -155,7 +158,7 @@ def _walk(*states: RunState) -> RunRecord:
 
 
 def test_every_state_is_reachable_and_every_final_state_can_be_resumed() -> None:
-    reachable = {None}
+    reachable: set[RunState | None] = {None}
     frontier: list[RunState | None] = [None]
     while frontier:
         for following in TRANSITIONS[frontier.pop()]:
@@ -234,3 +237,44 @@ def test_state_home_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     assert state_home() == tmp_path / "ddptui" / "runs"
     assert len({new_run_id(0.0) for _ in range(20)}) > 1
+
+
+# --- modes: the store is the user's alone, whatever the umask --------------------------------
+
+
+def test_the_store_and_the_directories_it_makes_above_it_are_private_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    store = RunStore(home / ".local" / "state" / "ddptui" / "runs")
+    record = _record("20261130-120000-abcd")
+    old = os.umask(0o002)
+    try:
+        store.create(record, "[cluster]\n")
+        store.update(record.id, lambda kept: None)
+    finally:
+        os.umask(old)
+    made = [store.root.parents[2], store.root.parents[1], store.root.parent, store.root]
+    assert [_mode(path) for path in [*made, store.directory(record.id)]] == [0o700] * 5
+    files = store.files(record.id)
+    assert {_mode(path) for path in (files.record, files.hosts, files.lock)} == {0o600}
+    assert _mode(home) == 0o755, "the home was not ddptui's to change"
+
+
+def test_another_member_of_the_group_cannot_move_a_run_out_of_the_store() -> None:
+    with shared_tmp() as shared:
+        home = owned_dir(shared / "home")
+        store = RunStore(home / ".local" / "state" / "ddptui" / "runs")
+        record = _record("20261130-120000-abcd")
+        as_user(USER, lambda: store.create(record, "[cluster]\n"))
+        files = store.files(record.id)
+        # Moving the run away, or the store, would let them put their own record and hosts.toml
+        # under the same id for the user's ddptui to load.
+        tried = [files.record, files.hosts, store.root / "placeholder", store.root.parent / "x"]
+        assert as_user(OTHER, lambda: attempts_to_replace(tried)) == []
+        assert store.load(record.id) == record
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)

@@ -7,6 +7,7 @@ import json
 import logging
 import time
 
+from ddptui.atomic import make_dirs, write_atomic
 from ddptui.run import dump as stack_dump
 from ddptui.run import protocol
 from ddptui.run.backends import RunBackend
@@ -62,10 +63,10 @@ async def keep_hang(backend: RunBackend, files: RunFiles, judgement: Judgement, 
     """What a hang looks like, kept before anything can end it: the judgement and every rank's
     stacks, as ``evidence/hang-<time>.json``; what to add to the attempt's detail."""
     saved = stack_dump.save(await backend.take_stacks(), files.dumps)
-    files.evidence.mkdir(mode=0o700, exist_ok=True)
+    make_dirs(files.evidence)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     evidence = {**protocol.judgement_document(judgement), "stacks": saved.document()}
     path = files.evidence / f"hang-{stamp}.json"
-    path.write_text(json.dumps(evidence, indent=2), encoding="utf-8")
+    write_atomic(path, json.dumps(evidence, indent=2))
     log.warning("hung: every rank's stacks kept in %s", saved.saved_in)
     return f"every rank's stacks at the hang: {saved.saved_in}"

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
+import io
 import logging
 import logging.handlers
 import os
@@ -17,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import IO
 
+from ddptui.atomic import open_file, write_atomic
 from ddptui.config import load_config
 from ddptui.errors import DdptuiError
 from ddptui.run import protocol
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if lock is None:
         return BUSY
     _log_to(files)
-    files.supervisor_pid.write_text(f"{os.getpid()}\n", encoding="utf-8")
+    write_atomic(files.supervisor_pid, f"{os.getpid()}\n")
     # A closed terminal or a Ctrl-C in the shell that started it must not end it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 def _take_lock(files: RunFiles) -> IO[bytes] | None:
     """The run's supervisor lock, held until this process ends (the kernel lets go of it when
     the process dies, so a killed supervisor never leaves a stale lock); None if it is held."""
-    handle = files.supervisor_lock.open("ab")
+    handle = os.fdopen(open_file(files.supervisor_lock, os.O_WRONLY | os.O_APPEND), "ab")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -133,10 +135,17 @@ def _take_lock(files: RunFiles) -> IO[bytes] | None:
     return handle
 
 
+class _Log(logging.handlers.RotatingFileHandler):
+    """The supervisor's log, made with the store's file mode whatever the umask (and anew so
+    at each rollover)."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = open_file(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 def _log_to(files: RunFiles) -> None:
-    handler = logging.handlers.RotatingFileHandler(
-        files.supervisor_log, maxBytes=4 * 1024 * 1024, backupCount=1, encoding="utf-8"
-    )
+    handler = _Log(files.supervisor_log, maxBytes=4 * 1024 * 1024, backupCount=1, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
