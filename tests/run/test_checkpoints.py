@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from ddptui.config.model import ClusterConfig, Config, JobConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.checkpoints import (
     APART_FROM_NODE_0,
+    RECEIVE,
+    SEND,
     Copy,
     CopyPlan,
     Held,
@@ -142,3 +146,26 @@ def test_a_glob_that_matches_nothing_anywhere_stops_the_resume(
     config, record = _cluster(local_ssh_server, ("snapshot.pt",))
     with pytest.raises(LaunchError, match=r"\[job\] checkpoint_files: 'snapshot.pt' matches no"):
         _carry(config, record)
+
+
+def test_a_copy_is_made_with_its_own_modes_whatever_the_umask(tmp_path: Path) -> None:
+    # Under umask 002 with a shared group, a group member could replace a checkpoint every
+    # rank loads: the receiving script makes each level 0755 and the file 0644.
+    source = tmp_path / "snapshot.pt"
+    source.write_bytes(b"weights" * 1000)
+    target = tmp_path / "node1" / "ckpt" / "epoch" / "snapshot.pt"
+    sent = subprocess.run(
+        [sys.executable, "-c", SEND, str(source)], capture_output=True, check=True
+    ).stdout
+    received = subprocess.run(
+        [sys.executable, "-c", RECEIVE, str(target), str(source.stat().st_size), "123.5"],
+        input=sent,
+        capture_output=True,
+        check=True,
+        preexec_fn=lambda: os.umask(0o002),
+    )
+    assert b'"copied"' in received.stdout
+    assert target.read_bytes() == source.read_bytes() and target.stat().st_mtime == 123.5
+    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+    for level in (tmp_path / "node1", target.parent.parent, target.parent):
+        assert oct(level.stat().st_mode & 0o777) == oct(0o755), level
