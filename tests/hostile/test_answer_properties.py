@@ -42,7 +42,7 @@ from ddptui.run import code_upload, protocol
 from ddptui.run.agent_answers import MAX_ATTEMPT, MAX_PROCESSES, PID_LIMIT, AttemptStatus
 from ddptui.run.agent_call import GarbledAnswer, NodeError
 from ddptui.run.agent_client import HostDump
-from ddptui.run.checkpoints import MAX_LISTED, Held
+from ddptui.run.checkpoints import MAX_LISTED, Held, carriable, matches
 from ddptui.run.code import CodeFile, CodeTree
 from ddptui.run.events import EVENT_TYPES, EventReader, RankEvent
 from ddptui.run.follow import MAX_OFFSET, MAX_TEXT_CHARS, FileLine, Heartbeat, HostFollower
@@ -223,12 +223,14 @@ def test_list_files_answers(listing: tuple[list[str], CommandResult]) -> None:
     if isinstance(listed, NodeError):
         return
     assert type(listed) is dict and list(listed) == globs
-    for held in listed.values():
+    for glob, held in listed.items():
         assert type(held) is dict and len(held) <= MAX_LISTED
         for path, file in held.items():
             # A path names a file to copy, not text to show: it is checked, not escaped.
             assert type(path) is str and path and not path.startswith("/")
             assert ".." not in path.split("/")
+            # Only what the lister could have listed under the glob it answers.
+            assert matches(path, glob) and carriable(path), (path, glob)
             assert type(file) is Held
             assert type(file.size) is int and 0 <= file.size <= 2**50
             assert type(file.mtime) is float and math.isfinite(file.mtime)
