@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -52,6 +53,19 @@ _REPORT = pytest.StashKey[_BedReport]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REPORT] = _BedReport()
+    _without_the_venv_on_path()
+
+
+def _without_the_venv_on_path() -> None:
+    """The suite sees one PATH whether its venv is activated or not: the venv's ``bin`` holds
+    tools a host may or may not have (py-spy, torchrun), and the hosts' processes the tests
+    start inherit PATH. Tests that want such a tool on a host put it there themselves."""
+    if sys.prefix == sys.base_prefix:
+        return
+    venv_bin = str(Path(sys.prefix) / "bin")
+    kept = [entry for entry in os.environ.get("PATH", "").split(os.pathsep) if entry != venv_bin]
+    os.environ["PATH"] = os.pathsep.join(kept)
+    os.environ.pop("VIRTUAL_ENV", None)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
