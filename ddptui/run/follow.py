@@ -43,7 +43,7 @@ from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.layout import HostFiles
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.transports import transport
-from ddptui.untrusted import count, finite, whole
+from ddptui.untrusted import count, finite, plain, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 """The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
@@ -330,7 +330,12 @@ class HostFollower:
             return None
         self.offsets[path] = offset
         cut = document.get("cut") is True or len(text) > MAX_TEXT_CHARS
-        return FileLine(self.host.name, path, offset, text[:MAX_TEXT_CHARS], cut)
+        text = text[:MAX_TEXT_CHARS]
+        if not text.isascii():
+            # A lone surrogate (JSON's "\ud800") can be neither written to a file nor encoded
+            # for a terminal: replaced here, once, and every reader of the line is spared it.
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        return FileLine(self.host.name, path, offset, text, cut)
 
     def _heartbeat(self, document: dict[str, Any]) -> Heartbeat | None:
         stamp = document.get("time")
@@ -431,7 +436,7 @@ def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
             continue
         if key in GPU_TEXT_FIELDS:
             if text is not None:
-                gpu[key] = text
+                gpu[key] = plain(text, limit=32, one_line=True)
             continue
         number = finite(value) if text is None else _number(text)
         if number is None:
