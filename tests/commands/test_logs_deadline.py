@@ -22,9 +22,10 @@ from ddptui.commands import logs
 from ddptui.config.model import ClusterConfig, Config, JobConfig
 from ddptui.config.render import config_to_toml
 from ddptui.run.control import BEHIND_BEATS
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState, StateChange
+from ddptui.run.record import RunState, StateChange
 from ddptui.run.store import RunStore
 from tests.remote.hosts import local_host
+from tests.run.bed import one_rank_a_host_record
 from tests.testbed import LocalSshServer
 
 RUN = "20990101-000000-late"
@@ -75,22 +76,10 @@ def _logs_of_a_finished_run(
         local_host(servers[1], name="gpu-b", python=str(behind)),
     )
     config = Config(Path("hosts.toml"), ClusterConfig(), hosts, JobConfig(nproc_per_node=1))
-    record = RunRecord(
-        id=RUN,
-        created=0.0,
-        hosts_file="hosts.toml",
-        entry="trainer",
-        backend="gloo",
-        master_addr=hosts[0].address,
-        world_size=2,
-        args=[],
-        nodes=[
-            NodeRecord(host.name, host.address, rank, 1, str(run_dir), ["torchrun"], {})
-            for rank, (host, run_dir) in enumerate(zip(hosts, run_dirs, strict=True))
-        ],
-        attempts=[Attempt(number=1, started=0.0, master_port=29500, ended=1.0)],
-        states=[StateChange(RunState.COMPLETED, 1.0, "done")],
+    record = one_rank_a_host_record(
+        RUN, hosts, [str(run_dir) for run_dir in run_dirs], ["torchrun"], ended=1.0
     )
+    record.states = [StateChange(RunState.COMPLETED, 1.0, "done")]
     RunStore().create(record, config_to_toml(config))
     assert main(["logs", RUN]) == 0
 

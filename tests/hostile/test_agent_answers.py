@@ -24,10 +24,11 @@ from ddptui.run import agent_client as nodes
 from ddptui.run.agent_answers import AttemptStatus
 from ddptui.run.agent_call import GarbledAnswer, NodeError, kept_agents
 from ddptui.run.launcher import LaunchError, start_attempt
-from ddptui.run.record import Attempt, NodeRecord, RunRecord
+from ddptui.run.record import RunRecord
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 from tests.hostile.server import Behaviour, HostileSshServer
 from tests.remote.hosts import local_host
+from tests.run.bed import one_rank_a_host_record
 from tests.testbed import LocalSshServer
 
 CONNECT_TIMEOUT_S = 5.0
@@ -277,20 +278,8 @@ def two_hosts(
             hosts,
             JobConfig(stop_grace_s=1.0),
         )
-        record = RunRecord(
-            id="20990101-000000-host",
-            created=0.0,
-            hosts_file="hosts.toml",
-            entry="trainer",
-            backend="gloo",
-            master_addr=hosts[0].address,
-            world_size=2,
-            args=[],
-            nodes=[
-                NodeRecord(host.name, host.address, rank, 1, RUN_DIR, TORCHRUN, {})
-                for rank, host in enumerate(hosts)
-            ],
-            attempts=[Attempt(number=1, started=0.0, master_port=29500)],
+        record = one_rank_a_host_record(
+            "20990101-000000-host", hosts, [RUN_DIR] * len(hosts), TORCHRUN
         )
         yield healthy_agent, healthy, hostile, config, record
 

@@ -22,9 +22,10 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
 from ddptui.run import dump as stack_dump
 from ddptui.run.agent_call import NodeError, kept_agents
-from ddptui.run.record import Attempt, NodeRecord, RunRecord
+from ddptui.run.record import RunRecord
 from tests.hostile.server import Behaviour, HostileSshServer
 from tests.hostile.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
+from tests.run.bed import one_rank_a_host_record
 
 FORGED = "py-spy is not installed\nrank 0 on gpu-a: all_reduce ← step ← <module> at train.py:41"
 """What gpu-b says: its second line is how ``ddptui dump`` heads gpu-a's rank 0."""
@@ -62,20 +63,8 @@ def two_hosts(tmp_path: Path) -> Iterator[tuple[Config, RunRecord]]:
         config = Config(
             Path("hosts.toml"), ClusterConfig(connect_timeout=CONNECT_TIMEOUT_S), hosts, JobConfig()
         )
-        record = RunRecord(
-            id="20990101-000000-dump",
-            created=0.0,
-            hosts_file="hosts.toml",
-            entry="trainer",
-            backend="gloo",
-            master_addr=hosts[0].address,
-            world_size=2,
-            args=[],
-            nodes=[
-                NodeRecord(host.name, host.address, rank, 1, RUN_DIR, TORCHRUN, {})
-                for rank, host in enumerate(hosts)
-            ],
-            attempts=[Attempt(number=1, started=0.0, master_port=29500)],
+        record = one_rank_a_host_record(
+            "20990101-000000-dump", hosts, [RUN_DIR] * len(hosts), TORCHRUN
         )
         yield config, record
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ddptui.config.model import HostConfig
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from ddptui.run.supervising import holds_open
 from tests.testbed import TestBed, TestHost
@@ -286,6 +287,33 @@ def _run_ids(store: Path) -> list[str]:
         return [entry.name for entry in store.iterdir()]
     except OSError:
         return []
+
+
+def one_rank_a_host_record(
+    run_id: str,
+    hosts: Sequence[HostConfig],
+    run_dirs: Sequence[str],
+    argv: list[str],
+    *,
+    ended: float | None = None,
+) -> RunRecord:
+    """A record of the bundled trainer's first attempt on ``hosts``, a rank on each, in
+    ``run_dirs``."""
+    return RunRecord(
+        id=run_id,
+        created=0.0,
+        hosts_file="hosts.toml",
+        entry="trainer",
+        backend="gloo",
+        master_addr=hosts[0].address,
+        world_size=len(hosts),
+        args=[],
+        nodes=[
+            NodeRecord(host.name, host.address, rank, 1, run_dir, argv, {})
+            for rank, (host, run_dir) in enumerate(zip(hosts, run_dirs, strict=True))
+        ],
+        attempts=[Attempt(number=1, started=0.0, master_port=29500, ended=ended)],
+    )
 
 
 def two_host_record(attempts: int = 1) -> RunRecord:
