@@ -22,7 +22,7 @@ def test_summary_names_the_skipped_cluster_tests_and_the_reason() -> None:
             "tests/cluster/test_localssh.py::test_an_untrusted_client_key_is_refused",
         ],
         cwd=REPO,
-        env={**os.environ, "DDPTUI_TESTBED": "off"},
+        env={**_outside_ci(), "DDPTUI_TESTBED": "off"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -34,3 +34,34 @@ def test_summary_names_the_skipped_cluster_tests_and_the_reason() -> None:
     summary = out[out.index("ddptui test bed") :]
     assert "1 cluster test(s) SKIPPED: turned off by DDPTUI_TESTBED=off" in summary
     assert "local_ssh_server" in summary
+
+
+def test_under_ci_a_bed_that_cannot_come_up_fails_the_run_naming_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    # No `ip` on PATH, as on a CI machine that lost iproute2: the cluster test fails, never
+    # skips, and says what is missing.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "tests/cluster/test_bringup.py::test_run_on_runs_inside_the_host",
+        ],
+        cwd=REPO,
+        env={**_outside_ci(), "CI": "true", "PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = result.stdout
+    assert result.returncode == 1, out
+    assert "1 error" in out
+    missing = "ip is not installed" if os.geteuid() == 0 else "network namespaces need root"
+    assert f"CI runs every test bed, and this machine cannot bring one up: {missing}" in out
+
+
+def _outside_ci() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key != "CI"}
