@@ -292,3 +292,55 @@ def test_a_rank_whose_training_ended_waits_for_its_peers_at_exit_on_gloo_only(
     monkeypatch.setattr(instrument, "ERRORS", [error] if error else [])
     instrument._exit_together()
     assert distributed.waited == ([instrument.EXIT_TOGETHER_S] if waits else [])
+
+
+RANK_THAT_TRAINED = """
+import atexit, datetime, sys, types
+import ddptui_instrument
+
+class Work:
+    def wait(self, timeout):
+        print("barrier", timeout.total_seconds(), flush=True)
+
+distributed = types.ModuleType("torch.distributed")
+distributed.is_available = lambda: True
+distributed.is_initialized = lambda: True
+distributed.get_backend = lambda: "gloo"
+distributed.barrier = lambda async_op=False: Work()
+sys.modules["torch.distributed"] = distributed
+atexit.register(print, "the script's own exit handler", flush=True)
+ddptui_instrument.ENDED.append(True)
+"""
+"""A rank whose training ended on gloo, torch.distributed standing in for torch: it ends with
+what its exit handlers print."""
+
+
+def test_a_rank_started_with_the_instrumentation_waits_for_its_peers_as_it_exits(
+    tmp_path: Path,
+) -> None:
+    # A rank's own process as a node's start makes it, so what is checked is that the barrier
+    # runs at exit at all: the real torchrun tests above forgive the abort it prevents.
+    site = stack_site(tmp_path / "site-run")
+    assert site is not None
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    ran = subprocess.run(
+        [sys.executable, "-c", RANK_THAT_TRAINED],
+        cwd=tmp_path,
+        env={
+            **environment,
+            "PYTHONPATH": str(site),
+            "DDPTUI_RUN_DIR": str(tmp_path / "run"),
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr == ""
+    # After the script's own exit handlers (and the frameworks'), which may still talk to peers.
+    from ddptui.onhost import instrument
+
+    waited = f"barrier {instrument.EXIT_TOGETHER_S}"
+    assert ran.stdout.splitlines() == ["the script's own exit handler", waited]

@@ -242,6 +242,45 @@ def test_a_rank_just_under_the_threshold_is_never_a_straggler() -> None:
     assert run.summary().stragglers == ()
 
 
+@pytest.mark.parametrize(
+    ("own", "named"),
+    [
+        (0.109, False),  # +9%: under the threshold, however long
+        (0.111, True),  # +11%: over it; a threshold anywhere from 1.10 up misses this one
+    ],
+)
+def test_the_straggler_threshold_lies_between_nine_and_eleven_percent(
+    own: float, named: bool
+) -> None:
+    run = _run_with_ranks()
+    tick = _Ticks(run)
+    # A window of events to be judged at all, then three windows' time: long past the wait.
+    tick([0.10, 0.10, 0.10, own], STRAGGLER_EVENTS + 3 * int(STRAGGLER_WINDOW_S))
+    stragglers = run.summary().stragglers
+    if named:
+        assert [s.rank for s in stragglers] == [3]
+        assert stragglers[0].slower_by == pytest.approx(0.11, abs=0.002)
+    else:
+        assert stragglers == ()
+
+
+@pytest.mark.parametrize(
+    ("own", "named"),
+    [
+        (0.104, False),  # +4%: under the 5% that un-names it
+        (0.106, True),  # +6%: under the naming threshold, yet over the clearing one
+    ],
+)
+def test_a_named_straggler_is_un_named_only_under_five_percent(own: float, named: bool) -> None:
+    run = _run_with_ranks()
+    tick = _Ticks(run)
+    tick([0.10, 0.10, 0.10, 0.145], STRAGGLER_EVENTS + 2 * int(STRAGGLER_WINDOW_S))
+    assert [s.rank for s in run.summary().stragglers] == [3]
+    # Its whole average window at the new pace: no slow event left to hold it up.
+    tick([0.10, 0.10, 0.10, own], 2 * STRAGGLER_EVENTS)
+    assert [s.rank for s in run.summary().stragglers] == ([3] if named else [])
+
+
 def test_without_its_own_work_a_rank_s_step_time_is_judged() -> None:
     run = _run_with_ranks()
     for n in range(1, 60):

@@ -1,0 +1,52 @@
+"""The rank table's rows as the console shows them: the marks the README promises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddptui.run.events import StartEvent, StepEvent
+from ddptui.run.progress import STRAGGLER_EVENTS, STRAGGLER_WINDOW_S, RunProgress
+from ddptui.ui.widgets.rank_table import RANK_COLUMNS, _flat_rows, _grouped_rows
+
+HOSTS = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
+STATE = RANK_COLUMNS.index("state")
+
+
+def _with_a_straggler() -> RunProgress:
+    """Four ranks on two nodes, rank 3 (node 1) doing 45% more work a step than the rest for
+    longer than the straggler window: named by the model itself, not set by hand, so the
+    table is tested on what a run would really hand it."""
+    run = RunProgress()
+    ids: list[dict[str, Any]] = [
+        {"rank": rank, "local_rank": rank % 2, "node_rank": rank // 2, "world_size": 4}
+        for rank in range(len(HOSTS))
+    ]
+    for host, rank_ids in zip(HOSTS, ids, strict=True):
+        run.apply(host, StartEvent(**rank_ids, time=0.0, total_steps=400, start_step=0))
+    for n in range(1, STRAGGLER_EVENTS + 2 * int(STRAGGLER_WINDOW_S)):
+        for host, rank_ids in zip(HOSTS, ids, strict=True):
+            own = 0.145 if rank_ids["rank"] == 3 else 0.10
+            step = StepEvent(
+                **rank_ids, time=float(n), step=n, loss=1.0, step_time_s=0.2, compute_s=own
+            )
+            run.apply(host, step)
+    assert [s.rank for s in run.summary().stragglers] == [3]
+    return run
+
+
+def test_a_straggler_s_row_and_its_node_s_row_carry_the_mark() -> None:
+    ranks = _with_a_straggler().ranks
+
+    rows = _flat_rows(ranks, silent=())
+    assert rows["3"].cells[STATE].plain == "running ▼ straggler +45%"
+    assert "▼ straggler +45%" in rows["3"].words
+    # Only the slow rank is marked: its peers on the same node are healthy.
+    assert [rows[str(rank)].cells[STATE].plain for rank in range(3)] == ["running"] * 3
+
+    grouped = _grouped_rows(ranks, silent=(), expanded={1})
+    # The straggler's node first: the worst node leads whatever its number.
+    assert list(grouped)[:1] == ["node1"]
+    assert grouped["node1"].cells[STATE].plain == "2 running ▼ r3 +45%"
+    assert grouped["node0"].cells[STATE].plain == "2 running"
+    # Expanded, the node shows the rank's own row under it, mark and all.
+    assert grouped["3"].cells[STATE].plain == "running ▼ straggler +45%"
