@@ -105,7 +105,16 @@ ATTEMPT_FIELDS = st.fixed_dictionaries(
         "alive": maybe(st.booleans()),
         "exit": maybe(st.one_of(st.none(), st.integers(-1, 256))),
         "processes": PROCESSES,
-    }
+    },
+    # How many of the processes are ranks': the agent says so since it learned it; an older
+    # one does not.
+    optional={
+        "ranks": maybe(
+            st.one_of(
+                st.integers(-1, 8), st.sampled_from([PID_LIMIT, PID_LIMIT + 1, True, 1.0, None])
+            )
+        )
+    },
 )
 STATUS = st.fixed_dictionaries(
     {"attempts": maybe(st.dictionaries(ATTEMPT_KEYS, maybe(ATTEMPT_FIELDS), max_size=3))},
@@ -142,6 +151,7 @@ def test_status_and_wait_answers(answer: CommandResult, wait: float, known: int 
         assert type(item.processes) is tuple
         assert all(type(pid) is int and 2 <= pid < PID_LIMIT for pid, _ in item.processes)
         process_names([name for _, name in item.processes])
+        assert item.ranks is None or (type(item.ranks) is int and 0 <= item.ranks <= PID_LIMIT)
 
 
 # --- node agent answers: signal ---------------------------------------------------------------
@@ -487,6 +497,249 @@ def test_dump_answers(answer: CommandResult, attempts: int, node_rank: int) -> N
     for rank, size in dumped.flight.items():
         assert type(rank) is int and 0 <= rank < MAX_RANKS
         assert type(size) is int and 0 <= size <= 2**62
+
+
+# --- node agent answers: what the real agent prints is read, as it printed it ----------------
+# The tests above hold whatever a host sends to a typed value or a NodeError; a parser that
+# refused everything would pass them. These draw only answers the agent prints
+# (:mod:`ddptui.onhost.agent`, through its ``emit``) and hold each to its typed value, field by
+# field.
+
+BANNERS = st.lists(
+    st.sampled_from(["", "Welcome to ddpa2!", "Last login: Mon Jan  1 00:00:00 2099"]), max_size=2
+)
+"""What a login script may print before the agent does."""
+NAMES = st.text(max_size=20)
+"""A process's name, an error's text: any text (the head makes it plain)."""
+VALID_PIDS = st.one_of(st.sampled_from([2, PID_LIMIT - 1]), st.integers(2, PID_LIMIT - 1))
+
+
+@st.composite
+def printed(draw: st.DrawFn, document: dict[str, Any]) -> CommandResult:
+    """The agent's answer ``document`` as it prints it, after what a login script may print."""
+    line = json.dumps(document, separators=(",", ":"))
+    return CommandResult(0, "\n".join([*draw(BANNERS), line]) + "\n", "")
+
+
+def shown(name: str) -> str:
+    return plain(name, limit=64, one_line=True)
+
+
+@st.composite
+def valid_status(draw: st.DrawFn, latest: int) -> tuple[dict[str, Any], list[AttemptStatus]]:
+    """A status (or wait) answer with attempts up to ``latest``, and what it says, typed."""
+    numbers = draw(st.lists(st.integers(1, latest), unique=True, max_size=3))
+    report, expected = {}, []
+    for number in sorted(numbers):
+        processes = draw(st.lists(st.tuples(VALID_PIDS, NAMES), max_size=4))
+        fields: dict[str, Any] = {
+            "pgid": draw(st.one_of(st.none(), VALID_PIDS)),
+            "alive": bool(processes),
+            "exit": draw(st.one_of(st.none(), st.integers(0, 255))),
+            "processes": [list(process) for process in processes],
+        }
+        # An agent from before `ranks` does not say it.
+        ranks = draw(st.one_of(st.none(), st.integers(0, len(processes))))
+        if ranks is not None:
+            fields["ranks"] = ranks
+        report[str(number)] = fields
+        expected.append(
+            AttemptStatus(
+                number,
+                fields["pgid"],
+                fields["alive"],
+                fields["exit"],
+                tuple((pid, shown(name)) for pid, name in processes),
+                ranks,
+            )
+        )
+    return {"attempts": report, "time": draw(st.floats(0, 4e9))}, expected
+
+
+@hostile(100)
+@given(data=st.data(), wait=st.sampled_from([0.0, 2.5]), known=st.sampled_from([None, 1, 3]))
+def test_the_agents_status_and_wait_answers_are_read(
+    data: st.DataObject, wait: float, known: int | None
+) -> None:
+    document, expected = data.draw(valid_status(known or 5))
+    answer = data.draw(printed(document))
+    remote = AnsweringHost({"status": answer, "wait": answer})
+    found = answered(nodes.status(remote, HOST, RUN_DIR, wait=wait, attempts=known))
+    assert found == expected
+
+
+@hostile(60)
+@given(
+    reached=st.lists(
+        st.tuples(st.integers(0, 3), st.lists(NAMES, min_size=1, max_size=4)), max_size=3
+    ),
+    known=st.sampled_from([None, 3]),
+    data=st.data(),
+)
+def test_the_agents_signal_answers_are_read(
+    reached: list[tuple[int, list[str]]], known: int | None, data: st.DataObject
+) -> None:
+    # Attempt 0: processes of the run that lost their attempt's mark.
+    document = {
+        "signalled": [{"attempt": attempt, "processes": names} for attempt, names in reached]
+    }
+    remote = AnsweringHost({"signal": data.draw(printed(document))})
+    found = answered(nodes.send_signal(remote, HOST, RUN_DIR, "TERM", attempts=known))
+    assert found == [shown(name) for _, names in reached for name in names]
+
+
+LISTED_NAMES = st.text("abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8)
+VALID_GLOBS: dict[str, st.SearchStrategy[str]] = {
+    "*.pt": LISTED_NAMES.map(lambda name: f"{name}.pt"),
+    "checkpoints/*.pt": LISTED_NAMES.map(lambda name: f"checkpoints/{name}.pt"),
+    "**/*.pt": st.lists(LISTED_NAMES, min_size=1, max_size=3).map(
+        lambda names: "/".join(names) + ".pt"
+    ),
+    "ckpt/step-*/model.pt": LISTED_NAMES.map(lambda name: f"ckpt/step-{name}/model.pt"),
+}
+
+
+@st.composite
+def valid_listings(
+    draw: st.DrawFn,
+) -> tuple[list[str], dict[str, Any], dict[str, dict[str, Held]]]:
+    """Globs, the agent's list-files answer to them, and what it says, typed."""
+    globs = draw(st.lists(st.sampled_from(sorted(VALID_GLOBS)), unique=True, max_size=3))
+    files, expected = {}, {}
+    for glob in globs:
+        paths = draw(st.lists(VALID_GLOBS[glob], unique=True, max_size=4))
+        entries = [[path, draw(st.integers(0, 2**50)), draw(st.floats(0, 4e9))] for path in paths]
+        files[glob] = entries
+        expected[glob] = {path: Held(size, round(mtime, 3)) for path, size, mtime in entries}
+    return globs, {"files": files}, expected
+
+
+@hostile(60)
+@given(listing=valid_listings(), data=st.data())
+def test_the_agents_list_files_answers_are_read(
+    listing: tuple[list[str], dict[str, Any], dict[str, dict[str, Held]]], data: st.DataObject
+) -> None:
+    globs, document, expected = listing
+    remote = AnsweringHost({"list-files": data.draw(printed(document))})
+    assert answered(nodes.list_files(remote, HOST, RUN_DIR, globs)) == expected
+
+
+@hostile(30)
+@given(wanted=st.sampled_from([0, 29500]), port=st.integers(1, 65535), data=st.data())
+def test_the_agents_free_port_answers_are_read(wanted: int, port: int, data: st.DataObject) -> None:
+    port = wanted or port
+    remote = AnsweringHost({"free-port": data.draw(printed({"port": port}))})
+    assert answered(nodes.free_port(remote, HOST, wanted)) == port
+
+
+@hostile(30)
+@given(pgid=VALID_PIDS, data=st.data())
+def test_the_agents_start_answers_are_read(pgid: int, data: st.DataObject) -> None:
+    remote = AnsweringHost({"start": data.draw(printed({"pgid": pgid}))})
+    started = nodes.start(remote, HOST, RUN_DIR, 1, {"NCCL_DEBUG": "WARN"}, ["python3", "-m", "x"])
+    assert answered(started) == pgid
+
+
+@hostile(10)
+@given(what=st.sampled_from(["stop", "save"]), data=st.data())
+def test_the_agents_control_answers_are_read(what: str, data: st.DataObject) -> None:
+    remote = AnsweringHost({"control": data.draw(printed({"created": what}))})
+    assert answered(nodes.request(remote, HOST, RUN_DIR, what)) is None
+
+
+class TalkingHost(AnsweringHost):
+    """A host that answers each command with the next of its answers, the last one again."""
+
+    def __init__(self, answers: Mapping[str, Sequence[CommandResult]]) -> None:
+        super().__init__({})
+        self.said = {command: list(results) for command, results in answers.items()}
+
+    def answer(self, host: HostConfig, command: str) -> CommandResult:
+        results = self.said[command]
+        return results.pop(0) if len(results) > 1 else results[0]
+
+
+@hostile(40)
+@given(
+    missing=st.lists(st.sampled_from(DIGESTS), unique=True, max_size=len(DIGESTS)),
+    shared=st.booleans(),
+    data=st.data(),
+)
+def test_the_agents_code_upload_answers_are_read(
+    missing: list[str], shared: bool, data: st.DataObject
+) -> None:
+    staged = {"staged": len(TREE.files), "shared": shared, "written": len(RECORD_TEXT)}
+    stages = [data.draw(printed({"missing": missing}))] if missing else []
+    remote = TalkingHost(
+        {
+            "stage": [*stages, data.draw(printed(staged))],
+            # The files are small: each missing one goes whole, in one put.
+            "put": [data.draw(printed({"stored": len(missing)}))],
+        }
+    )
+    done = answered(code_upload.send(remote, HOST, "/cache", RUN_DIR, TREE, RECORD_TEXT))
+    sizes = {file.sha256: file.size for file in TREE.files}
+    assert done == (sum(sizes[digest] for digest in missing), shared)
+    assert remote.asked == (["stage", "put", "stage"] if missing else ["stage"])
+
+
+STACK_TEXT_SAMPLES = (
+    "",
+    'Thread 4242 (active): "MainThread"\n    step (train.py:12)\n    <module> (train.py:40)\n',
+    "Current thread 0x00007f3a2b4c5700 (most recent call first):\n"
+    '  File "train.py", line 12 in step\n  File "train.py", line 40 in <module>\n',
+)
+
+
+@st.composite
+def valid_dumps(draw: st.DrawFn, attempts: int, node_rank: int) -> tuple[dict[str, Any], HostDump]:
+    """The agent's dump answer (attempt up to ``attempts``), and what it says, typed."""
+    attempt = draw(st.integers(0, attempts))
+    ranks = draw(st.lists(st.integers(0, MAX_RANKS - 1), unique=True, max_size=3))
+    reports, stacks = [], []
+    for rank in sorted(ranks):
+        report = {
+            "rank": rank,
+            "pid": draw(VALID_PIDS),
+            "name": draw(NAMES),
+            "via": draw(st.sampled_from(["", "py-spy", "faulthandler"])),
+            "text": draw(st.one_of(any_of(STACK_TEXT_SAMPLES), NAMES)),
+            "error": draw(NAMES),
+            "note": draw(NAMES),
+        }
+        reports.append(report)
+        text = plain(report["text"])
+        stacks.append(
+            RankStack(
+                HOST.name,
+                node_rank,
+                rank,
+                report["pid"],
+                report["via"],
+                parse_stacks(text),
+                plain(report["error"], limit=500, one_line=True),
+                plain(report["note"], limit=500, one_line=True),
+                text,
+            )
+        )
+    flight = draw(st.dictionaries(st.integers(0, MAX_RANKS - 1), st.integers(0, 2**62), max_size=3))
+    document = {
+        "attempt": attempt,
+        "ranks": reports,
+        "flight": [[rank, size] for rank, size in sorted(flight.items())],
+    }
+    return document, HostDump(attempt, stacks, flight)
+
+
+@hostile(60)
+@given(attempts=st.integers(1, 3), node_rank=st.integers(0, 3), data=st.data())
+def test_the_agents_dump_answers_are_read(
+    attempts: int, node_rank: int, data: st.DataObject
+) -> None:
+    document, expected = data.draw(valid_dumps(attempts, node_rank))
+    remote = AnsweringHost({"dump": data.draw(printed(document))})
+    dumped = answered(nodes.dump(remote, HOST, node_rank, RUN_DIR, attempts=attempts))
+    assert dumped == expected
 
 
 # --- lines a followed host streams ------------------------------------------------------------
