@@ -329,7 +329,7 @@ def _amount(value: Any, cap: float) -> float | None:
 
 
 def _text(value: Any, limit: int = MAX_TEXT_CHARS) -> str | None:
-    return plain(value, limit=limit, one_line=True) if isinstance(value, str) else None
+    return _plain_text(value, limit) if isinstance(value, str) else None
 
 
 def _tail(value: Any, limit: int) -> str | None:
@@ -368,8 +368,8 @@ def _json_value(value: Any, depth: int) -> Any:
     return value
 
 
-def _plain_text(value: str) -> str:
-    return plain(value, limit=MAX_TEXT_CHARS, one_line=True)
+def _plain_text(value: str, limit: int = MAX_TEXT_CHARS) -> str:
+    return plain(value, limit=limit, one_line=True)
 
 
 def _config(value: Any) -> Mapping[str, Any]:
