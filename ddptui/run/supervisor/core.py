@@ -376,20 +376,14 @@ class Supervisor:
         one replays the same lines into the same state."""
         model = self.following.model
         model.tick()
-        try:
-            self._time_the_launch(model)
-        except Exception as error:
-            self._judging_failed("timing the launch", error)
+        self._guarded("timing the launch", lambda: self._time_the_launch(model))
         if self.phases.now is not Phase.RUNNING:
             return
-        try:
-            self.note(*self.stragglers.changes(model.attempt, model.progress))
-        except Exception as error:
-            self._judging_failed("naming stragglers", error)
-        try:
-            self._verdict(model)
-        except Exception as error:
-            self._judging_failed("judging", error)
+        self._guarded(
+            "naming stragglers",
+            lambda: self.note(*self.stragglers.changes(model.attempt, model.progress)),
+        )
+        self._guarded("judging", lambda: self._verdict(model))
 
     def _time_the_launch(self, model: RunModel) -> None:
         if self.timing.observe(self.record, model):
@@ -427,8 +421,15 @@ class Supervisor:
                 self.hang = None
         self._publish_judgement()
 
+    def _guarded(self, part: str, work: Callable[[], None]) -> None:
+        """Do ``work``, a part of judging; a fault in it is set aside and said, once per fault
+        whichever hosts spoke before each tick it recurs on."""
+        try:
+            work()
+        except Exception as error:
+            self._judging_failed(part, error)
+
     def _judging_failed(self, part: str, error: Exception) -> None:
-        # Said once per fault, whichever hosts spoke before each tick it recurs on.
         fault = f"{part} failed: {plain_error(error)}"
         heard = ", ".join(sorted(self.following.heard_since_judged)[:8]) or "no host"
         self.set_aside(f"{fault}, after lines from {heard}", error, fault)
