@@ -8,27 +8,15 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+BRINGUP = "tests/cluster/test_bringup.py::test_run_on_runs_inside_the_host"
 
 
 def test_summary_names_the_skipped_cluster_tests_and_the_reason() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "tests/cluster/test_bringup.py::test_run_on_runs_inside_the_host",
-            "tests/cluster/test_localssh.py::test_an_untrusted_client_key_is_refused",
-        ],
-        cwd=REPO,
-        env={**_outside_ci(), "DDPTUI_TESTBED": "off"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out, status = _pytest(
+        [BRINGUP, "tests/cluster/test_localssh.py::test_an_untrusted_client_key_is_refused"],
+        {"DDPTUI_TESTBED": "off"},
     )
-    out = result.stdout
-    assert result.returncode == 0, out
+    assert status == 0, out
     assert "1 passed, 1 skipped" in out
     assert "test bed unavailable: turned off by DDPTUI_TESTBED=off" in out
     summary = out[out.index("ddptui test bed") :]
@@ -41,27 +29,23 @@ def test_under_ci_a_bed_that_cannot_come_up_fails_the_run_naming_what_is_missing
 ) -> None:
     # No `ip` on PATH, as on a CI machine that lost iproute2: the cluster test fails, never
     # skips, and says what is missing.
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "tests/cluster/test_bringup.py::test_run_on_runs_inside_the_host",
-        ],
-        cwd=REPO,
-        env={**_outside_ci(), "CI": "true", "PATH": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    out = result.stdout
-    assert result.returncode == 1, out
+    out, status = _pytest([BRINGUP], {"CI": "true", "PATH": str(tmp_path)})
+    assert status == 1, out
     assert "1 error" in out
     missing = "ip is not installed" if os.geteuid() == 0 else "network namespaces need root"
     assert f"CI runs every test bed, and this machine cannot bring one up: {missing}" in out
 
 
-def _outside_ci() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key != "CI"}
+def _pytest(tests: list[str], env: dict[str, str]) -> tuple[str, int]:
+    """A pytest session of ``tests`` outside CI but for what ``env`` says: its output and
+    exit status."""
+    outside_ci = {key: value for key, value in os.environ.items() if key != "CI"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests],
+        cwd=REPO,
+        env={**outside_ci, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result.stdout, result.returncode

@@ -27,14 +27,8 @@ def test_a_channel_that_ends_before_it_says_anything_leaves_the_host_silent(
     host = local_host(local_ssh_server, python="false")
     config = Config(tmp_path / "hosts.toml", ClusterConfig(), (host,), JobConfig())
 
-    async def first_update() -> Update:
-        follower = HostFollower(config, host, str(tmp_path), HostFiles(range(1), 1), silence_s=1.0)
-        try:
-            return await asyncio.wait_for(anext(aiter(follower.updates())), 20)
-        finally:
-            await follower.close()
-
-    update = asyncio.run(first_update())
+    follower = HostFollower(config, host, str(tmp_path), HostFiles(range(1), 1), silence_s=1.0)
+    update = asyncio.run(_first_update(follower))
     assert isinstance(update, HostSilent), update
     assert update.reason == "the node agent ended before it answered"
 
@@ -92,15 +86,16 @@ def test_the_follower_the_product_makes_says_a_host_is_silent_after_the_document
 
     monkeypatch.setattr(follower, "_open", unreachable)
 
-    async def first_update() -> Update:
-        try:
-            return await asyncio.wait_for(anext(aiter(follower.updates())), 20)
-        finally:
-            await follower.close()
-
-    update = asyncio.run(first_update())
+    update = asyncio.run(_first_update(follower))
     assert isinstance(update, HostSilent), update
     assert (update.host, update.reason) == ("lost", "No route to host")
     # Not a try sooner: every try until the window is up finds the host merely unreachable.
     assert update.seconds == DOCUMENTED_SECONDS
     assert tries == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+
+
+async def _first_update(follower: HostFollower) -> Update:
+    try:
+        return await asyncio.wait_for(anext(aiter(follower.updates())), 20)
+    finally:
+        await follower.close()
