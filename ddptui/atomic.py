@@ -65,6 +65,14 @@ def open_file(path: Path, flags: int, mode: int = PRIVATE_FILE) -> int:
     return fd
 
 
+def write_new(path: Path, data: str | bytes, mode: int = PRIVATE_FILE) -> None:
+    """Write ``data`` (text as UTF-8) to ``path``, a file that must not exist yet, made with
+    ``mode``: for the many files of a directory just made (a dump's stacks), where a rename and
+    a sync each, as :func:`write_atomic` pays, would cost seconds on a slow home directory."""
+    with os.fdopen(open_file(path, os.O_WRONLY | os.O_EXCL, mode), "wb") as handle:
+        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
 def write_atomic(path: Path, data: str | bytes, mode: int = PRIVATE_FILE) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` with ``mode``, through a temporary file beside
     it, synced before the rename: a head node that loses power keeps the old file or the new

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.atomic import make_dirs, open_file, write_atomic
+from ddptui.atomic import make_dirs, open_file, write_atomic, write_new
 
 
 def _mode(path: Path) -> int:
@@ -54,3 +54,13 @@ def test_a_file_made_has_the_mode_and_one_found_keeps_its_own(tmp_path: Path) ->
     assert (_mode(tmp_path / "record"), _mode(tmp_path / "bytes")) == (0o644, 0o600)
     left = sorted(path.name for path in tmp_path.iterdir())
     assert left == ["bytes", "known_hosts", "new", "record"], "no temporary file left"
+
+
+@pytest.mark.usefixtures("umask_002")
+def test_a_new_file_has_the_mode_and_never_replaces_one_found(tmp_path: Path) -> None:
+    write_new(tmp_path / "stack.txt", "frames\n")
+    assert (tmp_path / "stack.txt").read_text() == "frames\n"
+    assert _mode(tmp_path / "stack.txt") == 0o600
+    with pytest.raises(FileExistsError):
+        write_new(tmp_path / "stack.txt", b"other")
+    assert (tmp_path / "stack.txt").read_text() == "frames\n"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddptui.atomic import make_dirs, write_atomic
+from ddptui.atomic import make_dirs, write_new
 from ddptui.config.model import Config
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
@@ -225,9 +225,9 @@ def save(dump: StackDump, directory: Path) -> StackDump:
     make_dirs(target, exist_ok=False)
     for stack in dump.stacks:
         name = f"node{stack.node_rank}-rank{stack.rank}.txt"
-        write_atomic(target / name, stack.text or f"(no stack: {stack.error})\n")
+        write_new(target / name, stack.text or f"(no stack: {stack.error})\n")
     for rank, data in dump.flight_dumps.items():
-        write_atomic(target / f"flight-rank{rank}{HOST_BYTES_SUFFIX}", data)
+        write_new(target / f"flight-rank{rank}{HOST_BYTES_SUFFIX}", data)
     if dump.flight_traces:
         reading = [
             {
@@ -245,5 +245,5 @@ def save(dump: StackDump, directory: Path) -> StackDump:
             }
             for trace in dump.flight_traces
         ]
-        write_atomic(target / FLIGHT_READING, json.dumps(reading, indent=1) + "\n")
+        write_new(target / FLIGHT_READING, json.dumps(reading, indent=1) + "\n")
     return replace(dump, saved_in=target)
