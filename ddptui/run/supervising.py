@@ -85,15 +85,27 @@ class Supervisors:
 
     async def release(self, run_id: str) -> None:
         """End ``run_id``'s supervisor now (SIGTERM) rather than after its idle time, and wait
-        for it to go: for a run that ended, when what served its hosts goes too (a demo)."""
-        pid = self._supervisor_pid(self.store.files(run_id))
+        for the process to be gone, not only its lock: for a run that ended, when what served
+        its hosts goes too (a demo). One that does not go within :data:`ANSWER_S` is killed."""
+        files = self.store.files(run_id)
+        pid = self._supervisor_pid(files)
         if pid is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + ANSWER_S
-        while self.supervised(run_id) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        try:
+            # A pidfd names this process, never one the kernel gives its pid to later.
+            process = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        try:
+            if self._supervisor_pid(files) != pid:
+                return
+            for number in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(process, number)
+                if await _gone(process, ANSWER_S):
+                    return
+        finally:
+            os.close(process)
 
     def spawn(self, run_id: str, *args: str) -> None:
         """Start ``run_id``'s supervisor, detached in a session of its own."""
@@ -188,6 +200,21 @@ class Supervisors:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         return True
+
+
+async def _gone(process: int, timeout: float) -> bool:
+    """Whether the process of pidfd ``process`` ends within ``timeout`` (its pidfd becomes
+    readable when it does; it need not be this process's child)."""
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
+    loop.add_reader(process, ended.set)
+    try:
+        await wait_for(ended.wait(), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(process)
 
 
 def holds_open(pid: int, path: Path) -> bool:

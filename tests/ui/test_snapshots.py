@@ -20,6 +20,7 @@ from ddptui.ui.screens.first_run import FirstRunScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.screens.runs import RunsScreen
+from ddptui.ui.widgets.rank_table import RankTable
 from tests.ui import scenes
 
 SIZES = [(80, 24), (160, 48)]
@@ -38,10 +39,26 @@ def _utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 SnapCompare = Callable[..., bool]
 
 
+SETTLE_S = 60.0
+"""How long a loaded machine may take to lay out and draw a screen of 1,024 ranks."""
+
+
 async def _laid_out(pilot: Pilot[None]) -> None:
-    """Until the run screen has fitted its rank table to the terminal: a redraw after the
-    layout that sized it, which a loaded machine may not have reached yet."""
-    await pilot.pause(0.5)
+    """Until the run screen has fitted its rank table to the terminal and drawn it: the table's
+    columns follow its size, which only the layout after the first draw sets, and the table
+    sizes its columns to new rows when it is next idle. A fixed pause is too short on a loaded
+    machine (columns cut to their headers' width): the screen is taken once two draws a moment
+    apart are the same."""
+    table = pilot.app.screen.query_one(RankTable)
+    deadline = time.monotonic() + SETTLE_S
+    drawn = None
+    while time.monotonic() < deadline:
+        await pilot.pause(0.1)
+        now = pilot.app.export_screenshot()
+        if table.row_count and now == drawn:
+            return
+        drawn = now
+    raise AssertionError(f"the run screen was still changing after {SETTLE_S:.0f} s")
 
 
 def _health() -> Screen[None]:
