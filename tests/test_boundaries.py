@@ -1,4 +1,5 @@
-"""Layering rules from docs/architecture.md, checked both statically and in a fresh interpreter."""
+"""Layering rules from docs/architecture.md, checked both statically and in a fresh interpreter,
+and the size past which a module holds more than one thing."""
 
 from __future__ import annotations
 
@@ -213,6 +214,20 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
                 below, above = LAYERS[_layer(module)][0], LAYERS[_layer(imported)][0]
                 upward.append(f"{module} ({below}) imports {imported} ({above})")
     assert upward == []
+
+
+MAX_MODULE_LINES = 500
+"""A module of ddptui longer than this holds more than one thing: split it by meaning, each part
+into a module whose name and docstring say the one thing it holds, never by size alone."""
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    over = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for path in _python_files("ddptui")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert over == [], f"over {MAX_MODULE_LINES} lines (split each by meaning)"
 
 
 ONE_PATH = ("ddptui/commands", "ddptui/ui", "ddptui/run/control.py")

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from ddptui.config import Config, load_config, require_hosts
+from ddptui.config import Config, load_config
 from ddptui.present import check as words
 from ddptui.present.bandwidth import bandwidth_lines, measuring
 from ddptui.present.hosts import HOST_COLUMNS as HOST_COLUMNS
@@ -21,10 +21,10 @@ from ddptui.run.control import BandwidthError, ClusterCheck, RunControl
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.hosts))
-    if args.bandwidth:
-        # Refused before anything is asked: the benchmark runs on SSH hosts.
-        require_hosts(config, args.hosts, what="--bandwidth")
     control = RunControl()
+    if args.bandwidth:
+        # Refused before anything is asked: the benchmark runs on hosts ddptui reaches itself.
+        control.require_hosts(config, "--bandwidth", args.hosts)
     errors = Console(stderr=True)
     report = asyncio.run(checked(control, config))
     if args.json:

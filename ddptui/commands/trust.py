@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ddptui.config import load_config, require_hosts
+from ddptui.config import load_config
 from ddptui.errors import UsageError
 from ddptui.present.trust import all_trusted, host_key_line, refusal
 from ddptui.run.control import HostKeyScan, RunControl
@@ -21,8 +21,9 @@ Confirm = Callable[[str], bool]
 
 
 def run(args: argparse.Namespace) -> int:
-    config = require_hosts(load_config(Path(args.hosts)), args.hosts)
+    config = load_config(Path(args.hosts))
     control = RunControl()
+    control.require_hosts(config, "trusting host keys", args.hosts)
     scans = asyncio.run(control.scan_host_keys(config))
     return apply(scans, confirm=_always if args.yes else _ask, control=control)
 

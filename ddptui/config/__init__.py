@@ -12,7 +12,6 @@ from ddptui.config.load import (
     SLURM_KEYS,
     load_config,
     parse_config,
-    require_hosts,
 )
 from ddptui.config.model import (
     AUTO,
@@ -48,6 +47,5 @@ __all__ = [
     "config_to_toml",
     "load_config",
     "parse_config",
-    "require_hosts",
     "starter_text",
 ]

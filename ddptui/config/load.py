@@ -168,22 +168,6 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(text, Path(path), shown=shown)
 
 
-def require_hosts(
-    config: Config, shown: str | os.PathLike[str] | None = None, *, what: str = "this command"
-) -> Config:
-    """``config`` when it lists ``[[hosts]]``; for a ``[slurm]`` cluster, a
-    :class:`~ddptui.errors.ConfigError` saying what ddptui does with one and that ``what``
-    needs SSH hosts. ``shown``: how to name the file (default: ``config.path``)."""
-    if config.slurm is None:
-        return config
-    named = os.fspath(config.path if shown is None else shown)
-    raise ConfigError(
-        f"{named}: a [slurm] cluster: so far ddptui checks its nodes and submits its runs "
-        f"(`ddptui check|launch {shlex.quote(named)}`) and shows its settings "
-        f"(`ddptui config`); {what} needs [[hosts]]"
-    )
-
-
 def parse_config(text: str, path: Path, *, shown: str | None = None) -> Config:
     """Validate hosts-file ``text`` as if read from ``path``; no I/O besides path expansion.
 

@@ -1,7 +1,7 @@
 """The check of a Slurm cluster before a run is submitted (pure): which nodes of the partition
 Slurm can give a job, and whether they are enough.
 
-Slurm's answers (``sinfo -h -N -o "%N|%P|%T|%E"``) are read defensively and every finding names
+Slurm's answers (``sinfo -h -N -o "%N|%P|%T|%G|%E"``) are read defensively and every finding names
 a node with what to do about it: the ``[slurm] exclude`` line that keeps runs off the bad ones,
 or the ``nodes`` the partition can take.
 """
@@ -61,7 +61,7 @@ class SlurmCheck(ClusterCheck):
         return {
             "partition": self.partition,
             "nodes": [
-                {"name": node.name, "state": node.state, "reason": node.reason}
+                {"name": node.name, "state": node.state, "reason": node.reason, "gpus": node.gpus}
                 for node in self.nodes
             ],
             "usable": list(self.usable),
@@ -78,6 +78,8 @@ class SlurmNode:
     default_partition: bool
     state: str
     reason: str | None
+    gpus: int | None = None
+    """The GPUs Slurm schedules on it (its ``gpu`` generic resources); None when it has none."""
 
     @property
     def usable(self) -> bool:
@@ -87,13 +89,14 @@ class SlurmNode:
 
 
 def parse_sinfo(text: str) -> list[SlurmNode]:
-    """The nodes of ``sinfo -h -N -o "%N|%P|%T|%E"``; lines that are not one are skipped."""
+    """The nodes of ``sinfo -h -N -o "%N|%P|%T|%G|%E"``; lines that are not one are skipped.
+    The reason, an administrator's free text, comes last: a ``|`` in it stays in it."""
     nodes = []
     for line in text.splitlines()[:MAX_NODES]:
-        fields = line.strip().split("|")
-        if len(fields) != 4:
+        fields = line.strip().split("|", 4)
+        if len(fields) != 5:
             continue
-        name, partition, state, reason = fields
+        name, partition, state, gres, reason = fields
         default = partition.endswith("*")
         partition = partition.removesuffix("*")
         if not _NODE.fullmatch(name) or not _NODE.fullmatch(partition) or not state:
@@ -105,9 +108,42 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
                 default_partition=default,
                 state=plain(state[:40]),
                 reason=None if reason in ("", "none", "(null)") else plain(reason[:200]),
+                gpus=gpu_count(gres),
             )
         )
     return nodes
+
+
+_GPUS = re.compile(r"gpu(?::[A-Za-z0-9._-]{1,64})?:(\d{1,6})", re.ASCII)
+MAX_GPUS = 4096
+"""More GPUs on one node than any has: a count past it is no count."""
+MAX_GRES_CHARS = 1000
+
+
+def gpu_count(gres: str) -> int | None:
+    """The GPUs in a node's ``%G`` (``gpu:8``, ``gpu:h200:8(S:0-1)``, ``gpu:a100:4,gpu:v100:2``;
+    ``(null)`` for none), summed over their types; None when it lists none."""
+    counts = [
+        int(found.group(1))
+        for item in _outside_parentheses(gres[:MAX_GRES_CHARS]).split(",")
+        if (found := _GPUS.fullmatch(item.strip()))
+    ]
+    total = sum(counts)
+    return total if counts and total <= MAX_GPUS else None
+
+
+def _outside_parentheses(text: str) -> str:
+    """``text`` without what ``%G`` adds in parentheses after a count, the sockets the GPUs sit
+    on (``(S:0-1)``, which may hold commas). One pass: a regex for it backtracks."""
+    kept, depth = [], 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif not depth:
+            kept.append(char)
+    return "".join(kept)
 
 
 def excluding(slurm: SlurmConfig, names: Sequence[str]) -> str:

@@ -269,8 +269,10 @@ class Attachment:
         new_attempt = judgement.attempt != self.judgement.attempt
         if judgement.state is not self.judgement.state or new_attempt:
             self.record = self.supervisors.store.load(self.record.id)
-            if new_attempt and judgement.attempt > self.model.attempt:
-                # The supervisor says so before any line of the new attempt comes.
+            placed = [node.host for node in self.record.nodes] != list(self.model.nodes)
+            if (new_attempt and judgement.attempt > self.model.attempt) or placed:
+                # The supervisor says so before any line of the new attempt comes; so it does
+                # when a scheduler placed the attempt (its nodes known once its job runs).
                 self.model.next_attempt(self.record)
             else:
                 self.model.record = self.record

@@ -11,10 +11,11 @@ its supervisor's backend (:mod:`ddptui.run.backends`) takes over.
 from __future__ import annotations
 
 import asyncio
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NoReturn, TypeAlias
 
 from ddptui.check import CheckReport, check_cluster
 from ddptui.check.reuse import CheckCache, RecentCheck
@@ -47,6 +48,10 @@ class NewRun:
 class Cluster(ABC):
     """One hosts file's cluster, before a run: check it, plan a run, record the run."""
 
+    fixed_hosts: bool
+    """Whether the cluster is a list of hosts that ddptui reaches itself (each one checked,
+    its key trusted, its links measured); else a scheduler's nodes, known from its check and
+    reached through the scheduler."""
     plans_from_check: bool
     """Whether a plan is made from the check's report (what the hosts offer): then even a dry
     run checks first. A batch job's nodes are Slurm's to pick when it runs."""
@@ -77,18 +82,25 @@ class Cluster(ABC):
         """The record of the run ``plan`` starts, for its supervisor to launch (``began``: where
         its launch timeline starts; default: its check)."""
 
+    @abstractmethod
+    def require_hosts(self, what: str, shown: str | None = None) -> None:
+        """Refuse ``what`` (a command, an option, a key) unless the cluster has
+        :attr:`fixed_hosts`, saying what does work on it; ``shown``: how to name the hosts
+        file (default: its path)."""
+
+    @abstractmethod
     async def measure(self, report: ClusterCheck) -> BandwidthReport:
         """The interconnect as ``report`` found the hosts (``check --bandwidth``)."""
-        raise UsageError(
-            f"{self.config.path}: measuring the interconnect needs SSH hosts; this cluster has "
-            "none yet"
-        )
 
 
 class HostsCluster(Cluster):
     """A hosts file's ``[[hosts]]``, reached over SSH."""
 
+    fixed_hosts = True
     plans_from_check = True
+
+    def require_hosts(self, what: str, shown: str | None = None) -> None:
+        del what, shown  # the hosts are there for anything
 
     async def check(self, cache: CheckCache, progress: Progress | None = None) -> ClusterCheck:
         report = await check_cluster(self.config, progress)
@@ -128,7 +140,17 @@ class HostsCluster(Cluster):
 class SlurmCluster(Cluster):
     """A ``[slurm]`` cluster: Slurm picks its nodes for each job, which share the workdir."""
 
+    fixed_hosts = False
     plans_from_check = False
+
+    def require_hosts(self, what: str, shown: str | None = None) -> NoReturn:
+        named = str(self.config.path) if shown is None else shown
+        raise UsageError(
+            f"{named}: a [slurm] cluster, whose nodes Slurm gives each job: ddptui checks them, "
+            f"and launches, follows, stops and resumes its runs (`ddptui check|launch "
+            f"{shlex.quote(named)}`, or the console: `ddptui {shlex.quote(named)}`); {what} "
+            "needs [[hosts]]"
+        )
 
     async def check(self, cache: CheckCache, progress: Progress | None = None) -> ClusterCheck:
         # Asking Slurm costs no login on any node: nothing is kept. sinfo and scontrol block:
@@ -158,6 +180,9 @@ class SlurmCluster(Cluster):
             raise PlanError(f"{self.config.path}: an SSH launch plan for a [slurm] cluster")
         record = slurm_run.new_record(self.config, plan, plan.extra_args)
         return NewRun(record, ("--debug",) if plan.debug else (), queues=True)
+
+    async def measure(self, report: ClusterCheck) -> BandwidthReport:
+        self.require_hosts("measuring the interconnect")
 
 
 def cluster_of(config: Config) -> Cluster:

@@ -88,6 +88,18 @@ class RunControl:
 
     # --- before a run ----------------------------------------------------------------------
 
+    def has_fixed_hosts(self, config: Config) -> bool:
+        """Whether ``config``'s cluster is hosts ddptui reaches itself (each checked, its key
+        trusted, its links measured), or a scheduler's nodes, known from its check: what a
+        front end shows and offers, without asking which kind of cluster it is."""
+        return cluster_of(config).fixed_hosts
+
+    def require_hosts(self, config: Config, what: str, shown: str | None = None) -> None:
+        """Refuse ``what`` (a command, an option, a key) with a :class:`UsageError` that says
+        what does work, unless ``config``'s cluster :meth:`has_fixed_hosts`; ``shown``: how to
+        name the hosts file (default: its path)."""
+        cluster_of(config).require_hosts(what, shown)
+
     async def check(self, config: Config, progress: Progress | None = None) -> ClusterCheck:
         """What stands in a run's way on ``config``'s cluster: every host checked over SSH
         (``progress``: each host's steps as they come), or Slurm asked about its nodes."""
@@ -130,7 +142,7 @@ class RunControl:
         """The interconnect of ``config``'s hosts as ``report`` found them, measured with a
         launch's backend, interface and environment (``check --bandwidth``, the console's
         ``b``); :class:`BandwidthError` when the benchmark did not run to its end, a
-        :class:`UsageError` for a cluster without SSH hosts."""
+        :class:`UsageError` for a cluster without fixed hosts."""
         return await cluster_of(config).measure(report)
 
     async def scan_host_keys(self, config: Config) -> list[HostKeyScan]:
@@ -314,7 +326,7 @@ class RunControl:
         ):
             if not isinstance(update, StoppedWaiting):
                 model.apply(update)
-        model.tick()
+        model.read_steps()
         model.conclude(record.state)
         return model
 

@@ -8,7 +8,8 @@ Within an event that is recognised, a field of the wrong type (or a number that 
 becomes ``None`` rather than costing the whole event: one odd value must not hide a step.
 
 This parser is the one place that decides what of a host's values the rest of ddptui sees, so
-that judging, recording and rendering need not each defend themselves:
+that judging, recording and rendering need not each defend themselves (each field read by
+:mod:`ddptui.run.event_fields`):
 
 - every string is :func:`~ddptui.untrusted.plain` (terminal escapes, bidi marks and lone
   surrogates shown as visible escapes) and cut to its cap: short ones on one line, ``message``
@@ -16,7 +17,7 @@ that judging, recording and rendering need not each defend themselves:
   them as they are;
 - a time (``time``, ``launch``) outside ``[0, MAX_EVENT_TIME)`` is no time any clock gives:
   the event is garbled (a stamp, left out). How far ahead of the head node's clock a time may
-  be is the model's to clamp (:mod:`ddptui.run.model`): the parser knows no clock;
+  be is the model's to clamp (:mod:`ddptui.run.host_clocks`): the parser knows no clock;
 - every duration, rate and size has a cap (:data:`MAX_STEP_S`, :data:`MAX_EXPECT_S`,
   :data:`MAX_SAMPLES_PER_S`, :data:`MAX_MIB`): a larger value is read as the cap, a negative
   one as not reported.
@@ -25,13 +26,57 @@ that judging, recording and rendering need not each defend themselves:
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, TypeAlias, TypeVar
+from typing import Any, ClassVar, Final, TypeAlias
 
-from ddptui.untrusted import ELLIPSIS, finite, plain
+from ddptui.run import event_fields as fields
+from ddptui.run.event_fields import (
+    MAX_EVENT_TIME,
+    MAX_EXPECT_S,
+    MAX_MESSAGE_CHARS,
+    MAX_MIB,
+    MAX_PATH_CHARS,
+    MAX_PHASE_CHARS,
+    MAX_SAMPLES_PER_S,
+    MAX_SKIPPED_CHECKPOINTS,
+    MAX_STEP_S,
+    MAX_TEXT_CHARS,
+    MAX_TRACEBACK_CHARS,
+)
+from ddptui.untrusted import finite, plain
+
+__all__ = [
+    "EVENT_TYPES",
+    "EVENT_VERSION",
+    "MAX_EVENT_LINE_BYTES",
+    "MAX_EVENT_TIME",
+    "MAX_EXPECT_S",
+    "MAX_MESSAGE_CHARS",
+    "MAX_MIB",
+    "MAX_PATH_CHARS",
+    "MAX_PHASE_CHARS",
+    "MAX_SAMPLES_PER_S",
+    "MAX_STEP_S",
+    "MAX_TEXT_CHARS",
+    "MAX_TRACEBACK_CHARS",
+    "CheckpointEvent",
+    "DoneEvent",
+    "EpochEndEvent",
+    "ErrorEvent",
+    "EventBase",
+    "EventReader",
+    "PhaseEvent",
+    "RankEvent",
+    "SkippedCheckpoint",
+    "StartEvent",
+    "StepEvent",
+    "StopRequestedEvent",
+    "parse_event",
+]
+"""The events' API: their classes, their parse and the limits ``docs/events.md`` gives, which
+are the caps :mod:`ddptui.run.event_fields` reads each field within."""
 
 EVENT_VERSION: Final = 1
 """The ``v`` this reader understands; the trainer writes the same number."""
@@ -39,38 +84,6 @@ EVENT_VERSION: Final = 1
 MAX_EVENT_LINE_BYTES: Final = 65536
 """A longer line is garbled: the trainer's largest event (an ``error`` with its traceback) is far
 smaller, and a cap keeps one host from making the head node parse megabytes per line."""
-
-MAX_TEXT_CHARS: Final = 1024
-"""Short strings: device, backend, hostname, source, reason, versions, config strings (a cut
-one ends with ``…``)."""
-MAX_PATH_CHARS: Final = 4096
-MAX_MESSAGE_CHARS: Final = 4096
-MAX_TRACEBACK_CHARS: Final = 32768
-"""A longer traceback keeps its end: the innermost frames and the exception itself."""
-MAX_CONFIG_DEPTH: Final = 8
-"""``config`` deeper than this is dropped: later code walks it (run records, the console)."""
-MAX_SKIPPED_CHECKPOINTS: Final = 64
-MAX_PHASE_CHARS: Final = 64
-
-MAX_EVENT_TIME: Final = float(2**32)
-"""Event times (Unix seconds) are below this (February 2106) and not negative: beyond, a time
-is no clock's, and ``time.localtime`` (a straggler's "since", a log's date) raises on it."""
-MAX_STEP_S: Final = 3600.0
-"""``step_time_s`` and ``compute_s`` above an hour are read as an hour: a step takes less, and
-ten step times make the hang window, so one event must not stretch it without end."""
-MAX_EXPECT_S: Final = 86400.0
-"""A phase's ``expect_s`` (and a checkpoint's ``seconds``) above a day is read as a day: one
-rank's word must not switch hang detection off for the whole run (the window is the longest
-phase any rank is in)."""
-MAX_SAMPLES_PER_S: Final = 1e9
-"""A rank's ``samples_per_s`` above this is read as this: summed over ranks it stays finite."""
-MAX_MIB: Final = float(2**30)
-"""Memory (MiB: ``cuda_*_mib``, ``rss_mib``) above a pebibyte is read as a pebibyte."""
-
-# Counts (ranks, steps, bytes) beyond int64 are nonsense from a host, not a huge run.
-_MAX_COUNT: Final = 2**63 - 1
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,9 +289,9 @@ def _parse(line: str | bytes) -> RankEvent | None:
 
 
 def _common(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    rank, local_rank = _count(doc.get("rank")), _count(doc.get("local_rank"))
-    node_rank, world_size = _count(doc.get("node_rank")), _count(doc.get("world_size"))
-    time = _time(doc.get("time"))
+    rank, local_rank = fields.count(doc.get("rank")), fields.count(doc.get("local_rank"))
+    node_rank, world_size = fields.count(doc.get("node_rank")), fields.count(doc.get("world_size"))
+    time = fields.unix_time(doc.get("time"))
     if rank is None or local_rank is None or node_rank is None or time is None:
         return None
     if world_size is None or not rank < world_size:
@@ -297,111 +310,16 @@ def _is_int(value: Any) -> bool:
     return type(value) is int
 
 
-def _count(value: Any) -> int | None:
-    """A non-negative integer that fits in int64, else ``None``."""
-    return value if type(value) is int and 0 <= value <= _MAX_COUNT else None
-
-
-def _bool(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
-
-
-# These read most fields of every step event, thousands a second at a thousand ranks: a
-# comparison does finite()'s work (NaN fails every one; a bool's type is neither float nor int).
-
-
-def _time(value: Any) -> float | None:
-    if (type(value) is float or type(value) is int) and 0 <= value < MAX_EVENT_TIME:
-        return float(value)
-    return None
-
-
-def _amount(value: Any, cap: float) -> float | None:
-    """A duration, rate or size: ``None`` unless a finite number and not negative; at most
-    ``cap``."""
-    if type(value) is float:
-        if 0.0 <= value <= cap:
-            return value
-        return cap if cap < value < math.inf else None
-    if type(value) is int and value >= 0:
-        return float(value) if value <= cap else cap
-    return None
-
-
-def _text(value: Any, limit: int = MAX_TEXT_CHARS) -> str | None:
-    return _plain_text(value, limit) if isinstance(value, str) else None
-
-
-def _tail(value: Any, limit: int) -> str | None:
-    """The end of ``value``, plain, in at most ``limit`` characters (newlines kept)."""
-    if not isinstance(value, str):
-        return None
-    tail = value[-limit:]
-    shown = plain(tail)
-    if len(shown) <= limit:
-        return shown
-    # Escapes made it longer: keep the end still (the exception itself), whole escapes only.
-    kept: list[str] = []
-    room = limit - len(ELLIPSIS)
-    for char in reversed(tail):
-        each = plain(char)
-        if len(each) > room:
-            break
-        kept.append(each)
-        room -= len(each)
-    return ELLIPSIS + "".join(reversed(kept))
-
-
-def _json_value(value: Any, depth: int) -> Any:
-    """A read-only copy of a JSON value, its strings (keys too) plain and cut; raises
-    :class:`_Garbled` if too deep."""
-    if depth > MAX_CONFIG_DEPTH:
-        raise _Garbled("nested too deep")
-    if isinstance(value, str):
-        return _plain_text(value)
-    if isinstance(value, dict):
-        return MappingProxyType(
-            {_plain_text(k): _json_value(v, depth + 1) for k, v in value.items()}
-        )
-    if isinstance(value, list):
-        return tuple(_json_value(item, depth + 1) for item in value)
-    return value
-
-
-def _plain_text(value: str, limit: int = MAX_TEXT_CHARS) -> str:
-    return plain(value, limit=limit, one_line=True)
-
-
-def _config(value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        return MappingProxyType({})
-    try:
-        config = _json_value(value, 0)
-    except _Garbled:
-        return MappingProxyType({})
-    assert isinstance(config, Mapping)
-    return config
-
-
-def _versions(value: Any) -> Mapping[str, str]:
-    if not isinstance(value, dict):
-        return MappingProxyType({})
-    return MappingProxyType(
-        {
-            _plain_text(key): _plain_text(text)
-            for key, text in value.items()
-            if isinstance(text, str)
-        }
-    )
-
-
 def _skipped(value: Any) -> tuple[SkippedCheckpoint, ...]:
     if not isinstance(value, list):
         return ()
     items = []
     for item in value[:MAX_SKIPPED_CHECKPOINTS]:
         if isinstance(item, dict):
-            path, reason = _text(item.get("path"), MAX_PATH_CHARS), _text(item.get("reason"))
+            path, reason = (
+                fields.text(item.get("path"), MAX_PATH_CHARS),
+                fields.text(item.get("reason")),
+            )
             if path is not None and reason is not None:
                 items.append(SkippedCheckpoint(path, reason))
     return tuple(items)
@@ -410,100 +328,85 @@ def _skipped(value: Any) -> tuple[SkippedCheckpoint, ...]:
 def _start(doc: Mapping[str, Any], common: dict[str, Any]) -> StartEvent:
     return StartEvent(
         **common,
-        config=_config(doc.get("config")),
-        versions=_versions(doc.get("versions")),
-        device=_text(doc.get("device")),
-        backend=_text(doc.get("backend")),
-        fsdp=_bool(doc.get("fsdp")),
-        task=_text(doc.get("task")),
-        parameters=_count(doc.get("parameters")),
-        global_batch=_count(doc.get("global_batch")),
-        steps_per_epoch=_count(doc.get("steps_per_epoch")),
-        total_steps=_count(doc.get("total_steps")),
-        start_step=_count(doc.get("start_step")),
-        start_epoch=_count(doc.get("start_epoch")),
-        resumed_from=_text(doc.get("resumed_from"), MAX_PATH_CHARS),
-        exact_resume=_bool(doc.get("exact_resume")),
+        config=fields.config(doc.get("config")),
+        versions=fields.versions(doc.get("versions")),
+        device=fields.text(doc.get("device")),
+        backend=fields.text(doc.get("backend")),
+        fsdp=fields.flag(doc.get("fsdp")),
+        task=fields.text(doc.get("task")),
+        parameters=fields.count(doc.get("parameters")),
+        global_batch=fields.count(doc.get("global_batch")),
+        steps_per_epoch=fields.count(doc.get("steps_per_epoch")),
+        total_steps=fields.count(doc.get("total_steps")),
+        start_step=fields.count(doc.get("start_step")),
+        start_epoch=fields.count(doc.get("start_epoch")),
+        resumed_from=fields.text(doc.get("resumed_from"), MAX_PATH_CHARS),
+        exact_resume=fields.flag(doc.get("exact_resume")),
         skipped_checkpoints=_skipped(doc.get("skipped_checkpoints")),
-        hostname=_text(doc.get("hostname")),
-        pid=_count(doc.get("pid")),
-        launch=_launch(doc.get("launch")),
-        control=_control(doc.get("control")),
+        hostname=fields.text(doc.get("hostname")),
+        pid=fields.count(doc.get("pid")),
+        launch=fields.launch(doc.get("launch")),
+        control=fields.control(doc.get("control")),
     )
 
 
-CONTROL_REQUESTS = ("stop", "save")
-
-
-def _control(value: Any) -> frozenset[str]:
-    if not isinstance(value, list):
-        return frozenset()
-    return frozenset(item for item in value[: len(CONTROL_REQUESTS)] if item in CONTROL_REQUESTS)
-
-
-LAUNCH_STAMPS = ("process", "imported", "rendezvous")
-
-
-def _launch(value: Any) -> Mapping[str, float]:
-    if not isinstance(value, dict):
-        return MappingProxyType({})
-    stamps = {key: _time(value.get(key)) for key in LAUNCH_STAMPS}
-    return MappingProxyType({key: at for key, at in stamps.items() if at is not None})
-
-
 def _step(doc: Mapping[str, Any], common: dict[str, Any]) -> StepEvent:
-    step = _count(doc.get("step"))
+    step = fields.count(doc.get("step"))
     if step is None:
         # A step event without its step says nothing that can be placed on a curve.
         raise _Garbled("step")
     return StepEvent(
         **common,
         step=step,
-        epoch=_count(doc.get("epoch")),
+        epoch=fields.count(doc.get("epoch")),
         loss=finite(doc.get("loss")),
         lr=finite(doc.get("lr")),
-        samples_per_s=_amount(doc.get("samples_per_s"), MAX_SAMPLES_PER_S),
-        step_time_s=_amount(doc.get("step_time_s"), MAX_STEP_S),
-        compute_s=_amount(doc.get("compute_s"), MAX_STEP_S),
-        cuda_allocated_mib=_amount(doc.get("cuda_allocated_mib"), MAX_MIB),
-        cuda_reserved_mib=_amount(doc.get("cuda_reserved_mib"), MAX_MIB),
-        cuda_peak_mib=_amount(doc.get("cuda_peak_mib"), MAX_MIB),
-        rss_mib=_amount(doc.get("rss_mib"), MAX_MIB),
+        samples_per_s=fields.amount(doc.get("samples_per_s"), MAX_SAMPLES_PER_S),
+        step_time_s=fields.amount(doc.get("step_time_s"), MAX_STEP_S),
+        compute_s=fields.amount(doc.get("compute_s"), MAX_STEP_S),
+        cuda_allocated_mib=fields.amount(doc.get("cuda_allocated_mib"), MAX_MIB),
+        cuda_reserved_mib=fields.amount(doc.get("cuda_reserved_mib"), MAX_MIB),
+        cuda_peak_mib=fields.amount(doc.get("cuda_peak_mib"), MAX_MIB),
+        rss_mib=fields.amount(doc.get("rss_mib"), MAX_MIB),
     )
 
 
 def _checkpoint(doc: Mapping[str, Any], common: dict[str, Any]) -> CheckpointEvent:
     return CheckpointEvent(
         **common,
-        path=_text(doc.get("path"), MAX_PATH_CHARS),
-        step=_count(doc.get("step")),
-        epoch=_count(doc.get("epoch")),
-        seconds=_amount(doc.get("seconds"), MAX_EXPECT_S),
-        bytes=_count(doc.get("bytes")),
+        path=fields.text(doc.get("path"), MAX_PATH_CHARS),
+        step=fields.count(doc.get("step")),
+        epoch=fields.count(doc.get("epoch")),
+        seconds=fields.amount(doc.get("seconds"), MAX_EXPECT_S),
+        bytes=fields.count(doc.get("bytes")),
     )
 
 
 def _phase(doc: Mapping[str, Any], common: dict[str, Any]) -> PhaseEvent:
-    phase = _text(doc.get("phase"), MAX_PHASE_CHARS)
+    phase = fields.text(doc.get("phase"), MAX_PHASE_CHARS)
     if not phase:
         # Without its phase it says nothing of how long a silence may be.
         raise _Garbled("phase")
-    expect_s = _amount(doc.get("expect_s"), MAX_EXPECT_S)
+    expect_s = fields.amount(doc.get("expect_s"), MAX_EXPECT_S)
     return PhaseEvent(**common, phase=phase, expect_s=expect_s or None)
 
 
 def _epoch_end(doc: Mapping[str, Any], common: dict[str, Any]) -> EpochEndEvent:
-    return EpochEndEvent(**common, epoch=_count(doc.get("epoch")), step=_count(doc.get("step")))
+    return EpochEndEvent(
+        **common, epoch=fields.count(doc.get("epoch")), step=fields.count(doc.get("step"))
+    )
 
 
 def _stop_requested(doc: Mapping[str, Any], common: dict[str, Any]) -> StopRequestedEvent:
     return StopRequestedEvent(
-        **common, step=_count(doc.get("step")), source=_text(doc.get("source"))
+        **common, step=fields.count(doc.get("step")), source=fields.text(doc.get("source"))
     )
 
 
 def _done(doc: Mapping[str, Any], common: dict[str, Any]) -> DoneEvent:
-    return DoneEvent(**common, step=_count(doc.get("step")), reason=_text(doc.get("reason")))
+    return DoneEvent(
+        **common, step=fields.count(doc.get("step")), reason=fields.text(doc.get("reason"))
+    )
 
 
 def _error(doc: Mapping[str, Any], common: dict[str, Any]) -> ErrorEvent:
@@ -511,7 +414,7 @@ def _error(doc: Mapping[str, Any], common: dict[str, Any]) -> ErrorEvent:
     return ErrorEvent(
         **common,
         message=plain(message, limit=MAX_MESSAGE_CHARS) if isinstance(message, str) else None,
-        traceback=_tail(doc.get("traceback"), MAX_TRACEBACK_CHARS),
+        traceback=fields.tail(doc.get("traceback"), MAX_TRACEBACK_CHARS),
     )
 
 

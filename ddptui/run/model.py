@@ -12,8 +12,8 @@ Every line comes from a host, and a host speaks only for what the plan gave it: 
 own node's files. An event of another rank (or one that says it runs elsewhere, or in another
 world), a line of a rank or file the host does not have, and a heartbeat's word on another
 host's ranks are not taken: they are counted (:attr:`RunModel.refused`). An event's times
-are no later than its host's clock can say as it arrives (:data:`CLOCK_SKEW_S`). So what a
-model keeps is bounded by the plan, whatever a host sends:
+are no later than its host's clock can say as it arrives (:mod:`ddptui.run.host_clocks`). So
+what a model keeps is bounded by the plan, whatever a host sends:
 
 - log tails: :data:`~ddptui.run.state.LOG_TAIL_LINES` lines of at most
   :data:`~ddptui.run.state.LOG_LINE_CHARS` characters for each of the host's ranks and its
@@ -32,17 +32,13 @@ model keeps is bounded by the plan, whatever a host sends:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Final
 
-from ddptui.run import nccl_init
 from ddptui.run.bands import LossBands
 from ddptui.run.diagnose import Category, Diagnoser, Diagnosis, LogLine
 from ddptui.run.diagnose.lines import RANK_PREFIX
@@ -56,9 +52,10 @@ from ddptui.run.events import (
     parse_event,
 )
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
+from ddptui.run.host_clocks import HostClocks
 from ddptui.run.logloss import LossReader
-from ddptui.run.nccl_init import NcclInit
 from ddptui.run.progress import RankProgress, RankState, RunProgress
+from ddptui.run.rank_launches import RankLaunches
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import (
     LOG_LINE_CHARS,
@@ -70,7 +67,7 @@ from ddptui.run.state import (
     Silence,
     Steps,
 )
-from ddptui.run.timeline import Timeline, node_stamps
+from ddptui.run.timeline import Timeline
 from ddptui.untrusted import plain, plain_error, whole
 
 PEERS_IDLE_MIN_S = 10.0
@@ -78,18 +75,9 @@ PEERS_IDLE_STEP_TIMES = 3.0
 """While a host is silent, the hosts that answer count as stepping until this many of the
 slowest rank's step-event intervals (and at least ``PEERS_IDLE_MIN_S``) pass without a step."""
 HEARD_LATELY_S = 5.0
+"""More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
 STOP_CLOCK_SLACK_S = 1.0
 """How far a host's clock may be behind the head's for what the stop caused there to be its."""
-"""More than two of the agent's 2 s heartbeats: a host heard from within this still answers."""
-CLOCK_SKEW_S: Final = 2.0
-"""How far past its host's clock now (the head node's plus the offset the check measured) an
-event's time may be: the check's default ``max_clock_skew_s`` (the record keeps each host's
-offset, not the setting). A later time is read as that: the parser knows no clock, and a rank
-that says it stepped in the future would be a straggler "since" a date no clock reaches, or
-keep the run from ever stalling."""
-MAX_CLOCK_OFFSET_S: Final = 3600.0
-"""A host's clock counts as ahead of the head node's by at most this, whatever the check
-measured: the measure comes from the host's own answer."""
 MAX_FAULTS = 64
 """Faults kept between two :meth:`RunModel.take_faults`; past them only counted."""
 _STEP = re.compile(r'"type"\s*:\s*"step"')
@@ -155,10 +143,7 @@ class RunModel:
         afresh; the ranks' progress (their events span attempts) carries on."""
         self.record = record
         self.attempt = record.attempt.number if record.attempts else 1
-        self._ahead = {
-            node.host: CLOCK_SKEW_S + _ahead(node.clock_offset_s) for node in record.nodes
-        }
-        """Host → how far past the head node's clock its events' times may be."""
+        self._clocks = HostClocks(record.nodes, self._wall)
         self._began = self._clock()
         for rank in self.progress.ranks:
             self._not_started(rank)
@@ -185,11 +170,8 @@ class RunModel:
         """Step events of this attempt (from ranks whose start events say they are in it)."""
         self.stopped_ranks: set[int] = set()
         """Ranks that said, in this attempt, that they stopped on request."""
-        self.launches: dict[int, dict[str, float]] = {}
-        self.nccl_inits: dict[int, NcclInit] = {}
-        """Each rank's slowest communicator start of this attempt, as NCCL timed it."""
-        """Rank → when (its host's clock) it passed each stage of this attempt's launch that
-        it told of (a start event's ``launch``, ``ready``, ``first_step``)."""
+        self.launches = RankLaunches()
+        """What this attempt's ranks told of their launch: the timeline's stamps of theirs."""
 
     def apply(self, update: Update) -> None:
         """Take ``update``. Never raises: an update whose taking raises (a bug that a host's
@@ -243,10 +225,10 @@ class RunModel:
         if named.kind == "events":
             rank = named.number
             if self.steps is not Steps.EVERY and _STEP.search(line.text):
-                if self._starts.get(rank) == self.attempt and self._first_step(rank):
+                if self._starts.get(rank) == self.attempt and self.launches.awaits_first_step(rank):
                     event = parse_event(line.text)
                     if event is not None:
-                        self._launched(rank, self._dated(line.host, event))
+                        self.launches.told(rank, self._clocks.dated(line.host, event))
                 if self.steps is Steps.LATEST:
                     self._latest[rank] = line
                     self._stepped(line.host, rank)
@@ -272,7 +254,7 @@ class RunModel:
             self.diagnoser.feed(
                 LogLine(line.host, node.node_rank, rank, stream, self._wall(), line.text)
             )
-            self._nccl_line(rank, line.text)
+            self.launches.nccl_line(rank, line.text)
         elif named.kind == "out":
             self._torchrun_line(node, line)
         else:
@@ -308,7 +290,7 @@ class RunModel:
             self.refused += 1
             return
         host = node.host
-        event = self._dated(host, event)
+        event = self._clocks.dated(host, event)
         self.progress.apply(host, event)
         if isinstance(event, StartEvent) and event.start_step is not None:
             self.bands.rewind(event.start_step)
@@ -319,23 +301,13 @@ class RunModel:
             # An earlier attempt's event: its step and loss stand, its state does not.
             self._not_started(progress)
         if self._starts.get(event.rank) == self.attempt:
-            self._launched(event.rank, event)
+            self.launches.told(event.rank, event)
         if isinstance(event, StepEvent) and self.steps is Steps.EVERY:
             self._stepped(host, event.rank)
             if event.loss is not None:
                 self.bands.add(event.step, event.loss, self.record.world_size)
         elif isinstance(event, PhaseEvent) and self._starts.get(event.rank) == self.attempt:
             self._phased_at[host] = self._clock()
-
-    def _dated(self, host: str, event: RankEvent) -> RankEvent:
-        """``event`` with no time later than ``host``'s clock may say now."""
-        latest = self._wall() + self._ahead.get(host, CLOCK_SKEW_S)
-        if event.time > latest:
-            event = dataclasses.replace(event, time=latest)
-        if isinstance(event, StartEvent) and any(at > latest for at in event.launch.values()):
-            launch = {stage: min(at, latest) for stage, at in event.launch.items()}
-            event = dataclasses.replace(event, launch=MappingProxyType(launch))
-        return event
 
     def _stepped(self, host: str, rank: int) -> None:
         # Only this attempt's steps: a resumed run's earlier steps say nothing of whether it
@@ -344,39 +316,9 @@ class RunModel:
             self.attempt_steps += 1
             self._stepped_at[host] = self._clock()
 
-    def _first_step(self, rank: int) -> bool:
-        return "first_step" not in self.launches.get(rank, {})
-
-    def _launched(self, rank: int, event: RankEvent) -> None:
-        """What ``event`` of this attempt says of the rank's launch: a start event's own
-        stamps and time (ready), a first step's time."""
-        if isinstance(event, StartEvent) and event.rank == rank:
-            self.launches[rank] = {**event.launch, "ready": event.time}
-        elif isinstance(event, StepEvent) and event.rank == rank and self._first_step(rank):
-            self.launches.setdefault(rank, {})["first_step"] = event.time
-
-    def _nccl_line(self, rank: int, text: str) -> None:
-        init = nccl_init.parse(text, rank)
-        kept = self.nccl_inits.get(rank)
-        if init is not None and (kept is None or init.total_s > kept.total_s):
-            self.nccl_inits[rank] = init
-
     def timeline(self) -> Timeline | None:
-        """This attempt's launch timeline: the record's, with what the ranks told since of
-        theirs (moved onto the head node's clock); None where the record has none."""
-        recorded = self.record.timeline(self.attempt)
-        if recorded is None:
-            return None
-        timeline = recorded.copy()
-        for node in self.record.nodes:
-            offset = node.clock_offset_s or 0.0
-            ranks = self.record.ranks_of(node)
-            for stage, at in node_stamps(self.launches, ranks).items():
-                timeline.stamp(node.host, stage, at - offset)
-            for rank in ranks:
-                if rank in self.nccl_inits:
-                    timeline.note_nccl(node.host, self.nccl_inits[rank])
-        return timeline
+        """This attempt's launch timeline (:meth:`RankLaunches.timeline`)."""
+        return self.launches.timeline(self.record, self.attempt)
 
     def read_steps(self) -> None:
         """Read the step events kept unread (``LATEST``): the ranks' progress is then up to
@@ -398,7 +340,6 @@ class RunModel:
     def _not_started(rank: RankProgress) -> None:
         rank.state = RankState.STARTING
         rank.started_at = rank.last_step_at = None
-        rank.stalled = False
         rank.forget_pace()
         rank.phase = rank.phase_expect_s = None
 
@@ -512,12 +453,6 @@ class RunModel:
             and (asked is None or each.first_time < asked - STOP_CLOCK_SLACK_S)
         ]
 
-    def tick(self) -> None:
-        """Bring the ranks' progress up to date and recompute what depends on time passing
-        (stalled ranks)."""
-        self.read_steps()
-        self.progress.update_health(self._wall())
-
     def judgement(self, record: RunRecord, hang: Hang | None = None) -> Judgement:
         """What the supervisor tells viewers of the run: its state and why, what each silent
         host means, and the hang when there is one."""
@@ -558,8 +493,3 @@ class RunModel:
                 rank.state = RankState.KILLED if killed else RankState.FAILED
             else:
                 rank.state = ended
-
-
-def _ahead(offset: float | None) -> float:
-    """How far ahead of the head node's clock a host's is, as far as its events' times go."""
-    return min(offset, MAX_CLOCK_OFFSET_S) if offset is not None and offset > 0.0 else 0.0

@@ -4,12 +4,11 @@
 :class:`RankProgress` per rank: where it is, its latest numbers, a bounded loss curve and its
 health. :meth:`RunProgress.summary` folds the ranks into the one line ``--headless`` prints.
 
-Health, as the runs issue defines it:
+The numbers here are what judging reads (``supervisor/judging.py``): whether the ranks hang
+(no step for the window it sets) is decided there, once, and shown to every viewer with the
+supervisor's judgement. One verdict is made here, from each step event in turn, so that every
+model that reads the same events makes the same one:
 
-- **stalled**: no rank has stepped for ``max(60 s, 10 × the median step time)`` while the run's
-  processes live. Step events come every ``--log-every`` steps, so the "step time" here is the
-  longer of a rank's step time and the time between its step events; otherwise a run that logs
-  rarely would look stalled between two events.
 - **straggler**: a rank whose own work per step (``compute_s``: its forward pass, in which it
   waits for no peer; else its step time), averaged over its latest :data:`STRAGGLER_EVENTS`
   step events, is at least 10% above the running ranks' median of that average for
@@ -48,8 +47,6 @@ from .events import (
 )
 from .logloss import LoggedLoss
 
-STALL_MIN_S: Final = 60.0
-STALL_STEP_TIMES: Final = 10.0
 STRAGGLER_RATIO: Final = 1.10
 STRAGGLER_CLEAR_RATIO: Final = 1.05
 STRAGGLER_EVENTS: Final = 20
@@ -122,7 +119,6 @@ class RankProgress:
     losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_POINTS))
     """(step, loss) points; every ``loss_stride``-th step once the curve has been thinned."""
     loss_stride: int = 1
-    stalled: bool = False
     compute_s: float | None = None
     """The rank's own work per step (``compute_s``), as its latest step event said."""
     straggler: bool = False
@@ -166,8 +162,8 @@ class RankProgress:
         most :data:`~ddptui.run.events.MAX_STEP_S`.
 
         From the step time rather than the events' times, so that a rank that resumes after a
-        long pause does not stretch what counts as a stall for the others. The windows (stall,
-        hang, a silent host's peers) are multiples of it: uncapped, one event of a step far
+        long pause does not stretch what counts as a hang for the others. The windows (a hang,
+        a silent host's peers) are multiples of it: uncapped, one event of a step far
         ahead of the last would stretch them without end.
         """
         if self.step_time_s is None:
@@ -220,7 +216,6 @@ class ProgressSummary:
     memory_kind: str | None
     """``"gpu"`` (peak CUDA allocation) or ``"cpu"`` (resident set), whichever ranks report."""
     states: Mapping[RankState, int]
-    stalled: bool
     stragglers: tuple[Straggler, ...]
     """Slowest first."""
 
@@ -247,8 +242,6 @@ class ProgressSummary:
         if self.peak_memory_mib is not None:
             label = "peak mem" if self.memory_kind == "gpu" else "max RSS"
             parts.append(f"{label} {self.peak_memory_mib:,.0f} MiB")
-        if self.stalled:
-            parts.append("STALLED")
         if self.stragglers:
             named = "; ".join(straggler.words() for straggler in self.stragglers[:3])
             more = len(self.stragglers) - 3
@@ -288,7 +281,6 @@ def _restart(progress: RankProgress, event: StartEvent) -> None:
     progress.epoch = event.start_epoch
     progress.error = None
     progress.last_step_at = None
-    progress.stalled = False
     progress.forget_pace()
     progress.phase = progress.phase_expect_s = None
     if event.start_step is not None:
@@ -313,8 +305,6 @@ class RunProgress:
         self.world_size: int | None = None
         self.ignored = 0
         """Events of ranks past :data:`MAX_RANKS`, not applied."""
-        self.stalled = False
-        """Set by :meth:`update_health`: no running rank has stepped for the stall time."""
 
     @property
     def ranks(self) -> list[RankProgress]:
@@ -346,7 +336,7 @@ class RunProgress:
 
     def logged(self, rank: int, logged: LoggedLoss) -> None:
         """A loss ``rank``'s output printed (a script without step events): its step is the one
-        printed with it, else the rank's next. Stalls and hangs are judged from events alone,
+        printed with it, else the rank's next. Hangs are judged from events alone,
         so it moves no step clock."""
         progress = self._ranks.get(rank)
         if progress is None:
@@ -392,7 +382,6 @@ class RunProgress:
             progress.state = RankState.FAILED
             progress.error = event.message
         if progress.state.finished:
-            progress.stalled = False
             progress.forget_pace()
 
     def _step(self, progress: RankProgress, event: StepEvent) -> None:
@@ -413,7 +402,6 @@ class RunProgress:
             _record_loss(progress, event.step, event.loss)
         if progress.state in (RankState.STARTING, RankState.RUNNING):
             progress.state = RankState.RUNNING
-        progress.stalled = False
         progress.phase = progress.phase_expect_s = None
         self._judge_pace(progress, event.time)
 
@@ -451,27 +439,6 @@ class RunProgress:
             self._median_age = len(running)
         return self._median
 
-    def stall_after_s(self) -> float:
-        """How long without a step event counts as stalled, at the run's current pace."""
-        paces = [p.pace_s for p in self._running() if p.pace_s is not None]
-        pace = statistics.median(paces) if paces else 0.0
-        return max(STALL_MIN_S, STALL_STEP_TIMES * pace)
-
-    def update_health(self, now: float, alive: bool = True) -> None:
-        """Recompute "stalled" at ``now``; ``alive``: the run's processes are still there.
-
-        A rank is stalled when it has not stepped (or, before its first step, started) for
-        :meth:`stall_after_s`; the run is stalled when every running rank is.
-        """
-        limit = self.stall_after_s()
-        running = self._running()
-        for progress in running:
-            since = (
-                progress.last_step_at if progress.last_step_at is not None else progress.started_at
-            )
-            progress.stalled = alive and since is not None and now - since > limit
-        self.stalled = bool(running) and all(p.stalled for p in running)
-
     def summary(self) -> ProgressSummary:
         ranks = self.ranks
         stepped = [p.step for p in ranks if p.step is not None]
@@ -502,7 +469,6 @@ class RunProgress:
             peak_memory_mib=max(gpu) if gpu else max(cpu) if cpu else None,
             memory_kind="gpu" if gpu else "cpu" if cpu else None,
             states=states,
-            stalled=self.stalled,
             stragglers=tuple(
                 sorted(
                     (straggler for p in ranks if (straggler := p.as_straggler()) is not None),

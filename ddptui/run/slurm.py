@@ -139,7 +139,7 @@ def check(config: Config) -> SlurmCheck:
 
 def nodes() -> list[SlurmNode]:
     """Every node of every partition, as ``sinfo`` lists them now."""
-    return parse_sinfo(_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%E"], limit=MAX_LIST_TEXT))
+    return parse_sinfo(_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%G|%E"], limit=MAX_LIST_TEXT))
 
 
 def node_names(expressions: Sequence[str]) -> set[str]:

@@ -9,6 +9,7 @@ folds a run's lines into them, and the supervisor's judging, make them.
 from __future__ import annotations
 
 import enum
+import functools
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ class Steps(enum.Enum):
     """Every one: each rank's whole loss curve (a console charts it)."""
     LATEST = "latest"
     """Each rank's latest, when the model is looked at
-    (:meth:`~ddptui.run.model.RunModel.tick`): its numbers and health, not every point of its
+    (:meth:`~ddptui.run.model.RunModel.read_steps`): its numbers, not every point of its
     curve (the supervisor, twice a second)."""
     NONE = "none"
     """None: a viewer that prints lines and takes the supervisor's judgement for the rest."""
@@ -132,6 +133,10 @@ class RankAtHang:
     """Why it differs from the other ranks, or None when it looks like them."""
 
 
+STUCK = "stuck"
+WAITING = "waiting"
+
+
 @dataclass(frozen=True)
 class Hang:
     """No answering host's ranks have stepped for ``window_s``: what each rank is doing."""
@@ -149,6 +154,18 @@ class Hang:
     @property
     def odd(self) -> tuple[RankAtHang, ...]:
         return tuple(rank for rank in self.ranks if rank.why is not None)
+
+    def part(self, rank: int) -> str | None:
+        """``rank``'s part in the hang, as every viewer marks it: :data:`STUCK` when something
+        about it sets it apart (its process stopped, its host silent…), :data:`WAITING` when
+        it looks like the others (it waits for the stuck ones in a collective), None for a
+        rank the hang does not name."""
+        return self._parts.get(rank)
+
+    @functools.cached_property
+    def _parts(self) -> dict[int, str]:
+        # Asked once a rank for each redraw: at thousands of ranks, a search each would show.
+        return {each.rank: STUCK if each.why is not None else WAITING for each in self.ranks}
 
     @property
     def without(self) -> str:

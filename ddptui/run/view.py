@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ddptui.run.diagnose import Category, Diagnosis
@@ -47,8 +47,10 @@ class RankView:
     step_time_s: float | None
     cuda_peak_mib: float | None
     rss_mib: float | None
-    stalled: bool
     straggler: bool
+    hung: str | None = None
+    """Its part in the hang the supervisor judged, if the run hangs: ``stuck`` (something sets
+    it apart: the hang's ``why`` says what) or ``waiting`` (it waits like its peers)."""
     compute_s: float | None = None
     """Its own work per step (its forward pass), where it says."""
     slower_by: float | None = None
@@ -104,8 +106,8 @@ class RunView:
                     step_time_s=_finite(rank.step_time_s),
                     cuda_peak_mib=_finite(rank.cuda_peak_mib),
                     rss_mib=_finite(rank.rss_mib),
-                    stalled=rank.stalled,
                     straggler=rank.straggler,
+                    hung=None if judgement.hang is None else judgement.hang.part(rank.rank),
                     compute_s=_finite(rank.compute_s),
                     slower_by=_finite(rank.slower_by),
                     slow_since=rank.slow_since,
@@ -173,7 +175,7 @@ class RunView:
                     )
                     for node in record.nodes
                 ),
-                ranks=tuple(RankView(**rank) for rank in document["ranks"]),
+                ranks=tuple(_rank_view(rank) for rank in document["ranks"]),
                 progress=str(document["progress"]),
                 diagnoses=tuple(
                     Diagnosis(
@@ -266,3 +268,12 @@ def _optional(value: Any, kind: type) -> Any:
     if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
         raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
     return value
+
+
+_RANK_FIELDS = frozenset(each.name for each in fields(RankView))
+
+
+def _rank_view(document: Mapping[str, Any]) -> RankView:
+    """A rank's part of a snapshot; what this version does not know is left out (a supervisor
+    of the version before, still following its run after an upgrade, sends ``stalled``)."""
+    return RankView(**{key: value for key, value in document.items() if key in _RANK_FIELDS})

@@ -12,7 +12,7 @@ import shlex
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -21,12 +21,16 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from ddptui.config import Config
+from ddptui.errors import DdptuiError
 from ddptui.present.check import error_count
 from ddptui.present.plan import launch_heading, plan_text
 from ddptui.run.control import ClusterCheck, RunControl
 from ddptui.run.record import RunRecord
 from ddptui.run.store import RunStore
 from ddptui.untrusted import plain
+
+if TYPE_CHECKING:
+    from ddptui.ui.messages import CloseConsole, ClusterRead, OpenRun
 
 DEFAULT_HOSTS = Path("hosts.toml")
 NOTE_LIMIT = 300
@@ -54,8 +58,7 @@ class DdptuiApp(App[int]):
         self.config_path = config_path or DEFAULT_HOSTS
         self.config: Config | None = None
         self.report: ClusterCheck | None = None
-        self.store = store or RunStore()
-        self.control = RunControl(self.store)
+        self.control = RunControl(store or RunStore())
         self.demo_note = demo_note
         self.first_screen = first_screen
         self.goodbye: str | None = None
@@ -68,7 +71,7 @@ class DdptuiApp(App[int]):
         if self.first_screen is not None:
             self.push_screen(self.first_screen)
             return
-        from ddptui.config import load_config, require_hosts
+        from ddptui.config import load_config
         from ddptui.errors import ConfigError
         from ddptui.ui.screens.first_run import FirstRunScreen
         from ddptui.ui.screens.health import HealthScreen
@@ -77,8 +80,7 @@ class DdptuiApp(App[int]):
             self.push_screen(FirstRunScreen(self.config_path))
             return
         try:
-            # The console shows SSH hosts: a [slurm] cluster is refused as a bad file is.
-            self.config = require_hosts(load_config(self.config_path))
+            self.config = load_config(self.config_path)
         except ConfigError as error:
             self.push_screen(FirstRunScreen(self.config_path, problem=str(error)))
             return
@@ -120,7 +122,17 @@ class DdptuiApp(App[int]):
     def action_runs(self) -> None:
         from ddptui.ui.screens.runs import RunsScreen
 
-        self.push_screen(RunsScreen(self.store))
+        self.push_screen(RunsScreen(self.control))
+
+    def on_cluster_read(self, message: ClusterRead) -> None:
+        self.config, self.report = message.config, message.report
+
+    def on_open_run(self, message: OpenRun) -> None:
+        self.open_run(message.record)
+
+    def on_close_console(self, message: CloseConsole) -> None:
+        self.goodbye = message.goodbye
+        self.exit(message=message.goodbye)
 
     @work(exclusive=True, group="open")
     async def open_run(self, record: RunRecord) -> None:
@@ -160,8 +172,12 @@ class DdptuiApp(App[int]):
         if config is None:
             return
         if self.report is None:
-            self.notify("checking the hosts before launching…")
-            self.report = await self.control.check(config)
+            self.notify("checking the cluster before launching…")
+            try:
+                self.report = await self.control.check(config)
+            except DdptuiError as error:
+                self._fail(error)
+                return
         report = self.report
         try:
             plan = self.control.plan(config, report)

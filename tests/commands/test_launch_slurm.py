@@ -49,11 +49,8 @@ def test_commands_for_ssh_hosts_refuse_a_slurm_cluster_naming_what_works(
 ) -> None:
     assert main(["trust", str(slurm_file)]) == 2
     err = capsys.readouterr().err
-    assert (
-        f"{slurm_file}: a [slurm] cluster: so far ddptui checks its nodes and submits its runs"
-        in err
-    )
-    assert "this command needs [[hosts]]" in err
+    assert f"{slurm_file}: a [slurm] cluster, whose nodes Slurm gives each job" in err
+    assert "trusting host keys needs [[hosts]]" in err
 
 
 def test_the_readme_shows_what_dry_run_prints_for_its_example(

@@ -28,7 +28,7 @@ def _answering(monkeypatch: pytest.MonkeyPatch, check: SlurmCheck) -> list[str]:
 
 
 def _check(nodes: int) -> SlurmCheck:
-    up = parse_sinfo("node0|debug*|idle|none\nnode1|debug*|drained|bad_gpu")
+    up = parse_sinfo("node0|debug*|idle|(null)|none\nnode1|debug*|drained|(null)|bad_gpu")
     return evaluate_slurm(SlurmConfig(nodes=nodes, partition="debug"), up, set())
 
 
@@ -65,7 +65,8 @@ def test_a_slurm_dry_run_asks_nothing(
 
 
 @pytest.mark.parametrize(
-    ("argv", "what"), [(["check", "--bandwidth"], "--bandwidth"), (["trust"], "this command")]
+    ("argv", "what"),
+    [(["check", "--bandwidth"], "--bandwidth"), (["trust"], "trusting host keys")],
 )
 def test_what_needs_ssh_hosts_refuses_a_slurm_cluster_before_asking_anything(
     argv: list[str],
@@ -78,5 +79,5 @@ def test_what_needs_ssh_hosts_refuses_a_slurm_cluster_before_asking_anything(
     assert main([*argv, str(slurm_file)]) == 2
     err = capsys.readouterr().err
     assert asked == []
-    assert f"{slurm_file}: a [slurm] cluster: so far ddptui checks its nodes" in err
+    assert f"{slurm_file}: a [slurm] cluster, whose nodes Slurm gives each job" in err
     assert f"{what} needs [[hosts]]" in err

@@ -151,22 +151,10 @@ def test_each_mistake_is_one_line_naming_the_key(text: str, message: str) -> Non
     assert str(raised.value) == f"slurm.toml: {message}"
 
 
-def test_the_loader_knows_a_slurm_file_by_its_table_and_hosts_only_callers_refuse_it(
-    tmp_path: Path,
-) -> None:
-    from ddptui.config import load_config, require_hosts
+def test_the_loader_knows_a_slurm_file_by_its_table(tmp_path: Path) -> None:
+    from ddptui.config import load_config
 
     path = tmp_path / "slurm.toml"
     path.write_text(SLURM)
     config = load_config(path)
     assert config.slurm is not None and config.hosts == ()
-    with pytest.raises(ConfigError) as refused:
-        require_hosts(config, "slurm.toml", what="--bandwidth")
-    assert str(refused.value) == (
-        "slurm.toml: a [slurm] cluster: so far ddptui checks its nodes and submits its runs "
-        "(`ddptui check|launch slurm.toml`) and shows its settings (`ddptui config`); "
-        "--bandwidth needs [[hosts]]"
-    )
-    hosts = tmp_path / "hosts.toml"
-    hosts.write_text('[[hosts]]\nname = "a"\naddress = "192.0.2.2"\n')
-    assert require_hosts(load_config(hosts)).hosts[0].name == "a"

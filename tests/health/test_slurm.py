@@ -13,7 +13,14 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
 
 
 def _nodes(*lines: str) -> list[SlurmNode]:
-    return parse_sinfo("\n".join(lines))
+    """``lines`` as ``NAME|PARTITION|STATE|REASON``, each answered with no GPUs (``%G`` of
+    ``(null)``) between its state and its reason, as ``sinfo -o "%N|%P|%T|%G|%E"`` says it."""
+    return parse_sinfo("\n".join(_without_gpus(line) for line in lines))
+
+
+def _without_gpus(line: str) -> str:
+    fields = line.split("|")
+    return "|".join([*fields[:3], "(null)", fields[3]]) if len(fields) == 4 else line
 
 
 def test_a_drained_node_is_named_with_the_exclude_line_that_avoids_it() -> None:
@@ -100,3 +107,36 @@ def test_every_slurm_code_is_found_by_one_of_these_cases() -> None:
         for finding in evaluate_slurm(config, nodes, set()).findings
     }
     assert found == {code for code in Code if code.value.startswith("slurm_")}
+
+
+def test_a_node_s_gpus_are_counted_from_its_generic_resources() -> None:
+    nodes = parse_sinfo(
+        "\n".join(
+            [
+                "g1|gpu*|idle|gpu:8|none",
+                "g2|gpu*|mixed|gpu:h200:8(S:0-1)|none",
+                "g3|gpu*|idle|gpu:a100:4,gpu:v100:2(S:0,1),mps:400|none",
+                "c1|gpu*|idle|(null)|none",
+                "x1|gpu*|idle|gpu:99999999|none",
+            ]
+        )
+    )
+    assert [(node.name, node.gpus) for node in nodes] == [
+        ("g1", 8),
+        ("g2", 8),
+        ("g3", 6),
+        ("c1", None),
+        ("x1", None),
+    ]
+    check = evaluate_slurm(SlurmConfig(nodes=1), nodes, set())
+    assert check.to_json()["nodes"][0] == {
+        "name": "g1",
+        "state": "idle",
+        "reason": None,
+        "gpus": 8,
+    }
+
+
+def test_a_reason_with_a_bar_in_it_is_kept_whole() -> None:
+    (node,) = parse_sinfo("n1|gpu*|drained|(null)|ECC | replace DIMM 3")
+    assert (node.state, node.reason, node.gpus) == ("drained", "ECC | replace DIMM 3", None)

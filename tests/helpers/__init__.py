@@ -1,5 +1,7 @@
 """Builders that more than one test module uses, imported from here: ``from tests.helpers import``.
 
+- :mod:`tests.helpers.hostile_server`: in-process SSH servers that misbehave as a broken or
+  malicious host would (``HostileSshServer``, one ``Behaviour`` each).
 - :mod:`tests.helpers.health`: a healthy three-host cluster's facts (``Scenario``) and ways to
   break it, for the findings, the launch plan and the hints.
 - :mod:`tests.helpers.probe`: the probe script run on this machine with stand-ins for torch.
@@ -26,6 +28,7 @@ from tests.helpers.health import (
     master_unresolvable,
     named_master,
 )
+from tests.helpers.hostile_server import Behaviour, HostileSshServer, served
 from tests.helpers.probe import CUDA_TORCH, run_probe, write_package
 from tests.helpers.shells import (
     FIELDS,
@@ -56,7 +59,9 @@ __all__ = [
     "USER",
     "A",
     "B",
+    "Behaviour",
     "C",
+    "HostileSshServer",
     "Replay",
     "Scenario",
     "as_user",
@@ -75,6 +80,7 @@ __all__ = [
     "remote_values",
     "replay",
     "run_probe",
+    "served",
     "shared_tmp",
     "top_diagnosis",
     "write_package",

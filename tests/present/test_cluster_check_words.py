@@ -20,7 +20,7 @@ HOSTS = '[[hosts]]\nname = "gpu-a"\naddress = "192.0.2.2"\n'
 
 
 def _slurm_check(nodes: int) -> SlurmCheck:
-    up = parse_sinfo("node0|debug*|idle|none\nnode1|debug*|drained|bad_gpu")
+    up = parse_sinfo("node0|debug*|idle|(null)|none\nnode1|debug*|drained|(null)|bad_gpu")
     return evaluate_slurm(SlurmConfig(nodes=nodes), up, set())
 
 

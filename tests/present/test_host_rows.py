@@ -207,6 +207,7 @@ def test_the_health_screen_says_the_check_s_progress_in_the_cli_s_words() -> Non
         app = DdptuiApp(first_screen=screen)
         async with app.run_test(size=(160, 48)) as pilot:
             screen.progress = {"gpu-a": "probed", "gpu-b": "connected", "gpu-c": "waiting"}
+            screen.checking = True
             screen._show()
             await pilot.pause()
             status = screen.query_one("#check-status", Static).content

@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from ddptui.present.runs import run_row
 from ddptui.present.status import hang_lines, status_lines
+from ddptui.run.control import RunControl
 from ddptui.run.follow import HostSilent
 from ddptui.run.model import RunModel
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
@@ -146,7 +147,7 @@ def test_the_runs_list_has_one_clock_and_one_rule_for_how_long_a_run_took(tmp_pa
     store.create(record, "")
 
     async def shown() -> list[str]:
-        screen = RunsScreen(store, now=scenes.CREATED + 86400)
+        screen = RunsScreen(RunControl(store), now=scenes.CREATED + 86400)
         async with DdptuiApp(first_screen=screen).run_test(size=(160, 20)) as pilot:
             await pilot.pause(0.2)
             table = screen.query_one("#runs")

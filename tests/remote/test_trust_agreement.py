@@ -21,7 +21,7 @@ from ddptui.config.model import HostConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.hostkeys import fingerprint
 from ddptui.remote.status import Reach, Reachability
-from tests.hostile.server import Behaviour, HostileSshServer
+from tests.helpers import Behaviour, HostileSshServer
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
 

@@ -33,7 +33,7 @@ from ddptui.run.checkpoints import (
 )
 from ddptui.run.launcher import LaunchError, carry_checkpoints
 from ddptui.run.record import NodeRecord, RunRecord
-from tests.hostile.answers import AnsweringHost
+from tests.run.hostile_answers import AnsweringHost
 
 YEAR_2100 = 4_102_444_800.0
 NOW = 1_700_000_000.0

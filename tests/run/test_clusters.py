@@ -34,7 +34,7 @@ def _slurm(tmp_path: Path, workdir: str = "/shared/ddptui") -> Config:
 
 
 def _slurm_check(nodes: int = 2) -> SlurmCheck:
-    up = parse_sinfo("node0|debug*|idle|none\nnode1|debug*|idle|none")
+    up = parse_sinfo("node0|debug*|idle|(null)|none\nnode1|debug*|idle|(null)|none")
     return evaluate_slurm(SlurmConfig(nodes=nodes), up, set())
 
 
@@ -58,6 +58,24 @@ def test_the_cluster_is_chosen_by_the_hosts_file_alone(tmp_path: Path) -> None:
     assert isinstance(cluster_of(slurm), SlurmCluster)
     # SSH hosts are planned from what their check found; a batch job needs no check to plan.
     assert control.plan_needs_check(hosts) and not control.plan_needs_check(slurm)
+
+
+def test_front_ends_ask_what_a_cluster_can_do_and_hear_what_works_when_it_cannot(
+    tmp_path: Path,
+) -> None:
+    control = RunControl(RunStore(tmp_path / "runs"))
+    hosts, slurm = parse_config(HOSTS, Path("hosts.toml")), _slurm(tmp_path)
+    assert control.has_fixed_hosts(hosts) and not control.has_fixed_hosts(slurm)
+    control.require_hosts(hosts, "--bandwidth")
+    with pytest.raises(UsageError) as refused:
+        control.require_hosts(slurm, "--bandwidth", "my slurm.toml")
+    assert str(refused.value) == (
+        "my slurm.toml: a [slurm] cluster, whose nodes Slurm gives each job: ddptui checks "
+        "them, and launches, follows, stops and resumes its runs (`ddptui check|launch 'my "
+        "slurm.toml'`, or the console: `ddptui 'my slurm.toml'`); --bandwidth needs [[hosts]]"
+    )
+    with pytest.raises(UsageError, match="measuring the interconnect needs"):
+        asyncio.run(control.measure(slurm, _slurm_check()))
 
 
 def test_one_check_asks_slurm_for_a_slurm_cluster_and_the_hosts_for_the_others(
@@ -118,9 +136,3 @@ def test_a_new_run_is_recorded_as_its_cluster_launches_it(tmp_path: Path) -> Non
     with pytest.raises(PlanError):
         cluster_of(hosts).new_run(_hosts_report(hosts), plan, demo=False)
     assert not isinstance(plan, LaunchPlan)
-
-
-def test_measuring_a_slurm_cluster_is_refused_by_the_runs_layer(tmp_path: Path) -> None:
-    control = RunControl(RunStore(tmp_path / "runs"))
-    with pytest.raises(UsageError, match="needs SSH hosts"):
-        asyncio.run(control.measure(_slurm(tmp_path), _slurm_check()))

@@ -93,7 +93,7 @@ def test_a_slow_rank_dated_where_no_clock_is_cannot_end_the_judging(dated: float
             compute_s = 0.2 if rank == 3 else 0.1
             line = _line(rank, "step", 2 + step, time=at, step=step, compute_s=compute_s)
             model.apply(line)
-        model.tick()
+        model.read_steps()
         # What the supervisor's judge loop does each round, and `ddptui status`.
         said += notes.changes(model.attempt, model.progress)
         judgement = model.judgement(model.record)
@@ -125,10 +125,11 @@ def test_an_event_dated_ahead_of_its_host_s_clock_counts_as_its_now() -> None:
     model.apply(_line(0, "start", 1, time=4e9, start_step=0, launch=launch))
     model.apply(_line(2, "start", 1, time=NOW + 50.0, start_step=0, launch=launch))
     model.apply(_line(3, "start", 1, time=NOW + 70.0, start_step=0))
-    assert model.launches[0] == {"process": NOW + SKEW_S, "imported": NOW - 5.0, "ready": NOW + 2}
-    assert model.launches[2]["ready"] == NOW + 50.0
-    assert model.launches[2]["process"] == NOW + 60.0 + SKEW_S
-    assert model.launches[3]["ready"] == NOW + 60.0 + SKEW_S
+    stamps = model.launches.stamps
+    assert stamps[0] == {"process": NOW + SKEW_S, "imported": NOW - 5.0, "ready": NOW + 2}
+    assert stamps[2]["ready"] == NOW + 50.0
+    assert stamps[2]["process"] == NOW + 60.0 + SKEW_S
+    assert stamps[3]["ready"] == NOW + 60.0 + SKEW_S
     start = model.progress.rank(0)
     assert start is not None and start.started_at == NOW + SKEW_S
 
@@ -140,7 +141,7 @@ def test_a_host_s_measured_offset_counts_up_to_an_hour() -> None:
     record.nodes[1].clock_offset_s = 1e17
     model = RunModel(record, clock=clock, wall=clock)
     model.apply(_line(2, "start", 1, time=4e9, start_step=0))
-    assert model.launches[2]["ready"] == NOW + HOUR_S + SKEW_S
+    assert model.launches.stamps[2]["ready"] == NOW + HOUR_S + SKEW_S
 
 
 # --- finding 3: terminal escapes through a hang -----------------------------------------------

@@ -288,44 +288,6 @@ def test_without_its_own_work_a_rank_s_step_time_is_judged() -> None:
     assert [s.rank for s in run.summary().stragglers] == [3]
 
 
-@pytest.mark.parametrize(
-    ("step_time", "log_every", "stall_after"),
-    [
-        (0.05, 1, 60.0),  # fast steps: the 60 s floor
-        (9.0, 1, 90.0),  # slow steps: 10 × the step time
-        (0.05, 600, 300.0),  # 30 s between step events: 10 × that
-    ],
-)
-def test_stalled_after_the_longer_of_a_minute_and_ten_step_times(
-    step_time: float, log_every: int, stall_after: float
-) -> None:
-    run = _run_with_ranks(2)
-    interval = step_time * log_every
-    for n in (1, 2):
-        _steps(run, n * log_every, [step_time, step_time], n * interval)
-    last = 2 * interval
-    assert run.stall_after_s() == pytest.approx(stall_after)
-    run.update_health(last + stall_after - 1)
-    assert not run.stalled and not run.summary().stalled
-    run.update_health(last + stall_after + 1, alive=False)
-    assert not run.stalled, "processes that are gone are failed or done, not stalled"
-    run.update_health(last + stall_after + 1)
-    assert run.stalled and all(p.stalled for p in run.ranks)
-    assert "STALLED" in run.format_line()
-    # One rank stepping again is enough: the run is not stalled as long as any rank moves.
-    run.apply("gpu-a", step(0, 3 * log_every, last + stall_after + 2, step_time_s=step_time))
-    run.update_health(last + stall_after + 3)
-    assert not run.stalled and [p.stalled for p in run.ranks] == [False, True]
-
-
-def test_finished_ranks_are_never_stalled() -> None:
-    run = _run_with_ranks(1)
-    run.apply("a", step(0, 1, 1.0))
-    run.apply("a", DoneEvent(**_ids(0, 1), time=2.0, step=1, reason="completed"))
-    run.update_health(10_000.0)
-    assert not run.stalled and run.ranks[0].stalled is False
-
-
 def test_a_host_inventing_ranks_cannot_grow_the_model_without_bound() -> None:
     run = RunProgress()
     for rank in range(MAX_RANKS + 10):

@@ -4,6 +4,7 @@ channel per host. 3 hosts × 1 process, gloo on CPU, real sshd and torchrun."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -23,6 +24,11 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+from ddptui.run.control import RunControl
+from ddptui.run.store import RunStore
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens.run import RunScreen
+from ddptui.ui.widgets.rank_table import RANK_COLUMNS, RankTable
 from tests.run.bed import (
     PHASES,
     Cli,
@@ -37,10 +43,12 @@ from tests.run.bed import (
     write_hosts,
 )
 from tests.testbed import TestBed, TestHost, cpu_throttled, cut_link, restore_link
+from tests.ui.pilot import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("second-bed")]
 
 ENDLESS = ("--", "--max-steps", "100000")
+STATE_COLUMN = RANK_COLUMNS.index("state")
 
 
 def _record(cli: Cli, run_id: str) -> dict[str, Any]:
@@ -173,6 +181,7 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
         seen = time.time()
         hung = next(c for c in _record(cli, run_id)["states"] if c["state"] == "hung")
         human = cli.run("status", run_id)
+        table = asyncio.run(_rank_table_states(cli.store, run_id))
     # Said once the default window (20 s for steps this short) passed since the last step.
     assert hung["time"] - frozen_at <= 30 + 5, (hung, frozen_at)
     assert seen - frozen_at <= 30 + 15
@@ -185,6 +194,15 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
     # Each rank's step as its events last said (a rank writes them a little behind its steps).
     assert all(rank["step"] >= hang["step"] >= SAVE_AT + 30 for rank in hang["ranks"]), hang
     assert "rank 1 on node1" in status["detail"]
+    # One judgement, the same in every view: the frozen rank marked apart from the ranks that
+    # only wait for it in the collective, in status and in the console's rank table alike.
+    marks = {rank["rank"]: rank["hung"] for rank in status["ranks"]}
+    assert marks == {0: "waiting", 1: "stuck", 2: "waiting"}, status["ranks"]
+    assert {rank: state.split(" ", 1)[1] for rank, state in table.items()} == {
+        0: "… waiting",
+        1: "⏸ stuck",
+        2: "… waiting",
+    }, table
     assert human.returncode == 0
     assert f"run {run_id}: hung, attempt 1: no step for" in human.stdout, human.stdout
     assert re.search(r"hung since \d\d:\d\d:\d\d \(\d+ s without a step", human.stdout)
@@ -196,6 +214,24 @@ def test_slow_phases_are_no_hang_but_a_frozen_rank_is_named_within_the_window(
     )
     assert _record(cli, run_id)["states"][-1]["detail"] == "stepping again"
     kill_run(cli, hosts, run_id)
+
+
+async def _rank_table_states(store: Path, run_id: str) -> dict[int, str]:
+    """Each rank's state as the console's rank table shows it, once it shows the hang: the run
+    screen on a live attachment, as ``ddptui`` opens it."""
+    attachment = await RunControl(RunStore(store)).attach(run_id)
+    app = DdptuiApp(first_screen=RunScreen(attachment.record, attachment=attachment))
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.screen.query_one(RankTable)
+
+        def states() -> dict[int, str]:
+            return {
+                int(str(key.value)): str(table.get_row(key)[STATE_COLUMN])
+                for key in list(table.rows)
+            }
+
+        await until(pilot, "the hang in the rank table", lambda: "⏸" in str(states()), 30)
+        return states()
 
 
 HEAVIER = ["--width", "256", "--depth", "4", "--batch-size", "64", "--samples", "8192"]

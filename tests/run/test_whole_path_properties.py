@@ -58,8 +58,9 @@ from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.view import RunView
-from ddptui.ui.widgets.rank_table import _flat_rows, _grouped_rows
-from tests.hostile.answers import (
+from ddptui.ui.widgets.rank_table import _flat_rows, _grouped_rows, _Marks
+from tests.run.bed import two_host_record
+from tests.run.hostile_answers import (
     FLOATS,
     HOSTILE_TEXT,
     INTS,
@@ -71,8 +72,7 @@ from tests.hostile.answers import (
     shown_safely,
     weighted,
 )
-from tests.hostile.test_answer_properties import _CONFIG, FOLLOWED_RAW, Ticking, followed_update
-from tests.run.bed import two_host_record
+from tests.run.test_answer_properties import _CONFIG, FOLLOWED_RAW, Ticking, followed_update
 
 HEAD_WALL = 1_750_000_000.0
 """The head node's wall clock as an example starts (2025): fixed, so examples repeat."""
@@ -395,7 +395,7 @@ class Story:
 
 
 def dumps(document: dict[str, Any], ascii: bool) -> str:
-    """:func:`~tests.hostile.answers.to_json` of a document, by the json module: a story
+    """:func:`~tests.run.hostile_answers.to_json` of a document, by the json module: a story
     writes a hundred of them, of plain values but for a few :class:`Raw` hostile ones."""
     raws: list[str] = []
 
@@ -513,7 +513,7 @@ class Supervising:
         """``Supervisor._judge``, each part of it let raise: a part the supervisor sets aside
         is a fault, not what it should do with a host's lines."""
         model = self.model
-        model.tick()
+        model.read_steps()
         if self.timing.observe(self.record, model):
             self.change(lambda record: None)
             summary = self.timing.summary(self.record)
@@ -582,7 +582,7 @@ show): they are still valid Unicode, but may hold what a terminal acts on."""
 
 
 def safe(text: object, *, one_line: bool, limit: int | None = None) -> None:
-    """:func:`~tests.hostile.answers.shown_safely`, checked line by line, at once for the
+    """:func:`~tests.run.hostile_answers.shown_safely`, checked line by line, at once for the
     printable ASCII that nearly all of it is: an example shows thousands of texts."""
     assert isinstance(text, str), repr(text)
     if limit is not None:
@@ -692,9 +692,10 @@ def shown(supervising: Supervising) -> None:
             assert not raw_controls(value, one_line=False), (key, value[:200])
 
     silent = {host for host, node in model.nodes.items() if node.silent is not None}
+    marks = _Marks(silent, judgement.hang)
     for rows in (
-        _flat_rows(model.progress.ranks, silent),
-        _grouped_rows(model.progress.ranks, silent, {0, 1}),
+        _flat_rows(model.progress.ranks, marks),
+        _grouped_rows(model.progress.ranks, marks, {0, 1}),
     ):
         for row in rows.values():
             safe(row.words, one_line=True)

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 from ddptui.check import CheckReport, PortTest
-from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
 from ddptui.health import HostCheck, evaluate
+from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.follow import FileLine, Heartbeat
@@ -45,6 +46,26 @@ def health_report() -> CheckReport:
         ),
     ]
     return CheckReport(config, tuple(checks), tuple(evaluate(config, checks)), 3.4, PortTest(True))
+
+
+SINFO = """\
+gpu-001|h200*|idle|gpu:h200:8(S:0-1)|none
+gpu-002|h200*|mixed|gpu:h200:8(S:0-1)|none
+gpu-003|h200*|drained|gpu:h200:8(S:0-1)|Xid 79 GPU fell off the bus
+gpu-004|h200*|down*|gpu:h200:8(S:0-1)|Not responding
+gpu-005|h200*|allocated|gpu:h200:8(S:0-1)|none
+gpu-006|h200*|idle|gpu:h200:8(S:0-1)|none
+"""
+"""A partition of six H200 nodes as ``sinfo -h -N -o "%N|%P|%T|%G|%E"`` lists them: one
+drained by its administrator, one not responding, one kept off by ``exclude``."""
+
+
+def slurm_health() -> tuple[Config, SlurmCheck]:
+    """A ``[slurm]`` cluster asking for 3 nodes of :data:`SINFO`'s partition, gpu-006 excluded."""
+    slurm = SlurmConfig(nodes=3, partition="h200", exclude=("gpu-006",))
+    node = HostConfig("node", "")
+    config = Config(Path("slurm.toml"), ClusterConfig(), (), JobConfig(), slurm, node)
+    return config, evaluate_slurm(slurm, parse_sinfo(SINFO), {"gpu-006"})
 
 
 def run_record(state: RunState = RunState.RUNNING) -> RunRecord:
@@ -128,7 +149,6 @@ def run_model(*, failed: bool = True, steps: int = 300, state: RunState | None =
             }
             sample = {"procs": 3, "cpu_pct": 180.0, "rss_mib": 2900.0, "gpus": [gpu]}
             model.apply(Heartbeat(host, CREATED + beat, {1: True}, sample))
-    model.progress.update_health(CREATED + 200)
     return model
 
 

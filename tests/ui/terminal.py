@@ -29,7 +29,10 @@ class Terminal:
             *("new-session", "-d", "-s", "console", "-x", str(width), "-y", str(height)),
             *settings,
             *("-e", "TERM=xterm-256color"),
-            f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)}; sleep 30",
+            # The pane's size set before the program reads it: a detached session can start
+            # its command while still 80×24, and the console would draw at that size.
+            f"stty cols {width} rows {height} && cd {shlex.quote(str(Path.cwd()))} && "
+            f"{shlex.join(argv)}; sleep 30",
         )
 
     def tmux(self, *args: str) -> str:

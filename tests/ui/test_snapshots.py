@@ -13,6 +13,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.screen import Screen
 
+from ddptui.run.control import RunControl
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
@@ -80,12 +81,21 @@ def _runs(root: Path) -> Screen[None]:
         for change in record.states[3:]:
             change.time = record.created + 1234.0
         store.create(record, "")
-    return RunsScreen(store, now=scenes.CREATED + 3 * 3600)
+    return RunsScreen(RunControl(store), now=scenes.CREATED + 3 * 3600)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_health(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert snap_compare(DdptuiApp(first_screen=_health()), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_health_of_a_slurm_cluster(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    # Its nodes as Slurm lists them; the cursor on the drained one: its reason, its GPUs and
+    # the exclude line that keeps runs off it.
+    config, report = scenes.slurm_health()
+    app = DdptuiApp(first_screen=HealthScreen(config, report))
+    assert snap_compare(app, terminal_size=size, press=["down", "down"])
 
 
 def test_health_busy_gpu_host_selected(snap_compare: SnapCompare) -> None:

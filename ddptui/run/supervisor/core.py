@@ -39,7 +39,8 @@ from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.state import Hang, Judgement, Verdict
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import evidence, judging
-from ddptui.run.supervisor.following import JUDGE_EVERY_S, Following
+from ddptui.run.supervisor.faults import Faults
+from ddptui.run.supervisor.following import Following
 from ddptui.run.supervisor.jobs import (
     Asked,
     Conclude,
@@ -51,7 +52,7 @@ from ddptui.run.supervisor.jobs import (
     Resume,
     Stop,
     StopHang,
-    busy_starting,
+    asked_job,
     name,
 )
 from ddptui.run.supervisor.phase import Phase, Phases
@@ -59,12 +60,7 @@ from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.supervisor.viewers import Audience, Viewer
 from ddptui.run.view import RunView
-from ddptui.untrusted import plain, plain_error
 
-FAULTS_SAID = 5
-"""Faults said in the run's record; every one is in ``supervisor.log``."""
-MAX_FAULTS_SEEN = 1024
-"""Faults remembered so as to log each once."""
 IDLE_EXIT_S = 10.0
 """An ended run's supervisor waits this long for another request (a resume) before it exits."""
 
@@ -94,13 +90,14 @@ class Supervisor:
         self.backend = backend(config, self)
         self.journal = Journal(self.files.journal)
         self.audience = Audience(self.journal, self._hello, self._asked)
+        self.faults = Faults(self.note, lambda: self.following.heard_since_judged)
         self.following = Following(
             self.journal,
             self.audience,
             self.backend.follower,
             self._judge,
             lambda error: self.enqueue(Crashed(error)),
-            self.set_aside,
+            self.faults.set_aside,
             clock=clock,
             wall=wall,
         )
@@ -114,8 +111,6 @@ class Supervisor:
         self.hang: Hang | None = None
         self.hang_stacks = ""
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
-        self._faults_seen: set[str] = set()
-        self._faults_said = 0
 
     @property
     def record(self) -> RunRecord:
@@ -197,28 +192,18 @@ class Supervisor:
         self.jobs.put_nowait(job)
 
     def _asked(self, viewer: Viewer, request: Request) -> None:
-        asked = Asked(viewer, request.id)
-        job: Job
-        match request.op:
-            case "snapshot" if self.following.followed is None and self.record.state.final:
+        if request.op == "snapshot":
+            if self.following.followed is None and self.record.state.final:
                 # Started for an ended run: it knows no more than the run's files on the hosts.
                 self.audience.reply(viewer, request.id, False, "the run has ended: read its hosts")
-                return
-            case "snapshot":
+            else:
                 self.audience.reply(viewer, request.id, True, "", self._snapshot())
-                return
-            case "resume" if (
-                busy := busy_starting(self.record, (self.current, *self.queued))
-            ) is not None:
-                self.audience.reply(viewer, request.id, False, busy)
-                return
-            case "resume":
-                job = Resume(asked, debug=request.debug, began=request.began)
-            case "stop" | "kill":
-                job = Stop(asked, kill=request.op == "kill")
-            case _:
-                self.audience.reply(viewer, request.id, False, f"unknown request {request.op!r}")
-                return
+            return
+        pending = (self.current, *self.queued)
+        job = asked_job(Asked(viewer, request.id), request, self.record, pending)
+        if isinstance(job, str):
+            self.audience.reply(viewer, request.id, False, job)
+            return
         self.enqueue(job)
         if self.current is not None:
             self.say(f"{name(job)}: queued behind the {name(self.current)} under way")
@@ -283,11 +268,7 @@ class Supervisor:
         was = self.record.state
         report = await self.backend.terminate()
         self.phases.move(Phase.IDLE, "the cut-short start is ended")
-        self.end_attempt(
-            RunState.FAILED,
-            f"the {'staging' if was is RunState.STAGING else 'start'} was interrupted: its "
-            "supervisor ended before every node had started; resume to start it again",
-        )
+        self.end_attempt(RunState.FAILED, evidence.interrupted_words(was))
         self.note(*report.lines())
         self.ended()
 
@@ -361,9 +342,7 @@ class Supervisor:
         why = f"hung ({summary}): stopping, as on_hang says"
         self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
         report = await self.backend.terminate()
-        where = f"at step {hang.step}" if hang.step is not None else "before the first step"
-        stacks = f"; {self.hang_stacks}" if self.hang_stacks else ""
-        self.end_attempt(RunState.FAILED, f"hung {where}: {summary}{stacks}")
+        self.end_attempt(RunState.FAILED, evidence.hung_words(hang, summary, self.hang_stacks))
         self.note(*report.lines())
         await self.following.end()
         self.ended()
@@ -375,15 +354,15 @@ class Supervisor:
         and the run goes on being judged: ending the supervisor would not help, since the next
         one replays the same lines into the same state."""
         model = self.following.model
-        model.tick()
-        self._guarded("timing the launch", lambda: self._time_the_launch(model))
+        model.read_steps()
+        self.faults.guarded("timing the launch", lambda: self._time_the_launch(model))
         if self.phases.now is not Phase.RUNNING:
             return
-        self._guarded(
+        self.faults.guarded(
             "naming stragglers",
             lambda: self.note(*self.stragglers.changes(model.attempt, model.progress)),
         )
-        self._guarded("judging", lambda: self._verdict(model))
+        self.faults.guarded("judging", lambda: self._verdict(model))
 
     def _time_the_launch(self, model: RunModel) -> None:
         if self.timing.observe(self.record, model):
@@ -421,40 +400,6 @@ class Supervisor:
                 self.hang = None
         self._publish_judgement()
 
-    def _guarded(self, part: str, work: Callable[[], None]) -> None:
-        """Do ``work``, a part of judging; a fault in it is set aside and said, once per fault
-        whichever hosts spoke before each tick it recurs on."""
-        try:
-            work()
-        except Exception as error:
-            self._judging_failed(part, error)
-
-    def _judging_failed(self, part: str, error: Exception) -> None:
-        fault = f"{part} failed: {plain_error(error)}"
-        heard = ", ".join(sorted(self.following.heard_since_judged)[:8]) or "no host"
-        self.set_aside(f"{fault}, after lines from {heard}", error, fault)
-
-    def set_aside(self, words: str, error: BaseException | None = None, key: str = "") -> None:
-        """An input the supervisor could not take, set aside: logged (with its traceback, once
-        per ``key``, which defaults to the words) and said in the attempt's detail the first
-        :data:`FAULTS_SAID` times; then the supervisor goes on."""
-        key = key or words
-        if key in self._faults_seen:
-            return
-        if len(self._faults_seen) < MAX_FAULTS_SEEN:
-            self._faults_seen.add(key)
-        trace = "" if error is None else "".join(traceback.format_exception(error))
-        log.error("set aside: %s\n%s", words, plain(trace))
-        self._faults_said += 1
-        if self._faults_said > FAULTS_SAID:
-            return
-        if self._faults_said == FAULTS_SAID:
-            words += " (any later fault only in supervisor.log)"
-        try:
-            self.note(f"set aside: {words}")
-        except Exception:  # saying so must not end what it reports on
-            log.error("could not note the fault:\n%s", plain(traceback.format_exc()))
-
     def _publish_judgement(self) -> None:
         model = self.following.followed
         if model is None:
@@ -469,13 +414,8 @@ class Supervisor:
             self.audience.broadcast(protocol.message(Judged(judgement)))
 
     async def verdict_within(self, seconds: float) -> Verdict | None:
-        deadline = self._clock() + seconds
         stopping = self.phases.now is Phase.STOPPING
-        while (verdict := judging.verdict(self.following.model, stopping=stopping)) is None:
-            if self._clock() >= deadline:
-                return None
-            await asyncio.sleep(JUDGE_EVERY_S)
-        return verdict
+        return await self.following.verdict_within(seconds, stopping=stopping)
 
     def doing(self, what: str) -> None:
         """Tell viewers what the supervisor does for the run now ("": nothing beyond

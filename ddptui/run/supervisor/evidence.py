@@ -1,5 +1,6 @@
-"""What an attempt's end leaves behind for whoever asks why: the words of a stop, the ranks'
-flight recorders after a failure, every rank's stacks at a hang."""
+"""What an attempt's end leaves behind for whoever asks why: the words of a stop (of a start cut
+short, of a hung run's), the ranks' flight recorders after a failure, every rank's stacks at a
+hang."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ddptui.run import protocol
 from ddptui.run.backends import RunBackend
 from ddptui.run.layout import RunFiles
 from ddptui.run.record import RunRecord, RunState
-from ddptui.run.state import Judgement
+from ddptui.run.state import Hang, Judgement
 from ddptui.run.stopper import StopReport
 
 log = logging.getLogger("ddptui.supervisor")
@@ -38,6 +39,23 @@ def stop_data(report: StopReport, was: RunState) -> dict[str, object]:
         "seconds": report.seconds,
         "was": was.value,
     }
+
+
+def interrupted_words(was: RunState) -> str:
+    """Why a start cut short (``was`` staging or starting) failed: its supervisor ended
+    first."""
+    cut = "staging" if was is RunState.STAGING else "start"
+    return (
+        f"the {cut} was interrupted: its supervisor ended before every node had started; "
+        "resume to start it again"
+    )
+
+
+def hung_words(hang: Hang, summary: str, stacks: str) -> str:
+    """A hung attempt, stopped as ``on_hang`` says: where it hung, the hang's ``summary`` and
+    where its ``stacks`` were kept (or "")."""
+    where = f"at step {hang.step}" if hang.step is not None else "before the first step"
+    return f"hung {where}: {summary}" + (f"; {stacks}" if stacks else "")
 
 
 async def keep_flight_recorders(backend: RunBackend, files: RunFiles) -> str | None:

@@ -18,7 +18,8 @@ from ddptui.run.follow import FileLine, Heartbeat, HostSilent, Update
 from ddptui.run.journal import Journal
 from ddptui.run.model import RunModel
 from ddptui.run.record import NodeRecord, RunRecord
-from ddptui.run.state import Steps
+from ddptui.run.state import Steps, Verdict
+from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.viewers import Audience
 
 FLUSH_EVERY_S = 0.1
@@ -148,6 +149,16 @@ class Following:
         await asyncio.wait(tasks, timeout=FOLLOW_STOP_S)
         self._drain()
         self.journal.checkpoint()
+
+    async def verdict_within(self, seconds: float, *, stopping: bool) -> Verdict | None:
+        """What the followed ranks say of the attempt's end (:func:`~.judging.verdict`), looked
+        at as often as judging looks, for up to ``seconds``."""
+        deadline = self._clock() + seconds
+        while (verdict := judging.verdict(self.model, stopping=stopping)) is None:
+            if self._clock() >= deadline:
+                return None
+            await asyncio.sleep(JUDGE_EVERY_S)
+        return verdict
 
     def _task(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
         """``work`` as a task whose failure ends the supervisor, logged: a bug in following or

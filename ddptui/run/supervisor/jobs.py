@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddptui.run.backends import NodesEnded, Restarted
+from ddptui.run.protocol import Request
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.state import Verdict
 
@@ -107,10 +108,19 @@ def name(job: Job) -> str:
             }[type(job)]
 
 
-def busy_starting(record: RunRecord, pending: Iterable[Job | None]) -> str | None:
-    """Why a resume asked now, with ``pending`` jobs under way or queued, would be one too
-    many; or None."""
-    if any(isinstance(job, (Launch, Resume)) for job in pending):
-        attempt = len(record.attempts) + (0 if record.state is RunState.STARTING else 1)
-        return f"run {record.id}: attempt {attempt} is starting already (asked before you)"
-    return None
+def asked_job(
+    asked: Asked, request: Request, record: RunRecord, pending: Iterable[Job | None]
+) -> Job | str:
+    """The job a viewer's ``request`` (other than a snapshot) asks for, with ``pending`` jobs
+    under way or queued; or why there is none: a resume asked now would be one too many, or
+    the request is unknown."""
+    match request.op:
+        case "resume" if any(isinstance(job, (Launch, Resume)) for job in pending):
+            attempt = len(record.attempts) + (0 if record.state is RunState.STARTING else 1)
+            return f"run {record.id}: attempt {attempt} is starting already (asked before you)"
+        case "resume":
+            return Resume(asked, debug=request.debug, began=request.began)
+        case "stop" | "kill":
+            return Stop(asked, kill=request.op == "kill")
+        case _:
+            return f"unknown request {request.op!r}"

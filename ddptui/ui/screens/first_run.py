@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from ddptui.ui.messages import CloseConsole
 from ddptui.untrusted import plain
 
 
@@ -63,12 +64,12 @@ class FirstRunScreen(Screen[None]):
             )
             return
         self.path.write_text(starter_text(), encoding="utf-8")
-        self.app.goodbye = (  # type: ignore[attr-defined]
-            f"wrote {self.path}: edit its hosts, then `ddptui trust {self.path}` "
-            f"and `ddptui {self.path}`"
+        self.post_message(
+            CloseConsole(
+                f"wrote {self.path}: edit its hosts, then `ddptui trust {self.path}` "
+                f"and `ddptui {self.path}`"
+            )
         )
-        self.app.exit(message=self.app.goodbye)  # type: ignore[attr-defined]
 
     def action_demo(self) -> None:
-        self.app.goodbye = "start the demo with `ddptui demo`"  # type: ignore[attr-defined]
-        self.app.exit(message=self.app.goodbye)  # type: ignore[attr-defined]
+        self.post_message(CloseConsole("start the demo with `ddptui demo`"))

@@ -1,5 +1,7 @@
 """The health screen: every host with its versions (odd ones marked), the selected host's GPUs
-and findings with their fixes; ``c`` re-checks with live per-host progress."""
+and findings with their fixes; ``c`` re-checks with live per-host progress. A cluster without
+fixed hosts (a scheduler's) shows the nodes its check found instead: each one's state and the
+scheduler's reason, its GPUs, whether a run gets it."""
 
 from __future__ import annotations
 
@@ -11,17 +13,19 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.config import Config, load_config, require_hosts
-from ddptui.errors import ConfigError
+from ddptui.config import Config, load_config
+from ddptui.errors import ConfigError, DdptuiError
 from ddptui.present import check as words
 from ddptui.present.bandwidth import bandwidth_matrix, measuring, slow_note
-from ddptui.present.hosts import HostRow, check_progress, differing, gpus_text, host_rows
+from ddptui.present.hosts import HostRow, differing, gpus_text, host_rows
+from ddptui.present.nodes import NODE_COLUMNS, node_rows, node_text
 from ddptui.present.trust import host_key_line
 from ddptui.run.control import BandwidthError, BandwidthReport, ClusterCheck, RunControl
-from ddptui.ui.messages import CheckDone, CheckProgress
+from ddptui.ui.messages import CheckDone, CheckFailed, CheckProgress, ClusterRead
 from ddptui.ui.widgets.cells import ODD, cell, in_view, odd_cell
 from ddptui.untrusted import plain
 
@@ -61,6 +65,10 @@ class HealthScreen(Screen[None]):
         self.report = report
         self.note = note
         self.progress: dict[str, str] = {}
+        """Each host's latest step while a check runs."""
+        self.checking = False
+        self.failure: str | None = None
+        """Why the last check could not be made, until one is."""
         self.bandwidth: BandwidthReport | None = None
         """The interconnect as ``b`` last measured it."""
         self._odd_columns: list[str] = []
@@ -79,7 +87,8 @@ class HealthScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "ddptui"
-        self.sub_title = f"hosts · {plain(str(self.config.path), one_line=True)}"
+        members = "hosts" if self.control.has_fixed_hosts(self.config) else "nodes"
+        self.sub_title = f"{members} · {plain(str(self.config.path), one_line=True)}"
         table = self.query_one("#hosts", DataTable)
         self.watch(table, "scroll_x", self._show_summary, init=False)
         self._show()
@@ -89,7 +98,7 @@ class HealthScreen(Screen[None]):
     def action_recheck(self) -> None:
         # The file as it is now: edited to fix what the last check found, most likely.
         try:
-            self.config = require_hosts(load_config(self.config.path))
+            self.config = load_config(self.config.path)
         except (ConfigError, OSError) as error:
             self.app.notify(
                 f"{plain(str(error), limit=300, one_line=True)}; checking as it was last read",
@@ -97,8 +106,10 @@ class HealthScreen(Screen[None]):
                 markup=False,
             )
         else:
-            self.app.config = self.config  # type: ignore[attr-defined]
-        self.progress = {host.name: "waiting" for host in self.config.ordered_hosts}
+            self.post_message(ClusterRead(self.config, None))
+        hosts = self.config.ordered_hosts if self.control.has_fixed_hosts(self.config) else ()
+        self.progress = {host.name: "waiting" for host in hosts}
+        self.checking = True
         self._show()
         self._check()
 
@@ -116,7 +127,11 @@ class HealthScreen(Screen[None]):
         def progress(host: str, event: str) -> None:
             self.post_message(CheckProgress(host, event))
 
-        report = await self.control.check(self.config, progress)
+        try:
+            report = await self.control.check(self.config, progress)
+        except DdptuiError as error:
+            self.post_message(CheckFailed(str(error)))
+            return
         self.post_message(CheckDone(report))
 
     def on_check_progress(self, message: CheckProgress) -> None:
@@ -124,10 +139,16 @@ class HealthScreen(Screen[None]):
             self.progress[message.host] = message.event
             self._show()
 
+    def on_check_failed(self, message: CheckFailed) -> None:
+        self.progress, self.checking = {}, False
+        self.failure = message.why
+        self._show()
+
     def on_check_done(self, message: CheckDone) -> None:
-        self.report = message.report
+        self.report, self.failure = message.report, None
         self.progress = {}
-        self.app.report = message.report  # type: ignore[attr-defined]
+        self.checking = False
+        self.post_message(ClusterRead(self.config, message.report))
         self._show()
 
     @on(DataTable.RowHighlighted, "#hosts")
@@ -137,6 +158,22 @@ class HealthScreen(Screen[None]):
     def _show(self) -> None:
         table = self.query_one("#hosts", DataTable)
         row = table.cursor_row
+        if self.control.has_fixed_hosts(self.config):
+            self._show_hosts(table)
+        else:
+            self._odd_columns = []
+            table.clear(columns=True)
+            table.add_columns(*NODE_COLUMNS)
+            for node in node_rows(self.report):
+                table.add_row(*node.cells, key=node.name)
+        if table.row_count:
+            table.move_cursor(row=min(row, table.row_count - 1))
+        self._show_summary()
+        self._show_detail()
+        # Whether every column fits is known once the table is laid out.
+        self.call_after_refresh(self._show_summary)
+
+    def _show_hosts(self, table: DataTable[Text]) -> None:
         rows = host_rows(self.config, self.report, self.progress)
         odd = differing(rows)
         self._odd_columns = [column for column, key in VERSION_FIELD.items() if key in odd]
@@ -149,12 +186,6 @@ class HealthScreen(Screen[None]):
         for host in rows:
             cells = _cells(host)
             table.add_row(*(cells.get(column, Text("")) for column in order), key=host.name)
-        if table.row_count:
-            table.move_cursor(row=min(row, table.row_count - 1))
-        self._show_summary()
-        self._show_detail()
-        # Whether every column fits is known once the table is laid out.
-        self.call_after_refresh(self._show_summary)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._show_summary)
@@ -181,11 +212,14 @@ class HealthScreen(Screen[None]):
         self.query_one("#check-status", Static).update(summary)
 
     def _summary(self) -> Text:
-        if self.progress:
-            return Text(check_progress(self.progress), "italic")
+        if self.checking:
+            return Text(words.checking(self.config, self.progress), "italic")
+        if self.failure is not None:
+            failed = Text("the check could not be made: ", "bold red")
+            return failed.append(plain(self.failure, limit=400, one_line=True))
         report = self.report
         if report is None:
-            return Text("not checked yet: c checks every host")
+            return Text("not checked yet: c checks the cluster")
         summary = words.summary(report)
         if self._odd_columns:
             # What differs decides: named, whether or not its column is in view.
@@ -196,7 +230,8 @@ class HealthScreen(Screen[None]):
         gpus = self.query_one("#gpus", Static)
         findings = self.query_one("#findings", Static)
         name = self._selected()
-        shown = gpus_text(self.report, name) if self.report and name else None
+        about = gpus_text if self.control.has_fixed_hosts(self.config) else node_text
+        shown = about(self.report, name) if self.report and name else None
         if self.report is None or name is None or shown is None:
             gpus.update("")
             findings.update("")
@@ -208,10 +243,19 @@ class HealthScreen(Screen[None]):
         )
 
     def _selected(self) -> str | None:
-        """The name of the host the cursor is on."""
+        """The name of the host (or node) the cursor is on."""
         table = self.query_one("#hosts", DataTable)
-        hosts = self.config.ordered_hosts
-        return hosts[table.cursor_row].name if 0 <= table.cursor_row < len(hosts) else None
+        if not 0 <= table.cursor_row < table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key
+        return None if key.value is None else str(key.value)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A scheduler's nodes are reached through it: no host keys of ddptui's to trust, no
+        # links of its own to measure.
+        if action in ("trust", "bandwidth"):
+            return self.control.has_fixed_hosts(self.config)
+        return True
 
     @work(exclusive=True, group="bandwidth")
     async def action_bandwidth(self) -> None:

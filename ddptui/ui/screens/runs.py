@@ -14,8 +14,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.present.runs import COLUMNS, run_row
+from ddptui.run.control import RunControl
 from ddptui.run.record import RunRecord
-from ddptui.run.store import RunStore
+from ddptui.ui.messages import OpenRun
 from ddptui.untrusted import plain
 
 
@@ -27,9 +28,9 @@ class RunsScreen(Screen[None]):
         Binding("question_mark", "app.help", "help"),
     ]
 
-    def __init__(self, store: RunStore, *, now: float | None = None) -> None:
+    def __init__(self, control: RunControl, *, now: float | None = None) -> None:
         super().__init__()
-        self.store = store
+        self.control = control
         self.now = now
         self.records: list[RunRecord] = []
 
@@ -46,7 +47,9 @@ class RunsScreen(Screen[None]):
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        catalogue = self.store.catalogue()
+        # The catalogue RunControl keeps: a Slurm run whose end no supervisor saw reads as
+        # Slurm's accounting says it ended.
+        catalogue = self.control.catalogue()
         self.records = list(reversed(catalogue.records))
         table = self.query_one("#runs", DataTable)
         table.clear()
@@ -66,7 +69,7 @@ class RunsScreen(Screen[None]):
     def action_open(self) -> None:
         table = self.query_one("#runs", DataTable)
         if 0 <= table.cursor_row < len(self.records):
-            self.app.open_run(self.records[table.cursor_row])  # type: ignore[attr-defined]
+            self.post_message(OpenRun(self.records[table.cursor_row]))
 
     def action_back(self) -> None:
         self.app.pop_screen()

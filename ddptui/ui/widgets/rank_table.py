@@ -16,6 +16,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from ddptui.run.progress import RankProgress
+from ddptui.run.state import STUCK, WAITING, Hang
 from ddptui.ui.widgets.cells import cell, figure, in_view, number
 from ddptui.untrusted import plain
 
@@ -27,8 +28,8 @@ that keeps growing for minutes."""
 ROW_RENDERS = 128
 LINES = 256
 RANK_COLUMNS = ("node", "rank", "step", "loss", "state", "samples/s", "step s", "memory")
-"""The state (failed, stalled, straggler) before the rates: at 80 columns the table shows only
-its first five (the status line sums the rest up)."""
+"""The state (failed, stuck in a hang, straggler) before the rates: at 80 columns the table
+shows only its first five (the status line sums the rest up)."""
 GROUP_ABOVE = 64
 """More ranks than this are shown a row per node: 1,024 rows are read by nobody."""
 STATE_STYLES = {"failed": "bold red", "killed": "bold red", "done": "green"}
@@ -97,16 +98,20 @@ class RankTable(DataTable[Any]):
         row = self._severities.index(max(self._severities))
         return row, self._worst_words[row]
 
-    def show(self, ranks: Sequence[RankProgress], silent: Collection[str]) -> None:
+    def show(
+        self, ranks: Sequence[RankProgress], silent: Collection[str], hang: Hang | None = None
+    ) -> None:
         """One row per rank, or past :data:`GROUP_ABOVE` ranks one per node (the worst first)
         with the expanded nodes' ranks under theirs; ``silent``: the hosts that do not
-        answer. Rows are updated cell by cell: rebuilding the table would throw away its
+        answer; ``hang``: the supervisor's, while the run hangs (each rank marked with its
+        part in it). Rows are updated cell by cell: rebuilding the table would throw away its
         render cache on every redraw, which costs more than everything else at 64 ranks."""
         self._grouped = len(ranks) > GROUP_ABOVE
+        marks = _Marks(silent, hang)
         rows = (
-            _grouped_rows(ranks, silent, self.expanded)
+            _grouped_rows(ranks, marks, self.expanded)
             if self._grouped
-            else _flat_rows(ranks, silent)
+            else _flat_rows(ranks, marks)
         )
         every = {key: row.cells for key, row in rows.items()}
         self._targets = [row.target for row in rows.values()]
@@ -159,6 +164,19 @@ class RankTable(DataTable[Any]):
 
 
 @dataclass(frozen=True)
+class _Marks:
+    """What the supervisor says of the hosts and ranks beyond their numbers."""
+
+    silent: Collection[str]
+    """The hosts that do not answer."""
+    hang: Hang | None
+
+    def of(self, rank: RankProgress) -> tuple[bool, str | None]:
+        """Whether ``rank``'s host does not answer, and its part in the hang."""
+        return rank.host in self.silent, None if self.hang is None else self.hang.part(rank.rank)
+
+
+@dataclass(frozen=True)
 class _Row:
     cells: tuple[Text, ...]
     target: tuple[str, int]
@@ -168,23 +186,24 @@ class _Row:
     words: str
 
 
-def _flat_rows(ranks: Sequence[RankProgress], silent: Collection[str]) -> dict[str, _Row]:
-    return {str(rank.rank): _rank_row(rank, rank.host in silent) for rank in ranks}
+def _flat_rows(ranks: Sequence[RankProgress], marks: _Marks) -> dict[str, _Row]:
+    return {str(rank.rank): _rank_row(rank, marks) for rank in ranks}
 
 
-def _rank_row(rank: RankProgress, silent: bool, *, indent: bool = False) -> _Row:
+def _rank_row(rank: RankProgress, marks: _Marks, *, indent: bool = False) -> _Row:
     host = plain(rank.host, limit=64, one_line=True)
+    state = _state(rank, marks)
     return _Row(
-        _rank_cells(rank, silent, indent=indent),
+        _rank_cells(rank, state, indent=indent),
         ("rank", rank.rank),
         rank.node_rank,
-        _severity(rank, silent),
-        f"rank {rank.rank} on {host}: {_state(rank, silent).plain}",
+        _severity(rank, marks),
+        f"rank {rank.rank} on {host}: {state.plain}",
     )
 
 
 def _grouped_rows(
-    ranks: Sequence[RankProgress], silent: Collection[str], expanded: Collection[int]
+    ranks: Sequence[RankProgress], marks: _Marks, expanded: Collection[int]
 ) -> dict[str, _Row]:
     """A row per node, the worst first (healthy nodes in node order, so rows do not jump
     while nothing is wrong), each expanded node's ranks under its row."""
@@ -193,9 +212,8 @@ def _grouped_rows(
         nodes.setdefault(rank.node_rank, []).append(rank)
     rows: dict[str, _Row] = {}
     for node, members in nodes.items():
-        quiet = members[0].host in silent
-        severities = [_severity(rank, quiet) for rank in members]
-        state = _node_state(members, severities, quiet)
+        severities = [_severity(rank, marks) for rank in members]
+        state = _node_state(members, severities, marks)
         host = plain(members[0].host, limit=64, one_line=True)
         rows[f"node{node}"] = _Row(
             _node_cells(node, members, state, node in expanded),
@@ -209,20 +227,21 @@ def _grouped_rows(
         ordered[key] = row
         if row.node in expanded:
             for rank in nodes[row.node]:
-                ordered[str(rank.rank)] = _rank_row(rank, rank.host in silent, indent=True)
+                ordered[str(rank.rank)] = _rank_row(rank, marks, indent=True)
     return ordered
 
 
-def _severity(rank: RankProgress, silent: bool) -> int:
-    """How much a rank's row asks to be looked at: failed, then not answering or stalled,
-    then a straggler, then a loss that is no number."""
+def _severity(rank: RankProgress, marks: _Marks) -> int:
+    """How much a rank's row asks to be looked at: failed, then not answering or stuck in a
+    hang, then a straggler, then one that waits in the hang or whose loss is no number."""
+    silent, part = marks.of(rank)
     if rank.state.value in ("failed", "killed"):
         return 4
-    if silent or rank.stalled:
+    if silent or part == STUCK:
         return 3
     if rank.as_straggler() is not None:
         return 2
-    return 1 if rank.nonfinite else 0
+    return 1 if rank.nonfinite or part == WAITING else 0
 
 
 def _node_cells(
@@ -250,9 +269,9 @@ def _node_cells(
     )
 
 
-def _node_state(ranks: list[RankProgress], severities: list[int], silent: bool) -> Text:
+def _node_state(ranks: list[RankProgress], severities: list[int], marks: _Marks) -> Text:
     """How many of the node's ranks are in each state, the worst first (``severities``: each
-    rank's), and its stalls and worst straggler."""
+    rank's), the ranks stuck or waiting in a hang, and its worst straggler."""
     counts: dict[str, int] = {}
     by_severity = sorted(zip(severities, ranks, strict=True), key=lambda pair: -pair[0])
     for _, rank in by_severity:
@@ -260,11 +279,15 @@ def _node_state(ranks: list[RankProgress], severities: list[int], silent: bool) 
     text = Text()
     for index, (state, count) in enumerate(counts.items()):
         text.append(f"{', ' if index else ''}{count} {state}", STATE_STYLES.get(state, ""))
-    stalled = sum(rank.stalled for rank in ranks)
-    if silent:
+    parts = [marks.of(rank)[1] for rank in ranks]
+    stuck = [rank.rank for rank, part in zip(ranks, parts, strict=True) if part == STUCK]
+    if marks.of(ranks[0])[0]:
         text.append(" ⌁ no answer", "bold yellow")
-    elif stalled:
-        text.append(f" ⏸ {stalled} stalled", "bold yellow")
+    elif stuck:
+        more = f" +{len(stuck) - 1}" if len(stuck) > 1 else ""
+        text.append(f" ⏸ r{stuck[0]}{more} {STUCK}", "bold red")
+    elif WAITING in parts:
+        text.append(f" … {parts.count(WAITING)} {WAITING}", "yellow")
     stragglers = [s for rank in ranks if (s := rank.as_straggler()) is not None]
     if stragglers:
         slowest = max(stragglers, key=lambda straggler: straggler.slower_by)
@@ -277,26 +300,30 @@ def _memory(rank: RankProgress) -> float | None:
     return rank.cuda_peak_mib if rank.cuda_peak_mib is not None else rank.rss_mib
 
 
-def _rank_cells(rank: RankProgress, silent: bool, *, indent: bool = False) -> tuple[Text, ...]:
+def _rank_cells(rank: RankProgress, state: Text, *, indent: bool = False) -> tuple[Text, ...]:
     return (
         cell(f"{'  ' if indent else ''}{rank.node_rank} {rank.host}", limit=18),
         number(rank.rank, "d"),
         number(rank.step, "d"),
         Text("nan/inf", "bold red") if rank.nonfinite else number(rank.loss, ".4g"),
-        _state(rank, silent),
+        state,
         number(rank.samples_per_s, ".0f"),
         number(rank.step_time_s, ".3f"),
         number(_memory(rank), ".0f", " MiB"),
     )
 
 
-def _state(rank: RankProgress, silent: bool) -> Text:
+def _state(rank: RankProgress, marks: _Marks) -> Text:
     text = Text(rank.state.value, STATE_STYLES.get(rank.state.value, ""))
+    silent, part = marks.of(rank)
     if silent:
-        # Its host does not answer: no news is not a stall (the status line says more).
+        # Its host does not answer: no news is not a hang (the status line says more).
         text.append(" ⌁ no answer", "bold yellow")
-    elif rank.stalled:
-        text.append(" ⏸ stalled", "bold yellow")
+    elif part == STUCK:
+        # The status line says why (its process stopped, its host silent…).
+        text.append(f" ⏸ {STUCK}", "bold red")
+    elif part == WAITING:
+        text.append(f" … {WAITING}", "yellow")
     straggler = rank.as_straggler()
     if straggler is not None:
         text.append(f" ▼ straggler +{straggler.slower_by:.0%}", "yellow")

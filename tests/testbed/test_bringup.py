@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.config.model import ClusterConfig, HostConfig, JobConfig
-from tests.cluster import tcp
-from tests.testbed import TestBed, TestBedBusy
+from tests.testbed import TestBed, TestBedBusy, tcp
 
 if sys.version_info >= (3, 11):
     import tomllib

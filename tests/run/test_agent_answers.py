@@ -26,7 +26,7 @@ from ddptui.run.agent_call import GarbledAnswer, NodeError, kept_agents
 from ddptui.run.launcher import LaunchError, start_attempt
 from ddptui.run.record import RunRecord
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
-from tests.hostile.server import Behaviour, HostileSshServer
+from tests.helpers import Behaviour, HostileSshServer
 from tests.remote.hosts import local_host
 from tests.run.bed import one_rank_a_host_record
 from tests.testbed import LocalSshServer

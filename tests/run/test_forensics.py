@@ -26,7 +26,7 @@ from ddptui.run import dump as stack_dump
 from ddptui.run.flight import FlightDumpError, read_dump
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
-from tests.hostile.answers import AnsweringHost
+from tests.run.hostile_answers import AnsweringHost
 
 RUN_DIR = "/nonexistent/ddptui-runs/20990101-000000-host/node{}"
 

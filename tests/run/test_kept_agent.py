@@ -19,9 +19,9 @@ from ddptui.config.model import HostConfig
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_call import MAX_ANSWER_BYTES, NodeError, agent, kept_agents
-from tests.hostile.server import Behaviour, HostileSshServer, served
-from tests.hostile.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, agent_host
+from tests.helpers import Behaviour, HostileSshServer, served
 from tests.remote.hosts import local_host
+from tests.run.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, agent_host
 from tests.testbed import LocalSshServer
 
 PORT_ANSWER = b'{"port": 29500}\n'

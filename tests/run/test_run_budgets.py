@@ -145,7 +145,7 @@ def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> No
     lies += [_sent("events/rank0.jsonl", 4 + step, _event("step", 3, step=step)) for step in (1, 2)]
     for raw in lies:
         _take(model, followers["a"], raw)
-    model.tick()
+    model.read_steps()
     clock.now += 3.0
     assert model.stopped_ranks == set()
     assert [(rank.step, rank.state.value) for rank in model.progress.ranks[2:]] == [

@@ -15,7 +15,7 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.status import Reach
 from ddptui.remote.stream import MAX_LINE_CHARS
 from ddptui.remote.transport import RemoteError
-from tests.hostile.server import Behaviour, HostileSshServer
+from tests.helpers import Behaviour, HostileSshServer
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
 

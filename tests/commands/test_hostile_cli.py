@@ -1,6 +1,6 @@
 """``ddptui check`` and ``ddptui trust`` against hostile hosts, run as the user runs them.
 
-Each test starts one misbehaving in-process SSH server (:mod:`tests.hostile.server`) and
+Each test starts one misbehaving in-process SSH server (:mod:`tests.helpers.hostile_server`) and
 runs the real command in a subprocess under an address-space limit, then holds it to the
 same bar: an exit code of 0, 1 or 2, a word about that host, no escape byte and no
 traceback in what it printed, a peak resident size under 200 MiB, and an end within the
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tests.hostile.server import Behaviour, HostileSshServer
+from tests.helpers import Behaviour, HostileSshServer
 
 CONNECT_TIMEOUT_S = 3.0
 ADDRESS_SPACE_LIMIT = 1024 * 1024 * 1024

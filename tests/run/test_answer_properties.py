@@ -62,7 +62,8 @@ from ddptui.run.stacks import (
 from ddptui.run.state import Steps
 from ddptui.run.supervisor import judging
 from ddptui.untrusted import plain
-from tests.hostile.answers import (
+from tests.run.bed import two_host_record
+from tests.run.hostile_answers import (
     FLOATS,
     HOST,
     HOSTILE_TEXT,
@@ -85,7 +86,6 @@ from tests.hostile.answers import (
     to_json,
     weighted,
 )
-from tests.run.bed import two_host_record
 
 # --- node agent answers: status and wait ------------------------------------------------------
 
@@ -1004,7 +1004,7 @@ def test_followed_lines(lines: list[bytes], steps: Steps) -> None:
             followed_update(update)
             relayed(update)
             model.apply(update)
-        model.tick()
+        model.read_steps()
         verdict = judging.verdict(model)
         hang = judging.hang(model, override=0.0)
         judgement = model.judgement(record, hang)
@@ -1079,7 +1079,6 @@ def test_event_lines(lines: list[str | bytes]) -> None:
                 continue
             typed_event(event)
             progress.apply("b", event)
-        progress.update_health(2e9)
         summary = progress.format_line()
     assert isinstance(summary, str)
     assert reader.events + reader.garbled <= len(lines)

@@ -49,7 +49,7 @@ def hostile(examples: int) -> settings:
 
 EVALUATED: list[str] = []
 """Filled only if some parser runs a host's text as Python (see :data:`CANARY`)."""
-CANARY = "__import__('tests.hostile.answers').hostile.answers.EVALUATED.append('canary')"
+CANARY = "__import__('tests.run.hostile_answers').run.hostile_answers.EVALUATED.append('canary')"
 """Python that, if anything evaluates it, leaves a mark the tests look for."""
 
 SPECIAL = (

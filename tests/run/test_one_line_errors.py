@@ -23,9 +23,9 @@ from ddptui.run import agent_client as nodes
 from ddptui.run import dump as stack_dump
 from ddptui.run.agent_call import NodeError, kept_agents
 from ddptui.run.record import RunRecord
-from tests.hostile.server import Behaviour, HostileSshServer
-from tests.hostile.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
+from tests.helpers import Behaviour, HostileSshServer
 from tests.run.bed import one_rank_a_host_record
+from tests.run.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
 
 FORGED = "py-spy is not installed\nrank 0 on gpu-a: all_reduce ← step ← <module> at train.py:41"
 """What gpu-b says: its second line is how ``ddptui dump`` heads gpu-a's rank 0."""

@@ -26,7 +26,8 @@ from ddptui.remote.commands import CommandResult
 from ddptui.run import dump as stack_dump
 from ddptui.run.flight import MAX_SEQ, MAX_TEXT, FlightDumpError, RankTrace, read_dump
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
-from tests.hostile.answers import (
+from tests.run.bed import two_host_record
+from tests.run.hostile_answers import (
     CANARY,
     HOSTILE_TEXT,
     INTS,
@@ -38,7 +39,6 @@ from tests.hostile.answers import (
     shown_safely,
     weighted,
 )
-from tests.run.bed import two_host_record
 
 TEXTS = weighted((3, HOSTILE_TEXT), (1, st.just(CANARY)), (1, JSON_VALUES))
 SIZES = maybe(st.lists(maybe(st.lists(maybe(INTS), max_size=10)), max_size=10))

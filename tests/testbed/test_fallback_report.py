@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BRINGUP = "tests/cluster/test_bringup.py::test_run_on_runs_inside_the_host"
+BRINGUP = "tests/testbed/test_bringup.py::test_run_on_runs_inside_the_host"
 
 
 def test_summary_names_the_skipped_cluster_tests_and_the_reason() -> None:
     out, status = _pytest(
-        [BRINGUP, "tests/cluster/test_localssh.py::test_an_untrusted_client_key_is_refused"],
+        [BRINGUP, "tests/testbed/test_localssh.py::test_an_untrusted_client_key_is_refused"],
         {"DDPTUI_TESTBED": "off"},
     )
     assert status == 0, out
@@ -38,10 +38,10 @@ def test_under_ci_a_bed_that_cannot_come_up_fails_the_run_naming_what_is_missing
 
 def _pytest(tests: list[str], env: dict[str, str]) -> tuple[str, int]:
     """A pytest session of ``tests`` outside CI but for what ``env`` says: its output and
-    exit status."""
+    exit status. It runs every tier (``-m ""``): plain ``pytest`` deselects the cluster tests."""
     outside_ci = {key: value for key, value in os.environ.items() if key != "CI"}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "", *tests],
         cwd=REPO,
         env={**outside_ci, **env},
         capture_output=True,

@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
-from tests.cluster import tcp
 from tests.testbed import (
     TestBed,
     TestHost,
@@ -23,6 +22,7 @@ from tests.testbed import (
     set_name_resolution,
     start_sshd,
     stop_sshd,
+    tcp,
     thaw,
 )
 from tests.testbed.faults import limit_link

@@ -53,6 +53,7 @@ MODULES = (
     ),
     "ddptui.probe.facts",
     "ddptui.remote.srun",
+    "ddptui.run.event_fields",
     "ddptui.run.events",
     "ddptui.run.layout",
     "ddptui.run.logloss",
@@ -66,6 +67,7 @@ MODULES = (
 
 HOST_PATTERNS = frozenset(
     {
+        "health.slurm._GPUS",
         "health.slurm._NODE",
         "run.diagnose.lines.LAST_ERROR",
         "run.diagnose.lines.NCCL_CODE",

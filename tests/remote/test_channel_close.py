@@ -17,7 +17,7 @@ import pytest
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.connection import RemoteCluster
-from tests.hostile.server import Behaviour, HostileSshServer
+from tests.helpers import Behaviour, HostileSshServer
 
 CONNECT_TIMEOUT_S = 2.0
 """Also the deadline of every channel close (RemoteCluster passes it on)."""
