@@ -104,11 +104,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ddptui.untrusted",
             "ddptui.aio",
             "ddptui.atomic",
-            "ddptui.run.layout",
+            "ddptui.layout",
         ),
     ),
     ("config", ("ddptui.config",)),
-    ("reach and facts", ("ddptui.remote", "ddptui.probe", "ddptui.plan.resources", "ddptui.demo")),
+    ("reach and facts", ("ddptui.remote", "ddptui.probe", "ddptui.demo")),
     ("health", ("ddptui.health",)),
     ("check and plan", ("ddptui.check", "ddptui.plan")),
     ("runs", ("ddptui.run",)),
@@ -118,11 +118,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """docs/architecture.md's layers, lowest first: a module imports only from its own layer and
 those below it. A module belongs to the layer of its longest prefix here (``ddptui`` itself is
-only the package's ``__init__``). The doc's exceptions are modules of their own:
-``run/layout.py`` imports nothing of ddptui, so the plan takes a run's paths from it, and
-``plan/resources.py`` (pure: what a host offers a run) is below ``health``, which judges exactly
-what a launch will use. The demo's hosts (``ddptui/demo/``: a loopback sshd) sit beside
-``remote``."""
+only the package's ``__init__``): a module sits in its layer's package, no exception written
+in. ``layout.py``, where a run's files are, is foundation, since the plan takes a run's paths
+from it; the demo's hosts (``ddptui/demo/``: a loopback sshd) sit beside ``remote``."""
 
 FRONT_ENDS = ("ddptui.commands", "ddptui.ui", "ddptui.cli", "ddptui.__main__")
 BEHIND_RUN_CONTROL = (
@@ -171,8 +169,8 @@ def _imports_of(path: Path, modules: frozenset[str]) -> set[str]:
 
 def _imports_in(source: str, package: str, modules: frozenset[str]) -> set[str]:
     """Every ddptui module ``source`` (a module of ``package``) imports anywhere: at the top,
-    inside a function, under ``TYPE_CHECKING``. ``from ddptui.run import layout`` is
-    ``ddptui.run.layout``; a relative import is resolved."""
+    inside a function, under ``TYPE_CHECKING``. ``from ddptui.run import store`` is
+    ``ddptui.run.store``; a relative import is resolved."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -230,6 +228,48 @@ def test_no_module_is_over_the_line_limit() -> None:
     assert over == [], f"over {MAX_MODULE_LINES} lines (split each by meaning)"
 
 
+def _import_circles() -> list[list[str]]:
+    """The circles of ddptui's imports, wherever written (strongly connected modules)."""
+    modules = _ddptui_modules()
+    graph = {
+        _module_name(path): _imports_of(path, modules) & modules for path in _python_files("ddptui")
+    }
+    order: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = lowest[module] = len(order)
+        stack.append(module)
+        for imported in sorted(graph.get(module, set()) - {module}):
+            if imported not in order:
+                visit(imported)
+                lowest[module] = min(lowest[module], lowest[imported])
+            elif imported in stack:
+                lowest[module] = min(lowest[module], order[imported])
+        if lowest[module] == order[module]:
+            circle = []
+            while True:
+                member = stack.pop()
+                circle.append(member)
+                if member == module:
+                    break
+            if len(circle) > 1:
+                circles.append(sorted(circle))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return circles
+
+
+def test_no_import_circle() -> None:
+    """A circle (two modules that each need the other, a package and its own module) is one
+    concept in two places: whichever is read first, the other is half there."""
+    assert _import_circles() == []
+
+
 ONE_PATH = ("ddptui/commands", "ddptui/ui", "ddptui/run/control.py")
 """Where no code asks whether a cluster is Slurm's: RunControl's ``check``, ``plan`` and
 ``launch`` take both kinds (``run/clusters.py`` chooses, once), and ``present`` words both."""
@@ -270,7 +310,7 @@ def test_an_import_is_seen_wherever_and_however_it_is_written() -> None:
         "from __future__ import annotations\n"
         "from typing import TYPE_CHECKING\n"
         "import ddptui.health\n"
-        "from ddptui.run import layout, control\n"
+        "from ddptui.run import store, control\n"
         "from . import cells\n"
         "from ..screens.run import RunScreen\n"
         "if TYPE_CHECKING:\n"
@@ -281,7 +321,7 @@ def test_an_import_is_seen_wherever_and_however_it_is_written() -> None:
     found = _imports_in(source, "ddptui.ui.widgets", _ddptui_modules())
     assert found == {
         "ddptui.health",
-        "ddptui.run.layout",
+        "ddptui.run.store",
         "ddptui.run.control",
         "ddptui.ui.widgets.cells",
         "ddptui.ui.screens.run",

@@ -10,8 +10,8 @@ from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Sever
 from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
+from ddptui.health.resources import present_gpus, procs_per_node
 from ddptui.health.workdir import workdir_findings
-from ddptui.plan.resources import present_gpus, procs_per_node
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import TRUST_ADVICE, Reach
 

@@ -7,8 +7,7 @@ from typing import Literal
 
 from ddptui.config.model import Config, HostConfig
 from ddptui.health.findings import Code, Finding, Severity
-from ddptui.health.wording import and_list, plural
-from ddptui.plan.resources import (
+from ddptui.health.resources import (
     implausible_gpu_count,
     is_free,
     present_gpus,
@@ -17,6 +16,7 @@ from ddptui.plan.resources import (
     selected_gpus,
     usable_gpus,
 )
+from ddptui.health.wording import and_list, plural
 from ddptui.probe.facts import MAX_GPUS, NA, GpuFacts, HostFacts
 
 SHOWN_DIGITS = 15

@@ -10,13 +10,13 @@ from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import AUTO, Config, HostConfig
 from ddptui.health.findings import Code, Finding, HostCheck, Severity
-from ddptui.health.wording import and_list
-from ddptui.plan.resources import (
+from ddptui.health.resources import (
     choose_socket_ifname,
     is_loopback_name,
     master_target,
     resolved_addresses,
 )
+from ddptui.health.wording import and_list
 from ddptui.probe.facts import NA, HostFacts, Interface, IPAddress, PortFacts
 
 

@@ -36,7 +36,7 @@ WAIT_POLL_S = 0.25
 CACHE_DAYS = 14
 
 
-# These two patterns are ddptui.run.layout's (this file cannot import it); a test keeps them equal.
+# These two patterns are ddptui.layout's (this file cannot import it); a test keeps them equal.
 FOLLOWED = re.compile(
     r"^(events/[^/]+\.jsonl"
     r"|logs/attempt-\d+/.+/(stdout|stderr)\.log"

@@ -63,7 +63,7 @@ def private_group() -> int | None:
 
 
 MADE_IN_WORKDIR = ("runs", "code-cache", TORCH_CACHE_DIR, "bandwidth")
-"""The directories ddptui makes in the workdir (ddptui.run.layout's, which this file cannot
+"""The directories ddptui makes in the workdir (ddptui.layout's, which this file cannot
 import; a test keeps them equal). One made by hand, or by an older ddptui under the umask, may
 be writable by others: one of them could then make a run's directory there first, or rename one."""
 

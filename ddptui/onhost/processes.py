@@ -137,7 +137,7 @@ first, with ddptui's mode, rather than by the ranks with the umask they run with
 
 
 def _attempt_file(run_dir: Path, attempt: str, kind: str) -> Path:
-    # The host's side of ddptui.run.layout's node files (that module is not sent to hosts).
+    # The host's side of ddptui.layout's node files (that module is not sent to hosts).
     return run_dir / "node" / f"attempt-{attempt}.{kind}"
 
 

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from ddptui import layout
 from ddptui.config.model import AUTO, Config, HostConfig, JobConfig
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.findings import HostCheck
-from ddptui.plan.resources import (
+from ddptui.health.resources import (
     choose_socket_ifname,
     is_free,
     one_machine,
@@ -26,7 +27,6 @@ from ddptui.plan.resources import (
 )
 from ddptui.probe.facts import HostFacts
 from ddptui.remote.commands import python_argv
-from ddptui.run import layout
 from ddptui.untrusted import plain
 
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9]{4}")

@@ -4,7 +4,7 @@ One ``srun --ntasks-per-node=1 --kill-on-bad-exit=1`` step starts one ``torchrun
 as Slurm's users write it by hand: static rendezvous on node 0 of the allocation (its
 ``NodeAddr``: node names need not resolve), ``--node-rank=$SLURM_NODEID``, a master port
 derived from the job id so that two jobs sharing a node do not collide. Every node writes the
-run directory layout of an SSH run (:mod:`ddptui.run.layout`) under the shared ``workdir``:
+run directory layout of an SSH run (:mod:`ddptui.layout`) under the shared ``workdir``:
 its own ``node<N>/``, torchrun's console in ``node/attempt-<N>.out`` and its exit status in
 ``node/attempt-<N>.exit``.
 
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ddptui import layout
 from ddptui.config.model import AUTO, Config, SlurmConfig
 from ddptui.plan.launch import (
     FLIGHT_RECORDER_NAMES,
@@ -37,7 +38,6 @@ from ddptui.plan.launch import (
     trainer_args,
 )
 from ddptui.remote.commands import python_argv
-from ddptui.run import layout
 
 PORT_BASE = 15000
 PORT_SPAN = 15000

@@ -1,6 +1,6 @@
 """The check report's words: findings with their fixes, the master-port note, the summary, a
-host's status and its findings, as ``ddptui check`` prints them and the health screen shows
-them (the hosts' rows are :mod:`ddptui.present.hosts`).
+host's findings, as ``ddptui check`` prints them and the health screen shows them (the hosts'
+rows, statuses and GPUs are :mod:`ddptui.present.hosts`).
 
 Every entry point takes a :class:`~ddptui.health.ClusterCheck`, whichever kind of cluster was
 checked (SSH hosts' :class:`~ddptui.check.CheckReport`, Slurm's
@@ -19,9 +19,10 @@ from rich.text import Text
 from ddptui.check import CheckReport, PortTest
 from ddptui.check.reuse import RecentCheck
 from ddptui.config import Config
-from ddptui.health import ClusterCheck, Code, Finding, HostCheck, Severity
+from ddptui.health import ClusterCheck, Code, Finding, Severity
 from ddptui.health.groups import FindingGroup, group_findings
 from ddptui.health.slurm import SlurmCheck
+from ddptui.present.hosts import check_progress, hosts_table, parity_table
 from ddptui.untrusted import plain
 
 FIX_INDENT = 4
@@ -160,29 +161,6 @@ def _hosts_summary(report: CheckReport) -> Text:
     return Text(f"not healthy: {', '.join(parts)} {took}", style="bold red")
 
 
-def host_status(check: HostCheck) -> Text:
-    """A host's status cell: ``ok`` in green, else ``probe failed`` or how SSH failed, in red."""
-    if check.probe_failure is not None:
-        return Text("probe failed", "red")
-    if not check.reach.ok:
-        # In words, as the findings say them: `host key unknown`, not the code `hostkey_unknown`.
-        words = check.reach.reach.value.replace("hostkey", "host key").replace("_", " ")
-        return Text(words, "red")
-    return Text("ok", "green")
-
-
-_NO_DRIVER = ("pynvml is not installed", "LibraryNotFound", "nvidia-smi not found")
-"""What the probe says when a host has no NVIDIA driver to ask (a CPU-only host)."""
-
-
-def gpu_absence(problem: str) -> str:
-    """Why a host shows no GPU, in words: a CPU-only host is no error."""
-    parts = [part.strip() for part in problem.split(";") if part.strip()]
-    if not parts or all(any(sign in part for sign in _NO_DRIVER) for part in parts):
-        return "no NVIDIA GPU: no NVIDIA driver here (a CPU-only host)"
-    return f"no NVIDIA GPU found: {problem}"
-
-
 def _mark(severity: Severity) -> Text:
     symbol, style = _SEVERITY[severity]
     return Text(f"{symbol} ", style)
@@ -223,8 +201,6 @@ def report_parts(report: ClusterCheck) -> list[Part]:
     # Titles apart from their tables: a table pads its title with spaces to its width.
     parts: list[Part] = []
     if isinstance(report, CheckReport):
-        from ddptui.present.hosts import hosts_table, parity_table
-
         parts += [Part(Text("hosts", style="table.title")), Part(hosts_table(report))]
         parity = parity_table(report)
         if parity is not None:
@@ -263,8 +239,6 @@ def refusal(report: ClusterCheck) -> str:
 def checking(config: Config, latest: Mapping[str, str]) -> str:
     """The check's progress in one line while it runs: each host's latest step
     (:func:`ddptui.present.hosts.check_progress`), or Slurm being asked."""
-    from ddptui.present.hosts import check_progress
-
     if config.slurm is not None:
         return "asking Slurm about its nodes…"
     return check_progress(latest, len(config.hosts))

@@ -1,6 +1,6 @@
 """The check's hosts as both front ends show them: one row value per host (:func:`host_rows`,
-what ``ddptui check``'s hosts table and the health screen's read), a host's GPUs, the version
-parity grid, and the check's progress while it runs.
+what ``ddptui check``'s hosts table and the health screen's read), a host's status and GPUs (or
+why it has none), the version parity grid, and the check's progress while it runs.
 
 Every value from a host is one line through the sanitiser here: a front end places it, and
 never reads a host's facts itself.
@@ -18,8 +18,7 @@ from rich.text import Text
 from ddptui.check import CheckReport
 from ddptui.config import AUTO, Config, HostConfig
 from ddptui.health import ClusterCheck, HostCheck, parity_rows
-from ddptui.plan.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
-from ddptui.present.check import gpu_absence, host_status
+from ddptui.health.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.present.numbers import bar
 from ddptui.probe.facts import NA, HostFacts, Maybe
 from ddptui.untrusted import plain
@@ -55,7 +54,7 @@ class HostRow:
     name: str
     address: str
     status: Text
-    """``ok``, how the host failed (:func:`~ddptui.present.check.host_status`), its latest step
+    """``ok``, how the host failed (:func:`host_status`), its latest step
     while it is checked, or ``–`` before any check."""
     probed: bool = False
     hostname: str = ""
@@ -272,3 +271,26 @@ def _interface(host: HostConfig, facts: HostFacts, head_address: str) -> str:
     if host.socket_ifname != AUTO:
         return host.socket_ifname
     return choose_socket_ifname(facts, head_address) or "?"
+
+
+def host_status(check: HostCheck) -> Text:
+    """A host's status cell: ``ok`` in green, else ``probe failed`` or how SSH failed, in red."""
+    if check.probe_failure is not None:
+        return Text("probe failed", "red")
+    if not check.reach.ok:
+        # In words, as the findings say them: `host key unknown`, not the code `hostkey_unknown`.
+        words = check.reach.reach.value.replace("hostkey", "host key").replace("_", " ")
+        return Text(words, "red")
+    return Text("ok", "green")
+
+
+_NO_DRIVER = ("pynvml is not installed", "LibraryNotFound", "nvidia-smi not found")
+"""What the probe says when a host has no NVIDIA driver to ask (a CPU-only host)."""
+
+
+def gpu_absence(problem: str) -> str:
+    """Why a host shows no GPU, in words: a CPU-only host is no error."""
+    parts = [part.strip() for part in problem.split(";") if part.strip()]
+    if not parts or all(any(sign in part for sign in _NO_DRIVER) for part in parts):
+        return "no NVIDIA GPU: no NVIDIA driver here (a CPU-only host)"
+    return f"no NVIDIA GPU found: {problem}"

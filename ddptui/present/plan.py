@@ -7,11 +7,11 @@ job's :class:`~ddptui.plan.slurm.BatchPlan`) and tells them apart here: the fron
 
 from __future__ import annotations
 
+from ddptui.layout import root_code_dir
 from ddptui.plan.describe import describe_plan
 from ddptui.plan.launch import LaunchPlan
 from ddptui.plan.slurm import BatchPlan
 from ddptui.run.code import CodeTree
-from ddptui.run.layout import root_code_dir
 from ddptui.run.record import RunRecord
 from ddptui.untrusted import plain
 

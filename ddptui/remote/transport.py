@@ -9,6 +9,7 @@ the same for both.
 
 from __future__ import annotations
 
+import base64
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from ddptui.config.model import HostConfig
 from ddptui.errors import DdptuiError
 from ddptui.remote.commands import CommandResult, python_argv
-from ddptui.remote.files import read_remote
+from ddptui.remote.files import UnreadableFile
 from ddptui.remote.status import Reachability
 from ddptui.remote.stream import LineStream, RemoteStream
+from ddptui.untrusted import plain
 
 MAX_STDOUT_BYTES = 8 * 1024 * 1024
 """What :meth:`Transport.run` keeps of a command's stdout before ending it: a flooding host must
@@ -112,7 +114,24 @@ class Transport(ABC):
     ) -> bytes:
         """``path`` on ``host`` whole, at most ``max_bytes`` of it (through the node's own
         ``base64``). Raises :class:`~ddptui.remote.files.UnreadableFile`."""
-        return await read_remote(self, host, path, max_bytes=max_bytes, timeout=timeout)
+        result = await self.run(
+            host, ["base64", path], timeout=timeout, max_stdout=max_bytes * 4 // 3 + 4096
+        )
+        if result.reach is not None:
+            raise UnreadableFile(plain(result.reach.detail, limit=500, one_line=True))
+        if result.overflow is not None:
+            raise UnreadableFile(f"it is larger than ddptui reads ({max_bytes:,} bytes)")
+        if result.timed_out:
+            raise UnreadableFile(f"it was not read in {timeout:g} s")
+        if result.exit_status != 0:
+            raise UnreadableFile("it cannot be read")
+        try:
+            data = base64.b64decode(result.stdout)
+        except ValueError:
+            raise UnreadableFile("it came garbled") from None
+        if len(data) > max_bytes:
+            raise UnreadableFile(f"it is larger than ddptui reads ({max_bytes:,} bytes)")
+        return data
 
     @abstractmethod
     async def close(self) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
+from ddptui.layout import code_dir, flight_prefix
 from ddptui.remote.files import UnreadableFile
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_answers as answers
@@ -20,7 +21,6 @@ from ddptui.run.agent_answers import MAX_ATTEMPT, AttemptStatus
 from ddptui.run.agent_call import AGENT_TIMEOUT_S, NodeError, agent
 from ddptui.run.checkpoints import Held
 from ddptui.run.flight import MAX_DUMP_BYTES
-from ddptui.run.layout import code_dir, flight_prefix
 from ddptui.run.stacks import RankStack
 from ddptui.untrusted import count
 

@@ -12,13 +12,13 @@ from ddptui.check import CheckReport
 from ddptui.config import Config
 from ddptui.errors import DdptuiError
 from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
+from ddptui.layout import bench_path, workdir_of
 from ddptui.plan.launch import RUN_DIR_ENV, LaunchPlan, plan_launch
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.programs import source
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_call import NodeError, agent
-from ddptui.run.layout import bench_path, workdir_of
 from ddptui.run.store import new_run_id
 from ddptui.untrusted import plain
 

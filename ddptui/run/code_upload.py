@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
+from ddptui.layout import RECORD_NAME, code_dir
 from ddptui.remote.transport import Transport
 from ddptui.run.agent_call import NodeError, agent
 from ddptui.run.code import MIB, CodeTree
-from ddptui.run.layout import RECORD_NAME, code_dir
 from ddptui.untrusted import count
 
 UPLOAD_PIECE = 8 * MIB

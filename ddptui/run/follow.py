@@ -12,9 +12,9 @@ What a host sends is untrusted, and what it may cost the head node is bounded pe
   and about 40 bytes of objects a line: 2.4 MiB a host, 155 MiB for 64 hosts. A full inbox
   makes its reader wait (SSH's flow control then holds the agent): no line is dropped;
 - the offsets (:attr:`HostFollower.offsets`): only the host's own files as its plan names them
-  (:class:`~ddptui.run.layout.HostFiles`: its ranks' events, its attempts' torchrun files, and
+  (:class:`~ddptui.layout.HostFiles`: its ranks' events, its attempts' torchrun files, and
   as many local ranks' logs as its attempts can have: 268 for 8 ranks after 10 attempts, of
-  paths up to :data:`~ddptui.run.layout.MAX_PATH_CHARS` characters), so files a host invents
+  paths up to :data:`~ddptui.layout.MAX_PATH_CHARS` characters), so files a host invents
   can neither grow the offsets nor crowd out its real ones. A line of any other file is
   dropped and counted (:attr:`HostFollower.unknown`), never remembered: 4,096 offsets of
   256-character paths take 1.4 MiB (measured), so 268 take under 0.1 MiB, 6 MiB for 64 hosts;
@@ -36,11 +36,11 @@ import asyncssh
 
 from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
+from ddptui.layout import HostFiles
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
-from ddptui.run.layout import HostFiles
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.transports import transport
 from ddptui.untrusted import count, finite, plain, whole

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ddptui.check import CheckReport
 from ddptui.config.model import AUTO, Config
 from ddptui.errors import DdptuiError
+from ddptui.layout import code_cache_dir, code_dir, log_dir
 from ddptui.plan.launch import LaunchPlan, torchrun_flag
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.commands import python_argv
@@ -35,7 +36,6 @@ from ddptui.run.checkpoints import (
     unmatched,
 )
 from ddptui.run.code import MIB, CodeError, job_code, mib
-from ddptui.run.layout import code_cache_dir, code_dir, log_dir
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport, live, terminate
 from ddptui.run.timeline import Timeline

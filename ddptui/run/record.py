@@ -14,7 +14,7 @@ from typing import Any
 
 import tomli_w
 
-from ddptui.run.layout import HostFiles
+from ddptui.layout import HostFiles
 from ddptui.run.timeline import Timeline
 
 if sys.version_info >= (3, 11):

@@ -11,13 +11,13 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddptui import layout
 from ddptui.atomic import WORKDIR_DIR, WORKDIR_FILE, make_dirs, write_atomic
 from ddptui.config.model import Config
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
 from ddptui.plan.slurm import BatchPlan
 from ddptui.remote.programs import agent_program
-from ddptui.run import layout
 from ddptui.run.code import CodeTree, stage_tree
 from ddptui.run.slurm_job import (
     MAX_JOB_TEXT,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ddptui import layout
 from ddptui.check.run import check_nodes
 from ddptui.config.model import Config
 from ddptui.errors import DdptuiError
@@ -24,7 +25,7 @@ from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.remote.srun import SrunCluster
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
-from ddptui.run import layout, slurm
+from ddptui.run import slurm
 from ddptui.run.code import CodeTree, job_code
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.slurm_job import SlurmJob

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.run.layout import HostFiles
+from ddptui.layout import HostFiles
 from ddptui.run.record import RunRecord, RunState
 
 LOG_TAIL_LINES = 2000

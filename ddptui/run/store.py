@@ -1,6 +1,6 @@
 """The run store on the head node: one directory per run under ``$XDG_STATE_HOME/ddptui/runs``.
 
-Each run directory (:class:`~ddptui.run.layout.RunFiles`) holds ``run.toml`` (the
+Each run directory (:class:`~ddptui.layout.RunFiles`) holds ``run.toml`` (the
 :class:`~ddptui.run.record.RunRecord`, replaced atomically on every change, under a lock)
 and ``hosts.toml`` (the resolved hosts file the run was launched with, so every later command
 reaches the same hosts), and what the run's supervisor keeps beside them. A copy of
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ddptui.atomic import make_dirs, open_file, write_atomic
 from ddptui.errors import DdptuiError
+from ddptui.layout import RunFiles
 from ddptui.plan.launch import RUN_ID
-from ddptui.run.layout import RunFiles
 from ddptui.run.record import RunRecord
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from ddptui.aio import wait_for
 from ddptui.atomic import open_file
 from ddptui.errors import DdptuiError
+from ddptui.layout import RunFiles
 from ddptui.remote.head import HEAD_CWD, head_python
 from ddptui.run import protocol
-from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import Attach, Hello, Reply
 from ddptui.run.record import RunRecord
 from ddptui.run.store import RunStore

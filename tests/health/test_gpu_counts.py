@@ -22,8 +22,8 @@ from ddptui.check import CheckReport, PortTest
 from ddptui.commands.check import render
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
+from ddptui.health.resources import present_gpus
 from ddptui.plan.launch import PlanError, plan_launch
-from ddptui.plan.resources import present_gpus
 from ddptui.probe.facts import MAX_GPUS, NA, HostFacts
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability

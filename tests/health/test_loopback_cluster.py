@@ -11,8 +11,8 @@ from ipaddress import ip_address
 
 from ddptui.config.model import HostConfig
 from ddptui.health import Code, HostCheck, Severity
+from ddptui.health.resources import one_machine
 from ddptui.plan.launch import plan_launch
-from ddptui.plan.resources import one_machine
 from ddptui.probe.facts import MasterResolution
 from ddptui.remote.status import Reach, Reachability
 from tests.helpers import ADDRESSES, A, B, C, Scenario, interfaces

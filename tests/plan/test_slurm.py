@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui import layout
 from ddptui.config import parse_config
 from ddptui.errors import UsageError
 from ddptui.onhost import common, processes
@@ -24,7 +25,6 @@ from ddptui.plan.launch import (
 )
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
 from ddptui.remote.programs import agent_program, source
-from ddptui.run import layout
 
 RUN = "20261202-051500-abcd"
 HOSTILE = ["--note", 'it\'s $(touch /tmp/pwned) `id` ${HOME} "q" ;|&', "--x=*"]

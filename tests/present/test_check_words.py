@@ -21,8 +21,9 @@ from ddptui.check import CheckReport, PortTest
 from ddptui.commands.check import render
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import Code, Finding, HostCheck, Severity, evaluate
-from ddptui.present.check import finding_line, gpu_absence
+from ddptui.present.check import finding_line
 from ddptui.present.check import listed as words_listed
+from ddptui.present.hosts import gpu_absence
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.ui.app import DdptuiApp

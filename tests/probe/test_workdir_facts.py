@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ddptui import layout
 from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR
 from ddptui.onhost.probe_workdir import MADE_IN_WORKDIR, workdir_section
 from ddptui.probe.facts import NA, PathEntry, WorkdirSafety
 from ddptui.probe.parse import parse_facts
 from ddptui.probe.sections import MAX_PATH_CHARS, MAX_PATH_ENTRIES
-from ddptui.run import layout
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "probe"
 DIR = stat.S_IFDIR

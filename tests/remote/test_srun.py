@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
+from ddptui.layout import HostFiles
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
 from ddptui.remote.srun import SrunCluster
 from ddptui.run.follow import FileLine, Heartbeat, HostFollower
-from ddptui.run.layout import HostFiles
 from ddptui.run.transports import job_ended
 
 NODE = HostConfig("node1", "node1", python="/the/nodes/own/python")

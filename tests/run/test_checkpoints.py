@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, JobConfig
+from ddptui.layout import code_dir, host_run_dir
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.checkpoints import (
     APART_FROM_NODE_0,
@@ -25,7 +26,6 @@ from ddptui.run.checkpoints import (
     unmatched,
 )
 from ddptui.run.launcher import LaunchError, carry_checkpoints
-from ddptui.run.layout import code_dir, host_run_dir
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer

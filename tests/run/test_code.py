@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from ddptui.config.model import HostConfig, JobConfig
+from ddptui.layout import code_dir
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_call, code, code_upload
 from ddptui.run.agent_call import NodeError
 from ddptui.run.code import CodeError, job_code
-from ddptui.run.layout import code_dir
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.layout import HostFiles
 from ddptui.remote.stream import LineStream
 from ddptui.run import follow
 from ddptui.run.follow import SILENCE_S, HostFollower, HostSilent, Update
-from ddptui.run.layout import HostFiles
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer

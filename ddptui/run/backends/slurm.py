@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from ddptui.health.slurm import allocation_errors
 from ddptui.plan.slurm import master_port
 from ddptui.run import launcher, slurm_accounting, slurm_run
-from ddptui.run.backends import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
+from ddptui.run.backends.base import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.slurm import SlurmError
 from ddptui.run.slurm_job import SlurmJob

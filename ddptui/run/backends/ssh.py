@@ -8,7 +8,7 @@ from ddptui.plan.launch import DEBUG_ENV
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run import launcher
 from ddptui.run.agent_call import kept_agents
-from ddptui.run.backends import RunBackend, StartFailed
+from ddptui.run.backends.base import RunBackend, StartFailed
 from ddptui.run.launcher import LaunchError
 from ddptui.run.record import RunState
 from ddptui.run.stopper import StopReport, stop_nodes, terminate

@@ -21,8 +21,8 @@ from typing import IO
 from ddptui.atomic import open_file, write_atomic
 from ddptui.config import load_config
 from ddptui.errors import DdptuiError
+from ddptui.layout import RunFiles
 from ddptui.run import protocol
-from ddptui.run.layout import RunFiles
 from ddptui.run.protocol import BUSY
 from ddptui.run.standby import MAX_TOLD_BYTES, STANDBY, told
 from ddptui.run.store import RunStore

@@ -26,6 +26,7 @@ from ddptui.present.nodes import NODE_COLUMNS, node_rows, node_text
 from ddptui.present.trust import host_key_line
 from ddptui.run.control import BandwidthError, BandwidthReport, ClusterCheck, RunControl
 from ddptui.ui.messages import CheckDone, CheckFailed, CheckProgress, ClusterRead
+from ddptui.ui.owner import control_of
 from ddptui.ui.widgets.cells import ODD, cell, in_view, odd_cell
 from ddptui.untrusted import plain
 
@@ -116,11 +117,7 @@ class HealthScreen(Screen[None]):
     @property
     def control(self) -> RunControl:
         """The app's: the one way this screen checks, measures and trusts."""
-        from ddptui.ui.app import DdptuiApp
-
-        app = self.app
-        assert isinstance(app, DdptuiApp)
-        return app.control
+        return control_of(self.app)
 
     @work(exclusive=True, group="check")
     async def _check(self) -> None:

@@ -1,10 +1,10 @@
 """One layout of a run's files: the node agent, which travels alone, keeps its own copy of the
-patterns it needs; they must stay what ddptui.run.layout says."""
+patterns it needs; they must stay what ddptui.layout says."""
 
 from __future__ import annotations
 
+from ddptui import layout
 from ddptui.onhost import common
-from ddptui.run import layout
 
 
 def test_the_agent_follows_and_counts_the_files_the_layout_names() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ddptui.config.model import ClusterConfig
-from ddptui.plan.resources import choose_socket_ifname, is_free, resolve_backend
+from ddptui.health.resources import choose_socket_ifname, is_free, resolve_backend
 from ddptui.probe.facts import NA, GpuFacts, GpuProcess, HostFacts, MasterResolution
 from tests.helpers import B, C, Scenario, cpu_host, gpu, interfaces
 

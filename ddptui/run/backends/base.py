@@ -1,0 +1,192 @@
+"""Where a run runs: the lifecycle its supervisor needs from SSH hosts or a Slurm allocation.
+
+The split follows torchelastic's agent (``_start_workers`` / ``_stop_workers`` /
+``_monitor_workers``): the supervisor decides, a backend does. :class:`RunBackend` is what
+every backend does — connect for a job, start an attempt, stop it gracefully or terminate it,
+follow a node, take the ranks' stacks — and what only some need: a scheduler's backend also
+watches its job (:meth:`RunBackend.watch`) and says when the scheduler ended the nodes or
+started them again. :class:`~ddptui.run.backends.ssh.SshBackend` reaches a hosts file's hosts
+over SSH; :class:`~ddptui.run.backends.slurm.SlurmBackend` submits a batch job and reaches its
+nodes through ``srun``. A backend acts on the run only through its :class:`Owner`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ddptui.config import Config
+from ddptui.remote.transport import Transport
+from ddptui.run import dump
+from ddptui.run.dump import StackDump
+from ddptui.run.follow import HostFollower, Update
+from ddptui.run.record import NodeRecord, RunRecord, RunState
+from ddptui.run.slurm_job import SlurmJob
+from ddptui.run.state import Verdict
+from ddptui.run.stopper import StopReport
+from ddptui.run.store import RunStore
+from ddptui.run.transports import transport_for
+
+
+class Owner(Protocol):
+    """What a backend may do to the run it serves (its supervisor does it)."""
+
+    @property
+    def record(self) -> RunRecord: ...
+
+    def say(self, line: str) -> None:
+        """Tell whoever watches the job in progress."""
+
+    def change(self, change: Callable[[RunRecord], None]) -> None:
+        """Change the run's record (kept at once)."""
+
+    def note(self, *lines: str) -> None:
+        """Add ``lines`` to the current attempt's detail."""
+
+    def reached(self, host: str, stage: str) -> None:
+        """``host`` reached ``stage`` of the launch timeline (:mod:`ddptui.run.timeline`) now;
+        kept with the record's next change."""
+
+    def stop_asked(self) -> bool:
+        """Whether a stop or kill waits behind the job in progress."""
+
+    def starting(self) -> bool:
+        """Whether an attempt is being started now."""
+
+    def attempt_starting(
+        self, number: int, master_port: int, detail: str, job_id: str | None = None
+    ) -> None:
+        """Record attempt ``number`` as the run's newest, starting now."""
+
+    def attempt_running(
+        self, detail: str, placed: list[NodeRecord] | None = None, allocation: str = ""
+    ) -> None:
+        """The attempt runs (on ``placed``, the scheduler's ``allocation``, when the nodes were
+        chosen only now): record it and follow its nodes."""
+
+    async def verdict_within(self, seconds: float) -> Verdict | None:
+        """What the ranks say of the attempt's end, waited for up to ``seconds``."""
+
+
+class Follower(Protocol):
+    """One node's files and heartbeats (:class:`~ddptui.run.follow.HostFollower`)."""
+
+    def updates(self) -> AsyncIterator[Update]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    """Why an attempt did not start, and what of it to record."""
+
+    message: str
+    """The answer to whoever asked for the start."""
+    end: RunState | None = None
+    """How the attempt ended, when it had begun (None: nothing was started, as a refused
+    resume)."""
+    detail: str = ""
+    """The attempt's detail, when it is not :attr:`message`."""
+    data: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodesEnded:
+    """The scheduler ended the attempt's nodes while the run went on."""
+
+    found: SlurmJob | None
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """The scheduler started the run's job again: its next attempt."""
+
+    found: SlurmJob
+
+
+BackendEvent = NodesEnded | Restarted
+
+
+class RunBackend(abc.ABC):
+    """A run's lifecycle where it runs. Connections are per job: :meth:`connect` before,
+    :meth:`disconnect` after (one left from before a host's link was cut would be tried, and
+    time out, before a new one is opened)."""
+
+    def __init__(self, config: Config, owner: Owner) -> None:
+        self.config = config
+        self.owner = owner
+        self._remote: Transport | None = None
+
+    @property
+    def remote(self) -> Transport:
+        assert self._remote is not None, "the backend is used outside a job"
+        return self._remote
+
+    async def connect(self) -> None:
+        self._remote = await transport_for(self.config, self.owner.record)
+
+    async def disconnect(self) -> None:
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            await remote.close()
+
+    @abc.abstractmethod
+    async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
+        """Start attempt ``number`` (a resume's, from its checkpoint): recorded through the
+        owner as it goes; what failed, or None once it runs."""
+
+    @abc.abstractmethod
+    async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
+        """Stop the run's processes (``graceful``: the trainer checkpoints first) and confirm
+        nothing of it is left."""
+
+    @abc.abstractmethod
+    async def terminate(self, skip: Collection[str] = ()) -> StopReport:
+        """End every process of the run now (after a failure or a hang), leaving the hosts
+        in ``skip`` (silent) alone."""
+
+    def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
+        """What follows ``node`` from ``offsets`` (path → where its lines were taken up to)."""
+        record = self.owner.record
+        return HostFollower.of_node(self.config, record, node, offsets=offsets)
+
+    async def take_stacks(self) -> StackDump:
+        """Every rank's stacks and flight recorders, read and bounded."""
+        return await dump.take(self.config, self.owner.record, self.remote)
+
+    @staticmethod
+    def settle(
+        store: RunStore, records: Iterable[RunRecord], supervised: Callable[[str], bool]
+    ) -> bool:
+        """Record how the ended runs among ``records`` whose end no supervisor saw
+        (``supervised``: whether one holds a run now) really ended, where this backend has a
+        word on it; whether a record changed. Hosts reached over SSH keep nothing of a run
+        beyond its files: nothing to settle."""
+        return False
+
+    @property
+    def holds_run(self) -> bool:
+        """Whether something of the run lives although its record has ended (the supervisor
+        waits for it rather than exit)."""
+        return False
+
+    async def watch(self) -> AsyncIterator[BackendEvent]:
+        """What the scheduler does to the run while the supervisor lives. A backend without a
+        scheduler sees everything through its followers: nothing."""
+        return
+        yield
+
+    async def ending(self, event: NodesEnded) -> Verdict | None:
+        """How the attempt ended, once :meth:`model` said its nodes ended; None when the record
+        had ended already."""
+        raise TypeError(f"{type(self).__name__} watches no scheduler: {event}")
+
+    async def ended(self, event: NodesEnded, state: RunState) -> None:
+        """Tidy up after the end of ``event`` was recorded as ``state``."""
+        raise TypeError(f"{type(self).__name__} watches no scheduler: {event}")
+
+    async def restart(self, event: Restarted) -> StartFailed | None:
+        """Follow the attempt the scheduler started again."""
+        raise TypeError(f"{type(self).__name__} watches no scheduler: {event}")
