@@ -49,7 +49,7 @@ from benchmarks.procfs import cpu_seconds
 from ddptui.config import Config, load_config
 from ddptui.layout import code_dir, host_run_dir
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run.launcher import stage
+from ddptui.run.backends.ssh.launcher import stage
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.testbed import TestBed, TestHost, cut_link, restore_link
 

@@ -26,14 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddptui.config import load_config
+from ddptui.config import Config, load_config
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import LineStream
 from ddptui.remote.transport import Command, RemoteError, Transport
 from ddptui.run import dump
-from ddptui.run.backends import Follower, RunBackend, StartFailed
+from ddptui.run.backends import Follower, Owner, RunBackend, StartFailed, kind_of
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import MAX_DOCUMENT_BYTES, HostFollower
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
@@ -128,6 +128,10 @@ class SimTransport(Transport):
 class SimBackend(RunBackend):
     """Starts nothing (the simulated hosts step from their first connection) and stops
     nothing; it follows, which is what is measured."""
+
+    def __init__(self, config: Config, owner: Owner) -> None:
+        # The kind's transport is never opened: the simulated hosts are reached below.
+        super().__init__(config, owner, kind_of(config).transport)
 
     async def connect(self) -> None:
         return None

@@ -272,7 +272,8 @@ def test_no_import_circle() -> None:
 
 ONE_PATH = ("ddptui/commands", "ddptui/ui", "ddptui/run/control.py")
 """Where no code asks whether a cluster is Slurm's: RunControl's ``check``, ``plan`` and
-``launch`` take both kinds (``run/clusters.py`` chooses, once), and ``present`` words both."""
+``launch`` take both kinds (``run/backends/__init__.py``'s ``kind_of`` chooses, once), and
+``present`` words both."""
 
 
 def test_neither_the_front_ends_nor_run_control_ask_which_kind_of_cluster() -> None:
@@ -286,6 +287,74 @@ def test_neither_the_front_ends_nor_run_control_ask_which_kind_of_cluster() -> N
                 if named is not None and named.lower().endswith("slurm"):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {named}")
     assert offenders == []
+
+
+KINDS = "ddptui.run.backends"
+"""Where the kinds of cluster live, one package each (:data:`KIND_PACKAGES`), beside what they
+share (``base``: the backend's ABC and its events; ``cluster``: the cluster's; ``kind``: the
+kind's) and the factory that chooses one by the hosts file (the package itself: ``kind_of``)."""
+KIND_PACKAGES = ("ddptui.run.backends.ssh", "ddptui.run.backends.slurm")
+SLURM_BELOW_RUNS = (
+    "ddptui.config",  # the [slurm] table read (SlurmConfig), as every hosts file is
+    "ddptui.remote.srun",  # SrunCluster: a Transport, as RemoteCluster is SSH's
+    "ddptui.health.slurm",  # pure: sinfo read, the check's and the allocation's findings
+    "ddptui.plan.slurm",  # pure: the batch script, as plan.launch is SSH hosts' torchrun argv
+)
+"""Slurm's parts that stay in the layers below the runs layer, outside its package: each is
+pure or reaches no run (the config read, the transport, the check's judgement, the plan), and
+sits beside the SSH hosts' own counterpart in its layer, which the front ends and ``present``
+read as values. Being below ``run``, none of them may import a kind's package anyway
+(:func:`test_no_module_imports_a_layer_above_its_own`)."""
+
+
+def test_only_the_backends_package_imports_a_kind_s_own_modules() -> None:
+    """A kind's modules (``backends/ssh/``, ``backends/slurm/``) are imported only within
+    ``ddptui/run/backends/``, where the factory (``kind_of``) hands out each kind's cluster,
+    backend and transport: every other module of ddptui asks the kind, apart from
+    :data:`SLURM_BELOW_RUNS`, Slurm's parts in the lower layers."""
+    modules = _ddptui_modules()
+    assert all(_within(package, modules) for package in KIND_PACKAGES)
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {imported}"
+        for path in _python_files("ddptui")
+        if not _within(_module_name(path), (KINDS, *SLURM_BELOW_RUNS))
+        for imported in sorted(_imports_of(path, modules))
+        if _within(imported, KIND_PACKAGES)
+    ]
+    assert offenders == []
+
+
+def test_the_kind_of_cluster_is_chosen_in_one_place() -> None:
+    """``config.slurm`` is asked about (``is None``, ``is not None``) in the runs layer only by
+    the factory, ``ddptui/run/backends/__init__.py``: the others take the kind it gives. An
+    ``assert`` chooses nothing (a Slurm module's, for the type checker): it is not counted."""
+    factory = ROOT / "ddptui" / "run" / "backends" / "__init__.py"
+    asked = []
+    for path in _python_files("ddptui/run"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        asserted = {
+            id(node)
+            for statement in ast.walk(tree)
+            if isinstance(statement, ast.Assert)
+            for node in ast.walk(statement)
+        }
+        for node in ast.walk(tree):
+            if id(node) not in asserted and (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Attribute)
+                and node.left.attr == "slurm"
+                and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
+            ):
+                asked.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert asked == [f"{factory.relative_to(ROOT)}:{_line_of(factory, '.slurm is not None')}"]
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(
+        number
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if text in line
+    )
 
 
 def test_front_ends_reach_checks_and_runs_only_through_run_control() -> None:

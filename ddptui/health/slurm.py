@@ -88,8 +88,12 @@ class SlurmNode:
         return base not in UNAVAILABLE and not self.state.endswith("*")
 
 
+SINFO_FORMAT = "%N|%P|%T|%G|%E"
+"""What ``sinfo -o`` is asked for, whichever nodes: what :func:`parse_sinfo` reads."""
+
+
 def parse_sinfo(text: str) -> list[SlurmNode]:
-    """The nodes of ``sinfo -h -N -o "%N|%P|%T|%G|%E"``; lines that are not one are skipped.
+    """The nodes of ``sinfo -h -N -o SINFO_FORMAT``; lines that are not one are skipped.
     The reason, an administrator's free text, comes last: a ``|`` in it stays in it."""
     nodes = []
     for line in text.splitlines()[:MAX_NODES]:

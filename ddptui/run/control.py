@@ -31,9 +31,9 @@ from ddptui.remote.trust import HostKeyScan as HostKeyScan
 from ddptui.run import backends
 from ddptui.run import dump as stack_dump
 from ddptui.run.attachment import Attachment
+from ddptui.run.backends.cluster import Cluster
+from ddptui.run.backends.cluster import RunPlan as RunPlan
 from ddptui.run.bandwidth import BandwidthError as BandwidthError
-from ddptui.run.clusters import RunPlan as RunPlan
-from ddptui.run.clusters import cluster_of
 from ddptui.run.code import CodeError as CodeError
 from ddptui.run.code import CodeTree, job_code
 from ddptui.run.dump import StackDump as StackDump
@@ -78,7 +78,8 @@ class RunControl:
     modules), and what those values hold is read out by :mod:`ddptui.present`.
 
     A hosts file's SSH hosts and a ``[slurm]`` cluster are asked alike: what differs is
-    :mod:`ddptui.run.clusters`' (before a run) and the supervisor's backend (once it runs)."""
+    their kind's (:func:`ddptui.run.backends.kind_of`): its cluster before a run, the
+    supervisor's backend once it runs, and the way to the run's nodes."""
 
     def __init__(self, store: RunStore | None = None) -> None:
         self.store = store or RunStore()
@@ -92,24 +93,24 @@ class RunControl:
         """Whether ``config``'s cluster is hosts ddptui reaches itself (each checked, its key
         trusted, its links measured), or a scheduler's nodes, known from its check: what a
         front end shows and offers, without asking which kind of cluster it is."""
-        return cluster_of(config).fixed_hosts
+        return _cluster(config).fixed_hosts
 
     def require_hosts(self, config: Config, what: str, shown: str | None = None) -> None:
         """Refuse ``what`` (a command, an option, a key) with a :class:`UsageError` that says
         what does work, unless ``config``'s cluster :meth:`has_fixed_hosts`; ``shown``: how to
         name the hosts file (default: its path)."""
-        cluster_of(config).require_hosts(what, shown)
+        _cluster(config).require_hosts(what, shown)
 
     async def check(self, config: Config, progress: Progress | None = None) -> ClusterCheck:
         """What stands in a run's way on ``config``'s cluster: every host checked over SSH
         (``progress``: each host's steps as they come), or Slurm asked about its nodes."""
-        return await cluster_of(config).check(self.checks, progress)
+        return await _cluster(config).check(self.checks, progress)
 
     def recent_check(self, config: Config) -> RecentCheck | None:
         """A healthy check of ``config``'s hosts from the last few minutes that may stand for a
         new one (:mod:`ddptui.check.reuse`): none of this store's runs has started an attempt
         since that is still going (its GPUs and ports would be taken now)."""
-        recent = cluster_of(config).recent(self.checks)
+        recent = _cluster(config).recent(self.checks)
         if recent is None:
             return None
         for record in self.store.changed_since(recent.checked_at):
@@ -121,7 +122,7 @@ class RunControl:
     def plan_needs_check(self, config: Config) -> bool:
         """Whether :meth:`plan` needs the check's report (SSH hosts are planned from what they
         offer), so that even a dry run checks first; a batch job's nodes are Slurm's to pick."""
-        return cluster_of(config).plans_from_check
+        return _cluster(config).plans_from_check
 
     def plan(
         self,
@@ -134,7 +135,7 @@ class RunControl:
         """A new run's plan: every host's torchrun from ``report`` (SSH hosts), or the batch
         script (a ``[slurm]`` cluster: its workdir as the head sees it, which the nodes
         share). :class:`PlanError`, or a :class:`UsageError` saying what to change."""
-        return cluster_of(config).plan(
+        return _cluster(config).plan(
             report, run_id=new_run_id(), extra_args=extra_args, debug=debug
         )
 
@@ -143,7 +144,7 @@ class RunControl:
         launch's backend, interface and environment (``check --bandwidth``, the console's
         ``b``); :class:`BandwidthError` when the benchmark did not run to its end, a
         :class:`UsageError` for a cluster without fixed hosts."""
-        return await cluster_of(config).measure(report)
+        return await _cluster(config).measure(report)
 
     async def scan_host_keys(self, config: Config) -> list[HostKeyScan]:
         """Every host's key, fetched and compared with its known_hosts files (``ddptui
@@ -212,7 +213,7 @@ class RunControl:
         starts (default: when its check began)."""
         from ddptui.config.render import config_to_toml
 
-        new = cluster_of(config).new_run(report, plan, demo=demo, began=began)
+        new = _cluster(config).new_run(report, plan, demo=demo, began=began)
         # The run's own hosts file: every later command reaches the same hosts.
         self.store.create(new.record, config_to_toml(config))
         self._start_supervisor(new.record.id, "--launch", *new.options)
@@ -278,9 +279,9 @@ class RunControl:
         """Every rank's Python stacks, from every host at once, and the ranks' flight-recorder
         dumps, saved in the run's store (of a finished run, the flight recorders alone)."""
         record, config = self.open(run_id)
-        return stack_dump.save(
-            await stack_dump.take(config, record), self.store.files(record.id).dumps
-        )
+        async with backends.kind_of(config).reaching(record) as remote:
+            taken = await stack_dump.take(config, record, remote)
+        return stack_dump.save(taken, self.store.files(record.id).dumps)
 
     async def view(self, run_id: str | None, *, say: Say = quiet) -> RunView:
         """The run as it stands: from its supervisor while it lives (started if it has none),
@@ -349,8 +350,12 @@ class RunControl:
         says so, after the lines read from it until then."""
         queue: asyncio.Queue[Update | StoppedWaiting | None] = asyncio.Queue(maxsize=10000)
         began = time.monotonic()
+        kind = backends.kind_of(config)
         followers = [
-            HostFollower.of_node(config, record, node, silence_s=silence_s) for node in record.nodes
+            HostFollower.of_node(
+                config, record, node, silence_s=silence_s, open_transport=kind.transport
+            )
+            for node in record.nodes
         ]
         waiting = {
             follower.host.name: "has not said it has sent every line" for follower in followers
@@ -444,6 +449,11 @@ class RunControl:
     def _spawn(self, run_id: str, *args: str) -> None:
         """Start ``run_id``'s supervisor, detached in a session of its own."""
         self.supervisors.spawn(run_id, *args)
+
+
+def _cluster(config: Config) -> Cluster:
+    """``config``'s cluster, before a run, as its kind has it."""
+    return backends.kind_of(config).cluster()
 
 
 __all__ = ["BUSY", "Attachment", "ControlError", "RunControl", "Say"]

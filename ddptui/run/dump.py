@@ -25,7 +25,6 @@ from ddptui.run.agent_call import NodeError, described
 from ddptui.run.flight import FlightDumpError, FlightFinding, RankTrace, analyse, read_dump
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.stacks import RankStack, StackGroup, group
-from ddptui.run.transports import transport_for
 
 HOST_FLIGHT_BYTES = 64 * 1024 * 1024
 """Flight-recorder bytes read from one host per dump: 8 ranks' recorders of 2,000 collectives
@@ -100,15 +99,10 @@ def _by_rank(stack: RankStack) -> int:
     return stack.rank
 
 
-async def take(config: Config, record: RunRecord, remote: Transport | None = None) -> StackDump:
-    """Ask every node of the run for its ranks' stacks, in parallel (through ``remote``'s
-    connections where given: the supervisor's)."""
-    if remote is None:
-        own = await transport_for(config, record)
-        try:
-            return await take(config, record, own)
-        finally:
-            await own.close()
+async def take(config: Config, record: RunRecord, remote: Transport) -> StackDump:
+    """Ask every node of the run for its ranks' stacks, in parallel, through ``remote``'s
+    connections (the supervisor's, or the run's kind's: :meth:`Kind.reaching
+    <ddptui.run.backends.kind.Kind.reaching>`)."""
     taken_at = time.time()
     budget = _Budget(FLIGHT_BYTES)
     heard = await asyncio.gather(

@@ -28,9 +28,9 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import asyncssh
 
@@ -42,7 +42,6 @@ from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.record import NodeRecord, RunRecord
-from ddptui.run.transports import transport
 from ddptui.untrusted import count, finite, plain, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
@@ -138,6 +137,21 @@ async def _read(stream: LineStream, inbox: Inbox) -> None:
         inbox.end()
 
 
+class OpenTransport(Protocol):
+    """What reaches a run's nodes now, the way its kind of cluster reaches them
+    (:meth:`ddptui.run.backends.kind.Kind.transport`): SSH for a hosts file's hosts (with these
+    keepalives), a Slurm job's ``srun`` steps, or the login node once the job has ended."""
+
+    async def __call__(
+        self,
+        hosts: Sequence[HostConfig],
+        job_id: str | None,
+        *,
+        keepalive_interval: float = ...,
+        keepalive_count_max: int = ...,
+    ) -> Transport: ...
+
+
 def _reason(error: BaseException) -> str:
     return error.reachability.detail if isinstance(error, HostUnreachable) else str(error)
 
@@ -156,10 +170,13 @@ class HostFollower:
         silence_s: float = SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
         job_id: str | None = None,
+        open_transport: OpenTransport | None = None,
     ) -> None:
         """``offsets``: path → where to resume (the lines taken before); ``files``: the files
         the host's plan gives it (:meth:`of_node`), the only ones followed; ``job_id``: a Slurm
-        run's job, whose steps reach the node while it runs."""
+        run's job, whose steps reach the node while it runs; ``open_transport``: how the
+        run's kind of cluster reaches the node (None: a follower that only reads what it is
+        given, and opens nothing)."""
         self.config = config
         self.host = host
         self.run_dir = run_dir
@@ -175,6 +192,7 @@ class HostFollower:
         self.silence_s = silence_s
         self._clock = clock
         self.job_id = job_id
+        self.open_transport = open_transport
         self._last_heard = 0.0
         self._silent = False
         self._heard = False
@@ -275,9 +293,11 @@ class HostFollower:
         await self._reset()
 
     async def _open(self) -> LineStream:
+        if self.open_transport is None:
+            raise TypeError(f"the follower of {self.host.name} was given no way to reach it")
         # Keepalives every 5 s: a cut link shows as silence within the silence window.
-        self._remote = await transport(
-            self.config, [self.host], self.job_id, keepalive_interval=5.0, keepalive_count_max=2
+        self._remote = await self.open_transport(
+            [self.host], self.job_id, keepalive_interval=5.0, keepalive_count_max=2
         )
         reach = await self._remote.connect(self.host)
         if not reach.ok:

@@ -462,15 +462,17 @@ class RunModel:
             if note is not None:
                 notes[node.host] = note
         attempt = record.attempt.number if record.attempts else 0
-        progress = self.progress
+        summary = self.progress.summary()
+        line, stepped = summary.format_line(), self.progress.stepped
         return Judgement(
             record.state,
             attempt,
             record.detail,
             notes,
             hang,
-            progress.format_line(),
-            progress.stepped,
+            line,
+            stepped,
+            stragglers=summary.stragglers,
         )
 
     def conclude(self, state: RunState) -> None:

@@ -25,13 +25,10 @@ from __future__ import annotations
 import enum
 import math
 import statistics
-import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
-
-from ddptui.untrusted import plain
 
 from .bands import halved_when_full
 from .events import (
@@ -46,6 +43,7 @@ from .events import (
     StopRequestedEvent,
 )
 from .logloss import LoggedLoss
+from .state import Straggler
 
 STRAGGLER_RATIO: Final = 1.10
 STRAGGLER_CLEAR_RATIO: Final = 1.05
@@ -169,28 +167,6 @@ class RankProgress:
         if self.step_time_s is None:
             return None
         return min(self.step_time_s * self.steps_per_event, MAX_STEP_S)
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """A rank named a straggler: where, by how much, since when (its clock)."""
-
-    rank: int
-    host: str
-    slower_by: float
-    since: float
-
-    def words(self) -> str:
-        """``rank 3 on node1 +45% since 14:02:11``."""
-        try:
-            since = time.strftime("%H:%M:%S", time.localtime(self.since))
-        except (OverflowError, OSError, ValueError):
-            # Any code may build a Straggler: its words must not end the judging that names it.
-            since = "?"
-        return (
-            f"rank {self.rank} on {plain(self.host, limit=64, one_line=True)} "
-            f"+{self.slower_by:.0%} since {since}"
-        )
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, sample_of
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang, Judgement, RankAtHang
+from ddptui.run.state import Hang, Judgement, RankAtHang, Straggler
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -248,6 +248,15 @@ def judgement_document(judgement: Judgement) -> dict[str, Any]:
         "progress": judgement.progress,
         "stepped": judgement.stepped,
         "doing": judgement.doing,
+        "stragglers": [
+            {
+                "rank": straggler.rank,
+                "host": straggler.host,
+                "slower_by": straggler.slower_by,
+                "since": straggler.since,
+            }
+            for straggler in judgement.stragglers
+        ],
         "hang": None
         if hang is None
         else {
@@ -369,6 +378,15 @@ def judgement_of(doc: Any) -> Judgement:
         _text(doc.get("progress", "")),
         doc.get("stepped") is True,
         _text(doc.get("doing", "")),
+        tuple(_straggler(each) for each in doc.get("stragglers", ())),
+    )
+
+
+def _straggler(doc: Any) -> Straggler:
+    if not isinstance(doc, dict):
+        raise ValueError("not a straggler")
+    return Straggler(
+        _int(doc["rank"]), _text(doc["host"]), _number(doc["slower_by"]), _number(doc["since"])
     )
 
 

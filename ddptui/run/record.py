@@ -15,6 +15,7 @@ from typing import Any
 import tomli_w
 
 from ddptui.layout import HostFiles
+from ddptui.probe.facts import NA, HostFacts
 from ddptui.run.timeline import Timeline
 
 if sys.version_info >= (3, 11):
@@ -100,6 +101,21 @@ class NodeRecord:
     versions: dict[str, str] = field(default_factory=dict)
     clock_offset_s: float | None = None
     """The host's clock minus the head node's, as the check measured it."""
+
+
+def node_versions(facts: HostFacts | None) -> dict[str, str]:
+    """What the check learnt of a host's stack, for its node's record
+    (:attr:`NodeRecord.versions`)."""
+    if facts is None:
+        return {}
+    found = {
+        "python": facts.python.version,
+        "torch": facts.torch.version,
+        "cuda": facts.torch.cuda_build,
+        "nccl": facts.torch.nccl_version,
+        "driver": facts.gpus.driver_version,
+    }
+    return {key: str(value) for key, value in found.items() if value not in (None, NA)}
 
 
 @dataclass

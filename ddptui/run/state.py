@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 from ddptui.layout import HostFiles
 from ddptui.run.record import RunRecord, RunState
+from ddptui.untrusted import plain
 
 LOG_TAIL_LINES = 2000
 """Per rank (and per node for torchrun's own output): enough to read back, bounded."""
@@ -133,6 +135,28 @@ class RankAtHang:
     """Why it differs from the other ranks, or None when it looks like them."""
 
 
+@dataclass(frozen=True)
+class Straggler:
+    """A rank named a straggler: where, by how much, since when (its clock)."""
+
+    rank: int
+    host: str
+    slower_by: float
+    since: float
+
+    def words(self) -> str:
+        """``rank 3 on node1 +45% since 14:02:11``."""
+        try:
+            since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        except (OverflowError, OSError, ValueError):
+            # Any code may build a Straggler: its words must not end the judging that names it.
+            since = "?"
+        return (
+            f"rank {self.rank} on {plain(self.host, limit=64, one_line=True)} "
+            f"+{self.slower_by:.0%} since {since}"
+        )
+
+
 STUCK = "stuck"
 WAITING = "waiting"
 
@@ -209,6 +233,9 @@ class Judgement:
     doing: str = ""
     """What the supervisor does for the run now beyond following it (ending the other nodes
     after a failure…), while it does it."""
+    stragglers: tuple[Straggler, ...] = ()
+    """The ranks named stragglers, slowest first: as the supervisor's model judged them, which
+    every viewer shows rather than judge its own from the events it happens to have read."""
 
     @classmethod
     def of_record(cls, record: RunRecord) -> Judgement:

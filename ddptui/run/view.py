@@ -106,7 +106,7 @@ class RunView:
                     step_time_s=_finite(rank.step_time_s),
                     cuda_peak_mib=_finite(rank.cuda_peak_mib),
                     rss_mib=_finite(rank.rss_mib),
-                    straggler=rank.straggler,
+                    straggler=any(named.rank == rank.rank for named in judgement.stragglers),
                     hung=None if judgement.hang is None else judgement.hang.part(rank.rank),
                     compute_s=_finite(rank.compute_s),
                     slower_by=_finite(rank.slower_by),

@@ -17,7 +17,7 @@ from ddptui.plan.launch import (
     with_master_port,
 )
 from ddptui.remote.status import Reach, Reachability
-from ddptui.run.launcher import attempt_argv
+from ddptui.run.backends.ssh.launcher import attempt_argv
 from tests.helpers import gpu, healthy_facts
 
 RUN = "20261130-120000-abcd"

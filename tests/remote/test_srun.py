@@ -18,8 +18,9 @@ from ddptui.layout import HostFiles
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
 from ddptui.remote.srun import SrunCluster
+from ddptui.run.backends import kind_of
+from ddptui.run.backends.slurm.commands import job_ended
 from ddptui.run.follow import FileLine, Heartbeat, HostFollower
-from ddptui.run.transports import job_ended
 
 NODE = HostConfig("node1", "node1", python="/the/nodes/own/python")
 
@@ -86,7 +87,11 @@ def test_a_slurm_run_s_node_is_followed_from_the_shared_run_directory(tmp_path: 
 
     async def follow() -> list[object]:
         follower = HostFollower(
-            config, config.host("node1"), str(tmp_path), HostFiles(range(2, 4), 1)
+            config,
+            config.host("node1"),
+            str(tmp_path),
+            HostFiles(range(2, 4), 1),
+            open_transport=kind_of(config).transport,
         )
         seen: list[object] = []
         async for update in follower.updates():

@@ -23,7 +23,7 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
 from ddptui.run.agent_answers import AttemptStatus
 from ddptui.run.agent_call import GarbledAnswer, NodeError, kept_agents
-from ddptui.run.launcher import LaunchError, start_attempt
+from ddptui.run.backends.ssh.launcher import LaunchError, start_attempt
 from ddptui.run.record import RunRecord
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 from tests.helpers import Behaviour, HostileSshServer

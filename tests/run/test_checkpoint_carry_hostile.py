@@ -3,7 +3,8 @@
 Issue 41, finding 1: a host answered ``list-files`` with ``torch.py`` under ``ckpt/*.pt``, and the
 resume copied it into every other node's code directory (every rank's ``sys.path[0]``). Each
 trick a host has is tried below: first on the pure planning, then through the real
-:func:`~ddptui.run.launcher.carry_checkpoints` with a host that answers what it likes.
+:func:`~ddptui.run.backends.ssh.launcher.carry_checkpoints` with a host that answers what it
+likes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.run.agent_answers import listed_files
+from ddptui.run.backends.ssh.launcher import LaunchError, carry_checkpoints
 from ddptui.run.checkpoints import (
     AMONG_CODE,
     APART_FROM_NODE_0,
@@ -31,7 +33,6 @@ from ddptui.run.checkpoints import (
     matches,
     plan_copies,
 )
-from ddptui.run.launcher import LaunchError, carry_checkpoints
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.run.hostile_answers import AnsweringHost
 

@@ -13,6 +13,7 @@ import pytest
 from ddptui.config.model import ClusterConfig, Config, JobConfig
 from ddptui.layout import code_dir, host_run_dir
 from ddptui.remote.connection import RemoteCluster
+from ddptui.run.backends.ssh.launcher import LaunchError, carry_checkpoints
 from ddptui.run.checkpoints import (
     APART_FROM_NODE_0,
     RECEIVE,
@@ -25,7 +26,6 @@ from ddptui.run.checkpoints import (
     plan_copies,
     unmatched,
 )
-from ddptui.run.launcher import LaunchError, carry_checkpoints
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer

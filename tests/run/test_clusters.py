@@ -1,11 +1,14 @@
 """One ``check``, ``plan`` and ``launch`` for every kind of cluster: RunControl asks the hosts
-file's cluster (:func:`ddptui.run.clusters.cluster_of`), chosen once by its ``[slurm]`` table,
-and the front ends hold one type of check (:class:`ddptui.health.ClusterCheck`) whatever it was."""
+file's cluster, of the kind chosen once by its ``[slurm]`` table
+(:func:`ddptui.run.backends.kind_of`), which gives the backend and the transport of the same
+kind, and the front ends hold one type of check (:class:`ddptui.health.ClusterCheck`) whatever
+it was."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -17,8 +20,15 @@ from ddptui.health import ClusterCheck
 from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.plan.launch import LaunchPlan, PlanError
 from ddptui.plan.slurm import BatchPlan
-from ddptui.run import clusters
-from ddptui.run.clusters import HostsCluster, SlurmCluster, cluster_of
+from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.srun import SrunCluster
+from ddptui.run.backends import Owner, kind_of
+from ddptui.run.backends.slurm import commands as slurm_commands
+from ddptui.run.backends.slurm.backend import SlurmBackend
+from ddptui.run.backends.slurm.cluster import SlurmCluster
+from ddptui.run.backends.ssh import cluster as ssh_cluster
+from ddptui.run.backends.ssh.backend import SshBackend
+from ddptui.run.backends.ssh.cluster import HostsCluster
 from ddptui.run.control import RunControl
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
@@ -54,10 +64,29 @@ def test_both_kinds_of_check_are_one_type_with_what_front_ends_ask() -> None:
 def test_the_cluster_is_chosen_by_the_hosts_file_alone(tmp_path: Path) -> None:
     control = RunControl(RunStore(tmp_path / "runs"))
     hosts, slurm = parse_config(HOSTS, Path("hosts.toml")), _slurm(tmp_path)
-    assert isinstance(cluster_of(hosts), HostsCluster)
-    assert isinstance(cluster_of(slurm), SlurmCluster)
+    assert isinstance(kind_of(hosts).cluster(), HostsCluster)
+    assert isinstance(kind_of(slurm).cluster(), SlurmCluster)
     # SSH hosts are planned from what their check found; a batch job needs no check to plan.
     assert control.plan_needs_check(hosts) and not control.plan_needs_check(slurm)
+
+
+def test_the_kind_gives_its_cluster_s_backend_and_transport(tmp_path: Path) -> None:
+    owner = cast(Owner, object())
+    hosts, slurm = parse_config(HOSTS, Path("hosts.toml")), _slurm(tmp_path)
+
+    async def transports() -> list[object]:
+        ssh = await kind_of(hosts).transport(hosts.hosts, None)
+        # No job yet: the login node, not a step (Slurm is not asked).
+        srun = await kind_of(slurm).transport([], None)
+        for each in (ssh, srun):
+            await each.close()
+        return [ssh, srun]
+
+    assert isinstance(kind_of(hosts).backend(owner), SshBackend)
+    assert isinstance(kind_of(slurm).backend(owner), SlurmBackend)
+    ssh, srun = asyncio.run(transports())
+    assert isinstance(ssh, RemoteCluster)
+    assert isinstance(srun, SrunCluster) and srun.job_id is None
 
 
 def test_front_ends_ask_what_a_cluster_can_do_and_hear_what_works_when_it_cannot(
@@ -92,8 +121,8 @@ def test_one_check_asks_slurm_for_a_slurm_cluster_and_the_hosts_for_the_others(
         asked.append("ssh")
         return _hosts_report(config)
 
-    monkeypatch.setattr(clusters.slurm, "check", sinfo)
-    monkeypatch.setattr(clusters, "check_cluster", over_ssh)
+    monkeypatch.setattr(slurm_commands, "check", sinfo)
+    monkeypatch.setattr(ssh_cluster, "check_cluster", over_ssh)
     control = RunControl(RunStore(tmp_path / "runs"))
     assert asyncio.run(control.check(_slurm(tmp_path))) is slurm_check
     hosts = parse_config(HOSTS, Path("hosts.toml"))
@@ -127,12 +156,12 @@ def test_ssh_hosts_are_planned_from_their_check_and_only_from_it(tmp_path: Path)
 def test_a_new_run_is_recorded_as_its_cluster_launches_it(tmp_path: Path) -> None:
     config = _slurm(tmp_path)
     plan = RunControl(RunStore(tmp_path / "runs")).plan(config, extra_args=["-x"], debug=True)
-    new = cluster_of(config).new_run(_slurm_check(), plan, demo=False)
+    new = kind_of(config).cluster().new_run(_slurm_check(), plan, demo=False)
     assert new.queues and new.options == ("--debug",)
     assert new.record.id == plan.run_id and new.record.state is RunState.STAGING
     assert new.record.args[-1:] == ["-x"] and new.record.world_size == 6
     # A plan of the other kind is refused, not half-recorded.
     hosts = parse_config(HOSTS, Path("hosts.toml"))
     with pytest.raises(PlanError):
-        cluster_of(hosts).new_run(_hosts_report(hosts), plan, demo=False)
+        kind_of(hosts).cluster().new_run(_hosts_report(hosts), plan, demo=False)
     assert not isinstance(plan, LaunchPlan)

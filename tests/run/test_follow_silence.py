@@ -14,6 +14,7 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.layout import HostFiles
 from ddptui.remote.stream import LineStream
 from ddptui.run import follow
+from ddptui.run.backends import kind_of
 from ddptui.run.follow import SILENCE_S, HostFollower, HostSilent, Update
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
@@ -27,7 +28,14 @@ def test_a_channel_that_ends_before_it_says_anything_leaves_the_host_silent(
     host = local_host(local_ssh_server, python="false")
     config = Config(tmp_path / "hosts.toml", ClusterConfig(), (host,), JobConfig())
 
-    follower = HostFollower(config, host, str(tmp_path), HostFiles(range(1), 1), silence_s=1.0)
+    follower = HostFollower(
+        config,
+        host,
+        str(tmp_path),
+        HostFiles(range(1), 1),
+        silence_s=1.0,
+        open_transport=kind_of(config).transport,
+    )
     update = asyncio.run(_first_update(follower))
     assert isinstance(update, HostSilent), update
     assert update.reason == "the node agent ended before it answered"
@@ -77,7 +85,9 @@ def test_the_follower_the_product_makes_says_a_host_is_silent_after_the_document
     node = NodeRecord(host.name, host.address, 0, 1, "/runs/r1/node0", [], {})
     config = Config(tmp_path / "hosts.toml", ClusterConfig(), (host,), JobConfig())
     record = RunRecord("r1", 0.0, "", "script", "gloo", "", 1, [], [node])
-    follower = HostFollower.of_node(config, record, node, clock=lambda: now[0])
+    follower = HostFollower.of_node(
+        config, record, node, clock=lambda: now[0], open_transport=kind_of(config).transport
+    )
     tries: list[float] = []
 
     async def unreachable() -> LineStream:

@@ -22,6 +22,7 @@ from ddptui.remote.connection import RemoteCluster
 from ddptui.run import agent_client as nodes
 from ddptui.run import dump as stack_dump
 from ddptui.run.agent_call import NodeError, kept_agents
+from ddptui.run.backends import kind_of
 from ddptui.run.record import RunRecord
 from tests.helpers import Behaviour, HostileSshServer
 from tests.run.bed import one_rank_a_host_record
@@ -73,7 +74,12 @@ def test_a_host_s_error_cannot_print_a_line_of_another_host_s_in_a_dump(
     two_hosts: tuple[Config, RunRecord],
 ) -> None:
     config, record = two_hosts
-    taken = asyncio.run(stack_dump.take(config, record))
+
+    async def take() -> stack_dump.StackDump:
+        async with kind_of(config).reaching(record) as remote:
+            return await stack_dump.take(config, record, remote)
+
+    taken = asyncio.run(take())
     printed = "\n".join(line.plain for line in dump_lines(taken)).splitlines()
     assert [line for line in printed if "rank 0 on gpu-a" in line] == [
         "rank 0 on gpu-a: sleep_here ← step ← <module> at train.py:12",

@@ -25,7 +25,7 @@ from ddptui.run.protocol import (
     message,
 )
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang, Judgement, RankAtHang
+from ddptui.run.state import Hang, Judgement, RankAtHang, Straggler
 
 HANG = Hang(
     since=1000.5,
@@ -48,6 +48,14 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
         Judged(Judgement(RunState.RUNNING, 1, "every node started")),
         Judged(Judgement(RunState.FAILED, 1, "gpu-b stopped answering", doing="ending gpu-a")),
         Judged(Judgement(RunState.HUNG, 1, "no output", hang=replace(HANG, quiet=True))),
+        Judged(
+            Judgement(
+                RunState.RUNNING,
+                1,
+                "every node started",
+                stragglers=(Straggler(3, "gpu-b", 0.45, 1000.5), Straggler(1, "gpu-a", 0.2, 999.0)),
+            )
+        ),
         Said("asked the trainer to checkpoint and stop"),
         Reply("r1", True, "stopped", {"lines": ["a"], "clean": True}),
         Ended(RunState.FAILED, "torchrun on gpu-b exited 1", 1),
@@ -113,6 +121,10 @@ def test_anything_else_is_dropped_not_raised(document: object) -> None:
         b'{"type": "request", "id": "r", "op": "resume", "began": "yesterday"}',
         b'{"type": "request", "id": "r", "op": "resume", "began": NaN}',
         b'{"type": "judged", "judgement": {"state": "exploded", "attempt": 1, "detail": ""}}',
+        b'{"type": "judged", "judgement": {"state": "running", "attempt": 1, "detail": "",'
+        b' "stragglers": [{"rank": 3, "host": "b", "slower_by": Infinity, "since": 0}]}}',
+        b'{"type": "judged", "judgement": {"state": "running", "attempt": 1, "detail": "",'
+        b' "stragglers": "rank 3"}}',
         b'{"type": "line", "h": "a", "f": "x", "o": true, "t": "y"}',
         b'{"type": "hello", "v": 1, "run": "x", "pid": 1, "journal": [0], "judgement": {}}',
         b'{"type": "beat", "h": "a", "time": 1e999, "groups": {}, "sample": {}}',

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.plan.slurm import master_port
-from ddptui.run.slurm_job import (
+from ddptui.run.backends.slurm.job import (
     SlurmAnswerError,
     SlurmJob,
     parse_job,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run import slurm
-from ddptui.run.transports import job_ended
+from ddptui.run.backends.slurm import commands
+from ddptui.run.backends.slurm.commands import job_ended
 from tests.testbed.slurm import PARTITION, SlurmBed
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
@@ -79,7 +79,7 @@ def renamed_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_a_renamed_running_job_reads_as_running_on_its_own_nodes(renamed_job: str) -> None:
-    job = slurm.job(renamed_job)
+    job = commands.job(renamed_job)
     assert job is not None
     assert (job.id, job.state, job.nodes, job.restarts) == ("1", "RUNNING", "node[0-2]", 0)
     assert job.describe() == "job 1 running on node[0-2]"
@@ -91,7 +91,7 @@ def test_a_renamed_running_job_has_not_ended(renamed_job: str) -> None:
 
 
 def test_a_job_slurm_has_forgotten_is_none(renamed_job: str) -> None:
-    assert slurm.job("2") is None
+    assert commands.job("2") is None
 
 
 def test_the_slurm_bed_reads_a_renamed_running_job_as_it_is(
@@ -116,7 +116,7 @@ def test_the_slurm_bed_reads_a_renamed_running_job_as_it_is(
     assert (
         f"JobName={FORGED_NAME} " in slurm_bed.run("scontrol", "show", "job", "-o", job_id).stdout
     )
-    job = slurm.job(job_id)
+    job = commands.job(job_id)
     assert job is not None
     assert (job.state, job.nodes, job.restarts) == ("RUNNING", "node[0-2]", 0)
     assert not job_ended(job_id)

@@ -691,8 +691,7 @@ def shown(supervising: Supervising) -> None:
         if key not in RAW_FIELDS and not (value.isascii() and value.isprintable()):
             assert not raw_controls(value, one_line=False), (key, value[:200])
 
-    silent = {host for host, node in model.nodes.items() if node.silent is not None}
-    marks = _Marks(silent, judgement.hang)
+    marks = _Marks.of_judgement(judgement)
     for rows in (
         _flat_rows(model.progress.ranks, marks),
         _grouped_rows(model.progress.ranks, marks, {0, 1}),

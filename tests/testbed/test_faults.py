@@ -109,6 +109,9 @@ def test_rotated_host_key_is_refused_by_strict_openssh(testbed: TestBed) -> None
 _BIND = """
 import socket, sys
 s = socket.socket()
+# As a rendezvous store binds: a connection the check made and closed may still be in TIME_WAIT
+# on the port, which only a listener holding it makes it busy for.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("0.0.0.0", int(sys.argv[1])))
     print("bound")

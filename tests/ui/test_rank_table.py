@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from ddptui.run.events import StartEvent, StepEvent
 from ddptui.run.progress import STRAGGLER_EVENTS, STRAGGLER_WINDOW_S, RunProgress
-from ddptui.run.state import Hang, RankAtHang
+from ddptui.run.record import RunState
+from ddptui.run.state import Hang, Judgement, RankAtHang
 from ddptui.ui.widgets.rank_table import RANK_COLUMNS, _flat_rows, _grouped_rows, _Marks
 
 HOSTS = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
@@ -35,16 +37,25 @@ def _with_a_straggler() -> RunProgress:
     return run
 
 
-def test_a_straggler_s_row_and_its_node_s_row_carry_the_mark() -> None:
-    ranks = _with_a_straggler().ranks
+def _marks(run: RunProgress, silent: Collection[str] = (), hang: Hang | None = None) -> _Marks:
+    """The marks as the supervisor's judgement of ``run`` carries them: the silent hosts, the
+    hang, the stragglers its model named."""
+    notes = dict.fromkeys(silent, "no answer")
+    judgement = Judgement(RunState.RUNNING, 1, "", notes, hang, stragglers=run.summary().stragglers)
+    return _Marks.of_judgement(judgement)
 
-    rows = _flat_rows(ranks, _Marks(silent=(), hang=None))
+
+def test_a_straggler_s_row_and_its_node_s_row_carry_the_mark() -> None:
+    run = _with_a_straggler()
+    ranks = run.ranks
+
+    rows = _flat_rows(ranks, _marks(run))
     assert rows["3"].cells[STATE].plain == "running ▼ straggler +45%"
     assert "▼ straggler +45%" in rows["3"].words
     # Only the slow rank is marked: its peers on the same node are healthy.
     assert [rows[str(rank)].cells[STATE].plain for rank in range(3)] == ["running"] * 3
 
-    grouped = _grouped_rows(ranks, _Marks(silent=(), hang=None), expanded={1})
+    grouped = _grouped_rows(ranks, _marks(run), expanded={1})
     # The straggler's node first: the worst node leads whatever its number.
     assert list(grouped)[:1] == ["node1"]
     assert grouped["node1"].cells[STATE].plain == "2 running ▼ r3 +45%"
@@ -69,8 +80,9 @@ def _hang(stuck: int | None) -> Hang:
 
 
 def test_in_a_hang_the_stuck_rank_is_marked_apart_from_those_that_wait_for_it() -> None:
-    ranks = _with_a_straggler().ranks
-    marks = _Marks(silent=(), hang=_hang(stuck=1))
+    run = _with_a_straggler()
+    ranks = run.ranks
+    marks = _marks(run, hang=_hang(stuck=1))
 
     rows = _flat_rows(ranks, marks)
     assert [rows[str(rank)].cells[STATE].plain for rank in range(4)] == [
@@ -89,15 +101,23 @@ def test_in_a_hang_the_stuck_rank_is_marked_apart_from_those_that_wait_for_it() 
 
 
 def test_a_hang_in_which_every_rank_waits_alike_marks_none_stuck() -> None:
-    ranks = _with_a_straggler().ranks
-    rows = _flat_rows(ranks, _Marks(silent=(), hang=_hang(stuck=None)))
+    run = _with_a_straggler()
+    rows = _flat_rows(run.ranks, _marks(run, hang=_hang(stuck=None)))
     assert {rows[str(rank)].cells[STATE].plain.split(" ▼")[0] for rank in range(4)} == {
         "running … waiting"
     }
 
 
 def test_a_silent_host_s_ranks_say_so_rather_than_their_part_in_the_hang() -> None:
-    ranks = _with_a_straggler().ranks
-    rows = _flat_rows(ranks, _Marks(silent={"gpu-a"}, hang=_hang(stuck=1)))
+    run = _with_a_straggler()
+    rows = _flat_rows(run.ranks, _marks(run, silent={"gpu-a"}, hang=_hang(stuck=1)))
     assert rows["1"].cells[STATE].plain == "running ⌁ no answer"
     assert rows["2"].cells[STATE].plain == "running … waiting"
+
+
+def test_a_straggler_is_marked_only_where_the_supervisor_named_it() -> None:
+    # The table's own copy of the events may say rank 3 is slow; the supervisor has the word.
+    run = _with_a_straggler()
+    unnamed = Judgement(RunState.RUNNING, 1, "")
+    rows = _flat_rows(run.ranks, _Marks.of_judgement(unnamed))
+    assert rows["3"].cells[STATE].plain == "running"

@@ -5,9 +5,10 @@ The split follows torchelastic's agent (``_start_workers`` / ``_stop_workers`` /
 every backend does — connect for a job, start an attempt, stop it gracefully or terminate it,
 follow a node, take the ranks' stacks — and what only some need: a scheduler's backend also
 watches its job (:meth:`RunBackend.watch`) and says when the scheduler ended the nodes or
-started them again. :class:`~ddptui.run.backends.ssh.SshBackend` reaches a hosts file's hosts
-over SSH; :class:`~ddptui.run.backends.slurm.SlurmBackend` submits a batch job and reaches its
-nodes through ``srun``. A backend acts on the run only through its :class:`Owner`.
+started them again. :class:`~ddptui.run.backends.ssh.backend.SshBackend` reaches a hosts file's
+hosts over SSH; :class:`~ddptui.run.backends.slurm.backend.SlurmBackend` submits a batch job and
+reaches its nodes through ``srun``. A backend acts on the run only through its :class:`Owner`,
+and reaches the run's nodes the way its kind of cluster gives it (:class:`OpenTransport`).
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ from typing import Protocol
 from ddptui.config import Config
 from ddptui.remote.transport import Transport
 from ddptui.run import dump
+from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.dump import StackDump
-from ddptui.run.follow import HostFollower, Update
+from ddptui.run.follow import HostFollower, OpenTransport, Update
 from ddptui.run.record import NodeRecord, RunRecord, RunState
-from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
-from ddptui.run.transports import transport_for
 
 
 class Owner(Protocol):
@@ -112,11 +112,13 @@ BackendEvent = NodesEnded | Restarted
 class RunBackend(abc.ABC):
     """A run's lifecycle where it runs. Connections are per job: :meth:`connect` before,
     :meth:`disconnect` after (one left from before a host's link was cut would be tried, and
-    time out, before a new one is opened)."""
+    time out, before a new one is opened); each opened by ``open_transport``, its kind of
+    cluster's way to the run's nodes."""
 
-    def __init__(self, config: Config, owner: Owner) -> None:
+    def __init__(self, config: Config, owner: Owner, open_transport: OpenTransport) -> None:
         self.config = config
         self.owner = owner
+        self.open_transport = open_transport
         self._remote: Transport | None = None
 
     @property
@@ -125,7 +127,9 @@ class RunBackend(abc.ABC):
         return self._remote
 
     async def connect(self) -> None:
-        self._remote = await transport_for(self.config, self.owner.record)
+        record = self.owner.record
+        hosts = [self.config.host(node.host) for node in record.nodes]
+        self._remote = await self.open_transport(hosts, record.job_id)
 
     async def disconnect(self) -> None:
         remote, self._remote = self._remote, None
@@ -150,7 +154,9 @@ class RunBackend(abc.ABC):
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         """What follows ``node`` from ``offsets`` (path → where its lines were taken up to)."""
         record = self.owner.record
-        return HostFollower.of_node(self.config, record, node, offsets=offsets)
+        return HostFollower.of_node(
+            self.config, record, node, offsets=offsets, open_transport=self.open_transport
+        )
 
     async def take_stacks(self) -> StackDump:
         """Every rank's stacks and flight recorders, read and bounded."""

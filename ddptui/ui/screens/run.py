@@ -372,8 +372,7 @@ class RunScreen(Screen[None]):
             # and the errors change with them, and each change of a text relayouts the screen.
             table = self.query_one(RankTable)
             self._table_due = now + (GROUPED_TABLE_EVERY_S if table.grouped else TABLE_EVERY_S)
-            judgement = self.judgement
-            table.show(model.progress.ranks, set(judgement.notes), judgement.hang)
+            table.show(model.progress.ranks, self.judgement)
             self._show_status()
             diagnoses = model.diagnoses()
             if pane == "errors":

@@ -5,7 +5,7 @@ only, in a DataTable whose render caches fit what it shows."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from ddptui.run.progress import RankProgress
-from ddptui.run.state import STUCK, WAITING, Hang
+from ddptui.run.state import STUCK, WAITING, Hang, Judgement, Straggler
 from ddptui.ui.widgets.cells import cell, figure, in_view, number
 from ddptui.untrusted import plain
 
@@ -56,6 +56,7 @@ class RankTable(DataTable[Any]):
             if cache is not None and hasattr(cache, "maxsize"):
                 cache.maxsize = size
         self._shown_columns: list[ColumnKey] = []
+        self._column_widths: list[int] = []
         self._widest = [len(name) for name in RANK_COLUMNS]
         """Each column's widest content so far: a column leaves or comes back only when the
         room changes, not with every wider value."""
@@ -98,16 +99,14 @@ class RankTable(DataTable[Any]):
         row = self._severities.index(max(self._severities))
         return row, self._worst_words[row]
 
-    def show(
-        self, ranks: Sequence[RankProgress], silent: Collection[str], hang: Hang | None = None
-    ) -> None:
+    def show(self, ranks: Sequence[RankProgress], judgement: Judgement) -> None:
         """One row per rank, or past :data:`GROUP_ABOVE` ranks one per node (the worst first)
-        with the expanded nodes' ranks under theirs; ``silent``: the hosts that do not
-        answer; ``hang``: the supervisor's, while the run hangs (each rank marked with its
-        part in it). Rows are updated cell by cell: rebuilding the table would throw away its
-        render cache on every redraw, which costs more than everything else at 64 ranks."""
+        with the expanded nodes' ranks under theirs, each marked as the supervisor's
+        ``judgement`` says: its host silent, its part in a hang, a straggler. Rows are updated
+        cell by cell: rebuilding the table would throw away its render cache on every redraw,
+        which costs more than everything else at 64 ranks."""
         self._grouped = len(ranks) > GROUP_ABOVE
-        marks = _Marks(silent, hang)
+        marks = _Marks.of_judgement(judgement)
         rows = (
             _grouped_rows(ranks, marks, self.expanded)
             if self._grouped
@@ -127,20 +126,21 @@ class RankTable(DataTable[Any]):
             shown = max(
                 ALWAYS_SHOWN, in_view(self._widest, room, padding=self.cell_padding).count(True)
             )
-        if shown != len(self._shown_columns):
+        widths = self._widest[:shown]
+        if widths != self._column_widths:
+            # Each column as wide as its widest value so far, set here: an update in place
+            # would cut a wider value (a loss of 0.008914 shown as "0.00"), and a width the
+            # table measures itself comes only when it is next idle, so a screen drawn before
+            # (or never drawn again: a finished run) showed every value cut to its header.
             self.clear(columns=True)
-            self._shown_columns = self.add_columns(*RANK_COLUMNS[:shown])
+            self._shown_columns = [
+                self.add_column(name, width=width)
+                for name, width in zip(RANK_COLUMNS, widths, strict=False)
+            ]
+            self._column_widths = widths
             self._shown_rows = {}
         cut = {key: cells[:shown] for key, cells in every.items()}
-        widths = [column.content_width for column in self.columns.values()]
-        # An update in place keeps the column's width and would cut a wider value (a loss of
-        # 0.008914 shown as "0.00"): laying the rows out again sizes the columns to them.
-        wider = any(
-            cell.cell_len > width
-            for cells in cut.values()
-            for cell, width in zip(cells, widths, strict=True)
-        )
-        if wider or list(cut) != list(self._shown_rows):
+        if list(cut) != list(self._shown_rows):
             self._lay_out(cut)
         else:
             for key, cells in cut.items():
@@ -170,10 +170,19 @@ class _Marks:
     silent: Collection[str]
     """The hosts that do not answer."""
     hang: Hang | None
+    stragglers: Mapping[int, Straggler]
+
+    @classmethod
+    def of_judgement(cls, judgement: Judgement) -> _Marks:
+        stragglers = {straggler.rank: straggler for straggler in judgement.stragglers}
+        return cls(set(judgement.notes), judgement.hang, stragglers)
 
     def of(self, rank: RankProgress) -> tuple[bool, str | None]:
         """Whether ``rank``'s host does not answer, and its part in the hang."""
         return rank.host in self.silent, None if self.hang is None else self.hang.part(rank.rank)
+
+    def straggler(self, rank: RankProgress) -> Straggler | None:
+        return self.stragglers.get(rank.rank)
 
 
 @dataclass(frozen=True)
@@ -239,7 +248,7 @@ def _severity(rank: RankProgress, marks: _Marks) -> int:
         return 4
     if silent or part == STUCK:
         return 3
-    if rank.as_straggler() is not None:
+    if marks.straggler(rank) is not None:
         return 2
     return 1 if rank.nonfinite or part == WAITING else 0
 
@@ -288,7 +297,7 @@ def _node_state(ranks: list[RankProgress], severities: list[int], marks: _Marks)
         text.append(f" ⏸ r{stuck[0]}{more} {STUCK}", "bold red")
     elif WAITING in parts:
         text.append(f" … {parts.count(WAITING)} {WAITING}", "yellow")
-    stragglers = [s for rank in ranks if (s := rank.as_straggler()) is not None]
+    stragglers = [s for rank in ranks if (s := marks.straggler(rank)) is not None]
     if stragglers:
         slowest = max(stragglers, key=lambda straggler: straggler.slower_by)
         text.append(f" ▼ r{slowest.rank} +{slowest.slower_by:.0%}", "yellow")
@@ -324,7 +333,7 @@ def _state(rank: RankProgress, marks: _Marks) -> Text:
         text.append(f" ⏸ {STUCK}", "bold red")
     elif part == WAITING:
         text.append(f" … {WAITING}", "yellow")
-    straggler = rank.as_straggler()
+    straggler = marks.straggler(rank)
     if straggler is not None:
         text.append(f" ▼ straggler +{straggler.slower_by:.0%}", "yellow")
     return text

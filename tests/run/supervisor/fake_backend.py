@@ -24,12 +24,13 @@ from ddptui.run.backends import (
     Restarted,
     RunBackend,
     StartFailed,
+    kind_of,
 )
+from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.dump import StackDump
 from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.protocol import Attach, Reply, Request
 from ddptui.run.record import NodeRecord, RunRecord, RunState
-from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
@@ -133,7 +134,8 @@ class FakeBackend(RunBackend):
     :attr:`stacks_gate` to keep a stack dump from finishing."""
 
     def __init__(self, config: Config, owner: Owner) -> None:
-        super().__init__(config, owner)
+        # The kind's transport is never opened: the fake hosts are reached in memory.
+        super().__init__(config, owner, kind_of(config).transport)
         self.hosts = {name: FakeHost(name, rank) for rank, name in enumerate(HOSTS)}
         self.asked: list[str] = []
         self.refuse: StartFailed | None = None

@@ -1,7 +1,8 @@
 """Slurm's commands, run on the head (a login node): submit a run's batch script, ask after its
 job. The run's workdir is shared with the nodes, so the head stages the code there itself.
 
-:mod:`ddptui.plan.slurm` writes the script; :mod:`ddptui.run.slurm_job` reads Slurm's answers.
+:mod:`ddptui.plan.slurm` writes the script; :mod:`ddptui.run.backends.slurm.job` reads Slurm's
+answers.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from ddptui import layout
 from ddptui.atomic import WORKDIR_DIR, WORKDIR_FILE, make_dirs, write_atomic
 from ddptui.config.model import Config
 from ddptui.errors import DdptuiError, UsageError
-from ddptui.health.slurm import SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
+from ddptui.health.slurm import SINFO_FORMAT, SlurmCheck, SlurmNode, evaluate_slurm, parse_sinfo
 from ddptui.plan.slurm import BatchPlan
 from ddptui.remote.programs import agent_program
-from ddptui.run.code import CodeTree, stage_tree
-from ddptui.run.slurm_job import (
+from ddptui.run.backends.slurm.job import (
     MAX_JOB_TEXT,
     NODE_NAME,
     SQUEUE_FIELDS,
@@ -30,6 +30,7 @@ from ddptui.run.slurm_job import (
     parse_node_addresses,
     parse_sacct,
 )
+from ddptui.run.code import CodeTree, stage_tree
 from ddptui.untrusted import plain
 
 COMMAND_TIMEOUT_S = 30.0
@@ -93,6 +94,17 @@ def job(job_id: str) -> SlurmJob | None:
         raise SlurmError(str(error)) from None
 
 
+def job_ended(job_id: str) -> bool:
+    """Whether Slurm says job ``job_id`` no longer runs (its steps can start no more)."""
+    try:
+        found = job(job_id)
+    except SlurmError:
+        # A controller that does not answer (restarting) has not ended the job: its steps
+        # still run, and whether they can be reached is for srun to say.
+        return False
+    return found is None or found.state != "RUNNING"
+
+
 def cancel(job_id: str, signal: str | None = None) -> None:
     """``scancel`` the job; with ``signal``, send it to the job's steps instead (their tasks:
     the nodes' torchrun, which passes it on to its ranks)."""
@@ -125,7 +137,7 @@ def addresses(names: Sequence[str]) -> dict[str, str]:
 def node_states(names: Sequence[str]) -> list[SlurmNode]:
     """``names`` as ``sinfo`` lists them now."""
     answer = _slurm(
-        ["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N|%P|%T|%E"], limit=MAX_LIST_TEXT
+        ["sinfo", "-h", "-N", "-n", ",".join(names), "-o", SINFO_FORMAT], limit=MAX_LIST_TEXT
     )
     return parse_sinfo(answer)
 
@@ -139,7 +151,7 @@ def check(config: Config) -> SlurmCheck:
 
 def nodes() -> list[SlurmNode]:
     """Every node of every partition, as ``sinfo`` lists them now."""
-    return parse_sinfo(_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%G|%E"], limit=MAX_LIST_TEXT))
+    return parse_sinfo(_slurm(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], limit=MAX_LIST_TEXT))
 
 
 def node_names(expressions: Sequence[str]) -> set[str]:

@@ -6,10 +6,10 @@ from collections.abc import Collection
 
 from ddptui.plan.launch import DEBUG_ENV
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run import launcher
 from ddptui.run.agent_call import kept_agents
 from ddptui.run.backends.base import RunBackend, StartFailed
-from ddptui.run.launcher import LaunchError
+from ddptui.run.backends.ssh import launcher
+from ddptui.run.backends.ssh.launcher import LaunchError
 from ddptui.run.record import RunState
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 

@@ -25,10 +25,10 @@ from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.remote.srun import SrunCluster
 from ddptui.remote.transport import Transport
 from ddptui.run import agent_client as nodes
-from ddptui.run import slurm
+from ddptui.run.backends.slurm import commands
+from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.code import CodeTree, job_code
 from ddptui.run.record import NodeRecord, RunRecord, RunState
-from ddptui.run.slurm_job import SlurmJob
 from ddptui.run.stopper import StopReport
 
 POLL_S = 2.0
@@ -93,16 +93,17 @@ async def submit(
     )
     code: CodeTree | None = job_code(config.job) if attempt == 1 else None
     try:
-        job_id = await asyncio.to_thread(slurm.submit, plan, code)
+        job_id = await asyncio.to_thread(commands.submit, plan, code)
     except DdptuiError as error:
         raise SlurmRunError(str(error)) from None
     return job_id, plan.script_path
 
 
 async def job(job_id: str) -> SlurmJob | None:
-    """The job as Slurm has it (None: forgotten); :class:`~ddptui.run.slurm.SlurmError` when
-    the controller does not answer."""
-    return await asyncio.to_thread(slurm.job, job_id)
+    """The job as Slurm has it (None: forgotten);
+    :class:`~ddptui.run.backends.slurm.commands.SlurmError` when the controller does not
+    answer."""
+    return await asyncio.to_thread(commands.job, job_id)
 
 
 async def until_running(job_id: str, say: Say, cancelled: Callable[[], bool]) -> SlurmJob:
@@ -114,7 +115,7 @@ async def until_running(job_id: str, say: Say, cancelled: Callable[[], bool]) ->
             raise SlurmRunError(f"job {job_id} was cancelled before it ran")
         try:
             found = await job(job_id)
-        except slurm.SlurmError as error:
+        except commands.SlurmError as error:
             # A controller restarting or busy: the job is queued all the same.
             found, line = None, f"{error}; asking again in {POLL_S:g} s"
         else:
@@ -135,8 +136,8 @@ async def allocation(config: Config, record: RunRecord, running: SlurmJob) -> li
     """The run's nodes in the job's allocation, node 0 first, as its batch script numbers them
     (``$SLURM_NODEID``: the order of Slurm's node list)."""
     assert running.nodes is not None
-    names = await asyncio.to_thread(slurm.hostnames, running.nodes)
-    found = await asyncio.to_thread(slurm.addresses, names)
+    names = await asyncio.to_thread(commands.hostnames, running.nodes)
+    found = await asyncio.to_thread(commands.addresses, names)
     nproc = record.world_size // max(len(names), 1)
     root = run_root(config, record)
     return [
@@ -168,8 +169,8 @@ async def check_allocation(
 async def lost_nodes(names: Sequence[str]) -> list[SlurmNode]:
     """Those of ``names`` Slurm has lost (down, not responding, failing) now."""
     try:
-        states = await asyncio.to_thread(slurm.node_states, names)
-    except slurm.SlurmError:
+        states = await asyncio.to_thread(commands.node_states, names)
+    except commands.SlurmError:
         return []
     return [node for node in states if node.state.endswith("*") or node.state.startswith("down")]
 
@@ -177,8 +178,8 @@ async def lost_nodes(names: Sequence[str]) -> list[SlurmNode]:
 async def cancel(job_id: str, signal: str | None = None) -> str | None:
     """``scancel`` (with ``signal``: to the job's steps); what went wrong, or None."""
     try:
-        await asyncio.to_thread(slurm.cancel, job_id, signal)
-    except slurm.SlurmError as error:
+        await asyncio.to_thread(commands.cancel, job_id, signal)
+    except commands.SlurmError as error:
         return str(error)
     return None
 
@@ -187,7 +188,7 @@ async def wait_ended(job_id: str, seconds: float) -> bool:
     """Whether the job has ended (or waits in the queue again) within ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
-        with contextlib.suppress(slurm.SlurmError):
+        with contextlib.suppress(commands.SlurmError):
             found = await job(job_id)
             if found is None or found.ended or found.pending:
                 return True

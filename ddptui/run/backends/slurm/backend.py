@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterable
 
 from ddptui.health.slurm import allocation_errors
 from ddptui.plan.slurm import master_port
-from ddptui.run import launcher, slurm_accounting, slurm_run
 from ddptui.run.backends.base import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
-from ddptui.run.record import RunRecord, RunState
-from ddptui.run.slurm import SlurmError
-from ddptui.run.slurm_job import SlurmJob
-from ddptui.run.slurm_run import SlurmRunError
+from ddptui.run.backends.slurm import accounting
+from ddptui.run.backends.slurm import attempt as slurm_attempt
+from ddptui.run.backends.slurm.attempt import SlurmRunError
+from ddptui.run.backends.slurm.commands import SlurmError
+from ddptui.run.backends.slurm.job import SlurmJob
+from ddptui.run.record import RunRecord, RunState, node_versions
 from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
@@ -45,26 +46,28 @@ class SlurmBackend(RunBackend):
         store: RunStore, records: Iterable[RunRecord], supervised: Callable[[str], bool]
     ) -> bool:
         """Slurm's accounting on the jobs that ended while no supervisor watched them."""
-        return slurm_accounting.settle(store, records, supervised)
+        return accounting.settle(store, records, supervised)
 
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
         """Attempt ``number``'s job submitted, waited for (its queue state said) and followed
         once it runs. A stop asked meanwhile cancels the job."""
         owner = self.owner
         try:
-            job_id, script = await slurm_run.submit(self.config, owner.record, number, debug=debug)
+            job_id, script = await slurm_attempt.submit(
+                self.config, owner.record, number, debug=debug
+            )
         except SlurmRunError as error:
             return StartFailed(str(error), end=RunState.FAILED if number == 1 else None)
-        root = slurm_run.run_root(self.config, owner.record)
+        root = slurm_attempt.run_root(self.config, owner.record)
         owner.say(f"attempt {number}: Slurm job {job_id} ({script}); its files are in {root}")
         owner.attempt_starting(
             number, master_port(job_id), f"attempt {number}: Slurm job {job_id}", job_id
         )
         try:
-            running = await slurm_run.until_running(job_id, owner.say, owner.stop_asked)
-            placed = await slurm_run.allocation(self.config, owner.record, running)
+            running = await slurm_attempt.until_running(job_id, owner.say, owner.stop_asked)
+            placed = await slurm_attempt.allocation(self.config, owner.record, running)
         except (SlurmRunError, SlurmError) as error:
-            await slurm_run.cancel(job_id)
+            await slurm_attempt.cancel(job_id)
             stopped = owner.stop_asked()
             return StartFailed(
                 str(error),
@@ -84,8 +87,8 @@ class SlurmBackend(RunBackend):
         assert slurm is not None
         count = len(owner.record.nodes)
         owner.say(f"checking the allocation's {count} node(s) (the probe on each, through srun)")
-        checks, findings = await slurm_run.check_allocation(self.config, owner.record)
-        stacks = {check.host.name: launcher.versions(check.facts) for check in checks}
+        checks, findings = await slurm_attempt.check_allocation(self.config, owner.record)
+        stacks = {check.host.name: node_versions(check.facts) for check in checks}
 
         def versions(record: RunRecord) -> None:
             for node in record.nodes:
@@ -106,7 +109,7 @@ class SlurmBackend(RunBackend):
         job_id = owner.record.job_id
         assert job_id is not None
         with contextlib.suppress(SlurmError):
-            found = await slurm_run.job(job_id)
+            found = await slurm_attempt.job(job_id)
             if found is None or found.state != "RUNNING":
                 # What the check could not ask of a job that ended meanwhile is no finding:
                 # the run's own end (the ranks' words) says how it went.
@@ -118,7 +121,7 @@ class SlurmBackend(RunBackend):
         record = self.owner.record
         report = StopReport()
         if record.job_id is not None:
-            report = await slurm_run.stop(
+            report = await slurm_attempt.stop(
                 self.remote, self.config, record, kill=kill, graceful=graceful, say=self.owner.say
             )
         self.job_alive = False
@@ -129,8 +132,10 @@ class SlurmBackend(RunBackend):
         job_id = self.owner.record.job_id
         report = StopReport()
         if job_id is not None:
-            failed = await slurm_run.cancel(job_id)
-            if failed is None and not await slurm_run.wait_ended(job_id, slurm_run.END_WAIT_S):
+            failed = await slurm_attempt.cancel(job_id)
+            if failed is None and not await slurm_attempt.wait_ended(
+                job_id, slurm_attempt.END_WAIT_S
+            ):
                 failed = f"job {job_id} still runs after scancel"
             if failed is not None:
                 report.left[f"Slurm job {job_id}"] = [failed]
@@ -145,12 +150,12 @@ class SlurmBackend(RunBackend):
         """The job's end while the run goes on, and its requeued start as the next attempt."""
         owner = self.owner
         while True:
-            await asyncio.sleep(slurm_run.POLL_S)
+            await asyncio.sleep(slurm_attempt.POLL_S)
             job_id = owner.record.job_id
             if job_id is None or owner.starting() or self._ending:
                 continue
             try:
-                found = await slurm_run.job(job_id)
+                found = await slurm_attempt.job(job_id)
             except SlurmError:
                 continue
             state = owner.record.state
@@ -189,12 +194,12 @@ class SlurmBackend(RunBackend):
         if record.state.final:
             self._record_state(found)
             return None
-        lost = await slurm_run.lost_nodes([node.host for node in record.nodes])
+        lost = await slurm_attempt.lost_nodes([node.host for node in record.nodes])
         # What the ranks said last (a stop on Slurm's warning, a rank's error) comes with the
         # followers' next round; Slurm's state says less.
         verdict = None if lost else await owner.verdict_within(SETTLE_S)
         if verdict is None:
-            verdict = Verdict(RunState.FAILED, slurm_run.ended_words(job_id, found, lost))
+            verdict = Verdict(RunState.FAILED, slurm_attempt.ended_words(job_id, found, lost))
         if verdict.state is RunState.STOPPED and self._requeued(found):
             verdict = Verdict(
                 verdict.state,
@@ -213,7 +218,7 @@ class SlurmBackend(RunBackend):
         if state is RunState.FAILED and job_id is not None and (found is None or not found.ended):
             # A failed run's job must not start again behind its back (Slurm requeues a job
             # whose node failed).
-            await slurm_run.cancel(job_id)
+            await slurm_attempt.cancel(job_id)
         self.job_alive = state is RunState.STOPPED and self._requeued(found)
 
     async def restart(self, event: Restarted) -> StartFailed | None:
@@ -228,7 +233,7 @@ class SlurmBackend(RunBackend):
             f"attempt {number}: Slurm requeued job {running.id}",
             running.id,
         )
-        placed = await slurm_run.allocation(self.config, owner.record, running)
+        placed = await slurm_attempt.allocation(self.config, owner.record, running)
         owner.attempt_running(
             f"Slurm job {running.id} runs on {running.nodes}", placed, running.nodes or ""
         )

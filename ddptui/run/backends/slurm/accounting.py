@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable
 
 from ddptui.atomic import write_atomic
 from ddptui.errors import UsageError
-from ddptui.run import slurm
+from ddptui.run.backends.slurm import commands
+from ddptui.run.backends.slurm.job import ENDED
 from ddptui.run.record import RunRecord
-from ddptui.run.slurm_job import ENDED
 from ddptui.run.store import RunStore
 
 SACCT_EVERY_S = 30.0
@@ -44,8 +44,8 @@ def settle(
         fresh, states = False, {}
     if not fresh:
         try:
-            states = slurm.accounted_states(sorted(waiting))
-        except (slurm.SlurmError, UsageError):
+            states = commands.accounted_states(sorted(waiting))
+        except (commands.SlurmError, UsageError):
             states = {}
         write_atomic(asked, json.dumps({"time": time.time(), "states": states}))
     changed = False

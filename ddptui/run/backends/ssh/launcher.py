@@ -1,4 +1,5 @@
-"""Starting a run's attempts: the record a plan makes, staging the code, starting every node.
+"""Starting an SSH run's attempts: the record a plan makes, staging the code, starting every
+node.
 
 The supervisor (:mod:`ddptui.run.supervisor`) calls these and records each step; nothing here
 writes the run record. Nothing here waits for the training either: once every node's torchrun
@@ -18,7 +19,6 @@ from ddptui.config.model import AUTO, Config
 from ddptui.errors import DdptuiError
 from ddptui.layout import code_cache_dir, code_dir, log_dir
 from ddptui.plan.launch import LaunchPlan, torchrun_flag
-from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.transport import RemoteError, Transport
@@ -36,7 +36,7 @@ from ddptui.run.checkpoints import (
     unmatched,
 )
 from ddptui.run.code import MIB, CodeError, job_code, mib
-from ddptui.run.record import NodeRecord, RunRecord, RunState
+from ddptui.run.record import NodeRecord, RunRecord, RunState, node_versions
 from ddptui.run.stopper import StopReport, live, terminate
 from ddptui.run.timeline import Timeline
 from ddptui.untrusted import plain
@@ -55,20 +55,6 @@ class CheckpointFilesError(LaunchError):
     """``[job] checkpoint_files`` names what no node holds: the hosts file needs a change."""
 
     exit_code = 2
-
-
-def versions(facts: HostFacts | None) -> dict[str, str]:
-    """What the check learnt of a host's stack, for the run record."""
-    if facts is None:
-        return {}
-    found = {
-        "python": facts.python.version,
-        "torch": facts.torch.version,
-        "cuda": facts.torch.cuda_build,
-        "nccl": facts.torch.nccl_version,
-        "driver": facts.gpus.driver_version,
-    }
-    return {key: str(value) for key, value in found.items() if value not in (None, NA)}
 
 
 def new_record(
@@ -102,7 +88,7 @@ def new_record(
                 run_dir=node.run_dir,
                 argv=list(node.argv),
                 env=dict(node.env),
-                versions=versions(facts.get(node.host.name)),
+                versions=node_versions(facts.get(node.host.name)),
                 clock_offset_s=offsets.get(node.host.name),
             )
             for node in plan.nodes
