@@ -50,6 +50,7 @@ def main() -> None:
 
 
 def _one(bed: TestBed, work: Path, number: int) -> float:
+    work.mkdir(parents=True)
     cli = Cli(work / "state")
     hosts = bed.hosts[:3]
     hosts_file = bed.write_hosts_file(work / "hosts.toml", hosts, job={"nproc_per_node": 1})
