@@ -98,6 +98,10 @@ def test_the_console_checks_launches_follows_stops_and_resumes_a_slurm_run(
             180,
         )
 
+        # Under the whole suite's load a starved slurmd can miss SlurmdTimeout (10 s on the
+        # bed) and Slurm marks its node down, so the new job would wait (the console says so:
+        # "job 9 pending: Nodes required for job are DOWN…"). The bed at rest first.
+        slurm_bed.idle()
         terminal.keys("r")
         text = terminal.wait_for(
             "attempt 2's losses",
