@@ -77,6 +77,7 @@ class RunView:
 
     @classmethod
     def of(cls, record: RunRecord, model: RunModel, judgement: Judgement) -> RunView:
+        named = {straggler.rank for straggler in judgement.stragglers}
         return cls(
             record=record,
             judgement=judgement,
@@ -106,7 +107,7 @@ class RunView:
                     step_time_s=_finite(rank.step_time_s),
                     cuda_peak_mib=_finite(rank.cuda_peak_mib),
                     rss_mib=_finite(rank.rss_mib),
-                    straggler=any(named.rank == rank.rank for named in judgement.stragglers),
+                    straggler=rank.rank in named,
                     hung=None if judgement.hang is None else judgement.hang.part(rank.rank),
                     compute_s=_finite(rank.compute_s),
                     slower_by=_finite(rank.slower_by),
