@@ -57,11 +57,12 @@ async def checked(control: RunControl, config: Config) -> ClusterCheck:
     ``launch`` and ``demo`` alike)."""
     errors = Console(stderr=True)
     latest: dict[str, str] = {}
-    with errors.status(words.checking(config, latest)) as status:
+    hosts = control.checked_hosts(config)
+    with errors.status(words.checking(latest, hosts)) as status:
 
         def progress(host: str, event: str) -> None:
             latest[host] = event
-            status.update(words.checking(config, latest))
+            status.update(words.checking(latest, hosts))
 
         return await control.check(config, progress)
 

@@ -18,7 +18,6 @@ from rich.text import Text
 
 from ddptui.check import CheckReport, PortTest
 from ddptui.check.reuse import RecentCheck
-from ddptui.config import Config
 from ddptui.health import ClusterCheck, Code, Finding, Severity
 from ddptui.health.groups import FindingGroup, group_findings
 from ddptui.health.slurm import SlurmCheck
@@ -236,12 +235,13 @@ def refusal(report: ClusterCheck) -> str:
     )
 
 
-def checking(config: Config, latest: Mapping[str, str]) -> str:
-    """The check's progress in one line while it runs: each host's latest step
-    (:func:`ddptui.present.hosts.check_progress`), or Slurm being asked."""
-    if config.slurm is not None:
+def checking(latest: Mapping[str, str], hosts: int | None) -> str:
+    """The check's progress in one line while it runs: each of ``hosts`` hosts' latest step
+    (:func:`ddptui.present.hosts.check_progress`), or, with no hosts of its own to reach
+    (:meth:`~ddptui.run.control.RunControl.checked_hosts` is None), Slurm being asked."""
+    if hosts is None:
         return "asking Slurm about its nodes…"
-    return check_progress(latest, len(config.hosts))
+    return check_progress(latest, hosts)
 
 
 def _hosts(report: ClusterCheck) -> CheckReport:

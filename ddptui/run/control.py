@@ -95,6 +95,11 @@ class RunControl:
         front end shows and offers, without asking which kind of cluster it is."""
         return _cluster(config).fixed_hosts
 
+    def checked_hosts(self, config: Config) -> int | None:
+        """How many hosts a check of ``config``'s cluster reaches one by one (its progress
+        counts them); None for a scheduler's nodes, which it asks about at once."""
+        return len(config.hosts) if self.has_fixed_hosts(config) else None
+
     def require_hosts(self, config: Config, what: str, shown: str | None = None) -> None:
         """Refuse ``what`` (a command, an option, a key) with a :class:`UsageError` that says
         what does work, unless ``config``'s cluster :meth:`has_fixed_hosts`; ``shown``: how to

@@ -15,6 +15,8 @@ from ddptui.config import parse_config
 from ddptui.config.model import SlurmConfig
 from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.present import check as words
+from ddptui.run.control import RunControl
+from ddptui.run.store import RunStore
 
 HOSTS = '[[hosts]]\nname = "gpu-a"\naddress = "192.0.2.2"\n'
 
@@ -72,8 +74,9 @@ def test_launch_shows_slurm_findings_always_and_an_ssh_report_only_when_it_refus
     assert words.refusal(ssh).startswith("not launching: the check found 0 error(s) (above)")
 
 
-def test_the_check_s_progress_says_what_is_asked() -> None:
+def test_the_check_s_progress_says_what_is_asked(tmp_path: Path) -> None:
+    control = RunControl(RunStore(tmp_path / "runs"))
     slurm = parse_config("[slurm]\nnodes = 2\n[job]\nnproc_per_node = 1\n", Path("s.toml"))
-    assert words.checking(slurm, {}) == "asking Slurm about its nodes…"
+    assert words.checking({}, control.checked_hosts(slurm)) == "asking Slurm about its nodes…"
     hosts = parse_config(HOSTS, Path("hosts.toml"))
-    assert words.checking(hosts, {}) == "checking 1 host…"
+    assert words.checking({}, control.checked_hosts(hosts)) == "checking 1 host…"

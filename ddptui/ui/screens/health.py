@@ -210,7 +210,8 @@ class HealthScreen(Screen[None]):
 
     def _summary(self) -> Text:
         if self.checking:
-            return Text(words.checking(self.config, self.progress), "italic")
+            hosts = self.control.checked_hosts(self.config)
+            return Text(words.checking(self.progress, hosts), "italic")
         if self.failure is not None:
             failed = Text("the check could not be made: ", "bold red")
             return failed.append(plain(self.failure, limit=400, one_line=True))
