@@ -138,14 +138,20 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     )
     # Each pane switch, redrawn over the last: nothing of the pane before is left.
     terminal.keys("o")
-    text = terminal.wait_for("rank 0's log", lambda t: "no errors" not in _pane(t), 30)
+    # Not the pane half redrawn (empty): an empty pane would pass every check on the log below.
+    text = terminal.wait_for(
+        "rank 0's log", lambda t: bool(_pane(t)) and "no errors" not in _pane(t), 30
+    )
     log = _pane(text)
     assert log == ["rank 0: no log line yet · enter on a rank shows its log"] or all(
         line.startswith("[0] ") for line in log
     ), text
     terminal.keys("g")
-    # Not the pane half redrawn (empty): its first host's line.
-    text = terminal.wait_for("the GPUs", lambda t: _pane(t)[:1] != log[:1] and _pane(t), 30)
+    # Not the log pane still shown (its lines change too), nor the pane half redrawn: both
+    # hosts' lines.
+    text = terminal.wait_for(
+        "the GPUs", lambda t: len(_pane(t)) >= 4 and _pane(t)[0].startswith("demo-0 "), 30
+    )
     gpus = _pane(text)
     assert re.fullmatch(r"demo-0  cpu \d+%  rss \d+ MiB", gpus[0]), text
     assert gpus[1:4:2] == ["no GPU samples"] * 2 and gpus[2].startswith("demo-1"), text
