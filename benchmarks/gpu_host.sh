@@ -8,7 +8,7 @@
 #   4. ddptui end to end on the GPU: check (NVML), launch, stop, resume, status, events, and the
 #      console's health screen and GPU pane (benchmarks/gpu_ddptui.py);
 #   5. a flight-recorder dump of an NCCL process group (tests/fixtures/flight/record.py), a
-#      recording for ddptui.run.flight's tests.
+#      recording for ddptui.run.evidence.flight's tests.
 # A failing step does not stop the next; each prints its exit status and seconds.
 #
 # The host's Python needs torch (CUDA build) and ddptui's dependencies. On a machine without a

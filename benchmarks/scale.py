@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.procfs import cpu_seconds, memory_mib
 from benchmarks.sim_backend import SimTransport, sim_run
 from ddptui.config import load_config
-from ddptui.run import dump
+from ddptui.run.evidence import dump
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor.judging import HANG_MIN_S

@@ -2,8 +2,8 @@
 ``benchmarks/scale.py``.
 
 The boundary is the transport: each node's follower is ddptui's own
-:class:`~ddptui.run.follow.HostFollower` — its inbox, its parsing of the agent's documents, its
-offsets, its silence — reading a Unix socket to the simulated hosts instead of an SSH channel
+:class:`~ddptui.run.following.files.HostFollower` — its inbox, its parsing of the agent's documents,
+its offsets, its silence — reading a Unix socket to the simulated hosts instead of an SSH channel
 to a node agent. Everything above it (following, the journal, the model, judging, the record,
 viewers on the supervisor's socket) is the code users run.
 
@@ -32,10 +32,10 @@ from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import LineStream
 from ddptui.remote.transport import Command, RemoteError, Transport
-from ddptui.run import dump
 from ddptui.run.backends import Follower, Owner, RunBackend, StartFailed, kind_of
-from ddptui.run.dump import StackDump
-from ddptui.run.follow import MAX_DOCUMENT_BYTES, HostFollower
+from ddptui.run.evidence import dump
+from ddptui.run.evidence.dump import StackDump
+from ddptui.run.following.files import MAX_DOCUMENT_BYTES, HostFollower
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore

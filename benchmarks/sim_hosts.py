@@ -25,7 +25,7 @@ import json
 import sys
 import time
 
-from ddptui.run.follow import GPU_FIELDS
+from ddptui.run.following.files import GPU_FIELDS
 
 TICK_S = 0.02
 BEAT_S = 2.0

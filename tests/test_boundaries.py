@@ -137,11 +137,11 @@ RUN_FOR_FRONT_ENDS = frozenset(
         "ddptui.run.control",  # RunControl, Attachment, and the values its methods return
         "ddptui.run.record",  # the run record and its state
         "ddptui.run.store",  # the runs list's store
-        "ddptui.run.model",  # RunModel: a run's state for rendering
-        "ddptui.run.state",  # its values (nodes, log lines, the judgement), the viewer's steps
+        "ddptui.run.following.model",  # RunModel: a run's state for rendering
+        "ddptui.run.following.state",  # its values (nodes, log lines, judgement), a viewer's steps
         "ddptui.run.protocol",  # what an attachment yields: Ended, Said
-        "ddptui.run.progress",  # each rank's progress (the rank table, the loss chart)
-        "ddptui.run.bands",  # the loss across ranks the chart draws as bands
+        "ddptui.run.following.progress",  # each rank's progress (the rank table, the loss chart)
+        "ddptui.run.following.bands",  # the loss across ranks the chart draws as bands
         "ddptui.run.diagnose",  # the errors pane's diagnoses; which log lines mark errors
         "ddptui.run.timeline",  # the launch timeline the launch pane draws
         "ddptui.run.standby",  # a launch's supervisor, started before the command's imports

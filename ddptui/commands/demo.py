@@ -24,7 +24,7 @@ from ddptui.config import Config, load_config
 from ddptui.demo.cluster import STEPS, demo_cluster
 from ddptui.errors import UsageError
 from ddptui.run.control import RunControl
-from ddptui.run.state import Steps
+from ddptui.run.following.state import Steps
 
 _ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -16,8 +16,8 @@ from ddptui.config import Config, load_config
 from ddptui.present.check import before_launch, refusal, reused_check
 from ddptui.present.plan import dry_run, launch_note, started
 from ddptui.run.control import ClusterCheck, RunControl
+from ddptui.run.following.state import Steps
 from ddptui.run.record import RunRecord
-from ddptui.run.state import Steps
 
 
 def run(args: argparse.Namespace) -> int:

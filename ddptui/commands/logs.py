@@ -17,9 +17,9 @@ from ddptui.commands.follow import say, stamped
 from ddptui.present.progress import ProgressReport
 from ddptui.present.status import diagnosis_lines
 from ddptui.run.control import Attachment, FileLine, HostSilent, RunControl, StoppedWaiting
-from ddptui.run.model import RunModel
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Steps
 from ddptui.run.protocol import Ended, Said
-from ddptui.run.state import Steps
 from ddptui.untrusted import plain
 
 BURST_LINES = 512

@@ -7,8 +7,8 @@ import argparse
 from ddptui import STARTED_AT
 from ddptui.commands.follow import detached_hint, follow_headless, run_detachable, say
 from ddptui.run.control import RunControl
+from ddptui.run.following.state import Steps
 from ddptui.run.record import RunRecord
-from ddptui.run.state import Steps
 
 
 def run(args: argparse.Namespace) -> int:

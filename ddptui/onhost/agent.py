@@ -50,7 +50,7 @@ Commands:
   another, each asked as a line on stdin (``{"args": [COMMAND, ARGS…], "sent": SENT}``) and
   answered with what it prints, then ``{"served": EXIT_STATUS, "failed":
   LAST_TRACEBACK_LINE}``; until stdin ends. A launch keeps
-  one per host (:func:`ddptui.run.agent_call.kept_agents`): a command then costs a line each
+  one per host (:func:`ddptui.run.agent.call.kept_agents`): a command then costs a line each
   way, not a session and a Python start.
 """
 

@@ -11,7 +11,7 @@ from ddptui.layout import root_code_dir
 from ddptui.plan.describe import describe_plan
 from ddptui.plan.launch import LaunchPlan
 from ddptui.plan.slurm import BatchPlan
-from ddptui.run.code import CodeTree
+from ddptui.run.code.contents import CodeTree
 from ddptui.run.record import RunRecord
 from ddptui.untrusted import plain
 

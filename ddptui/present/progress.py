@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 
 from ddptui.present.status import diagnosis_lines, progress_line
-from ddptui.run.model import RunModel
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Judgement
 from ddptui.run.record import RunState
-from ddptui.run.state import Judgement
 from ddptui.untrusted import plain
 
 PROGRESS_EVERY_S = 2.0

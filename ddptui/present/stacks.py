@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ddptui.run.dump import StackDump
-from ddptui.run.stacks import Frame, RankStack, StackGroup, rank_spans
+from ddptui.run.evidence.dump import StackDump
+from ddptui.run.evidence.stacks import Frame, RankStack, StackGroup, rank_spans
 
 CHAIN_FRAMES = 4
 """Functions named in a group's one-line summary, innermost first."""

@@ -2,7 +2,7 @@
 
 ``ddptui status`` prints these (their ``.plain``), the console's run screen shows them; both
 from the same values (:class:`~ddptui.run.view.RunView`, a
-:class:`~ddptui.run.state.Judgement`), so they say the same thing.
+:class:`~ddptui.run.following.state.Judgement`), so they say the same thing.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from rich.text import Text
 from ddptui.present.timeline import status_lines as launch_lines
 from ddptui.run.diagnose import Diagnosis
 from ddptui.run.diagnose.lines import strip_prefixes
+from ddptui.run.evidence.stacks import rank_spans
+from ddptui.run.following.state import Hang, Judgement
 from ddptui.run.record import Attempt, RunRecord, RunState
-from ddptui.run.stacks import rank_spans
-from ddptui.run.state import Hang, Judgement
 from ddptui.run.view import NodeView, RunView
 from ddptui.untrusted import plain
 

@@ -17,8 +17,8 @@ from ddptui.plan.launch import RUN_DIR_ENV, LaunchPlan, plan_launch
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.programs import source
-from ddptui.run import agent_client as nodes
-from ddptui.run.agent_call import NodeError, agent
+from ddptui.run.agent import client as nodes
+from ddptui.run.agent.call import NodeError, agent
 from ddptui.run.store import new_run_id
 from ddptui.untrusted import plain
 

@@ -12,7 +12,7 @@ Every host's listing is its word, and a host is heard only about itself:
 
 - A listed path is carried only when the node agent's lister could have listed it under its
   glob (:func:`matches`): relative, in normal form, no ``..``. A listing that names anything
-  else is garbage (:func:`ddptui.run.agent_answers.listed_files`).
+  else is garbage (:func:`ddptui.run.agent.answers.listed_files`).
 - No file of the staged code (what the launch uploaded: the script, a ``torch.py`` shipped
   beside it) is ever replaced, and no Python module is carried (:data:`MODULE_SUFFIXES`),
   whoever offers it, node 0 included: the code directory is where the ranks import from.

@@ -29,22 +29,22 @@ from ddptui.health.bandwidth import BandwidthReport as BandwidthReport
 from ddptui.plan.launch import PlanError as PlanError
 from ddptui.remote.trust import HostKeyScan as HostKeyScan
 from ddptui.run import backends
-from ddptui.run import dump as stack_dump
 from ddptui.run.attachment import Attachment
 from ddptui.run.backends.cluster import Cluster
 from ddptui.run.backends.cluster import RunPlan as RunPlan
 from ddptui.run.bandwidth import BandwidthError as BandwidthError
-from ddptui.run.code import CodeError as CodeError
-from ddptui.run.code import CodeTree, job_code
-from ddptui.run.dump import StackDump as StackDump
-from ddptui.run.follow import SILENCE_S, Heartbeat, HostFollower, Update
-from ddptui.run.follow import FileLine as FileLine
-from ddptui.run.follow import HostSilent as HostSilent
-from ddptui.run.model import RunModel
+from ddptui.run.code.contents import CodeError as CodeError
+from ddptui.run.code.contents import CodeTree, job_code
+from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence.dump import StackDump as StackDump
+from ddptui.run.following.files import SILENCE_S, Heartbeat, HostFollower, Update
+from ddptui.run.following.files import FileLine as FileLine
+from ddptui.run.following.files import HostSilent as HostSilent
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Steps
 from ddptui.run.protocol import BUSY, Reply
 from ddptui.run.record import RunRecord
 from ddptui.run.standby import Standby
-from ddptui.run.state import Steps
 from ddptui.run.store import Catalogue, RunStore, new_run_id
 from ddptui.run.supervising import ANSWER_S, ControlError, Say, Supervisors, quiet
 from ddptui.run.view import RunView
@@ -177,8 +177,8 @@ class RunControl:
         append_lines(known_hosts, lines)
 
     def code(self, config: Config) -> CodeTree:
-        """What a launch of ``config`` uploads; :class:`~ddptui.run.code.CodeError` saying what
-        to change when it cannot (too large, no such directory)."""
+        """What a launch of ``config`` uploads; :class:`~ddptui.run.code.contents.CodeError` saying
+        what to change when it cannot (too large, no such directory)."""
         return job_code(config.job)
 
     # --- runs ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A viewer connects, sends :class:`Attach` (or only requests), and reads messages until the
 supervisor closes. The supervisor sends :class:`Hello` first, then the journal's lines from the
 position asked for (exactly the bytes the journal holds, so the viewer can count its position),
-the latest heartbeat and silence of every host, its :class:`~ddptui.run.state.Judgement`
+the latest heartbeat and silence of every host, its :class:`~ddptui.run.following.state.Judgement`
 whenever it changes, what requests say as they go, their replies, and :class:`Ended` when an
 attempt has ended and been recorded. Every message names its ``type``; :data:`VERSION` is in
 ``hello`` and ``attach``, and a viewer of another version is told so and hung up on.
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, sample_of
+from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, sample_of
+from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang, Judgement, RankAtHang, Straggler
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024

@@ -20,9 +20,9 @@ from typing import TypeVar
 
 from ddptui.config.model import Config, HostConfig
 from ddptui.remote.transport import Transport
-from ddptui.run import agent_client as nodes
-from ddptui.run.agent_answers import AttemptStatus
-from ddptui.run.agent_call import GarbledAnswer, NodeError, described
+from ddptui.run.agent import client as nodes
+from ddptui.run.agent.answers import AttemptStatus
+from ddptui.run.agent.call import GarbledAnswer, NodeError, described
 from ddptui.run.record import RunRecord
 
 _T = TypeVar("_T")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddptui.run.nccl_init import NcclInit
+from ddptui.run.following.nccl_init import NcclInit
 
 STAGES: tuple[tuple[str, str], ...] = (
     ("checking", "starting ddptui"),

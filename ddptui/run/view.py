@@ -2,8 +2,8 @@
 
 :class:`RunView` is what ``ddptui status`` prints (as words through :mod:`ddptui.present`, or
 as its ``--json`` document) and what the supervisor answers a ``snapshot`` request with. Built
-from a :class:`~ddptui.run.model.RunModel` where one runs (the supervisor's, or one fed from
-the hosts directly for a finished run), and read back from its document on the other side.
+from a :class:`~ddptui.run.following.model.RunModel` where one runs (the supervisor's, or one fed
+from the hosts directly for a finished run), and read back from its document on the other side.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ddptui.run.diagnose import Category, Diagnosis
-from ddptui.run.follow import sample_of
-from ddptui.run.model import RunModel
+from ddptui.run.following.files import sample_of
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Judgement, RankLog
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
 from ddptui.run.record import RunRecord
-from ddptui.run.state import Judgement, RankLog
 
 
 @dataclass(frozen=True)

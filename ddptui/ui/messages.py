@@ -11,7 +11,7 @@ from textual.message import Message
 
 from ddptui.config import Config
 from ddptui.run.control import ClusterCheck
-from ddptui.run.model import RunModel
+from ddptui.run.following.model import RunModel
 from ddptui.run.record import RunRecord
 
 REDRAW_S = 0.1

@@ -11,11 +11,11 @@ from pathlib import Path
 from benchmarks.sim_backend import SimFollower, SimTransport, sim_run
 from benchmarks.sim_hosts import Simulation
 from ddptui.config import Config, load_config
-from ddptui.run import dump
-from ddptui.run.follow import FileLine, Heartbeat
-from ddptui.run.model import RunModel
+from ddptui.run.evidence import dump
+from ddptui.run.following.files import FileLine, Heartbeat
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Steps
 from ddptui.run.record import RunRecord
-from ddptui.run.state import Steps
 
 NODES, PER_NODE = 2, 4
 

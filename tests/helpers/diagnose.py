@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddptui.run.diagnose import Diagnoser, Diagnosis, LogLine
-from ddptui.run.events import parse_event
+from ddptui.run.following.events import parse_event
 
 NPROC = 2
 

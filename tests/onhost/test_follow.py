@@ -23,7 +23,7 @@ from ddptui.layout import HostFiles
 from ddptui.onhost import common, processes
 from ddptui.onhost import follow as following
 from ddptui.remote.programs import agent_program
-from ddptui.run.follow import MAX_GPUS, FileLine, Heartbeat, HostFollower
+from ddptui.run.following.files import MAX_GPUS, FileLine, Heartbeat, HostFollower
 
 Sent = pytest.CaptureFixture[str]
 _CONFIG = Config(Path("hosts.toml"), ClusterConfig(), (HostConfig("a", "127.0.0.1"),), JobConfig())

@@ -19,7 +19,7 @@ import pytest
 
 from ddptui.onhost.processes import stack_site
 from ddptui.plan.launch import UNINSTRUMENTED_ENV
-from ddptui.run.logloss import LossReader
+from ddptui.run.following.logloss import LossReader
 
 FRAMEWORKS = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
 SCRIPTS = {

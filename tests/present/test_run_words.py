@@ -14,10 +14,10 @@ from textual.widgets import Static
 from ddptui.present.runs import run_row
 from ddptui.present.status import hang_lines, status_lines
 from ddptui.run.control import RunControl
-from ddptui.run.follow import HostSilent
-from ddptui.run.model import RunModel
+from ddptui.run.following.files import HostSilent
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Hang
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
-from ddptui.run.state import Hang
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen

@@ -88,8 +88,8 @@ def test_closing_the_connections_with_unconfirmed_channels_ends_by_its_deadline(
 def test_a_follower_reconnecting_to_a_host_that_never_confirms_closes_ends_in_time(
     unclosing: HostileSshServer,
 ) -> None:
-    """What :class:`ddptui.run.follow.HostFollower` does at each reconnect: its own cluster,
-    a stream, the stream closed, then the cluster."""
+    """What :class:`ddptui.run.following.files.HostFollower` does at each reconnect: its own
+    cluster, a stream, the stream closed, then the cluster."""
     host = unclosing_host(unclosing)
 
     async def scenario() -> list[float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run.events import EventReader, RankEvent
+from ddptui.run.following.events import EventReader, RankEvent
 from tests.trainer.launch import _env, install, wait_for
 
 # No warm-up and no clipping: the first update at this rate makes every later loss NaN.

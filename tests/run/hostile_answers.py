@@ -19,11 +19,11 @@ from ddptui.config.model import HostConfig
 from ddptui.remote.commands import CommandResult, Overflow
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.transport import Command
-from ddptui.run.agent_call import (
+from ddptui.run.agent.call import (
     MAX_ANSWER_BYTES,
     NodeError,
 )
-from ddptui.run.progress import MAX_RANKS
+from ddptui.run.following.progress import MAX_RANKS
 from tests.remote.doubles import CommandsOnly
 
 _T = TypeVar("_T")

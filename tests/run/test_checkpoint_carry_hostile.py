@@ -19,7 +19,7 @@ import pytest
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
-from ddptui.run.agent_answers import listed_files
+from ddptui.run.agent.answers import listed_files
 from ddptui.run.backends.ssh.launcher import LaunchError, carry_checkpoints
 from ddptui.run.checkpoints import (
     AMONG_CODE,

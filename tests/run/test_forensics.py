@@ -2,8 +2,8 @@
 hang): whatever it sends, nothing runs on the head, nothing is written outside the dump's own
 folder, and the other hosts' evidence is kept.
 
-The real :func:`ddptui.run.dump.take` and :func:`~ddptui.run.dump.save` run against
-:class:`PlayedHosts`, a transport that answers the node agent's ``dump`` and the reads of
+The real :func:`ddptui.run.evidence.dump.take` and :func:`~ddptui.run.evidence.dump.save` run
+against :class:`PlayedHosts`, a transport that answers the node agent's ``dump`` and the reads of
 flight-recorder files as each host of the test is told to; honest hosts send the recorded
 dumps of a real gloo job (``tests/fixtures/flight``).
 """
@@ -22,8 +22,8 @@ import pytest
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
-from ddptui.run import dump as stack_dump
-from ddptui.run.flight import FlightDumpError, read_dump
+from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence.flight import FlightDumpError, read_dump
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
 from tests.run.hostile_answers import AnsweringHost

@@ -1,7 +1,8 @@
 """A host's event values where they meet judging, recording and rendering (issue 41, round 4):
 a time no clock gives, a terminal escape or a lone surrogate in a phase, a phase or a step that
-says it takes for ever. Each is made safe once, as the event is read (:mod:`ddptui.run.events`)
-or dated (:class:`~ddptui.run.model.RunModel`); nothing after it may raise or pass it on raw."""
+says it takes for ever. Each is made safe once, as the event is read
+(:mod:`ddptui.run.following.events`) or dated (:class:`~ddptui.run.following.model.RunModel`);
+nothing after it may raise or pass it on raw."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from ddptui.present.status import hang_lines
-from ddptui.run.follow import FileLine
-from ddptui.run.model import RunModel
-from ddptui.run.progress import STRAGGLER_EVENTS, Straggler
+from ddptui.run.following.files import FileLine
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.progress import STRAGGLER_EVENTS, Straggler
+from ddptui.run.following.state import Hang
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.stragglers import StragglerNotes

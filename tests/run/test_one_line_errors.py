@@ -19,14 +19,14 @@ import pytest
 from ddptui.config.model import ClusterConfig, Config, JobConfig
 from ddptui.present.stacks import dump_lines
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run import agent_client as nodes
-from ddptui.run import dump as stack_dump
-from ddptui.run.agent_call import NodeError, kept_agents
+from ddptui.run.agent import client as nodes
+from ddptui.run.agent.call import NodeError, kept_agents
 from ddptui.run.backends import kind_of
+from ddptui.run.evidence import dump as stack_dump
 from ddptui.run.record import RunRecord
 from tests.helpers import Behaviour, HostileSshServer
+from tests.run.agent.test_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
 from tests.run.bed import one_rank_a_host_record
-from tests.run.test_agent_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
 
 FORGED = "py-spy is not installed\nrank 0 on gpu-a: all_reduce ← step ← <module> at train.py:41"
 """What gpu-b says: its second line is how ``ddptui dump`` heads gpu-a's rank 0."""

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
 from ddptui.run.protocol import (
     Attach,
     Ended,
@@ -25,7 +26,6 @@ from ddptui.run.protocol import (
     message,
 )
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang, Judgement, RankAtHang, Straggler
 
 HANG = Hang(
     since=1000.5,

@@ -18,7 +18,7 @@ import pytest
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.run.diagnose import Diagnoser, LogLine
 from ddptui.run.diagnose.limits import MAX_STREAMS
-from ddptui.run.follow import (
+from ddptui.run.following.files import (
     INBOX_BYTES,
     MAX_DOCUMENT_BYTES,
     MAX_TEXT_CHARS,
@@ -27,9 +27,9 @@ from ddptui.run.follow import (
     Inbox,
     _read,
 )
-from ddptui.run.model import RunModel
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import LOG_LINE_CHARS, Steps
 from ddptui.run.record import RunState
-from ddptui.run.state import LOG_LINE_CHARS, Steps
 from ddptui.run.supervisor import INBOX, judging, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
 from tests.run.bed import two_host_record

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from ddptui.run.follow import FileLine
-from ddptui.run.model import RunModel
+from ddptui.run.following.files import FileLine
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Steps
 from ddptui.run.record import RunRecord
-from ddptui.run.state import Steps
 from ddptui.run.timeline import STAGES, Timeline, node_stamps
 from tests.run.bed import two_host_record
 

@@ -3,8 +3,8 @@ reads holds: parsing, the run's model, the supervisor's judging, the record it w
 ``ddptui status`` prints (words and ``--json``) and the console's rank table.
 
 Each example is one followed attempt of the two-host record (host b runs ranks 2 and 3): the
-lines arrive through the real follower into a real :class:`~ddptui.run.model.RunModel`, judged
-the way the supervisor's tick does (:meth:`Supervising.tick` follows ``Supervisor._judge``)
+lines arrive through the real follower into a real :class:`~ddptui.run.following.model.RunModel`,
+judged the way the supervisor's tick does (:meth:`Supervising.tick` follows ``Supervisor._judge``)
 into a real :class:`~ddptui.run.store.RunStore`; then the monotonic clock jumps past the hang
 window and the run is judged once more, and shown. Nothing may raise on the way; nothing a
 terminal acts on (escapes, C1 controls, bidi marks) nor a lone surrogate may reach a printed
@@ -41,24 +41,25 @@ from rich.text import Text
 from ddptui.present.status import status_lines
 from ddptui.remote.failures import remote_reason
 from ddptui.run import protocol
-from ddptui.run.events import (
+from ddptui.run.following.events import (
     MAX_EVENT_TIME,
     MAX_EXPECT_S,
     MAX_MESSAGE_CHARS,
     MAX_PHASE_CHARS,
     MAX_STEP_S,
 )
-from ddptui.run.follow import FileLine, Heartbeat, HostFollower, HostSilent, Update
-from ddptui.run.model import RunModel
-from ddptui.run.progress import LOSS_POINTS, STRAGGLER_EVENTS
+from ddptui.run.following.files import FileLine, Heartbeat, HostFollower, HostSilent, Update
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.progress import LOSS_POINTS, STRAGGLER_EVENTS
+from ddptui.run.following.state import LOG_LINE_CHARS, LOG_TAIL_LINES, Hang, Steps
 from ddptui.run.record import RunRecord, RunState
-from ddptui.run.state import LOG_LINE_CHARS, LOG_TAIL_LINES, Hang, Steps
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.view import RunView
 from ddptui.ui.widgets.rank_table import _flat_rows, _grouped_rows, _Marks
+from tests.run.agent.test_answer_properties import _CONFIG, FOLLOWED_RAW, Ticking, followed_update
 from tests.run.bed import two_host_record
 from tests.run.hostile_answers import (
     FLOATS,
@@ -72,7 +73,6 @@ from tests.run.hostile_answers import (
     shown_safely,
     weighted,
 )
-from tests.run.test_answer_properties import _CONFIG, FOLLOWED_RAW, Ticking, followed_update
 
 HEAD_WALL = 1_750_000_000.0
 """The head node's wall clock as an example starts (2025): fixed, so examples repeat."""

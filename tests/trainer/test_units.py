@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddptui.run.flight import read_dump
+from ddptui.run.evidence.flight import read_dump
 from tests.trainer.launch import SOURCE
 from trainer.checkpoint import CheckpointStore, read_verified
 from trainer.cli import DEFAULT_EPOCHS, parse_args

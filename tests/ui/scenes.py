@@ -14,9 +14,9 @@ from ddptui.health import HostCheck, evaluate
 from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
-from ddptui.run.follow import FileLine, Heartbeat
-from ddptui.run.model import RunModel
-from ddptui.run.nccl_init import NcclInit
+from ddptui.run.following.files import FileLine, Heartbeat
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.nccl_init import NcclInit
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.timeline import Timeline
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from textual.app import App, ComposeResult
 from textual_hires_canvas import Canvas
 
-from ddptui.run.progress import RankProgress
+from ddptui.run.following.progress import RankProgress
 from ddptui.ui.widgets.loss_chart import LossChart, envelope
 
 losses = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)

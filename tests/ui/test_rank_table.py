@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from ddptui.run.events import StartEvent, StepEvent
-from ddptui.run.progress import STRAGGLER_EVENTS, STRAGGLER_WINDOW_S, RunProgress
+from ddptui.run.following.events import StartEvent, StepEvent
+from ddptui.run.following.progress import STRAGGLER_EVENTS, STRAGGLER_WINDOW_S, RunProgress
+from ddptui.run.following.state import Hang, Judgement, RankAtHang
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang, Judgement, RankAtHang
 from ddptui.ui.widgets.rank_table import RANK_COLUMNS, _flat_rows, _grouped_rows, _Marks
 
 HOSTS = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]

@@ -20,12 +20,12 @@ from typing import Protocol
 
 from ddptui.config import Config
 from ddptui.remote.transport import Transport
-from ddptui.run import dump
 from ddptui.run.backends.slurm.job import SlurmJob
-from ddptui.run.dump import StackDump
-from ddptui.run.follow import HostFollower, OpenTransport, Update
+from ddptui.run.evidence import dump
+from ddptui.run.evidence.dump import StackDump
+from ddptui.run.following.files import HostFollower, OpenTransport, Update
+from ddptui.run.following.state import Verdict
 from ddptui.run.record import NodeRecord, RunRecord, RunState
-from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 
@@ -71,7 +71,7 @@ class Owner(Protocol):
 
 
 class Follower(Protocol):
-    """One node's files and heartbeats (:class:`~ddptui.run.follow.HostFollower`)."""
+    """One node's files and heartbeats (:class:`~ddptui.run.following.files.HostFollower`)."""
 
     def updates(self) -> AsyncIterator[Update]: ...
 

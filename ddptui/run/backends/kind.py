@@ -44,7 +44,7 @@ class Kind(ABC):
     ) -> Transport:
         """What reaches ``hosts`` now (``job_id``: the run's job, where a scheduler runs it;
         the keepalives, where the link is SSH's): a
-        :class:`~ddptui.run.follow.OpenTransport`."""
+        :class:`~ddptui.run.following.files.OpenTransport`."""
 
     async def transport_for(self, record: RunRecord) -> Transport:
         """What reaches ``record``'s nodes now."""

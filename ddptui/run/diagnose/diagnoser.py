@@ -56,7 +56,7 @@ from ddptui.run.diagnose.torchrun import (
     Entry,
     entry_finding,
 )
-from ddptui.run.events import DoneEvent, ErrorEvent, RankEvent, StartEvent, StepEvent
+from ddptui.run.following.events import DoneEvent, ErrorEvent, RankEvent, StartEvent, StepEvent
 
 _Key: TypeAlias = tuple[str, "int | None", str]
 

@@ -32,11 +32,11 @@ from ddptui.aio import wait_for
 from ddptui.config import Config
 from ddptui.run import protocol
 from ddptui.run.backends import NodesEnded, Restarted, RunBackend, StartFailed, backend_for
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Hang, Judgement, Verdict
 from ddptui.run.journal import Journal
-from ddptui.run.model import RunModel
 from ddptui.run.protocol import Ended, Hello, Judged, Request
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
-from ddptui.run.state import Hang, Judgement, Verdict
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import evidence, judging
 from ddptui.run.supervisor.faults import Faults

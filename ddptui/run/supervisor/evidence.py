@@ -10,11 +10,11 @@ import time
 
 from ddptui.atomic import make_dirs, write_atomic
 from ddptui.layout import RunFiles
-from ddptui.run import dump as stack_dump
 from ddptui.run import protocol
 from ddptui.run.backends import RunBackend
+from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.following.state import Hang, Judgement
 from ddptui.run.record import RunRecord, RunState
-from ddptui.run.state import Hang, Judgement
 from ddptui.run.stopper import StopReport
 
 log = logging.getLogger("ddptui.supervisor")

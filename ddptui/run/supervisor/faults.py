@@ -1,8 +1,8 @@
 """The supervisor's faults: what it could not take, set aside and said, and it goes on.
 
 A fault is an update whose taking raised (the model sets it aside:
-:meth:`~ddptui.run.model.RunModel.take_faults`) or a part of judging that raised (timing the
-launch, naming stragglers, the verdict). Each is logged once with its traceback and said in the
+:meth:`~ddptui.run.following.model.RunModel.take_faults`) or a part of judging that raised (timing
+the launch, naming stragglers, the verdict). Each is logged once with its traceback and said in the
 attempt's detail the first :data:`FAULTS_SAID` times; ending the supervisor would not help,
 since the next one replays the same lines into the same state.
 """

@@ -1,6 +1,6 @@
 """Following the attempt: one follower per node feeding one inbox, its lines kept in the
-journal and applied to the run's model (:class:`~ddptui.run.model.RunModel`), the rest passed
-to viewers, and the supervisor's judging called twice a second."""
+journal and applied to the run's model (:class:`~ddptui.run.following.model.RunModel`), the rest
+passed to viewers, and the supervisor's judging called twice a second."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from collections.abc import Callable, Coroutine, Mapping
 from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.run import protocol
 from ddptui.run.backends import Follower
-from ddptui.run.follow import FileLine, Heartbeat, HostSilent, Update
+from ddptui.run.following.files import FileLine, Heartbeat, HostSilent, Update
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Steps, Verdict
 from ddptui.run.journal import Journal
-from ddptui.run.model import RunModel
 from ddptui.run.record import NodeRecord, RunRecord
-from ddptui.run.state import Steps, Verdict
 from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.viewers import Audience
 

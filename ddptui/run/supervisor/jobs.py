@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddptui.run.backends import NodesEnded, Restarted
+from ddptui.run.following.state import Verdict
 from ddptui.run.protocol import Request
 from ddptui.run.record import RunRecord, RunState
-from ddptui.run.state import Verdict
 
 if TYPE_CHECKING:
     from ddptui.run.supervisor.viewers import Viewer

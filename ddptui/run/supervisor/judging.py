@@ -1,6 +1,6 @@
 """Judging a followed attempt, pure: how it ended (:func:`verdict`), whether it hangs
 (:func:`hang`), and what the supervisor should do next (:func:`judge`), from the run's model
-(:class:`~ddptui.run.model.RunModel`: what the followed lines say) and its record.
+(:class:`~ddptui.run.following.model.RunModel`: what the followed lines say) and its record.
 
 The model says what it sees; judging decides, in this order: an attempt that ended is
 concluded before anything else; a hang is named (and its stacks taken) once, as the record
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.config.model import JobConfig
-from ddptui.run.model import RunModel
-from ddptui.run.progress import RankProgress
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.progress import RankProgress
+from ddptui.run.following.state import Hang, RankAtHang, Silence, Verdict
 from ddptui.run.record import RunState
-from ddptui.run.state import Hang, RankAtHang, Silence, Verdict
 
 EXIT_SETTLE_S = 3.0
 """After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and
@@ -58,7 +58,7 @@ STOPPED = ("T", "t")
 def hang_window(model: RunModel, override: float | None = None) -> float:
     """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
     else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
-    slowest rank (each at most :data:`~ddptui.run.events.MAX_STEP_S`)."""
+    slowest rank (each at most :data:`~ddptui.run.following.events.MAX_STEP_S`)."""
     if override is not None:
         return override
     paces = [rank.pace_s for rank in model.progress.ranks if rank.pace_s is not None]
@@ -68,7 +68,7 @@ def hang_window(model: RunModel, override: float | None = None) -> float:
 def phase_window(model: RunModel) -> float | None:
     """How long the phases the ranks are in may take (the longest, ``PHASE_HANG_S`` for one
     that did not say), or None while every running rank trains. A rank's word is at most
-    :data:`~ddptui.run.events.MAX_EXPECT_S`: one host cannot switch hang detection off.
+    :data:`~ddptui.run.following.events.MAX_EXPECT_S`: one host cannot switch hang detection off.
 
     None too while any rank's process is stopped (SIGSTOP, a debugger): no phase finishes
     while a rank that every collective needs runs nothing, whatever phase it was in when it

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ddptui.run.progress import RunProgress
+from ddptui.run.following.progress import RunProgress
 
 MAX_NOTES = 20
 """Notes an attempt's detail takes of stragglers: a rank that comes and goes all day would

@@ -3,8 +3,8 @@
 The stages its backend reaches (a host staged, its torchrun started) wait here until the
 record's next change takes them, so a launch on 64 hosts writes the record a few times rather
 than once a host. Each node's ranks' stages are read from the run's model
-(:meth:`~ddptui.run.model.RunModel.timeline`); once every node made its first step the summary
-is said, once.
+(:meth:`~ddptui.run.following.model.RunModel.timeline`); once every node made its first step the
+summary is said, once.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ddptui.run.model import RunModel
-from ddptui.run.nccl_init import NcclInit
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.nccl_init import NcclInit
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.timeline import Timeline
 

@@ -23,11 +23,11 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 
 from ddptui.present.status import progress_line, state_line
 from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
-from ddptui.run.model import RunModel
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Judgement
 from ddptui.run.protocol import Ended
 from ddptui.run.protocol import Said as Told
 from ddptui.run.record import RunRecord
-from ddptui.run.state import Judgement
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
 from ddptui.ui.widgets.errors_pane import ErrorsPane
 from ddptui.ui.widgets.gpu_pane import GpuPane

@@ -3,8 +3,8 @@ large cluster's size, a line a node: its GPUs' spread and their mean use's spark
 
 Every number here is a host's: a percentage is kept from 0 to 100, a value that is no finite
 number is left out (or shown as ``?``), and a GPU without an index is shown without a history
-(a sample's reader, :func:`ddptui.run.follow.sample_of`, keeps only the indices a host can have,
-and as many GPUs).
+(a sample's reader, :func:`ddptui.run.following.files.sample_of`, keeps only the indices a host can
+have, and as many GPUs).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.run.state import NodeState
+from ddptui.run.following.state import NodeState
 from ddptui.ui.widgets.cells import bar, figure, percent, share
 from ddptui.untrusted import finite, plain
 

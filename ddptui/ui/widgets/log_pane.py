@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from ddptui.run.diagnose import marks_error
-from ddptui.run.state import RankLog
+from ddptui.run.following.state import RankLog
 from ddptui.untrusted import plain
 
 LOG_VIEW_LINES = 2000

@@ -15,8 +15,8 @@ from textual import on
 from textual.theme import Theme
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 
-from ddptui.run.bands import Band
-from ddptui.run.progress import RankProgress
+from ddptui.run.following.bands import Band
+from ddptui.run.following.progress import RankProgress
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "white", "bright_black")
 LIGHT_COLOURS = ("blue", "magenta", "green4", "dark_orange3", "cyan", "red", "black", "purple")

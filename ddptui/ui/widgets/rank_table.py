@@ -15,8 +15,8 @@ from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from ddptui.run.progress import RankProgress
-from ddptui.run.state import STUCK, WAITING, Hang, Judgement, Straggler
+from ddptui.run.following.progress import RankProgress
+from ddptui.run.following.state import STUCK, WAITING, Hang, Judgement, Straggler
 from ddptui.ui.widgets.cells import cell, figure, in_view, number
 from ddptui.untrusted import plain
 

@@ -27,11 +27,11 @@ from ddptui.run.backends import (
     kind_of,
 )
 from ddptui.run.backends.slurm.job import SlurmJob
-from ddptui.run.dump import StackDump
-from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent, Update
+from ddptui.run.evidence.dump import StackDump
+from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, Update
+from ddptui.run.following.state import Verdict
 from ddptui.run.protocol import Attach, Reply, Request
 from ddptui.run.record import NodeRecord, RunRecord, RunState
-from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import Supervisor

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ddptui.run.follow import FileLine, Heartbeat, HostBack, HostSilent
-from ddptui.run.model import RunModel
+from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent
+from ddptui.run.following.model import RunModel
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import judging
 from tests.run.bed import two_host_record

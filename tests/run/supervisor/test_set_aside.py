@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.run.events import EventReader, RankEvent
+from ddptui.run.following.events import EventReader, RankEvent
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import judging

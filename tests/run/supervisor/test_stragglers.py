@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddptui.run.progress import RunProgress
+from ddptui.run.following.progress import RunProgress
 from ddptui.run.supervisor.stragglers import MAX_NOTES, StragglerNotes
 
 

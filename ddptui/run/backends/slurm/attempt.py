@@ -24,10 +24,10 @@ from ddptui.plan.launch import job_entry
 from ddptui.plan.slurm import BatchPlan, plan_batch
 from ddptui.remote.srun import SrunCluster
 from ddptui.remote.transport import Transport
-from ddptui.run import agent_client as nodes
+from ddptui.run.agent import client as nodes
 from ddptui.run.backends.slurm import commands
 from ddptui.run.backends.slurm.job import SlurmJob
-from ddptui.run.code import CodeTree, job_code
+from ddptui.run.code.contents import CodeTree, job_code
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport
 

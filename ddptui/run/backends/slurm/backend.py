@@ -19,8 +19,8 @@ from ddptui.run.backends.slurm import attempt as slurm_attempt
 from ddptui.run.backends.slurm.attempt import SlurmRunError
 from ddptui.run.backends.slurm.commands import SlurmError
 from ddptui.run.backends.slurm.job import SlurmJob
+from ddptui.run.following.state import Verdict
 from ddptui.run.record import RunRecord, RunState, node_versions
-from ddptui.run.state import Verdict
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 

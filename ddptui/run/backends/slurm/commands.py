@@ -30,7 +30,7 @@ from ddptui.run.backends.slurm.job import (
     parse_node_addresses,
     parse_sacct,
 )
-from ddptui.run.code import CodeTree, stage_tree
+from ddptui.run.code.contents import CodeTree, stage_tree
 from ddptui.untrusted import plain
 
 COMMAND_TIMEOUT_S = 30.0

@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 from ddptui.plan.launch import DEBUG_ENV
 from ddptui.remote.connection import RemoteCluster
-from ddptui.run.agent_call import kept_agents
+from ddptui.run.agent.call import kept_agents
 from ddptui.run.backends.base import RunBackend, StartFailed
 from ddptui.run.backends.ssh import launcher
 from ddptui.run.backends.ssh.launcher import LaunchError

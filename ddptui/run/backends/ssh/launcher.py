@@ -22,9 +22,8 @@ from ddptui.plan.launch import LaunchPlan, torchrun_flag
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.transport import RemoteError, Transport
-from ddptui.run import agent_client as nodes
-from ddptui.run import code_upload
-from ddptui.run.agent_call import NodeError, described
+from ddptui.run.agent import client as nodes
+from ddptui.run.agent.call import NodeError, described
 from ddptui.run.checkpoints import (
     LIKELY_CHECKPOINTS,
     RECEIVE,
@@ -35,7 +34,8 @@ from ddptui.run.checkpoints import (
     plan_copies,
     unmatched,
 )
-from ddptui.run.code import MIB, CodeError, job_code, mib
+from ddptui.run.code import upload as code_upload
+from ddptui.run.code.contents import MIB, CodeError, job_code, mib
 from ddptui.run.record import NodeRecord, RunRecord, RunState, node_versions
 from ddptui.run.stopper import StopReport, live, terminate
 from ddptui.run.timeline import Timeline

@@ -1,0 +1,244 @@
+"""The values of a run's model (:class:`~ddptui.run.following.model.RunModel`): each node's part of
+the attempt and its small updates, each rank's log lines, and what the supervisor says of the run
+(:class:`Judgement`, with a :class:`Hang` or a :class:`Verdict`).
+
+Front ends read these (the rank table, the GPU and log panes, the run's words); the model that
+folds a run's lines into them, and the supervisor's judging, make them.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptui.layout import HostFiles
+from ddptui.run.record import RunRecord, RunState
+from ddptui.untrusted import plain
+
+LOG_TAIL_LINES = 2000
+"""Per rank (and per node for torchrun's own output): enough to read back, bounded."""
+LOG_LINE_CHARS = 1024
+"""A tail's line is kept to this many characters: the log view shows 1,000 of it (the
+diagnosis reads the whole line)."""
+
+
+class Steps(enum.Enum):
+    """How much of the ranks' step events a model reads: nearly every line a run writes is one,
+    and reading them is most of what following costs."""
+
+    EVERY = "every"
+    """Every one: each rank's whole loss curve (a console charts it)."""
+    LATEST = "latest"
+    """Each rank's latest, when the model is looked at
+    (:meth:`~ddptui.run.following.model.RunModel.read_steps`): its numbers, not every point of its
+    curve (the supervisor, twice a second)."""
+    NONE = "none"
+    """None: a viewer that prints lines and takes the supervisor's judgement for the rest."""
+
+
+class Silence(enum.Enum):
+    """What a silent host means for the run, judged by the hosts that still answer."""
+
+    TRAINS = "trains"
+    """Their ranks keep stepping: their collectives need the silent host's ranks, so those take
+    part too, and only the head node's link to it is down."""
+    FAILS = "fails"
+    """Their ranks stopped stepping while they still answered (or, with no step events to
+    judge by, they answer and the silent host does not)."""
+    UNKNOWN = "unknown"
+    """Nothing tells yet: no host answers (the head node's own network?), every one that does
+    has finished, or none has been heard from since a whole window without a step (their links
+    may be going too)."""
+
+
+@dataclass
+class NodeState:
+    """One host's part of the current attempt."""
+
+    host: str
+    node_rank: int
+    nproc: int
+    base_rank: int
+    files: HostFiles
+    """The files of the host's part of the run: the only ones whose lines are taken."""
+    exit: int | None = None
+    exited_at: float | None = None
+    """When the exit status arrived (the model's clock)."""
+    vanished: bool = False
+    """The node's processes are gone without an exit status (the whole group was killed)."""
+    gone_beats: int = 0
+    silent: str | None = None
+    """Why the host stopped answering, while it does not answer."""
+    alive: bool | None = None
+    sample: Mapping[str, Any] = field(default_factory=dict)
+    """The latest heartbeat's sample; its ``ranks`` only this node's."""
+    torchrun_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+
+    def holds(self, rank: int) -> bool:
+        """Whether global rank ``rank`` runs on this node, as planned."""
+        return self.base_rank <= rank < self.base_rank + self.nproc
+
+    def beat(self, alive: bool | None, sample: Mapping[str, Any]) -> int:
+        """Take a heartbeat: whether the attempt's processes live, and the host's sample of
+        them, of which only this node's ranks are kept (a host's word on others' is not
+        taken); how many other ranks it named."""
+        self.alive = alive
+        ranks = sample.get("ranks")
+        refused = 0
+        if ranks:
+            own = {rank: seen for rank, seen in ranks.items() if self.holds(rank)}
+            refused = len(ranks) - len(own)
+            sample = {**sample, "ranks": own}
+        self.sample = sample
+        # The wrapper records torchrun's exit status as it ends; a group gone for two
+        # heartbeats with none was killed whole (kill -9 -PGID, the OOM killer).
+        self.gone_beats = self.gone_beats + 1 if alive is False else 0
+        if self.exit is None and self.gone_beats >= 2:
+            self.vanished = True
+        return refused
+
+
+@dataclass(frozen=True)
+class RankLog:
+    """A line from one rank's stdout or stderr (text raw: sanitise to show)."""
+
+    rank: int
+    stream: str
+    text: str
+    at: float
+    """When it arrived (the model's wall clock)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: RunState
+    detail: str
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class RankAtHang:
+    """Where one rank is while the run hangs."""
+
+    rank: int
+    host: str
+    step: int | None
+    process: str | None
+    """Its process state as the host last saw it (``R``, ``S``, ``T``…), if known."""
+    cpu_pct: float | None
+    why: str | None
+    """Why it differs from the other ranks, or None when it looks like them."""
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank named a straggler: where, by how much, since when (its clock)."""
+
+    rank: int
+    host: str
+    slower_by: float
+    since: float
+
+    def words(self) -> str:
+        """``rank 3 on node1 +45% since 14:02:11``."""
+        try:
+            since = time.strftime("%H:%M:%S", time.localtime(self.since))
+        except (OverflowError, OSError, ValueError):
+            # Any code may build a Straggler: its words must not end the judging that names it.
+            since = "?"
+        return (
+            f"rank {self.rank} on {plain(self.host, limit=64, one_line=True)} "
+            f"+{self.slower_by:.0%} since {since}"
+        )
+
+
+STUCK = "stuck"
+WAITING = "waiting"
+
+
+@dataclass(frozen=True)
+class Hang:
+    """No answering host's ranks have stepped for ``window_s``: what each rank is doing."""
+
+    since: float
+    """Wall-clock time of the last step seen (or of the attempt's start, before any)."""
+    window_s: float
+    step: int | None
+    """The lowest step over the ranks: where the run as a whole stands."""
+    ranks: tuple[RankAtHang, ...]
+    quiet: bool = False
+    """Judged by output and CPU (the script writes no step events): no rank wrote a line, and
+    every rank's process sat idle, for the window."""
+
+    @property
+    def odd(self) -> tuple[RankAtHang, ...]:
+        return tuple(rank for rank in self.ranks if rank.why is not None)
+
+    def part(self, rank: int) -> str | None:
+        """``rank``'s part in the hang, as every viewer marks it: :data:`STUCK` when something
+        about it sets it apart (its process stopped, its host silent…), :data:`WAITING` when
+        it looks like the others (it waits for the stuck ones in a collective), None for a
+        rank the hang does not name."""
+        return self._parts.get(rank)
+
+    @functools.cached_property
+    def _parts(self) -> dict[int, str]:
+        # Asked once a rank for each redraw: at thousands of ranks, a search each would show.
+        return {each.rank: STUCK if each.why is not None else WAITING for each in self.ranks}
+
+    @property
+    def without(self) -> str:
+        """What the window went without."""
+        return "output or CPU use" if self.quiet else "a step"
+
+    @property
+    def where(self) -> str:
+        """Where the run stands: at a step, before the first, or (judged by its output) ""."""
+        if self.quiet:
+            return ""
+        return f" at step {self.step}" if self.step is not None else " before the first step"
+
+    def summary(self, now: float) -> str:
+        """One line: how long, at which step, and which ranks differ (the first few)."""
+        what = "no output and no CPU use" if self.quiet else "no step"
+        line = f"{what} for {max(now - self.since, 0.0):.0f} s{self.where}"
+        odd = self.odd
+        if not odd:
+            return line + "; every rank waits alike (a collective that never completes?)"
+        told = "; ".join(f"rank {rank.rank} on {rank.host}: {rank.why}" for rank in odd[:3])
+        more = f"; {len(odd) - 3} more" if len(odd) > 3 else ""
+        return f"{line}; {told}{more}"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the supervisor says of the run now: viewers show this and judge nothing."""
+
+    state: RunState
+    attempt: int
+    detail: str
+    """Why the run is in its state (the record's latest detail)."""
+    notes: Mapping[str, str] = field(default_factory=dict)
+    """Host → what its silence means for the run, for each host that does not answer."""
+    hang: Hang | None = None
+    progress: str = ""
+    """The ranks' progress in one line, as the supervisor's own state has it."""
+    stepped: bool = False
+    """Some rank has stepped: the progress says something even once the run ended."""
+    doing: str = ""
+    """What the supervisor does for the run now beyond following it (ending the other nodes
+    after a failure…), while it does it."""
+    stragglers: tuple[Straggler, ...] = ()
+    """The ranks named stragglers, slowest first: as the supervisor's model judged them, which
+    every viewer shows rather than judge its own from the events it happens to have read."""
+
+    @classmethod
+    def of_record(cls, record: RunRecord) -> Judgement:
+        """What the record alone says (no supervisor to ask: a finished run)."""
+        attempt = record.attempt.number if record.attempts else 0
+        return cls(record.state, attempt, record.detail)
