@@ -19,8 +19,8 @@ Its parts, each one job:
 - :mod:`.viewers`: serving attached viewers (:mod:`ddptui.run.protocol`).
 """
 
-from ddptui.run.supervisor.core import Supervisor
 from ddptui.run.supervisor.following import INBOX, INBOX_BYTES, updates_inbox
+from ddptui.run.supervisor.loop import Supervisor
 from ddptui.run.supervisor.phase import Phase
 
 __all__ = ["INBOX", "INBOX_BYTES", "Phase", "Supervisor", "updates_inbox"]

@@ -26,9 +26,9 @@ everyone; the phase says what its supervisor may do next, and is known to it alo
 - **STOPPING**: a stop, a kill or ``on_hang = "stop"`` is ending the attempt: exits are the
   stop's doing, not failures, and nothing is judged.
 
-Every attempt's end is recorded by :meth:`~ddptui.run.supervisor.core.Supervisor.ended`,
+Every attempt's end is recorded by :meth:`~ddptui.run.supervisor.owning.RunOwner.ended`,
 which moves the phase back to IDLE: "why did my run end?" is the attempt's detail, written
-by whichever of CONCLUDING and STOPPING led there (see :mod:`ddptui.run.supervisor.core`).
+by whichever of CONCLUDING and STOPPING led there (see :mod:`ddptui.run.supervisor.loop`).
 """
 
 from __future__ import annotations

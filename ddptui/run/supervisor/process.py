@@ -26,8 +26,8 @@ from ddptui.run import protocol
 from ddptui.run.protocol import BUSY
 from ddptui.run.standby import MAX_TOLD_BYTES, STANDBY, told
 from ddptui.run.store import RunStore
-from ddptui.run.supervisor.core import Supervisor
 from ddptui.run.supervisor.jobs import Job, Launch, Resume
+from ddptui.run.supervisor.loop import Supervisor
 
 log = logging.getLogger("ddptui.supervisor")
 

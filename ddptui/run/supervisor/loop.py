@@ -1,7 +1,10 @@
-"""The supervisor: the one owner of a run while it lives, doing one job at a time.
+"""The supervisor's loop: the one owner of a run while it lives, doing one job at a time (a
+viewer's request, the backend's event, what judging asks), and judging the run as its lines
+come; what it does to the record and tells viewers is :mod:`ddptui.run.supervisor.owning`'s.
 
-Why did my run end? Each attempt's end is recorded here, by :meth:`Supervisor.end_attempt`,
-from exactly one of four places, each a phase move (:mod:`ddptui.run.supervisor.phase`):
+Why did my run end? Each attempt's end is recorded by :meth:`RunOwner.end_attempt
+<ddptui.run.supervisor.owning.RunOwner.end_attempt>`, from exactly one of four places in this
+loop, each a phase move (:mod:`ddptui.run.supervisor.phase`):
 
 - **judged** (RUNNING → CONCLUDING): the run's model says the ranks finished, failed, or a
   node went silent while the others stopped stepping (:func:`~.judging.judge`, then
@@ -14,14 +17,14 @@ from exactly one of four places, each a phase move (:mod:`ddptui.run.supervisor.
 - **stopped** (RUNNING or CONCLUDING → STOPPING): a stop or kill asked by a viewer
   (:meth:`Supervisor._stop`), or ``on_hang = "stop"`` (:meth:`Supervisor._stop_hung`).
 
-:meth:`Supervisor.ended` then tells viewers and moves back to IDLE. The attempt's detail in
+:meth:`RunOwner.ended <ddptui.run.supervisor.owning.RunOwner.ended>` then tells viewers and
+moves back to IDLE. The attempt's detail in
 the record (``ddptui status``) is what was said there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import time
@@ -35,8 +38,8 @@ from ddptui.run.backends import NodesEnded, Restarted, RunBackend, StartFailed, 
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Judgement, Verdict
 from ddptui.run.journal import Journal
-from ddptui.run.protocol import Ended, Hello, Judged, Request
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.protocol import Hello, Request
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import evidence, judging
 from ddptui.run.supervisor.faults import Faults
@@ -55,6 +58,7 @@ from ddptui.run.supervisor.jobs import (
     asked_job,
     name,
 )
+from ddptui.run.supervisor.owning import RunOwner
 from ddptui.run.supervisor.phase import Phase, Phases
 from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
@@ -67,7 +71,10 @@ IDLE_EXIT_S = 10.0
 log = logging.getLogger("ddptui.supervisor")
 
 
-class Supervisor:
+class Supervisor(RunOwner):
+    """The loop: one job at a time (a viewer's request, the backend's event, what judging
+    asks), each a phase move."""
+
     def __init__(
         self,
         store: RunStore,
@@ -111,10 +118,6 @@ class Supervisor:
         self.hang: Hang | None = None
         self.hang_stacks = ""
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
-
-    @property
-    def record(self) -> RunRecord:
-        return self._record
 
     # --- jobs ------------------------------------------------------------------------------
 
@@ -400,92 +403,8 @@ class Supervisor:
                 self.hang = None
         self._publish_judgement()
 
-    def _publish_judgement(self) -> None:
-        model = self.following.followed
-        if model is None:
-            judgement = Judgement.of_record(self.record)
-        else:
-            hang = self.hang if self.record.state is RunState.HUNG else None
-            judgement = model.judgement(self.record, hang)
-        if self._doing:
-            judgement = dataclasses.replace(judgement, doing=self._doing)
-        if judgement != self.judgement:
-            self.judgement = judgement
-            self.audience.broadcast(protocol.message(Judged(judgement)))
-
-    async def verdict_within(self, seconds: float) -> Verdict | None:
-        stopping = self.phases.now is Phase.STOPPING
-        return await self.following.verdict_within(seconds, stopping=stopping)
-
-    def doing(self, what: str) -> None:
-        """Tell viewers what the supervisor does for the run now ("": nothing beyond
-        following it)."""
-        self._doing = what
-        self._publish_judgement()
-
-    # --- the record (what a backend may do through its Owner) -------------------------------
-
-    def say(self, line: str) -> None:
-        log.info("%s", line)
-        self.audience.say(line)
-
-    def change(self, change: Callable[[RunRecord], None]) -> None:
-        self._record = self.store.update(self.record.id, self.timing.applied(change))
-        if self.following.followed is not None:
-            self.following.followed.record = self._record
-        self._publish_judgement()
-
-    def note(self, *lines: str) -> None:
-        """``lines`` added to the current attempt's detail (what ``status`` shows of it)."""
-        if lines:
-            self.change(lambda record: record.add_to_detail(lines))
-
-    def reached(self, host: str, stage: str) -> None:
-        self.timing.reached(host, stage)
-
     def stop_asked(self) -> bool:
         return any(isinstance(job, Stop) for job in self.queued)
-
-    def starting(self) -> bool:
-        return self.phases.now is Phase.STARTING
-
-    def attempt_starting(
-        self, number: int, master_port: int, detail: str, job_id: str | None = None
-    ) -> None:
-        attempt = Attempt(number, self._wall(), master_port, job_id=job_id)
-        self.timing.begin(number)
-        self.change(lambda record: record.begin_attempt(attempt, detail))
-
-    def attempt_running(
-        self, detail: str, placed: list[NodeRecord] | None = None, allocation: str = ""
-    ) -> None:
-        if placed is not None:
-            self.following.place(self.record, placed)
-        self.timing.started(placed or self.record.nodes)
-        self.change(lambda record: record.runs(detail, self._wall(), placed, allocation))
-        self._follow(detail)
-
-    def _follow(self, why: str) -> None:
-        self.phases.move(Phase.RUNNING, why)
-        self.hang, self.hang_stacks = None, ""
-        self.following.begin(self.record)
-        self._publish_judgement()
-
-    def end_attempt(self, state: RunState, detail: str) -> None:
-        self.change(lambda record: record.end_attempt(state, detail, self._wall()))
-        log.info("attempt %d %s: %s", self.judgement.attempt, state.value, detail)
-
-    def ended(self) -> None:
-        """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
-        a failure): following it is over."""
-        self.doing("")
-        self.phases.move(Phase.IDLE, f"attempt {self.judgement.attempt} {self.record.state.value}")
-        if self.following.followed is not None:
-            self.following.followed.conclude(self.record.state)
-        record = self.record
-        self.audience.broadcast(
-            protocol.message(Ended(record.state, record.detail, self.judgement.attempt))
-        )
 
     def _reply(
         self, asked: Asked | None, ok: bool, message: str, data: dict[str, object] | None = None

@@ -1,0 +1,130 @@
+"""The supervisor as its run's owner: the run's record, and what its viewers are told of it.
+
+:class:`RunOwner` is what a backend may do to the run it serves (the
+:class:`~ddptui.run.backends.base.Owner` protocol: say, change the record, note, begin and run
+an attempt) and how an attempt's end is recorded and told (:meth:`RunOwner.end_attempt`,
+:meth:`RunOwner.ended`). Every change of the record goes through :meth:`RunOwner.change`,
+which keeps it at once and tells viewers the judgement that follows from it; the supervisor's
+loop (:mod:`ddptui.run.supervisor.loop`) decides when.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from ddptui.run import protocol
+from ddptui.run.following.state import Hang, Judgement, Verdict
+from ddptui.run.protocol import Ended, Judged
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.store import RunStore
+from ddptui.run.supervisor.following import Following
+from ddptui.run.supervisor.phase import Phase, Phases
+from ddptui.run.supervisor.timing import LaunchTiming
+from ddptui.run.supervisor.viewers import Audience
+
+log = logging.getLogger("ddptui.supervisor")
+
+
+class RunOwner:
+    """The record and the viewers' side of a supervisor; the loop
+    (:class:`~ddptui.run.supervisor.loop.Supervisor`) sets these up."""
+
+    store: RunStore
+    _record: RunRecord
+    _wall: Callable[[], float]
+    phases: Phases
+    audience: Audience
+    following: Following
+    timing: LaunchTiming
+    judgement: Judgement
+    _doing: str
+    hang: Hang | None
+    hang_stacks: str
+
+    @property
+    def record(self) -> RunRecord:
+        return self._record
+
+    def _publish_judgement(self) -> None:
+        model = self.following.followed
+        if model is None:
+            judgement = Judgement.of_record(self.record)
+        else:
+            hang = self.hang if self.record.state is RunState.HUNG else None
+            judgement = model.judgement(self.record, hang)
+        if self._doing:
+            judgement = dataclasses.replace(judgement, doing=self._doing)
+        if judgement != self.judgement:
+            self.judgement = judgement
+            self.audience.broadcast(protocol.message(Judged(judgement)))
+
+    async def verdict_within(self, seconds: float) -> Verdict | None:
+        stopping = self.phases.now is Phase.STOPPING
+        return await self.following.verdict_within(seconds, stopping=stopping)
+
+    def doing(self, what: str) -> None:
+        """Tell viewers what the supervisor does for the run now ("": nothing beyond
+        following it)."""
+        self._doing = what
+        self._publish_judgement()
+
+    def say(self, line: str) -> None:
+        log.info("%s", line)
+        self.audience.say(line)
+
+    def change(self, change: Callable[[RunRecord], None]) -> None:
+        self._record = self.store.update(self.record.id, self.timing.applied(change))
+        if self.following.followed is not None:
+            self.following.followed.record = self._record
+        self._publish_judgement()
+
+    def note(self, *lines: str) -> None:
+        """``lines`` added to the current attempt's detail (what ``status`` shows of it)."""
+        if lines:
+            self.change(lambda record: record.add_to_detail(lines))
+
+    def reached(self, host: str, stage: str) -> None:
+        self.timing.reached(host, stage)
+
+    def starting(self) -> bool:
+        return self.phases.now is Phase.STARTING
+
+    def attempt_starting(
+        self, number: int, master_port: int, detail: str, job_id: str | None = None
+    ) -> None:
+        attempt = Attempt(number, self._wall(), master_port, job_id=job_id)
+        self.timing.begin(number)
+        self.change(lambda record: record.begin_attempt(attempt, detail))
+
+    def attempt_running(
+        self, detail: str, placed: list[NodeRecord] | None = None, allocation: str = ""
+    ) -> None:
+        if placed is not None:
+            self.following.place(self.record, placed)
+        self.timing.started(placed or self.record.nodes)
+        self.change(lambda record: record.runs(detail, self._wall(), placed, allocation))
+        self._follow(detail)
+
+    def _follow(self, why: str) -> None:
+        self.phases.move(Phase.RUNNING, why)
+        self.hang, self.hang_stacks = None, ""
+        self.following.begin(self.record)
+        self._publish_judgement()
+
+    def end_attempt(self, state: RunState, detail: str) -> None:
+        self.change(lambda record: record.end_attempt(state, detail, self._wall()))
+        log.info("attempt %d %s: %s", self.judgement.attempt, state.value, detail)
+
+    def ended(self) -> None:
+        """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
+        a failure): following it is over."""
+        self.doing("")
+        self.phases.move(Phase.IDLE, f"attempt {self.judgement.attempt} {self.record.state.value}")
+        if self.following.followed is not None:
+            self.following.followed.conclude(self.record.state)
+        record = self.record
+        self.audience.broadcast(
+            protocol.message(Ended(record.state, record.detail, self.judgement.attempt))
+        )
