@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         started_run["run"] = attachment.record
         if args.detach:
             await attachment.close()
-            record = control.store.load(attachment.record.id)
+            record = control.record(attachment.record.id)
             say(f"{started(plan, record)} {detached_hint(record)}")
             print(record.id)
             return 0

@@ -12,7 +12,7 @@ from ddptui.untrusted import plain
 
 def run(args: argparse.Namespace) -> int:
     control = RunControl()
-    record = control.store.resolve(args.run)
+    record = control.record(args.run)
     reply = asyncio.run(control.stop(record.id, kill=args.kill, say=say))
     lines = reply.data.get("lines")
     for line in lines if isinstance(lines, list) else []:

@@ -82,9 +82,9 @@ class RunControl:
     supervisor's backend once it runs, and the way to the run's nodes."""
 
     def __init__(self, store: RunStore | None = None) -> None:
-        self.store = store or RunStore()
-        self.supervisors = Supervisors(self.store)
-        self.checks = CheckCache(self.store.root.parent / "checks")
+        self._store = store or RunStore()
+        self.supervisors = Supervisors(self._store)
+        self.checks = CheckCache(self._store.root.parent / "checks")
         self._standby: Standby | None = None
 
     # --- before a run ----------------------------------------------------------------------
@@ -118,7 +118,7 @@ class RunControl:
         recent = _cluster(config).recent(self.checks)
         if recent is None:
             return None
-        for record in self.store.changed_since(recent.checked_at):
+        for record in self._store.changed_since(recent.checked_at):
             started = record.attempts[-1].started if record.attempts else record.created
             if started >= recent.checked_at and not record.state.final:
                 return None
@@ -183,18 +183,23 @@ class RunControl:
 
     # --- runs ------------------------------------------------------------------------------
 
+    def record(self, run_id: str | None) -> RunRecord:
+        """The run ``run_id`` names (a unique prefix will do; default: the latest), as its
+        record stands now."""
+        return self._store.resolve(run_id)
+
     def open(self, run_id: str | None) -> tuple[RunRecord, Config]:
         """The run ``run_id`` names (default: the latest), with the hosts file it was launched
         with."""
-        record = self.store.resolve(run_id)
-        return record, load_config(self.store.hosts_file(record.id))
+        record = self._store.resolve(run_id)
+        return record, load_config(self._store.hosts_file(record.id))
 
     def catalogue(self) -> Catalogue:
         """Every run, with how those whose end no supervisor saw really ended, where their
         backend can tell (:func:`ddptui.run.backends.settle`: Slurm's accounting)."""
-        catalogue = self.store.catalogue()
-        if backends.settle(self.store, catalogue.records, self.supervised):
-            catalogue = self.store.catalogue()
+        catalogue = self._store.catalogue()
+        if backends.settle(self._store, catalogue.records, self.supervised):
+            catalogue = self._store.catalogue()
         return catalogue
 
     async def launch(
@@ -220,7 +225,7 @@ class RunControl:
 
         new = _cluster(config).new_run(report, plan, demo=demo, began=began)
         # The run's own hosts file: every later command reaches the same hosts.
-        self.store.create(new.record, config_to_toml(config))
+        self._store.create(new.record, config_to_toml(config))
         self._start_supervisor(new.record.id, "--launch", *new.options)
         attachment = await Attachment(
             self.supervisors, new.record, position=0, say=say, steps=steps
@@ -248,7 +253,7 @@ class RunControl:
         supervisor refuses (the run still runs, another resume is starting it). ``began``: when
         the resume was asked for, where its launch timeline starts (default: now)."""
         began = time.time() if began is None else began
-        record = self.store.resolve(run_id)
+        record = self._store.resolve(run_id)
         attachment = await Attachment(
             self.supervisors, record, position=0, say=say, steps=steps
         ).open()
@@ -267,7 +272,7 @@ class RunControl:
     async def stop(self, run_id: str | None, *, kill: bool = False, say: Say = quiet) -> Reply:
         """Ask the run's supervisor to stop it (checkpoint first unless ``kill``) and confirm
         nothing is left; its answer (``data``: ``lines``, ``clean``, ``was``…)."""
-        record = self.store.resolve(run_id)
+        record = self._store.resolve(run_id)
         async with await Attachment(
             self.supervisors, record, position=None, say=say
         ).open() as attachment:
@@ -277,7 +282,7 @@ class RunControl:
         self, run_id: str | None, *, say: Say = quiet, steps: Steps = Steps.EVERY
     ) -> Attachment:
         """Follow a run from its first line (starting its supervisor if it has none)."""
-        record = self.store.resolve(run_id)
+        record = self._store.resolve(run_id)
         return await Attachment(self.supervisors, record, position=0, say=say, steps=steps).open()
 
     async def dump(self, run_id: str | None) -> StackDump:
@@ -286,7 +291,7 @@ class RunControl:
         record, config = self.open(run_id)
         async with backends.kind_of(config).reaching(record) as remote:
             taken = await stack_dump.take(config, record, remote)
-        return stack_dump.save(taken, self.store.files(record.id).dumps)
+        return stack_dump.save(taken, self._store.files(record.id).dumps)
 
     async def view(self, run_id: str | None, *, say: Say = quiet) -> RunView:
         """The run as it stands: from its supervisor while it lives (started if it has none),
@@ -302,7 +307,7 @@ class RunControl:
                     self.supervisors, record, position=None, say=say
                 ).open() as live:
                     reply = await live.request("snapshot", timeout=ANSWER_S)
-                    record = self.store.load(record.id)
+                    record = self._store.load(record.id)
                     if reply.ok:
                         return RunView.from_live_document(record, reply.data)
             except (ControlError, ValueError) as error:
@@ -434,7 +439,7 @@ class RunControl:
 
     def _start_supervisor(self, run_id: str, *args: str) -> None:
         standby, self._standby = self._standby, None
-        if standby is None or not standby.go(self.store.root, run_id, *args):
+        if standby is None or not standby.go(self._store.root, run_id, *args):
             self.supervisors.spawn(run_id, *args)
 
     def supervised(self, run_id: str) -> bool:

@@ -160,20 +160,21 @@ def test_a_run_started_since_that_still_runs_means_checking_again(
     tmp_path: Path, output: str
 ) -> None:
     config = _config(tmp_path)
-    control = RunControl(RunStore(tmp_path / "state" / "runs"))
+    store = RunStore(tmp_path / "state" / "runs")
+    control = RunControl(store)
     report = _report(config, output)
     control.checks.keep(report)
     assert control.recent_check(config) is not None
     checked = report.began_at + report.elapsed_s
     # A run that was running when the check looked: what it holds, the check saw.
-    control.store.create(_running("20261203-100000-aaaa", started=checked - 60), "")
+    store.create(_running("20261203-100000-aaaa", started=checked - 60), "")
     assert control.recent_check(config) is not None
     since = _running("20261203-100100-bbbb", started=checked + 5)
-    control.store.create(since, "")
+    store.create(since, "")
     assert control.recent_check(config) is None
-    control.store.update(since.id, lambda record: record.transition(RunState.STOPPING, ""))
+    store.update(since.id, lambda record: record.transition(RunState.STOPPING, ""))
     assert control.recent_check(config) is None
-    control.store.update(since.id, lambda record: record.transition(RunState.STOPPED, ""))
+    store.update(since.id, lambda record: record.transition(RunState.STOPPED, ""))
     assert control.recent_check(config) is not None
 
 

@@ -153,10 +153,8 @@ class RunScreen(Screen[None]):
     @work(exclusive=True, group="follow")
     async def _read_back(self, control: RunControl) -> None:
         """A finished run: its files as they stand on the hosts (logs, losses, errors)."""
-        from ddptui.config import load_config
-
         self.say(f"reading run {self.record.id}'s files on its hosts…")
-        config = load_config(control.store.hosts_file(self.record.id))
+        _, config = control.open(self.record.id)
         self.run_model = await control.read_back(self.record, config)
         self.query_one(RankTable).lay_out_again()
         self._chart_due = self._table_due = 0.0
