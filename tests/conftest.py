@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,11 +50,30 @@ class _BedReport:
 
 
 _REPORT = pytest.StashKey[_BedReport]()
+TIERS = ("cluster", "slow", "slurm")
+TIERS_RUN = "ddptui tiers run:"
+"""The summary line ``.ci/run`` reads: how many tests of each tier ran (not skipped), so that
+a run that reached fewer real hosts, torchruns or Slurm jobs than expected fails there."""
+_TIER_COUNTS = pytest.StashKey[Counter[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REPORT] = _BedReport()
+    counts = config.stash[_TIER_COUNTS] = Counter()
+    if not hasattr(config, "workerinput"):
+        # Counted where every report arrives once: the controller under xdist, or the session.
+        config.pluginmanager.register(_TierCounter(counts), "ddptui-tier-counter")
     _without_the_venv_on_path()
+
+
+class _TierCounter:
+    def __init__(self, counts: Counter[str]) -> None:
+        self.counts = counts
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and not report.skipped:
+            self.counts["all"] += 1
+            self.counts.update(tier for tier in TIERS if tier in report.keywords)
 
 
 def _without_the_venv_on_path() -> None:
@@ -220,6 +240,9 @@ def local_ssh_server(tmp_path: Path) -> Iterator[LocalSshServer]:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
+    counts = config.stash[_TIER_COUNTS]
+    ran = ", ".join(f"{tier} {counts[tier]}" for tier in TIERS)
+    terminalreporter.write_line(f"{TIERS_RUN} {ran} (of {counts['all']} tests run)")
     report = config.stash[_REPORT]
     skipped = [
         rep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ def test_summary_names_the_skipped_cluster_tests_and_the_reason() -> None:
     assert "test bed unavailable: turned off by DDPTUI_TESTBED=off" in out
     summary = out[out.index("ddptui test bed") :]
     assert "1 cluster test(s) SKIPPED: turned off by DDPTUI_TESTBED=off" in summary
+    # What .ci/run reads to know the beds ran: the skipped one is not counted.
+    assert "ddptui tiers run: cluster 0, slow 0, slurm 0 (of 1 tests run)" in out
     assert "local_ssh_server" in summary
 
 
@@ -49,3 +52,34 @@ def _pytest(tests: list[str], env: dict[str, str]) -> tuple[str, int]:
         timeout=120,
     )
     return result.stdout, result.returncode
+
+
+def test_ci_fails_a_run_whose_tiers_ran_short_and_passes_one_that_ran_them_all(
+    tmp_path: Path,
+) -> None:
+    def checked(line: str) -> tuple[int, str]:
+        summary = tmp_path / "summary.txt"
+        summary.write_text(f"collected\n{line}\n1 passed\n")
+        result = subprocess.run(
+            [sys.executable, str(REPO / ".ci" / "tiers.py"), str(summary)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return result.returncode, result.stdout
+
+    expected = runpy.run_path(str(REPO / ".ci" / "tiers.py"))["EXPECTED"]
+    cluster, slow, slurm = (expected[tier] for tier in ("cluster", "slow", "slurm"))
+    all_ran = f"ddptui tiers run: cluster {cluster}, slow {slow}, slurm {slurm} (of 2000 tests run)"
+    assert checked(all_ran) == (
+        0,
+        f"every tier ran: cluster {cluster}, slow {slow}, slurm {slurm}\n",
+    )
+    short = f"ddptui tiers run: cluster {cluster - 1}, slow {slow}, slurm 0 (of 1999 tests run)"
+    status, said = checked(short)
+    assert status == 1
+    assert said == (
+        f"the suite reached fewer real parts than it holds: cluster: {cluster - 1} ran, "
+        f"{cluster} expected; slurm: 0 ran, {slurm} expected\n"
+    )
+    assert checked("no tiers line at all")[0] == 1
