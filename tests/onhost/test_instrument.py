@@ -344,3 +344,37 @@ def test_a_rank_started_with_the_instrumentation_waits_for_its_peers_as_it_exits
 
     waited = f"barrier {instrument.EXIT_TOGETHER_S}"
     assert ran.stdout.splitlines() == ["the script's own exit handler", waited]
+
+
+RANK_0_WATCHED = """
+import os, time
+from pathlib import Path
+
+pids = Path("pids")
+pids.mkdir(exist_ok=True)
+(pids / f"rank{os.environ['RANK']}.tmp").write_text(str(os.getpid()))
+(pids / f"rank{os.environ['RANK']}.tmp").rename(pids / f"rank{os.environ['RANK']}")
+if os.environ["RANK"] == "1":
+    while not (pids / "rank0").exists():
+        time.sleep(0.05)
+    rank_0 = Path("/proc") / (pids / "rank0").read_text() / "stat"
+    time.sleep(3)  # rank 0 has long reached its exit: is it there still?
+    state = rank_0.read_text().rsplit(")", 1)[1].split()[0] if rank_0.exists() else "gone"
+    Path("rank 0 as rank 1 ends").write_text(state)
+"""
+"""Appended to a framework's script: each rank says its pid; rank 1 lingers 3 s after its
+training, then writes the state of rank 0's process (``S``: waiting; ``Z`` or gone: exited)."""
+
+
+@pytest.mark.slow
+def test_on_a_real_gloo_run_a_rank_that_ended_waits_at_exit_for_a_slower_peer(
+    tmp_path: Path,
+) -> None:
+    script = staged(tmp_path, "accelerate")
+    (tmp_path / script).write_text((tmp_path / script).read_text() + RANK_0_WATCHED)
+    run_dir = tmp_path / "run"
+    ran = torchrun(tmp_path, script, run_dir, EPOCHS="1")
+    # No abort forgiven here: the wait at exit is what prevents it.
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (tmp_path / "rank 0 as rank 1 ends").read_text() not in ("Z", "gone"), ran.stderr
+    assert [events(run_dir, rank)[-1]["type"] for rank in (0, 1)] == ["done", "done"]
