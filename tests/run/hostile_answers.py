@@ -9,7 +9,6 @@ import builtins
 import dataclasses
 import json
 from collections.abc import Coroutine, Mapping, Sequence
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
@@ -30,14 +29,15 @@ _T = TypeVar("_T")
 
 HOST = HostConfig(name="ddpa2", address="192.0.2.7")
 RUN_DIR = "/nonexistent/ddptui-runs/20990101-000000-abcd/node0"
-DEADLINE = timedelta(seconds=2)
 
 
 def hostile(examples: int) -> settings:
-    """One test's settings: ``examples`` of them, each within :data:`DEADLINE`."""
+    """One test's settings: ``examples`` of them. No deadline: on two shared cores a wall-clock
+    limit per example fails by load, not by a slow parser; what a host's answer may cost is
+    bounded by the caps each reader applies before parsing, which the tests assert."""
     return settings(
         max_examples=examples,
-        deadline=DEADLINE,
+        deadline=None,
         derandomize=True,
         database=None,
         # Documents of 5000-digit numbers and 100,000-deep brackets are the point, not a slip.
