@@ -270,23 +270,79 @@ def test_no_import_circle() -> None:
     assert _import_circles() == []
 
 
-ONE_PATH = ("ddptui/commands", "ddptui/ui", "ddptui/run/control.py")
-"""Where no code asks whether a cluster is Slurm's: RunControl's ``check``, ``plan`` and
-``launch`` take both kinds (``run/backends/__init__.py``'s ``kind_of`` chooses, once), and
-``present`` words both."""
+KIND_BLIND = ("ddptui/present", "ddptui/commands", "ddptui/ui", "ddptui/cli.py", "ddptui/run")
+"""Where no code names Slurm, apart from :data:`KINDS`, the backends' package within
+``ddptui/run``: RunControl's ``check``, ``plan`` and ``launch`` take both kinds
+(``run/backends/__init__.py``'s ``kind_of`` chooses, once), and ``present`` words both through
+what they share (``ClusterCheck``, ``RunPlan``). Its words may say "Slurm": a string or a
+docstring names nothing."""
 
 
-def test_neither_the_front_ends_nor_run_control_ask_which_kind_of_cluster() -> None:
+def _slurm_names(source: str) -> list[tuple[int, str]]:
+    """Each identifier of ``source`` that names Slurm, whatever its case, with its line: a
+    name, an attribute, a function's, a class's or an argument's name, a keyword argument, a
+    module imported or a name imported from one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str | None] = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.arg, ast.keyword)):
+            names = [node.arg]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [name for alias in node.names for name in (alias.name, alias.asname)]
+            if isinstance(node, ast.ImportFrom):
+                names.append(node.module)
+        found += [
+            (node.lineno, name) for name in names if name is not None and "slurm" in name.lower()
+        ]
+    return found
+
+
+def test_no_code_above_the_backends_names_slurm() -> None:
+    backends = ROOT / KINDS.replace(".", "/")
     offenders = []
-    for where in ONE_PATH:
+    for where in KIND_BLIND:
         paths = [ROOT / where] if where.endswith(".py") else _python_files(where)
         for path in paths:
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                named = node.attr if isinstance(node, ast.Attribute) else None
-                named = node.id if isinstance(node, ast.Name) else named
-                if named is not None and named.lower().endswith("slurm"):
-                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {named}")
+            if path.is_relative_to(backends):
+                continue
+            offenders += [
+                f"{path.relative_to(ROOT)}:{line} {name}"
+                for line, name in _slurm_names(path.read_text(encoding="utf-8"))
+            ]
     assert offenders == []
+
+
+def test_every_kind_of_identifier_that_names_slurm_is_seen_and_no_words() -> None:
+    source = (
+        '"""Slurm\'s jobs."""\n'
+        "import ddptui.health.slurm\n"
+        "from ddptui.plan.slurm import BatchPlan\n"
+        "from ddptui.health import slurm_check as check\n"
+        "from ddptui.plan import launch as slurm_launch\n"
+        "class SlurmWords:\n"
+        '    """Slurm job 12."""\n'
+        "def words(on_slurm: bool) -> str:\n"
+        '    return said(SLURM, config.slurm, kind="Slurm", slurm=1)\n'
+        "async def _slurm_summary() -> None: ...\n"
+    )
+    assert sorted(_slurm_names(source)) == [
+        (2, "ddptui.health.slurm"),
+        (3, "ddptui.plan.slurm"),
+        (4, "slurm_check"),
+        (5, "slurm_launch"),
+        (6, "SlurmWords"),
+        (8, "on_slurm"),
+        (9, "SLURM"),
+        (9, "slurm"),
+        (9, "slurm"),
+        (10, "_slurm_summary"),
+    ]
 
 
 KINDS = "ddptui.run.backends"
@@ -302,9 +358,10 @@ SLURM_BELOW_RUNS = (
 )
 """Slurm's parts that stay in the layers below the runs layer, outside its package: each is
 pure or reaches no run (the config read, the transport, the check's judgement, the plan), and
-sits beside the SSH hosts' own counterpart in its layer, which the front ends and ``present``
-read as values. Being below ``run``, none of them may import a kind's package anyway
-(:func:`test_no_module_imports_a_layer_above_its_own`)."""
+sits beside the SSH hosts' own counterpart in its layer. The front ends and ``present`` read the
+check and the plan as what both kinds are (``ClusterCheck``, ``RunPlan``), naming neither
+(:func:`test_no_code_above_the_backends_names_slurm`). Being below ``run``, none of them may
+import a kind's package anyway (:func:`test_no_module_imports_a_layer_above_its_own`)."""
 
 
 def test_only_the_backends_package_imports_a_kind_s_own_modules() -> None:

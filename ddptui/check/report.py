@@ -8,7 +8,7 @@ from typing import Any
 
 from ddptui.config.model import Config
 from ddptui.health import Finding, HostCheck
-from ddptui.health.cluster_check import ClusterCheck
+from ddptui.health.cluster_check import ClusterCheck, ScheduledNode
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,27 @@ class CheckReport(ClusterCheck):
     master_port_test: PortTest
     began_at: float = 0.0
     """When the check began (Unix seconds): where a launch's timeline starts."""
+
+    @property
+    def fixed_hosts(self) -> bool:
+        return True
+
+    @property
+    def ready(self) -> str | None:
+        hosts = len(self.checks)
+        return f"{hosts} host{'s' * (hosts != 1)} ready" if self.healthy else None
+
+    @property
+    def duration_s(self) -> float:
+        return self.elapsed_s
+
+    @property
+    def scheduled_nodes(self) -> tuple[ScheduledNode, ...]:
+        return ()
+
+    @property
+    def usable_nodes(self) -> frozenset[str]:
+        return frozenset()
 
     def to_json(self) -> dict[str, Any]:
         """The ``ddptui check --json`` document (docs/architecture.md)."""

@@ -8,7 +8,7 @@ import sys
 import time
 
 from ddptui.commands.follow import say
-from ddptui.present.runs import COLUMNS, duration_s, run_row
+from ddptui.present.runs import COLUMNS, run_document, run_row
 from ddptui.run.control import RunControl
 from ddptui.untrusted import plain
 
@@ -23,25 +23,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ddptui runs: {run_id}: {plain(why, one_line=True)}", file=sys.stderr)
     control.adopt(catalogue.records, say=say)
     if args.json:
-        summaries = [
-            {
-                "id": record.id,
-                "state": record.state.value,
-                "detail": record.detail,
-                "demo": record.demo,
-                "created": record.created,
-                "duration_s": round(duration_s(record, now), 1),
-                "attempts": len(record.attempts),
-                "world_size": record.world_size,
-                "entry": record.entry,
-                "hosts": [node.host for node in record.nodes],
-                "slurm_jobs": [
-                    {"id": job.id, "attempts": job.attempts, "state": job.state or None}
-                    for job in record.slurm_jobs
-                ],
-            }
-            for record in catalogue.records
-        ]
+        summaries = [run_document(record, now) for record in catalogue.records]
         # ASCII: a host's control or bidi characters (in a detail) travel as \u escapes.
         json.dump(summaries, sys.stdout, indent=2, ensure_ascii=True)
         sys.stdout.write("\n")

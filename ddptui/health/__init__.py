@@ -5,7 +5,7 @@ Nothing here does I/O; the caller connects, probes and measures, then calls :fun
 
 from __future__ import annotations
 
-from ddptui.health.cluster_check import ClusterCheck
+from ddptui.health.cluster_check import ClusterCheck, ScheduledNode
 from ddptui.health.evaluate import evaluate
 from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Severity
 from ddptui.health.parity import ParityRow, odd_ones_out, parity_rows
@@ -17,6 +17,7 @@ __all__ = [
     "HostCheck",
     "ParityRow",
     "ProbeFailure",
+    "ScheduledNode",
     "Severity",
     "evaluate",
     "odd_ones_out",

@@ -56,6 +56,28 @@ class SlurmCheck(ClusterCheck):
     """The nodes a run may get: up, and not in ``[slurm] exclude``."""
     findings: tuple[Finding, ...]
 
+    @property
+    def fixed_hosts(self) -> bool:
+        return False
+
+    @property
+    def ready(self) -> str:
+        where = f"partition {self.partition}, " if self.partition else ""
+        nodes = len(self.nodes)
+        return f"{where}{len(self.usable)} of {nodes} node{'s' * (nodes != 1)} usable"
+
+    @property
+    def duration_s(self) -> None:
+        return None
+
+    @property
+    def scheduled_nodes(self) -> tuple[SlurmNode, ...]:
+        return self.nodes
+
+    @property
+    def usable_nodes(self) -> frozenset[str]:
+        return frozenset(self.usable)
+
     def to_json(self) -> dict[str, Any]:
         """``ddptui check --json`` of a Slurm cluster."""
         return {

@@ -9,6 +9,7 @@ stderr land in files of their own with torchrun's error files beside them.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -25,8 +26,9 @@ from ddptui.health.resources import (
     resolve_backend,
     selected_gpus,
 )
+from ddptui.plan.run_plan import RunPlan
 from ddptui.probe.facts import HostFacts
-from ddptui.remote.commands import python_argv
+from ddptui.remote.commands import posix_script, python_argv
 from ddptui.untrusted import plain
 
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9]{4}")
@@ -96,7 +98,7 @@ class NodeLaunch:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(RunPlan):
     """Every node's launch for one attempt of a run. Node 0 comes first."""
 
     run_id: str
@@ -123,6 +125,55 @@ class LaunchPlan:
             if node.host.name == host_name:
                 return node
         raise KeyError(host_name)
+
+    @property
+    def heading(self) -> str:
+        """``2 host(s), 4 ranks, backend nccl, master 192.0.2.2:29500, interface eth0``."""
+        interfaces = {node.socket_ifname or "default" for node in self.nodes}
+        return (
+            f"{len(self.nodes)} host(s), {self.world_size} ranks, backend {self.backend}, "
+            f"master {self.master_addr}:{self.master_port}, "
+            f"interface {plain(', '.join(sorted(interfaces)), one_line=True)}"
+        )
+
+    @property
+    def queues(self) -> bool:
+        return False
+
+    def text(self, upload: Sequence[str]) -> str:
+        """What is uploaded, then per host the exact directory, environment and command that
+        run there, as shell lines a person can paste into a terminal on that host or a bug
+        report.
+
+        The workdir and the interface names come from the hosts' probes: every line goes
+        through the sanitiser on its own, so a control character shows as its escape (that
+        line is then no longer the exact command) and a newline cannot start a line of its
+        own, such as another node's."""
+        lines = [
+            f"run {self.run_id}: {len(self.nodes)} node(s), world size {self.world_size}, "
+            f"backend {self.backend}, master {self.master_addr}:{self.master_port}",
+        ]
+        if self.master_port == AUTO:
+            lines.append(f"  ({AUTO_PORT_PLACEHOLDER} is a port found free on node 0 at launch)")
+        lines += upload
+        for node in self.nodes:
+            exports, _, command = posix_script(node.argv, node.env).partition("; ")
+            lines += [
+                "",
+                f"# node {node.node_rank}: {node.host.name} ({node.host.address}), "
+                f"{node.nproc} process(es)",
+                f"cd {shlex.quote(node.code_dir)}",
+                exports,
+                command,
+            ]
+        return "\n".join(plain(line, one_line=True) for line in lines)
+
+    def dry_run(self, upload: Sequence[str]) -> tuple[str, str | None]:
+        """:meth:`text` alone, on stdout."""
+        return self.text(upload) + "\n", None
+
+    def started(self, job_id: str | None) -> str:
+        return f"run {self.run_id} started."
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -37,6 +37,7 @@ from ddptui.plan.launch import (
     torchrun_argv,
     trainer_args,
 )
+from ddptui.plan.run_plan import RunPlan
 from ddptui.remote.commands import python_argv
 
 PORT_BASE = 15000
@@ -72,7 +73,7 @@ def shell_word(word: str) -> str:
 
 
 @dataclass(frozen=True)
-class BatchPlan:
+class BatchPlan(RunPlan):
     """One Slurm job of a run: its script and where its files go."""
 
     run_id: str
@@ -97,6 +98,36 @@ class BatchPlan:
     def script_path(self) -> str:
         """Where the launch keeps the script it submitted, beside the run's node directories."""
         return layout.slurm_script(self.run_root, self.attempt)
+
+    @property
+    def heading(self) -> str:
+        """``run ID: 2 node(s) × 4 = 8 ranks, backend nccl``."""
+        return (
+            f"run {self.run_id}: {self.nodes} node(s) × {self.nproc} = {self.world_size} ranks, "
+            f"backend {self.backend}"
+        )
+
+    @property
+    def queues(self) -> bool:
+        return True
+
+    def text(self, upload: Sequence[str]) -> str:
+        """What the dry run says, then the batch script."""
+        return f"{self._where_it_runs(upload)}\n\n{self.script}"
+
+    def dry_run(self, upload: Sequence[str]) -> tuple[str, str | None]:
+        """The batch script alone on stdout, ready for sbatch."""
+        return self.script, self._where_it_runs(upload)
+
+    def started(self, job_id: str | None) -> str:
+        return f"run {self.run_id}: Slurm job {job_id}; its files are in {self.run_root}."
+
+    def _where_it_runs(self, upload: Sequence[str]) -> str:
+        """The heading, where the ranks run from and what is uploaded there."""
+        return (
+            f"{self.heading}; the ranks run from {layout.root_code_dir(self.run_root)}, where "
+            f"the code goes: {upload[0]}"
+        )
 
 
 def plan_batch(

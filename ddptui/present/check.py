@@ -4,7 +4,8 @@ rows, statuses and GPUs are :mod:`ddptui.present.hosts`).
 
 Every entry point takes a :class:`~ddptui.health.ClusterCheck`, whichever kind of cluster was
 checked (SSH hosts' :class:`~ddptui.check.CheckReport`, Slurm's
-:class:`~ddptui.health.slurm.SlurmCheck`), and tells them apart here: the front ends do not."""
+:class:`~ddptui.health.slurm.SlurmCheck`), and words it through what every check says of
+itself; only the hosts' own tables and master-port note ask for a check of hosts."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from ddptui.check import CheckReport, PortTest
 from ddptui.check.reuse import RecentCheck
 from ddptui.health import ClusterCheck, Code, Finding, Severity
 from ddptui.health.groups import FindingGroup, group_findings
-from ddptui.health.slurm import SlurmCheck
 from ddptui.present.hosts import check_progress, hosts_table, parity_table
 from ddptui.untrusted import plain
 
@@ -126,9 +126,17 @@ def summary(report: ClusterCheck) -> Text:
     ``healthy: 3 hosts ready, 1 warning (2.1 s)`` or ``not healthy: 2 errors, 1 warning
     (2.1 s)``, counted as the report lists them, one for a line that several hosts share; for
     Slurm ``healthy: partition debug, 3 of 4 nodes usable, 1 warning``."""
-    if isinstance(report, SlurmCheck):
-        return _slurm_summary(report)
-    return _hosts_summary(_hosts(report))
+    counts = Counter(group.severity for group in listed(report.findings))
+    problems = [
+        _count(counts[severity], severity.value)
+        for severity in (Severity.ERROR, Severity.WARNING)
+        if counts[severity]
+    ]
+    ready = [] if report.ready is None else [report.ready]
+    took = "" if report.duration_s is None else f" ({report.duration_s:.1f} s)"
+    if report.healthy:
+        return Text(f"healthy: {', '.join([*ready, *problems])}{took}", style="bold green")
+    return Text(f"not healthy: {', '.join([*problems, *ready])}{took}", style="bold red")
 
 
 def reused_check(recent: RecentCheck, now: float | None = None) -> str:
@@ -144,22 +152,6 @@ def reused_check(recent: RecentCheck, now: float | None = None) -> str:
     )
 
 
-def _hosts_summary(report: CheckReport) -> Text:
-    counts = Counter(group.severity for group in listed(report.findings))
-    took = f"({report.elapsed_s:.1f} s)"
-    if report.healthy:
-        warnings = counts[Severity.WARNING]
-        extra = f", {_count(warnings, 'warning')}" if warnings else ""
-        ready = f"{_count(len(report.checks), 'host')} ready"
-        return Text(f"healthy: {ready}{extra} {took}", style="bold green")
-    parts = [
-        _count(counts[severity], severity.value)
-        for severity in (Severity.ERROR, Severity.WARNING)
-        if counts[severity]
-    ]
-    return Text(f"not healthy: {', '.join(parts)} {took}", style="bold red")
-
-
 def _mark(severity: Severity) -> Text:
     symbol, style = _SEVERITY[severity]
     return Text(f"{symbol} ", style)
@@ -167,21 +159,6 @@ def _mark(severity: Severity) -> Text:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
-
-
-def _slurm_summary(check: SlurmCheck) -> Text:
-    """``healthy: partition debug, 3 of 4 nodes usable, 1 warning`` or ``not healthy: …``."""
-    counts = Counter(group.severity for group in listed(check.findings))
-    where = f"partition {check.partition}, " if check.partition else ""
-    usable = f"{where}{len(check.usable)} of {_count(len(check.nodes), 'node')} usable"
-    parts = [
-        _count(counts[severity], severity.value)
-        for severity in (Severity.ERROR, Severity.WARNING)
-        if counts[severity]
-    ]
-    if check.healthy:
-        return Text(f"healthy: {', '.join([usable, *parts])}", style="bold green")
-    return Text(f"not healthy: {', '.join([*parts, usable])}", style="bold red")
 
 
 @dataclass(frozen=True)
@@ -218,18 +195,18 @@ def report_parts(report: ClusterCheck) -> list[Part]:
 
 
 def before_launch(report: ClusterCheck, *, refused: bool) -> list[Part]:
-    """What ``ddptui launch`` shows of its check: the whole report when it refuses to launch on
-    SSH hosts (nothing otherwise: the run's own lines follow); Slurm's findings and summary
-    whenever it has findings."""
-    if isinstance(report, SlurmCheck):
-        return report_parts(report) if report.findings else []
-    return report_parts(report) if refused else []
+    """What ``ddptui launch`` shows of its check: the whole report when it refuses to launch;
+    a scheduler's findings and summary whenever it has findings, a few lines that say why a
+    queued job may wait; nothing else of hosts that ddptui reaches itself (the run's own lines
+    follow)."""
+    shown = refused or (bool(report.findings) and not report.fixed_hosts)
+    return report_parts(report) if shown else []
 
 
 def refusal(report: ClusterCheck) -> str:
     """Why ``ddptui launch`` does not launch, after :func:`before_launch`."""
-    # Slurm's findings name nodes, not the hosts a count would be of.
-    found = "errors" if isinstance(report, SlurmCheck) else f"{error_count(report)} error(s)"
+    # A scheduler's findings name nodes and its partition, not the hosts a count would be of.
+    found = f"{error_count(report)} error(s)" if report.fixed_hosts else "errors"
     return (
         f"not launching: the check found {found} (above). Fix them, or launch anyway with --force"
     )
@@ -242,9 +219,3 @@ def checking(latest: Mapping[str, str], hosts: int | None) -> str:
     if hosts is None:
         return "asking Slurm about its nodes…"
     return check_progress(latest, hosts)
-
-
-def _hosts(report: ClusterCheck) -> CheckReport:
-    if not isinstance(report, CheckReport):
-        raise TypeError(f"not a check of SSH hosts: {type(report).__name__}")
-    return report

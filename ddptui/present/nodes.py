@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from ddptui.health import ClusterCheck
-from ddptui.health.slurm import SlurmCheck, SlurmNode
+from ddptui.health import ClusterCheck, ScheduledNode
 from ddptui.untrusted import plain
 
 NODE_COLUMNS = ("node", "partition", "state", "GPUs", "a run gets it", "reason")
@@ -29,9 +28,9 @@ class NodeRow:
 def node_rows(report: ClusterCheck | None) -> list[NodeRow]:
     """A row for each node the check found in the runs' partition; none before a check (the
     nodes are the scheduler's to list) or from a check of fixed hosts."""
-    if not isinstance(report, SlurmCheck):
+    if report is None:
         return []
-    usable = set(report.usable)
+    usable = report.usable_nodes
     return [
         NodeRow(
             node.name,
@@ -44,11 +43,11 @@ def node_rows(report: ClusterCheck | None) -> list[NodeRow]:
                 Text(node.reason or "", "dim"),
             ),
         )
-        for node in report.nodes
+        for node in report.scheduled_nodes
     ]
 
 
-def _gets_it(node: SlurmNode, usable: set[str]) -> Text:
+def _gets_it(node: ScheduledNode, usable: frozenset[str]) -> Text:
     if node.name in usable:
         return USABLE
     return EXCLUDED if node.usable else UNAVAILABLE
@@ -57,8 +56,7 @@ def _gets_it(node: SlurmNode, usable: set[str]) -> Text:
 def node_text(report: ClusterCheck, name: str) -> Text | None:
     """Node ``name`` as the health screen shows it beside its findings: its state and the
     scheduler's reason, its GPUs; None when ``report`` did not list it."""
-    nodes = report.nodes if isinstance(report, SlurmCheck) else ()
-    node = next((node for node in nodes if node.name == name), None)
+    node = next((node for node in report.scheduled_nodes if node.name == name), None)
     if node is None:
         return None
     text = Text(f"{node.name} in partition {node.partition}\n", "bold")

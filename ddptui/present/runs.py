@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 
 from ddptui.present.status import STATE_STYLE
 from ddptui.run.record import RunRecord
+from ddptui.run.view import scheduler_document
 from ddptui.untrusted import plain
 
 COLUMNS = ("run", "state", "started", "took", "tries", "ranks", "hosts")
@@ -49,9 +51,9 @@ def started(record: RunRecord) -> str:
 
 
 def _where(record: RunRecord) -> str:
-    """The run's hosts; a Slurm run's jobs first, with how Slurm says the last one ended."""
+    """The run's hosts; a scheduler's jobs first, with how it says the last one ended."""
     hosts = ", ".join(node.host for node in record.nodes)
-    jobs = record.slurm_jobs
+    jobs = [entry.job for entry in record.scheduler_jobs]
     if not jobs:
         return hosts
     ended = f" ({jobs[-1].state})" if jobs[-1].state else ""
@@ -70,3 +72,23 @@ def run_row(record: RunRecord, now: float) -> RunRow:
         ranks=Text(str(record.world_size)),
         hosts=Text(plain(_where(record), one_line=True)),
     )
+
+
+def run_document(record: RunRecord, now: float) -> dict[str, Any]:
+    """One run as ``ddptui runs --json`` lists it (docs/architecture.md)."""
+    return {
+        "id": record.id,
+        "state": record.state.value,
+        "detail": record.detail,
+        "demo": record.demo,
+        "created": record.created,
+        "duration_s": round(duration_s(record, now), 1),
+        "attempts": len(record.attempts),
+        "world_size": record.world_size,
+        "entry": record.entry,
+        "hosts": [node.host for node in record.nodes],
+        "scheduler_jobs": [
+            {**scheduler_document(entry.job), "attempts": list(entry.attempts)}
+            for entry in record.scheduler_jobs
+        ],
+    }

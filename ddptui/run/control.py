@@ -27,11 +27,11 @@ from ddptui.errors import DdptuiError, UsageError
 from ddptui.health import ClusterCheck as ClusterCheck
 from ddptui.health.bandwidth import BandwidthReport as BandwidthReport
 from ddptui.plan.launch import PlanError as PlanError
+from ddptui.plan.run_plan import RunPlan as RunPlan
 from ddptui.remote.trust import HostKeyScan as HostKeyScan
 from ddptui.run import backends
 from ddptui.run.attachment import Attachment
 from ddptui.run.backends.cluster import Cluster
-from ddptui.run.backends.cluster import RunPlan as RunPlan
 from ddptui.run.bandwidth import BandwidthError as BandwidthError
 from ddptui.run.code.contents import CodeError as CodeError
 from ddptui.run.code.contents import CodeTree, job_code

@@ -9,7 +9,7 @@ import enum
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import tomli_w
@@ -24,6 +24,9 @@ else:
     import tomli as tomllib
 
 RECORD_VERSION = 1
+MAX_SCHEDULER_TEXT = 256
+"""A scheduler's job id or state, at most: Slurm's are a few dozen characters; a record saying
+more was not written by ddptui."""
 
 
 class RunState(str, enum.Enum):
@@ -118,6 +121,21 @@ def node_versions(facts: HostFacts | None) -> dict[str, str]:
     return {key: str(value) for key, value in found.items() if value not in (None, NA)}
 
 
+@dataclass(frozen=True)
+class SchedulerJob:
+    """The job a scheduler ran an attempt as; a requeued job's next start is the next attempt
+    with the same id."""
+
+    id: str
+    state: str = ""
+    """How the scheduler says the job ended (Slurm's ``COMPLETED``, ``NODE_FAIL``…); "" until
+    known."""
+
+    def ended_as(self, state: str) -> SchedulerJob:
+        """The same job, as the scheduler says it ended."""
+        return replace(self, state=state)
+
+
 @dataclass
 class Attempt:
     number: int
@@ -126,19 +144,19 @@ class Attempt:
     ended: float | None = None
     outcome: str = ""
     detail: str = ""
-    job_id: str | None = None
-    """A Slurm run's job; a requeued job's next start is the next attempt with the same id."""
+    scheduler: SchedulerJob | None = None
+    """The scheduler's job, where a scheduler runs the attempt; None on SSH hosts."""
     allocation: str = ""
-    """The Slurm nodes the attempt ran on, as Slurm lists them (``node[0-2]``)."""
-    slurm_state: str = ""
-    """How Slurm says the job ended (``COMPLETED``, ``CANCELLED``, ``NODE_FAIL``…), once known."""
+    """The nodes a scheduler ran the attempt on, as it lists them (``node[0-2]``)."""
 
 
-@dataclass
-class SlurmJobSummary:
-    id: str
-    attempts: list[int] = field(default_factory=list)
-    state: str = ""
+@dataclass(frozen=True)
+class JobAttempts:
+    """One scheduler job of a run and the attempts it ran (a requeued job runs several)."""
+
+    job: SchedulerJob
+    """The job as its latest attempt knows it: how the scheduler says that one ended."""
+    attempts: tuple[int, ...]
 
 
 @dataclass
@@ -222,22 +240,21 @@ class RunRecord:
 
     @property
     def job_id(self) -> str | None:
-        """The Slurm job of the latest attempt; None for a run on SSH hosts (or one not
+        """The scheduler's job of the latest attempt; None for a run on SSH hosts (or one not
         submitted yet)."""
-        return self.attempts[-1].job_id if self.attempts else None
+        scheduler = self.attempts[-1].scheduler if self.attempts else None
+        return None if scheduler is None else scheduler.id
 
     @property
-    def slurm_jobs(self) -> list[SlurmJobSummary]:
-        """A Slurm run's jobs in order: each one's attempts (a requeued job has several) and how
-        Slurm says it ended ("" until known)."""
-        jobs: dict[str, SlurmJobSummary] = {}
+    def scheduler_jobs(self) -> list[JobAttempts]:
+        """The run's scheduler jobs in order, each with its attempts; empty on SSH hosts."""
+        numbers: dict[str, list[int]] = {}
+        latest: dict[str, SchedulerJob] = {}
         for attempt in self.attempts:
-            if attempt.job_id is None:
-                continue
-            job = jobs.setdefault(attempt.job_id, SlurmJobSummary(attempt.job_id))
-            job.attempts.append(attempt.number)
-            job.state = attempt.slurm_state
-        return list(jobs.values())
+            if (job := attempt.scheduler) is not None:
+                numbers.setdefault(job.id, []).append(attempt.number)
+                latest[job.id] = job
+        return [JobAttempts(latest[job], tuple(attempts)) for job, attempts in numbers.items()]
 
     @property
     def head(self) -> NodeRecord:
@@ -293,9 +310,8 @@ class RunRecord:
                         ("ended", attempt.ended),
                         ("outcome", attempt.outcome),
                         ("detail", attempt.detail),
-                        ("job_id", attempt.job_id),
+                        ("scheduler", _scheduler_table(attempt.scheduler)),
                         ("allocation", attempt.allocation or None),
-                        ("slurm_state", attempt.slurm_state or None),
                     )
                     if value is not None
                 }
@@ -353,9 +369,8 @@ class RunRecord:
                         ended=float(attempt["ended"]) if "ended" in attempt else None,
                         outcome=str(attempt.get("outcome", "")),
                         detail=str(attempt.get("detail", "")),
-                        job_id=_optional_str(attempt, "job_id"),
+                        scheduler=_scheduler_job(attempt),
                         allocation=str(attempt.get("allocation", "")),
-                        slurm_state=str(attempt.get("slurm_state", "")),
                     )
                     for attempt in data.get("attempts", [])
                 ],
@@ -382,6 +397,40 @@ def _str(data: Mapping[str, Any], key: str) -> str:
 
 def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     return None if data.get(key) is None else _str(data, key)
+
+
+def _scheduler_table(job: SchedulerJob | None) -> dict[str, str] | None:
+    if job is None:
+        return None
+    return {"job": job.id, **({"state": job.state} if job.state else {})}
+
+
+def _scheduler_job(attempt: Mapping[str, Any]) -> SchedulerJob | None:
+    """An attempt's ``scheduler`` table; a record of the version before said ``job_id`` and
+    ``slurm_state`` instead, and still reads."""
+    if "scheduler" in attempt:
+        table = attempt["scheduler"]
+        if not isinstance(table, Mapping):
+            raise TypeError("scheduler is not a table")
+        job, state = _bounded(table, "job"), _bounded(table, "state", "")
+    elif "job_id" in attempt:
+        job, state = _bounded(attempt, "job_id"), _bounded(attempt, "slurm_state", "")
+    else:
+        return None
+    if not job:
+        raise TypeError("a scheduler's job id is empty")
+    return SchedulerJob(job, state)
+
+
+def _bounded(data: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    """``data[key]``, a string of at most :data:`MAX_SCHEDULER_TEXT` characters (``default``
+    where it is absent, if given)."""
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is not a string")
+    if len(value) > MAX_SCHEDULER_TEXT:
+        raise TypeError(f"{key} is over {MAX_SCHEDULER_TEXT} characters")
+    return value
 
 
 def _float(data: Mapping[str, Any], key: str) -> float:

@@ -16,9 +16,9 @@ from typing import Any
 from ddptui.run.diagnose import Category, Diagnosis
 from ddptui.run.following.files import sample_of
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.state import Judgement, RankLog
+from ddptui.run.following.state import Judgement, RankLog, Straggler
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
-from ddptui.run.record import RunRecord
+from ddptui.run.record import RunRecord, SchedulerJob
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class RunView:
 
     @classmethod
     def of(cls, record: RunRecord, model: RunModel, judgement: Judgement) -> RunView:
-        named = {straggler.rank for straggler in judgement.stragglers}
+        named = {straggler.rank: straggler for straggler in judgement.stragglers}
         return cls(
             record=record,
             judgement=judgement,
@@ -107,18 +107,16 @@ class RunView:
                     step_time_s=_finite(rank.step_time_s),
                     cuda_peak_mib=_finite(rank.cuda_peak_mib),
                     rss_mib=_finite(rank.rss_mib),
-                    straggler=rank.rank in named,
                     hung=None if judgement.hang is None else judgement.hang.part(rank.rank),
                     compute_s=_finite(rank.compute_s),
-                    slower_by=_finite(rank.slower_by),
-                    slow_since=rank.slow_since,
+                    **_straggling(named.get(rank.rank)),
                     start_step=rank.start.start_step if rank.start else None,
                     resumed_from=rank.start.resumed_from if rank.start else None,
                     **_last_line(model.logs.get(rank.rank)),
                 )
                 for rank in model.progress.ranks
             ),
-            progress=model.progress.format_line(),
+            progress=model.progress.format_line(judgement.stragglers),
             diagnoses=tuple(model.diagnoses()),
         )
 
@@ -221,9 +219,10 @@ class RunView:
                     "master_port": attempt.master_port,
                     "outcome": attempt.outcome or None,
                     "detail": attempt.detail or None,
-                    "job_id": attempt.job_id,
+                    "scheduler": (
+                        None if attempt.scheduler is None else scheduler_document(attempt.scheduler)
+                    ),
                     "allocation": attempt.allocation or None,
-                    "slurm_state": attempt.slurm_state or None,
                 }
                 for attempt in record.attempts
             ],
@@ -249,7 +248,24 @@ class RunView:
         }
 
 
+def scheduler_document(job: SchedulerJob) -> dict[str, str | None]:
+    """A scheduler's job as the JSON documents give it (``status``'s attempts, ``runs``' jobs):
+    its id and how the scheduler says it ended (null until known)."""
+    return {"job": job.id, "state": job.state or None}
+
+
 _ERROR_KEYS = ("category", "message", "cause", "fix", "ranks", "hosts", "count")
+
+
+def _straggling(straggler: Straggler | None) -> dict[str, Any]:
+    """A rank's straggler fields, as the supervisor's judgement names it (or not)."""
+    if straggler is None:
+        return {"straggler": False}
+    return {
+        "straggler": True,
+        "slower_by": _finite(straggler.slower_by),
+        "slow_since": straggler.since,
+    }
 
 
 def _last_line(lines: Sequence[RankLog] | None) -> dict[str, Any]:

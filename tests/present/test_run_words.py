@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from ddptui.present.runs import run_row
+from ddptui.present.runs import run_document, run_row
 from ddptui.present.status import hang_lines, status_lines
 from ddptui.run.control import RunControl
 from ddptui.run.following.files import HostSilent
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.state import Hang
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.following.state import Hang, Judgement
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState, SchedulerJob
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
@@ -159,16 +159,40 @@ def test_the_runs_list_has_one_clock_and_one_rule_for_how_long_a_run_took(tmp_pa
 def test_the_runs_list_names_a_slurm_run_s_jobs_and_how_slurm_ended_the_last() -> None:
     record = RunRecord("20261130-120000-slrm", 0.0, "", "trainer", "gloo", "", 4, [], [])
     record.attempts = [
-        Attempt(1, 1.0, 15041, job_id="41", slurm_state="COMPLETED"),
-        Attempt(2, 2.0, 15043, job_id="43", slurm_state="CANCELLED"),
+        Attempt(1, 1.0, 15041, scheduler=SchedulerJob("41", "COMPLETED")),
+        Attempt(2, 2.0, 15043, scheduler=SchedulerJob("43", "CANCELLED")),
     ]
     assert run_row(record, 0.0).hosts.plain == "jobs 41, 43 (CANCELLED)"
     record.nodes = [
         NodeRecord(name, name, rank, 2, f"/w/node{rank}", [], {})
         for rank, name in enumerate(("gpu1", "gpu2"))
     ]
-    record.attempts[-1].slurm_state = ""
+    record.attempts[-1].scheduler = SchedulerJob("43")
     assert run_row(record, 0.0).hosts.plain == "jobs 41, 43 on gpu1, gpu2"
+
+
+def test_the_json_documents_give_a_scheduler_s_jobs_under_keys_of_no_scheduler_s_own() -> None:
+    slurm = RunRecord("20261130-120000-slrm", 0.0, "", "trainer", "gloo", "", 4, [], [])
+    slurm.attempts = [
+        Attempt(1, 1.0, 15041, scheduler=SchedulerJob("41"), allocation="n[0-1]"),
+        Attempt(2, 2.0, 15041, scheduler=SchedulerJob("41", "COMPLETED"), allocation="n[1-2]"),
+        Attempt(3, 3.0, 15043, scheduler=SchedulerJob("43")),
+    ]
+    status = RunView(slurm, Judgement.of_record(slurm), (), (), "", ()).document()
+    assert [(each["scheduler"], each["allocation"]) for each in status["attempts"]] == [
+        ({"job": "41", "state": None}, "n[0-1]"),
+        ({"job": "41", "state": "COMPLETED"}, "n[1-2]"),
+        ({"job": "43", "state": None}, None),
+    ]
+    assert run_document(slurm, 10.0)["scheduler_jobs"] == [
+        {"job": "41", "state": "COMPLETED", "attempts": [1, 2]},
+        {"job": "43", "state": None, "attempts": [3]},
+    ]
+    ssh = RunRecord("20261130-120000-sshh", 0.0, "", "trainer", "gloo", "", 4, [], [])
+    ssh.attempts = [Attempt(1, 1.0, 29500)]
+    status = RunView(ssh, Judgement.of_record(ssh), (), (), "", ()).document()
+    assert status["attempts"][0]["scheduler"] is None
+    assert run_document(ssh, 10.0)["scheduler_jobs"] == []
 
 
 def test_status_says_where_the_launch_time_went_slowest_host_first() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.run import backends
-from ddptui.run.record import Attempt, RunState
+from ddptui.run.record import Attempt, RunState, SchedulerJob
 from ddptui.run.store import RunStore
 from tests.run.bed import two_host_record
 
@@ -15,7 +15,8 @@ from tests.run.bed import two_host_record
 def _ended_run(store: RunStore, run_id: str, job_id: str | None) -> None:
     record = two_host_record()
     record.id = run_id
-    record.attempts = [Attempt(1, 0.0, 29500, job_id=job_id)]
+    scheduler = None if job_id is None else SchedulerJob(job_id)
+    record.attempts = [Attempt(1, 0.0, 29500, scheduler=scheduler)]
     for state in (RunState.STAGING, RunState.STARTING, RunState.FAILED):
         record.transition(state, state.value, now=0.0)
     store.create(record, "")
@@ -38,6 +39,6 @@ def test_a_slurm_run_s_unseen_end_is_asked_of_sacct_and_an_ssh_run_is_left_alone
     records = store.records()
 
     assert backends.settle(store, records, lambda run: False)
-    assert store.load("20261130-120000-slrm").attempt.slurm_state == "CANCELLED"
-    assert store.load("20261130-120000-sshh").attempt.slurm_state == ""
+    assert store.load("20261130-120000-slrm").attempt.scheduler == SchedulerJob("41", "CANCELLED")
+    assert store.load("20261130-120000-sshh").attempt.scheduler is None
     assert asked.read_text().split()[asked.read_text().split().index("-j") + 1] == "41"

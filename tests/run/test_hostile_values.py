@@ -15,8 +15,8 @@ import pytest
 from ddptui.present.status import hang_lines
 from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.progress import STRAGGLER_EVENTS, Straggler
-from ddptui.run.following.state import Hang
+from ddptui.run.following.progress import STRAGGLER_EVENTS
+from ddptui.run.following.state import Hang, Straggler
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import judging
@@ -97,12 +97,12 @@ def test_a_slow_rank_dated_where_no_clock_is_cannot_end_the_judging(dated: float
         model.read_steps()
         # What the supervisor's judge loop does each round, and `ddptui status`.
         said += notes.changes(model.attempt, model.progress)
-        judgement = model.judgement(model.record)
+        judgement = model.judgement(model.record, None, notes.named(model.attempt))
         RunView.of(model.record, model, judgement)
     slow = model.progress.rank(3)
     assert slow is not None
     assert slow.last_step_at is None or 0.0 <= slow.last_step_at <= clock.now + SKEW_S
-    assert slow.slow_since is None or 0.0 <= slow.slow_since <= clock.now + SKEW_S
+    assert all(0.0 <= s.since <= clock.now + SKEW_S for s in notes.named(model.attempt))
     if dated == 4e9:
         # A date to come counts as the host's now: the straggler is still named, since then.
         assert [line.split(" since ")[0] for line in said] == ["straggler: rank 3 on b +100%"]

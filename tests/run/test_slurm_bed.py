@@ -181,10 +181,10 @@ def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
     _check_resumed(warned_root, uninterrupted, attempts=2)
 
     stopped = cli.json("status", stopped_id, "--json")
-    jobs = [attempt["job_id"] for attempt in stopped["attempts"]]
+    jobs = [attempt["scheduler"]["job"] for attempt in stopped["attempts"]]
     assert jobs[0] == first_job and jobs[1] not in (None, first_job), stopped["attempts"]
     warned = cli.json("status", warned_id, "--json")
-    assert [a["job_id"] for a in warned["attempts"]] == [warned_job, warned_job]
+    assert [a["scheduler"]["job"] for a in warned["attempts"]] == [warned_job, warned_job]
     assert [a["outcome"] for a in warned["attempts"]] == ["stopped", "completed"]
     assert "Slurm requeued job" in warned["attempts"][0]["detail"]
     # The run's files, read back once its jobs have ended: every rank's steps of both attempts.
@@ -197,8 +197,8 @@ def test_runs_are_followed_stopped_and_resumed_through_slurm_bit_for_bit(
             stepped.setdefault(int(said.group(1)), set()).add(json.loads(said.group(2))["step"])
     assert stepped == {rank: set(range(1, STEPS + 1)) for rank in range(NODES * PROCS)}
     listed = {run["id"]: run for run in cli.json("runs", "--json")}
-    assert [job["id"] for job in listed[stopped_id]["slurm_jobs"]] == jobs
-    assert listed[stopped_id]["slurm_jobs"][-1]["state"] == "COMPLETED"
+    assert [job["job"] for job in listed[stopped_id]["scheduler_jobs"]] == jobs
+    assert listed[stopped_id]["scheduler_jobs"][-1]["state"] == "COMPLETED"
     table = cli.run("runs").stdout
     assert re.search(rf"{stopped_id} +completed .*jobs {first_job}, {jobs[1]} ", table), table
     assert not any(sshd.running(host) for host in slurm_bed.bed.hosts)

@@ -17,6 +17,7 @@ from ddptui.run.record import (
     NodeRecord,
     RunRecord,
     RunState,
+    SchedulerJob,
     StateChange,
 )
 from ddptui.run.store import RunNotFound, RunRecordUnreadable, RunStore, new_run_id, state_home
@@ -64,18 +65,99 @@ def test_a_slurm_run_s_jobs_round_trip_and_a_requeued_job_is_one_job_of_two_atte
     store = RunStore(tmp_path)
     record = _record("20261130-120000-slrm")
     record.attempts = [
-        Attempt(1, 2.0, 15041, job_id="41", allocation="node[0-1]", slurm_state="COMPLETED"),
-        Attempt(2, 3.0, 15042, job_id="42", allocation="node[0-1]"),
-        Attempt(3, 4.0, 15042, job_id="42", allocation="node[1-2]", slurm_state="COMPLETED"),
+        Attempt(1, 2.0, 15041, scheduler=SchedulerJob("41", "COMPLETED"), allocation="node[0-1]"),
+        Attempt(2, 3.0, 15042, scheduler=SchedulerJob("42"), allocation="node[0-1]"),
+        Attempt(3, 4.0, 15042, scheduler=SchedulerJob("42", "COMPLETED"), allocation="node[1-2]"),
     ]
     store.create(record, "[cluster]\n")
     loaded = store.load(record.id)
     assert loaded == record and loaded.job_id == "42"
-    assert [(job.id, job.attempts, job.state) for job in loaded.slurm_jobs] == [
-        ("41", [1], "COMPLETED"),
-        ("42", [2, 3], "COMPLETED"),
+    assert [(each.job.id, each.attempts, each.job.state) for each in loaded.scheduler_jobs] == [
+        ("41", (1,), "COMPLETED"),
+        ("42", (2, 3), "COMPLETED"),
     ]
-    assert _record("20261130-120000-sshx").slurm_jobs == []
+    assert _record("20261130-120000-sshx").scheduler_jobs == []
+
+
+OLD_SLURM_RECORD = """\
+version = 1
+id = "20261130-120000-slrm"
+created = 1.5
+hosts_file = "/h.toml"
+demo = false
+entry = "trainer"
+backend = "nccl"
+master_addr = "10.0.0.1"
+world_size = 2
+args = []
+state = "completed"
+nodes = []
+states = []
+timelines = []
+
+[[attempts]]
+number = 1
+started = 2.0
+master_port = 15041
+ended = 3.0
+outcome = "stopped"
+detail = "Slurm requeued job 41"
+job_id = "41"
+allocation = "node[0-1]"
+
+[[attempts]]
+number = 2
+started = 4.0
+master_port = 15041
+job_id = "41"
+allocation = "node1"
+slurm_state = "COMPLETED"
+
+[[attempts]]
+number = 3
+started = 5.0
+master_port = 29500
+"""
+"""A record as the version before wrote it: the attempts' Slurm job as ``job_id`` and
+``slurm_state``."""
+
+
+def test_a_record_of_the_version_before_reads_its_jobs_and_is_written_back_in_the_new_form() -> (
+    None
+):
+    record = RunRecord.from_toml(OLD_SLURM_RECORD)
+    assert [attempt.scheduler for attempt in record.attempts] == [
+        SchedulerJob("41"),
+        SchedulerJob("41", "COMPLETED"),
+        None,
+    ]
+    assert [attempt.allocation for attempt in record.attempts] == ["node[0-1]", "node1", ""]
+    text = record.to_toml()
+    assert "job_id" not in text and "slurm_state" not in text
+    assert '[attempts.scheduler]\njob = "41"\nstate = "COMPLETED"\n' in text
+    assert RunRecord.from_toml(text) == record
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        'scheduler = "41"',
+        "scheduler = { job = 41 }",
+        'scheduler = { job = "" }',
+        'scheduler = { state = "COMPLETED" }',
+        'scheduler = { job = "41", state = 0 }',
+        f'scheduler = {{ job = "{"4" * 257}" }}',
+        'job_id = ""',
+        "job_id = 41",
+        'job_id = "41"\nslurm_state = ["COMPLETED"]',
+    ],
+)
+def test_a_scheduler_job_that_ddptui_did_not_write_makes_the_record_unreadable(
+    scheduler: str,
+) -> None:
+    text = OLD_SLURM_RECORD.replace('job_id = "41"\nallocation = "node1"', scheduler)
+    with pytest.raises(ValueError, match="not a run record"):
+        RunRecord.from_toml(text)
 
 
 def test_ids_resolve_latest_or_by_unique_prefix(tmp_path: Path) -> None:
@@ -182,7 +264,7 @@ def test_an_attempt_begins_runs_where_placed_and_ends_once_with_its_notes() -> N
     record = _record("20261203-120000-abcd")
     record.end_attempt(RunState.STOPPED, "stopped on request", now=3.0)
     placed = [NodeRecord("n7", "10.0.0.7", 0, 4, "/r/n7", ["python"], {})]
-    record.begin_attempt(Attempt(2, 4.0, 29501, job_id="42"), "attempt 2")
+    record.begin_attempt(Attempt(2, 4.0, 29501, scheduler=SchedulerJob("42")), "attempt 2")
     record.runs("every node started", 5.0, placed, "n7")
     assert (record.nodes, record.master_addr, record.attempt.allocation) == (
         placed,
@@ -193,7 +275,7 @@ def test_an_attempt_begins_runs_where_placed_and_ends_once_with_its_notes() -> N
     record.add_to_detail(["SIGKILL to python on n7"])
     first, second = record.attempts
     assert (first.ended, first.outcome, first.detail) == (3.0, "stopped", "stopped on request")
-    assert (second.started, second.ended, second.outcome, second.job_id) == (
+    assert (second.started, second.ended, second.outcome, record.job_id) == (
         4.0,
         6.0,
         "failed",

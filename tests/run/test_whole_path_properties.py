@@ -570,7 +570,7 @@ class Supervising:
 
     def judgement(self, record: RunRecord) -> Any:
         hang = self.hang if record.state is RunState.HUNG else None
-        return self.model.judgement(record, hang)
+        return self.model.judgement(record, hang, self.stragglers.named(self.model.attempt))
 
 
 # --- what a person reads ----------------------------------------------------------------------
@@ -640,7 +640,7 @@ def within_caps(model: RunModel) -> None:
             safe(rank.phase, one_line=True, limit=MAX_PHASE_CHARS)
         if rank.error is not None:
             safe(rank.error, one_line=False, limit=MAX_MESSAGE_CHARS)
-        for name in ("started_at", "last_step_at", "slow_since"):
+        for name in ("started_at", "last_step_at"):
             value = getattr(rank, name)
             assert value is None or 0 <= value < MAX_EVENT_TIME, (name, value)
     for logs in model.logs.values():
@@ -703,6 +703,8 @@ def shown(supervising: Supervising) -> None:
 
     for said in supervising.said:
         safe(said, one_line=True)
+    for straggler in judgement.stragglers:
+        assert 0 <= straggler.since < MAX_EVENT_TIME, straggler
     within_caps(model)
 
 
@@ -725,7 +727,7 @@ def followed(arrivals: Sequence[bytes | Update], steps: Steps) -> Supervising:
             supervising.tick()
             shown(supervising)
         event(f"record: {supervising.record.state.value}")
-        if supervising.model.progress.summary().stragglers:
+        if supervising.stragglers.named(supervising.model.attempt):
             event("a straggler named")
     assert peak_rss() - peak < MEMORY_GROWTH, (peak_rss() - peak) >> 20
     return supervising

@@ -86,7 +86,7 @@ def test_the_console_checks_launches_follows_stops_and_resumes_a_slurm_run(
             240,
         )
         (record,) = store.records()
-        job = record.attempt.job_id
+        job = record.job_id
         assert job is not None and record.state is RunState.RUNNING
 
         terminal.keys("s")
@@ -109,14 +109,14 @@ def test_the_console_checks_launches_follows_stops_and_resumes_a_slurm_run(
             240,
         )
         resumed = store.load(record.id)
-        assert resumed.attempt.number == 2 and resumed.attempt.job_id not in (None, job)
+        assert resumed.attempt.number == 2 and resumed.job_id not in (None, job)
 
         # The runs screen: the run with both of its jobs. A key apiece: an escape followed at
         # once by a key reads as alt and that key.
         terminal.keys("escape")
         terminal.wait_for("the health screen", lambda t: "nodes · " in t, 30)
         terminal.keys("R")
-        listed = re.compile(rf"{record.id} .*jobs {job}, {resumed.attempt.job_id} on node")
+        listed = re.compile(rf"{record.id} .*jobs {job}, {resumed.job_id} on node")
         terminal.wait_for("the run and its jobs on the runs screen", listed.search, 30)
         terminal.keys("q")
         terminal.wait_for("the shell after the console", lambda t: "runs, newest" not in t, 30)

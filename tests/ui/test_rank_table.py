@@ -6,20 +6,23 @@ from collections.abc import Collection
 from typing import Any
 
 from ddptui.run.following.events import StartEvent, StepEvent
-from ddptui.run.following.progress import STRAGGLER_EVENTS, STRAGGLER_WINDOW_S, RunProgress
-from ddptui.run.following.state import Hang, Judgement, RankAtHang
+from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
+from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
 from ddptui.run.record import RunState
+from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S
+from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.ui.widgets.rank_table import RANK_COLUMNS, _flat_rows, _grouped_rows, _Marks
 
 HOSTS = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
 STATE = RANK_COLUMNS.index("state")
 
 
-def _with_a_straggler() -> RunProgress:
+def _with_a_straggler() -> tuple[RunProgress, tuple[Straggler, ...]]:
     """Four ranks on two nodes, rank 3 (node 1) doing 45% more work a step than the rest for
-    longer than the straggler window: named by the model itself, not set by hand, so the
-    table is tested on what a run would really hand it."""
-    run = RunProgress()
+    longer than the straggler window, and the stragglers the supervisor's judging named after
+    each round of their events: not set by hand, so the table is tested on what a run would
+    really hand it."""
+    run, judge = RunProgress(), StragglerNotes()
     ids: list[dict[str, Any]] = [
         {"rank": rank, "local_rank": rank % 2, "node_rank": rank // 2, "world_size": 4}
         for rank in range(len(HOSTS))
@@ -33,29 +36,33 @@ def _with_a_straggler() -> RunProgress:
                 **rank_ids, time=float(n), step=n, loss=1.0, step_time_s=0.2, compute_s=own
             )
             run.apply(host, step)
-    assert [s.rank for s in run.summary().stragglers] == [3]
-    return run
+        judge.changes(1, run)
+    named = judge.named(1)
+    assert [s.rank for s in named] == [3]
+    return run, named
 
 
-def _marks(run: RunProgress, silent: Collection[str] = (), hang: Hang | None = None) -> _Marks:
-    """The marks as the supervisor's judgement of ``run`` carries them: the silent hosts, the
-    hang, the stragglers its model named."""
+def _marks(
+    named: tuple[Straggler, ...], silent: Collection[str] = (), hang: Hang | None = None
+) -> _Marks:
+    """The marks as the supervisor's judgement carries them: the silent hosts, the hang, the
+    stragglers its judging named."""
     notes = dict.fromkeys(silent, "no answer")
-    judgement = Judgement(RunState.RUNNING, 1, "", notes, hang, stragglers=run.summary().stragglers)
+    judgement = Judgement(RunState.RUNNING, 1, "", notes, hang, stragglers=named)
     return _Marks.of_judgement(judgement)
 
 
 def test_a_straggler_s_row_and_its_node_s_row_carry_the_mark() -> None:
-    run = _with_a_straggler()
+    run, named = _with_a_straggler()
     ranks = run.ranks
 
-    rows = _flat_rows(ranks, _marks(run))
+    rows = _flat_rows(ranks, _marks(named))
     assert rows["3"].cells[STATE].plain == "running ▼ straggler +45%"
     assert "▼ straggler +45%" in rows["3"].words
     # Only the slow rank is marked: its peers on the same node are healthy.
     assert [rows[str(rank)].cells[STATE].plain for rank in range(3)] == ["running"] * 3
 
-    grouped = _grouped_rows(ranks, _marks(run), expanded={1})
+    grouped = _grouped_rows(ranks, _marks(named), expanded={1})
     # The straggler's node first: the worst node leads whatever its number.
     assert list(grouped)[:1] == ["node1"]
     assert grouped["node1"].cells[STATE].plain == "2 running ▼ r3 +45%"
@@ -80,9 +87,9 @@ def _hang(stuck: int | None) -> Hang:
 
 
 def test_in_a_hang_the_stuck_rank_is_marked_apart_from_those_that_wait_for_it() -> None:
-    run = _with_a_straggler()
+    run, named = _with_a_straggler()
     ranks = run.ranks
-    marks = _marks(run, hang=_hang(stuck=1))
+    marks = _marks(named, hang=_hang(stuck=1))
 
     rows = _flat_rows(ranks, marks)
     assert [rows[str(rank)].cells[STATE].plain for rank in range(4)] == [
@@ -101,23 +108,23 @@ def test_in_a_hang_the_stuck_rank_is_marked_apart_from_those_that_wait_for_it() 
 
 
 def test_a_hang_in_which_every_rank_waits_alike_marks_none_stuck() -> None:
-    run = _with_a_straggler()
-    rows = _flat_rows(run.ranks, _marks(run, hang=_hang(stuck=None)))
+    run, named = _with_a_straggler()
+    rows = _flat_rows(run.ranks, _marks(named, hang=_hang(stuck=None)))
     assert {rows[str(rank)].cells[STATE].plain.split(" ▼")[0] for rank in range(4)} == {
         "running … waiting"
     }
 
 
 def test_a_silent_host_s_ranks_say_so_rather_than_their_part_in_the_hang() -> None:
-    run = _with_a_straggler()
-    rows = _flat_rows(run.ranks, _marks(run, silent={"gpu-a"}, hang=_hang(stuck=1)))
+    run, named = _with_a_straggler()
+    rows = _flat_rows(run.ranks, _marks(named, silent={"gpu-a"}, hang=_hang(stuck=1)))
     assert rows["1"].cells[STATE].plain == "running ⌁ no answer"
     assert rows["2"].cells[STATE].plain == "running … waiting"
 
 
 def test_a_straggler_is_marked_only_where_the_supervisor_named_it() -> None:
     # The table's own copy of the events may say rank 3 is slow; the supervisor has the word.
-    run = _with_a_straggler()
+    run, _ = _with_a_straggler()
     unnamed = Judgement(RunState.RUNNING, 1, "")
     rows = _flat_rows(run.ranks, _Marks.of_judgement(unnamed))
     assert rows["3"].cells[STATE].plain == "running"

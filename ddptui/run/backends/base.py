@@ -20,12 +20,11 @@ from typing import Protocol
 
 from ddptui.config import Config
 from ddptui.remote.transport import Transport
-from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.evidence import dump
 from ddptui.run.evidence.dump import StackDump
 from ddptui.run.following.files import HostFollower, OpenTransport, Update
 from ddptui.run.following.state import Verdict
-from ddptui.run.record import NodeRecord, RunRecord, RunState
+from ddptui.run.record import NodeRecord, RunRecord, RunState, SchedulerJob
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 
@@ -56,9 +55,10 @@ class Owner(Protocol):
         """Whether an attempt is being started now."""
 
     def attempt_starting(
-        self, number: int, master_port: int, detail: str, job_id: str | None = None
+        self, number: int, master_port: int, detail: str, scheduler: SchedulerJob | None = None
     ) -> None:
-        """Record attempt ``number`` as the run's newest, starting now."""
+        """Record attempt ``number`` as the run's newest, starting now (as the ``scheduler``'s
+        job, where one runs it)."""
 
     def attempt_running(
         self, detail: str, placed: list[NodeRecord] | None = None, allocation: str = ""
@@ -96,14 +96,19 @@ class StartFailed:
 class NodesEnded:
     """The scheduler ended the attempt's nodes while the run went on."""
 
-    found: SlurmJob | None
+    found: object
+    """What the backend's watch found of its job, handed back to the backend that sent the
+    event (:meth:`RunBackend.ending`, :meth:`RunBackend.ended`): that backend's own value,
+    which the supervisor never reads."""
 
 
 @dataclass(frozen=True)
 class Restarted:
     """The scheduler started the run's job again: its next attempt."""
 
-    found: SlurmJob
+    found: object
+    """What the backend's watch found of its job, for its :meth:`RunBackend.restart`: as
+    :attr:`NodesEnded.found`, opaque to the supervisor."""
 
 
 BackendEvent = NodesEnded | Restarted

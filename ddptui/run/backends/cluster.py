@@ -2,7 +2,7 @@
 a hosts file's SSH hosts (:class:`~ddptui.run.backends.ssh.cluster.HostsCluster`) or a
 ``[slurm]`` cluster (:class:`~ddptui.run.backends.slurm.cluster.SlurmCluster`). Each checks,
 plans and records a new run its own way; what the front ends hold is the same for both (a
-:class:`~ddptui.health.ClusterCheck`, a :data:`RunPlan`).
+:class:`~ddptui.health.ClusterCheck`, a :class:`~ddptui.plan.run_plan.RunPlan`).
 
 The kind is chosen once, by the hosts file (:func:`ddptui.run.backends.kind_of`): nothing above
 it (RunControl, the commands, the console) asks which kind a cluster is. Once a run is recorded,
@@ -14,19 +14,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
 
 from ddptui.check.reuse import CheckCache, RecentCheck
 from ddptui.check.run import Progress
 from ddptui.config import Config
 from ddptui.health import ClusterCheck
 from ddptui.health.bandwidth import BandwidthReport
-from ddptui.plan.launch import LaunchPlan
-from ddptui.plan.slurm import BatchPlan
+from ddptui.plan.run_plan import RunPlan
 from ddptui.run.record import RunRecord
-
-RunPlan: TypeAlias = LaunchPlan | BatchPlan
-"""A new run's plan: every host's torchrun (SSH hosts), or the batch job Slurm places."""
 
 
 @dataclass(frozen=True)

@@ -173,10 +173,10 @@ class HostFollower:
         open_transport: OpenTransport | None = None,
     ) -> None:
         """``offsets``: path → where to resume (the lines taken before); ``files``: the files
-        the host's plan gives it (:meth:`of_node`), the only ones followed; ``job_id``: a Slurm
-        run's job, whose steps reach the node while it runs; ``open_transport``: how the
-        run's kind of cluster reaches the node (None: a follower that only reads what it is
-        given, and opens nothing)."""
+        the host's plan gives it (:meth:`of_node`), the only ones followed; ``job_id``: the
+        run's scheduler job (:attr:`RunRecord.job_id`), through which the node is reached while
+        it runs; ``open_transport``: how the run's kind of cluster reaches the node (None: a
+        follower that only reads what it is given, and opens nothing)."""
         self.config = config
         self.host = host
         self.run_dir = run_dir

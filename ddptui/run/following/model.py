@@ -3,10 +3,10 @@
 :class:`RunModel` is pure (no I/O; both clocks injected): it folds the follower's updates
 (:mod:`ddptui.run.following.files`) into per-node and per-rank state
 (:mod:`ddptui.run.following.state`), the diagnosis of error lines and bounded log tails, and says
-what a silent host means (:meth:`RunModel.silence`). It judges nothing: how an attempt ended and
-whether it hangs are the supervisor's to say (:mod:`ddptui.run.supervisor.judging`); viewers keep
-one to render what they are sent, and show the supervisor's
-:class:`~ddptui.run.following.state.Judgement`.
+what a silent host means (:meth:`RunModel.silence`). It judges nothing: how an attempt ended,
+whether it hangs and which ranks straggle are the supervisor's to say
+(:mod:`ddptui.run.supervisor.judging`); viewers keep one to render what they are sent, and show
+the supervisor's :class:`~ddptui.run.following.state.Judgement`.
 
 Every line comes from a host, and a host speaks only for what the plan gave it: its own ranks
 (``node_rank``, local ranks below its ``nproc``, global ranks from its ``base_rank``) and its
@@ -66,6 +66,7 @@ from ddptui.run.following.state import (
     RankLog,
     Silence,
     Steps,
+    Straggler,
 )
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.timeline import Timeline
@@ -454,26 +455,21 @@ class RunModel:
             and (asked is None or each.first_time < asked - STOP_CLOCK_SLACK_S)
         ]
 
-    def judgement(self, record: RunRecord, hang: Hang | None = None) -> Judgement:
+    def judgement(
+        self, record: RunRecord, hang: Hang | None = None, stragglers: tuple[Straggler, ...] = ()
+    ) -> Judgement:
         """What the supervisor tells viewers of the run: its state and why, what each silent
-        host means, and the hang when there is one."""
+        host means, the hang when there is one, and the ranks its judging named stragglers
+        (slowest first; none where no supervisor judges)."""
         notes = {}
         for node in self.nodes.values():
             note = self.silence_note(node)
             if note is not None:
                 notes[node.host] = note
         attempt = record.attempt.number if record.attempts else 0
-        summary = self.progress.summary()
-        line, stepped = summary.format_line(), self.progress.stepped
+        line, stepped = self.progress.format_line(stragglers), self.progress.stepped
         return Judgement(
-            record.state,
-            attempt,
-            record.detail,
-            notes,
-            hang,
-            line,
-            stepped,
-            stragglers=summary.stragglers,
+            record.state, attempt, record.detail, notes, hang, line, stepped, stragglers=stragglers
         )
 
     def conclude(self, state: RunState) -> None:

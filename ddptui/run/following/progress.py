@@ -2,22 +2,15 @@
 
 :class:`RunProgress` takes every rank's events (:meth:`RunProgress.apply`) and keeps one
 :class:`RankProgress` per rank: where it is, its latest numbers, a bounded loss curve and its
-health. :meth:`RunProgress.summary` folds the ranks into the one line ``--headless`` prints.
+own work per step in its latest :data:`STRAGGLER_EVENTS` step events.
+:meth:`RunProgress.summary` folds the ranks into the one line ``--headless`` prints.
 
-The numbers here are what judging reads (``supervisor/judging.py``): whether the ranks hang
-(no step for the window it sets) is decided there, once, and shown to every viewer with the
-supervisor's judgement. One verdict is made here, from each step event in turn, so that every
-model that reads the same events makes the same one:
+It keeps numbers, not verdicts: whether the ranks hang, and which are stragglers, is decided
+from these numbers by the supervisor's judging (``supervisor/judging.py``), once, and shown to
+every viewer with its judgement. A model that decided from the events it happened to read
+would say something else than the record and the other viewers at the same moment.
 
-- **straggler**: a rank whose own work per step (``compute_s``: its forward pass, in which it
-  waits for no peer; else its step time), averaged over its latest :data:`STRAGGLER_EVENTS`
-  step events, is at least 10% above the running ranks' median of that average for
-  :data:`STRAGGLER_WINDOW_S` on end; it is a straggler no more once it is under 5% above.
-  Under DDP every rank's step time is the slowest rank's, so a straggler shows only in the work
-  it does alone; an average, not a median, because a throttled host (a CFS quota) is slow in
-  bursts: most of its steps take the usual time, some a whole throttled period more.
-
-Times are the ranks' own (the events' ``time``): pass ``now`` on the same clock.
+Times are the ranks' own (the events' ``time``).
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ import enum
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -45,10 +38,9 @@ from .events import (
 from .logloss import LoggedLoss
 from .state import Straggler
 
-STRAGGLER_RATIO: Final = 1.10
-STRAGGLER_CLEAR_RATIO: Final = 1.05
 STRAGGLER_EVENTS: Final = 20
-STRAGGLER_WINDOW_S: Final = 20.0
+"""A rank's work per step is kept for this many of its latest step events: what judging
+averages it over (an average, since a throttled host is slow in bursts)."""
 LOSS_POINTS: Final = 1024
 """A rank's loss curve holds at most this many points; a longer run is down-sampled. A chart
 is a few hundred dots wide: more would cost memory on every rank and show nothing more."""
@@ -119,14 +111,8 @@ class RankProgress:
     loss_stride: int = 1
     compute_s: float | None = None
     """The rank's own work per step (``compute_s``), as its latest step event said."""
-    straggler: bool = False
     paces: deque[float] = field(default_factory=lambda: deque(maxlen=STRAGGLER_EVENTS))
-    """Its work per step (else its step time) in its latest step events."""
-    slower_by: float | None = None
-    """How much more work per step it took than the running ranks' median (0.45: 45%), over
-    its latest step events, as last judged."""
-    slow_since: float | None = None
-    """Since when (its clock) its work per step is above the straggler threshold."""
+    """Its work per step (else its step time) in its latest step events of this attempt."""
 
     @property
     def recent_pace(self) -> float | None:
@@ -136,16 +122,8 @@ class RankProgress:
             return None
         return sum(self.paces) / len(self.paces)
 
-    def as_straggler(self) -> Straggler | None:
-        """The rank as a straggler, if it is one."""
-        if not self.straggler or self.slower_by is None or self.slow_since is None:
-            return None
-        return Straggler(self.rank, self.host, self.slower_by, self.slow_since)
-
     def forget_pace(self) -> None:
-        """Not a straggler, and nothing known of its pace against the others (a new attempt,
-        the rank's end)."""
-        self.straggler, self.slow_since, self.slower_by = False, None, None
+        """Nothing known of its pace in this attempt (a new attempt, the rank's end)."""
         self.paces.clear()
 
     phase: str | None = None
@@ -192,12 +170,11 @@ class ProgressSummary:
     memory_kind: str | None
     """``"gpu"`` (peak CUDA allocation) or ``"cpu"`` (resident set), whichever ranks report."""
     states: Mapping[RankState, int]
-    stragglers: tuple[Straggler, ...]
-    """Slowest first."""
 
-    def format_line(self) -> str:
+    def format_line(self, stragglers: Sequence[Straggler] = ()) -> str:
         """One human line, e.g. ``step 120/400  loss 0.031 / 0.034 / 0.040  2,310 samples/s
-        slowest rank 3 (0.052 s)  peak mem 1,204 MiB``."""
+        slowest rank 3 (0.052 s)  peak mem 1,204 MiB``, naming ``stragglers`` (slowest first:
+        the ranks the supervisor's judging named)."""
         parts = []
         running = self.states.get(RankState.RUNNING, 0)
         if self.states.get(RankState.STARTING, 0) == self.ranks:
@@ -218,9 +195,9 @@ class ProgressSummary:
         if self.peak_memory_mib is not None:
             label = "peak mem" if self.memory_kind == "gpu" else "max RSS"
             parts.append(f"{label} {self.peak_memory_mib:,.0f} MiB")
-        if self.stragglers:
-            named = "; ".join(straggler.words() for straggler in self.stragglers[:3])
-            more = len(self.stragglers) - 3
+        if stragglers:
+            named = "; ".join(straggler.words() for straggler in stragglers[:3])
+            more = len(stragglers) - 3
             parts.append(f"straggler {named}" + (f" and {more} more" if more > 0 else ""))
         ended = {
             state: n
@@ -276,8 +253,6 @@ class RunProgress:
 
     def __init__(self) -> None:
         self._ranks: dict[int, RankProgress] = {}
-        self._median: float | None = None
-        self._median_age = 0
         self.world_size: int | None = None
         self.ignored = 0
         """Events of ranks past :data:`MAX_RANKS`, not applied."""
@@ -379,41 +354,9 @@ class RunProgress:
         if progress.state in (RankState.STARTING, RankState.RUNNING):
             progress.state = RankState.RUNNING
         progress.phase = progress.phase_expect_s = None
-        self._judge_pace(progress, event.time)
-
-    def _judge_pace(self, progress: RankProgress, now: float) -> None:
         own = progress.compute_s if progress.compute_s is not None else progress.step_time_s
-        if own is None:
-            return
-        progress.paces.append(own)
-        recent, median = progress.recent_pace, self._median_pace()
-        if recent is None or not median:
-            return
-        slower = recent / median
-        progress.slower_by = slower - 1.0
-        if slower >= STRAGGLER_RATIO:
-            if progress.slow_since is None:
-                progress.slow_since = now
-            progress.straggler = progress.straggler or now - progress.slow_since >= (
-                STRAGGLER_WINDOW_S
-            )
-        elif slower < STRAGGLER_CLEAR_RATIO:
-            progress.slow_since, progress.straggler = None, False
-
-    def _running(self) -> list[RankProgress]:
-        return [p for p in self._ranks.values() if not p.state.finished]
-
-    def _median_pace(self) -> float | None:
-        """The running ranks' median of their recent work per step."""
-        # Recomputed once per round of step events (one from each rank, roughly), not for each
-        # event: on a thousand ranks that is the difference between a few µs and 0.25 ms.
-        self._median_age -= 1
-        if self._median_age <= 0:
-            running = self._running()
-            known = [pace for p in running if (pace := p.recent_pace) is not None]
-            self._median = statistics.median(known) if known else None
-            self._median_age = len(running)
-        return self._median
+        if own is not None:
+            progress.paces.append(own)
 
     def summary(self) -> ProgressSummary:
         ranks = self.ranks
@@ -445,13 +388,7 @@ class RunProgress:
             peak_memory_mib=max(gpu) if gpu else max(cpu) if cpu else None,
             memory_kind="gpu" if gpu else "cpu" if cpu else None,
             states=states,
-            stragglers=tuple(
-                sorted(
-                    (straggler for p in ranks if (straggler := p.as_straggler()) is not None),
-                    key=lambda straggler: -straggler.slower_by,
-                )
-            ),
         )
 
-    def format_line(self) -> str:
-        return self.summary().format_line()
+    def format_line(self, stragglers: Sequence[Straggler] = ()) -> str:
+        return self.summary().format_line(stragglers)

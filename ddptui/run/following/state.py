@@ -137,7 +137,8 @@ class RankAtHang:
 
 @dataclass(frozen=True)
 class Straggler:
-    """A rank named a straggler: where, by how much, since when (its clock)."""
+    """A rank slower than its peers, as judging says: where, by how much, since when it is (its
+    clock)."""
 
     rank: int
     host: str
@@ -234,7 +235,7 @@ class Judgement:
     """What the supervisor does for the run now beyond following it (ending the other nodes
     after a failure…), while it does it."""
     stragglers: tuple[Straggler, ...] = ()
-    """The ranks named stragglers, slowest first: as the supervisor's model judged them, which
+    """The ranks named stragglers, slowest first: as the supervisor's judging named them, which
     every viewer shows rather than judge its own from the events it happens to have read."""
 
     @classmethod

@@ -1,23 +1,36 @@
 """Judging a followed attempt, pure: how it ended (:func:`verdict`), whether it hangs
-(:func:`hang`), and what the supervisor should do next (:func:`judge`), from the run's model
-(:class:`~ddptui.run.following.model.RunModel`: what the followed lines say) and its record.
+(:func:`hang`), which ranks are stragglers (:func:`slow_ranks`), and what the supervisor should
+do next (:func:`judge`), from the run's model (:class:`~ddptui.run.following.model.RunModel`:
+what the followed lines say) and its record.
 
 The model says what it sees; judging decides, in this order: an attempt that ended is
 concluded before anything else; a hang is named (and its stacks taken) once, as the record
 goes from running to hung; a hung run that steps again is running again; ``on_hang = "stop"``
-stops a hung run once."""
+stops a hung run once.
+
+A **straggler** is a rank whose own work per step (``compute_s``: its forward pass, in which it
+waits for no peer; else its step time), averaged over its latest
+:data:`~ddptui.run.following.progress.STRAGGLER_EVENTS` step events, is at least 10% above the
+running ranks' median of that average for :data:`STRAGGLER_WINDOW_S` on end (its clock); it is
+a straggler no more once it is under 5% above. Under DDP every rank's step time is the slowest
+rank's, so a straggler shows only in the work it does alone; an average, not a median, because
+a throttled host (a CFS quota) is slow in bursts: most of its steps take the usual time, some a
+whole throttled period more. Judged with the rest, the same names reach the record's notes
+(:mod:`.stragglers`) and every viewer (the judgement's ``stragglers``)."""
 
 from __future__ import annotations
 
+import math
 import signal
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ddptui.config.model import JobConfig
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.progress import RankProgress
-from ddptui.run.following.state import Hang, RankAtHang, Silence, Verdict
+from ddptui.run.following.progress import RankProgress, RunProgress
+from ddptui.run.following.state import Hang, RankAtHang, Silence, Straggler, Verdict
 from ddptui.run.record import RunState
 
 EXIT_SETTLE_S = 3.0
@@ -53,6 +66,9 @@ PROCESS_STATES = {
 }
 """The process states (``/proc/PID/stat``) that tell a hung rank from its waiting peers."""
 STOPPED = ("T", "t")
+STRAGGLER_RATIO: Final = 1.10
+STRAGGLER_CLEAR_RATIO: Final = 1.05
+STRAGGLER_WINDOW_S: Final = 20.0
 
 
 def hang_window(model: RunModel, override: float | None = None) -> float:
@@ -371,3 +387,47 @@ def judge(model: RunModel, state: RunState, job: JobConfig) -> Decision:
     if state is RunState.HUNG:
         return SteppingAgain()
     return GoesOn()
+
+
+@dataclass(frozen=True)
+class Slow:
+    """A rank over the straggler threshold since ``straggler.since`` (its clock), by
+    ``straggler.slower_by`` as last judged; ``named`` once it has been for the window."""
+
+    straggler: Straggler
+    named: bool
+
+
+def slow_ranks(progress: RunProgress, before: Mapping[int, Slow]) -> dict[int, Slow]:
+    """The ranks slow now (see the module's docstring), given those slow at the last judging
+    (``before``: whether a rank between the thresholds is named depends on it).
+
+    Each rank is dated by its latest step event. A rank without an average (not enough step
+    events of this attempt yet, or it ended) is not slow; one that cannot be compared (the
+    median is no work at all: half the ranks report none) keeps its standing."""
+    paced = {
+        rank.rank: (rank, pace)
+        for rank in progress.ranks
+        if not rank.state.finished and (pace := rank.recent_pace) is not None
+    }
+    median = statistics.median(pace for _, pace in paced.values()) if paced else 0.0
+    slow: dict[int, Slow] = {}
+    for number, (rank, pace) in paced.items():
+        was, ratio = before.get(number), pace / median if median > 0 else math.inf
+        if not math.isfinite(ratio) or rank.last_step_at is None:
+            if was is not None:
+                slow[number] = was
+        elif ratio >= STRAGGLER_RATIO or (was is not None and ratio >= STRAGGLER_CLEAR_RATIO):
+            since = rank.last_step_at if was is None else was.straggler.since
+            straggler = Straggler(rank.rank, rank.host, ratio - 1.0, since)
+            # Between the thresholds a rank keeps its standing: named stays named, and a
+            # rank not named yet is not named until it is over the threshold again.
+            late = ratio >= STRAGGLER_RATIO and rank.last_step_at - since >= STRAGGLER_WINDOW_S
+            slow[number] = Slow(straggler, (was is not None and was.named) or late)
+    return slow
+
+
+def stragglers(slow: Mapping[int, Slow]) -> tuple[Straggler, ...]:
+    """The ranks of ``slow`` named stragglers, slowest first."""
+    named = [each.straggler for each in slow.values() if each.named]
+    return tuple(sorted(named, key=lambda straggler: (-straggler.slower_by, straggler.rank)))

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from ddptui.run import protocol
 from ddptui.run.following.state import Hang, Judgement, Verdict
 from ddptui.run.protocol import Ended, Judged
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState, SchedulerJob
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor.following import Following
 from ddptui.run.supervisor.phase import Phase, Phases
+from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.supervisor.viewers import Audience
 
@@ -38,6 +39,7 @@ class RunOwner:
     audience: Audience
     following: Following
     timing: LaunchTiming
+    stragglers: StragglerNotes
     judgement: Judgement
     _doing: str
     hang: Hang | None
@@ -53,7 +55,7 @@ class RunOwner:
             judgement = Judgement.of_record(self.record)
         else:
             hang = self.hang if self.record.state is RunState.HUNG else None
-            judgement = model.judgement(self.record, hang)
+            judgement = model.judgement(self.record, hang, self.stragglers.named(model.attempt))
         if self._doing:
             judgement = dataclasses.replace(judgement, doing=self._doing)
         if judgement != self.judgement:
@@ -92,9 +94,9 @@ class RunOwner:
         return self.phases.now is Phase.STARTING
 
     def attempt_starting(
-        self, number: int, master_port: int, detail: str, job_id: str | None = None
+        self, number: int, master_port: int, detail: str, scheduler: SchedulerJob | None = None
     ) -> None:
-        attempt = Attempt(number, self._wall(), master_port, job_id=job_id)
+        attempt = Attempt(number, self._wall(), master_port, scheduler=scheduler)
         self.timing.begin(number)
         self.change(lambda record: record.begin_attempt(attempt, detail))
 

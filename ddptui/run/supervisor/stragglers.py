@@ -1,12 +1,19 @@
-"""What the run's record says of its stragglers: each rank as it is named (by how much, since
-when) and as it recovers, in the attempt's detail (``ddptui status``), a bounded number of
-times an attempt."""
+"""The attempt's stragglers as the supervisor judges them, and what the run's record says of
+them: each rank as it is named (by how much, since when) and as it recovers, in the attempt's
+detail (``ddptui status``), a bounded number of times an attempt.
+
+Which ranks are slow is :func:`~.judging.slow_ranks`'s to say; whether one between the
+thresholds is still named depends on what it said last, which is kept here, so that the
+record's notes and the judgement every viewer is sent (:meth:`StragglerNotes.named`) name the
+same ranks."""
 
 from __future__ import annotations
 
 import time
 
 from ddptui.run.following.progress import RunProgress
+from ddptui.run.following.state import Straggler
+from ddptui.run.supervisor import judging
 
 MAX_NOTES = 20
 """Notes an attempt's detail takes of stragglers: a rank that comes and goes all day would
@@ -16,30 +23,35 @@ otherwise grow the record without bound."""
 class StragglerNotes:
     def __init__(self) -> None:
         self._attempt = 0
-        self._named: set[int] = set()
+        self._slow: dict[int, judging.Slow] = {}
+        self._named: tuple[Straggler, ...] = ()
         self._noted = 0
 
+    def named(self, attempt: int) -> tuple[Straggler, ...]:
+        """The ranks named stragglers in attempt ``attempt`` at the latest :meth:`changes`,
+        slowest first; none in an attempt not judged yet."""
+        return self._named if attempt == self._attempt else ()
+
     def changes(self, attempt: int, progress: RunProgress) -> list[str]:
-        """The lines to add to attempt ``attempt``'s detail for what changed since the last
-        call: ranks named stragglers, ranks that are none any more."""
+        """Judge attempt ``attempt``'s stragglers from its ranks' ``progress``; the lines to add
+        to its detail for what changed since the last call: ranks named stragglers, ranks that
+        are none any more."""
         if attempt != self._attempt:
-            self._attempt, self._named, self._noted = attempt, set(), 0
-        now = {
-            straggler.rank: straggler
-            for p in progress.ranks
-            if (straggler := p.as_straggler()) is not None
-        }
+            self._attempt, self._slow, self._named, self._noted = attempt, {}, (), 0
+        was = {straggler.rank for straggler in self._named}
+        self._slow = judging.slow_ranks(progress, self._slow)
+        self._named = judging.stragglers(self._slow)
+        now = {straggler.rank: straggler for straggler in self._named}
         lines = [
             f"straggler: {straggler.words()}"
             for rank, straggler in sorted(now.items())
-            if rank not in self._named
+            if rank not in was
         ]
-        recovered = sorted(self._named - set(now))
+        recovered = sorted(was - set(now))
         if recovered:
             at = time.strftime("%H:%M:%S")
             ranks = ", ".join(map(str, recovered))
             lines.append(f"rank {ranks} no longer a straggler at {at}")
-        self._named = set(now)
         room = max(0, MAX_NOTES - self._noted)
         self._noted += min(room, len(lines))
         return lines[:room]

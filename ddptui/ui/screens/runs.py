@@ -47,8 +47,8 @@ class RunsScreen(Screen[None]):
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        # The catalogue RunControl keeps: a Slurm run whose end no supervisor saw reads as
-        # Slurm's accounting says it ended.
+        # The catalogue RunControl keeps: a scheduler's run whose end no supervisor saw reads
+        # as the scheduler says it ended.
         catalogue = self.control.catalogue()
         self.records = list(reversed(catalogue.records))
         table = self.query_one("#runs", DataTable)

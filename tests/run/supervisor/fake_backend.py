@@ -26,7 +26,6 @@ from ddptui.run.backends import (
     StartFailed,
     kind_of,
 )
-from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.evidence.dump import StackDump
 from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.following.state import Verdict
@@ -209,12 +208,6 @@ class FakeBackend(RunBackend):
             host.start(number)
         self.owner.attempt_running("requeued job runs", list(record.nodes), "a,b")
         return None
-
-
-def scheduler_job(state: str = "RUNNING", restarts: int = 0) -> SlurmJob:
-    return SlurmJob(
-        id="41", state=state, reason=None, nodes="a,b", restarts=restarts, exit_code=None
-    )
 
 
 def config(**job: object) -> Config:

@@ -19,7 +19,7 @@ from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor.jobs import Launch, Resume
 from ddptui.run.supervisor.phase import MOVES, Phase, PhaseError, Phases
-from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record, scheduler_job
+from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record
 
 IDL, STA, RUN, CON, STO = "idle", "starting", "running", "concluding", "stopping"
 Scenario = Callable[[Path], Awaitable[list[tuple[str, str]]]]
@@ -248,7 +248,8 @@ async def a_start_cut_short_is_ended(tmp_path: Path) -> list[tuple[str, str]]:
 async def a_scheduler_ends_the_nodes_then_requeues(tmp_path: Path) -> list[tuple[str, str]]:
     bed = _bed(tmp_path)
     await _launched(bed)
-    bed.backend.events.put_nowait(NodesEnded(scheduler_job("NODE_FAIL")))
+    # What a backend found of its job is its own: the supervisor hands it back unread.
+    bed.backend.events.put_nowait(NodesEnded("job 41: NODE_FAIL"))
     await bed.until_state(RunState.FAILED)
     assert bed.record.detail == "the scheduler ended the job"
     assert "ended failed" in bed.backend.asked
@@ -256,7 +257,7 @@ async def a_scheduler_ends_the_nodes_then_requeues(tmp_path: Path) -> list[tuple
     bed.backend.scheduler_holds = True
     await asyncio.sleep(1.0)
     assert bed.task is not None and not bed.task.done()
-    bed.backend.events.put_nowait(Restarted(scheduler_job(restarts=1)))
+    bed.backend.events.put_nowait(Restarted("job 41: RUNNING again"))
     await bed.until_state(RunState.RUNNING)
     bed.backend.scheduler_holds = False
     assert bed.record.attempt.number == 2 and bed.record.attempt.allocation == "a,b"

@@ -28,9 +28,9 @@ def settle(
     keep the answer in the record; asked at most every :data:`SACCT_EVERY_S` by every command
     and screen together. Whether a record changed."""
     waiting = {
-        jobs[-1].id: record.id
+        jobs[-1].job.id: record.id
         for record in records
-        if record.state.final and (jobs := record.slurm_jobs) and not jobs[-1].state
+        if record.state.final and (jobs := record.scheduler_jobs) and not jobs[-1].job.state
     }
     waiting = {job: run for job, run in waiting.items() if not supervised(run)}
     if not waiting:
@@ -56,8 +56,8 @@ def settle(
 
         def settle(record: RunRecord, job_id: str = job_id, state: str = state) -> None:
             for attempt in record.attempts:
-                if attempt.job_id == job_id:
-                    attempt.slurm_state = state
+                if attempt.scheduler is not None and attempt.scheduler.id == job_id:
+                    attempt.scheduler = attempt.scheduler.ended_as(state)
 
         store.update(run_id, settle)
         changed = True

@@ -20,7 +20,7 @@ from ddptui.run.backends.slurm.attempt import SlurmRunError
 from ddptui.run.backends.slurm.commands import SlurmError
 from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.following.state import Verdict
-from ddptui.run.record import RunRecord, RunState, node_versions
+from ddptui.run.record import RunRecord, RunState, SchedulerJob, node_versions
 from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 
@@ -61,7 +61,10 @@ class SlurmBackend(RunBackend):
         root = slurm_attempt.run_root(self.config, owner.record)
         owner.say(f"attempt {number}: Slurm job {job_id} ({script}); its files are in {root}")
         owner.attempt_starting(
-            number, master_port(job_id), f"attempt {number}: Slurm job {job_id}", job_id
+            number,
+            master_port(job_id),
+            f"attempt {number}: Slurm job {job_id}",
+            SchedulerJob(job_id),
         )
         try:
             running = await slurm_attempt.until_running(job_id, owner.say, owner.stop_asked)
@@ -143,8 +146,7 @@ class SlurmBackend(RunBackend):
 
     def _restarts(self) -> int:
         """How often the latest attempt's job was requeued, as the record knows it."""
-        record = self.owner.record
-        return sum(attempt.job_id == record.job_id for attempt in record.attempts) - 1
+        return len(self.owner.record.scheduler_jobs[-1].attempts) - 1
 
     async def watch(self) -> AsyncIterator[BackendEvent]:
         """The job's end while the run goes on, and its requeued start as the next attempt."""
@@ -166,7 +168,7 @@ class SlurmBackend(RunBackend):
                     yield NodesEnded(found)
             elif state.final:
                 self.job_alive = found is not None and not found.ended
-                if found is not None and found.ended and not owner.record.attempt.slurm_state:
+                if found is not None and found.ended and not _state_known(owner.record):
                     self._record_state(found)
                 if requeued and REQUEUED not in owner.record.attempt.detail:
                     owner.note(f"{REQUEUED} {job_id}: it resumes as the next attempt")
@@ -179,7 +181,7 @@ class SlurmBackend(RunBackend):
             return
 
         def record_state(record: RunRecord) -> None:
-            record.attempt.slurm_state = found.state
+            record.attempt.scheduler = found.scheduler_job
 
         self.owner.change(record_state)
 
@@ -187,7 +189,7 @@ class SlurmBackend(RunBackend):
         """Why the job stopped running while the run went on: in the ranks' words if they
         said, else in Slurm's (the nodes it lost, by name)."""
         self._ending = False
-        owner, found = self.owner, event.found
+        owner, found = self.owner, _found(event)
         record = owner.record
         job_id = record.job_id
         assert job_id is not None
@@ -212,7 +214,7 @@ class SlurmBackend(RunBackend):
         return found is not None and found.pending and found.restarts > self._restarts()
 
     async def ended(self, event: NodesEnded, state: RunState) -> None:
-        found = event.found
+        found = _found(event)
         self._record_state(found)
         job_id = self.owner.record.job_id
         if state is RunState.FAILED and job_id is not None and (found is None or not found.ended):
@@ -225,16 +227,30 @@ class SlurmBackend(RunBackend):
         """Slurm started the run's requeued job again: the run's next attempt, from its newest
         checkpoint (the batch script resumes a requeued start)."""
         self._ending = False
-        owner, running = self.owner, event.found
+        owner, running = self.owner, _found(event)
+        assert running is not None, f"{event} names no job"
         number = owner.record.attempt.number + 1
         owner.attempt_starting(
             number,
             master_port(running.id),
             f"attempt {number}: Slurm requeued job {running.id}",
-            running.id,
+            running.scheduler_job,
         )
         placed = await slurm_attempt.allocation(self.config, owner.record, running)
         owner.attempt_running(
             f"Slurm job {running.id} runs on {running.nodes}", placed, running.nodes or ""
         )
         return await self._check_allocation()
+
+
+def _found(event: NodesEnded | Restarted) -> SlurmJob | None:
+    """The job as :meth:`SlurmBackend.watch` found it when it sent ``event``."""
+    found = event.found
+    assert found is None or isinstance(found, SlurmJob), f"not a Slurm job's event: {event}"
+    return found
+
+
+def _state_known(record: RunRecord) -> bool:
+    """Whether the record says how Slurm ended its latest attempt's job."""
+    job = record.attempt.scheduler
+    return job is not None and bool(job.state)

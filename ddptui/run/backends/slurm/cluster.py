@@ -15,8 +15,9 @@ from ddptui.errors import UsageError
 from ddptui.health import ClusterCheck
 from ddptui.health.bandwidth import BandwidthReport
 from ddptui.plan.launch import PlanError
+from ddptui.plan.run_plan import RunPlan
 from ddptui.plan.slurm import BatchPlan, plan_batch
-from ddptui.run.backends.cluster import Cluster, NewRun, RunPlan
+from ddptui.run.backends.cluster import Cluster, NewRun
 from ddptui.run.backends.slurm import attempt as slurm_attempt
 from ddptui.run.backends.slurm import commands
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ddptui.run.record import SchedulerJob
 from ddptui.untrusted import plain, whole
 
 MAX_JOB_TEXT = 64 * 1024
@@ -94,6 +95,11 @@ class SlurmJob:
     @property
     def pending(self) -> bool:
         return self.state == "PENDING"
+
+    @property
+    def scheduler_job(self) -> SchedulerJob:
+        """The job as a run's record keeps it: its state once it ended."""
+        return SchedulerJob(self.id, self.state if self.ended else "")
 
     def describe(self) -> str:
         """The job in a line: ``job 42 pending: waiting for free nodes (Resources)``."""

@@ -11,7 +11,8 @@ from ddptui.check.run import Progress
 from ddptui.health import ClusterCheck
 from ddptui.health.bandwidth import BandwidthReport
 from ddptui.plan.launch import LaunchPlan, PlanError, plan_launch
-from ddptui.run.backends.cluster import Cluster, NewRun, RunPlan
+from ddptui.plan.run_plan import RunPlan
+from ddptui.run.backends.cluster import Cluster, NewRun
 from ddptui.run.backends.ssh import launcher
 
 

@@ -17,6 +17,7 @@ from ddptui.run.backends.slurm.job import (
     parse_sacct,
     reason_words,
 )
+from ddptui.run.record import SchedulerJob
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "slurm"
 
@@ -47,6 +48,12 @@ def test_a_completed_job_has_ended_cleanly() -> None:
     job = _recorded("completed")
     assert job.ended and job.state == "COMPLETED" and job.exit_code == "0:0"
     assert job.describe() == "job 2 completed on node[0-2]"
+
+
+def test_a_run_s_record_keeps_how_slurm_ended_a_job_and_nothing_of_one_that_goes_on() -> None:
+    assert _recorded("completed").scheduler_job == SchedulerJob("2", "COMPLETED")
+    assert _recorded("running").scheduler_job == SchedulerJob("1")
+    assert _recorded("requeued").scheduler_job == SchedulerJob("1")
 
 
 def test_a_requeued_job_counts_its_restart() -> None:
