@@ -15,7 +15,8 @@ from ddptui.run.record import RunRecord
 from ddptui.run.view import scheduler_document
 from ddptui.untrusted import plain
 
-COLUMNS = ("run", "state", "started", "took", "tries", "ranks", "hosts")
+COLUMNS = ("run", "state", "started", "took", "try", "ranks", "hosts")
+"""``try``: the attempt the run is on (1 until a resume or a requeue)."""
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,12 @@ class RunRow:
     state: Text
     started: Text
     took: Text
-    tries: Text
+    attempt: Text
     ranks: Text
     hosts: Text
 
     def cells(self) -> tuple[Text, ...]:
-        return (self.run, self.state, self.started, self.took, self.tries, self.ranks, self.hosts)
+        return (self.run, self.state, self.started, self.took, self.attempt, self.ranks, self.hosts)
 
 
 def duration_s(record: RunRecord, now: float) -> float:
@@ -47,12 +48,21 @@ def duration(seconds: float) -> str:
 
 
 def started(record: RunRecord) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+    """``12-01 00:22``: the list fits 80 columns with its hosts; ``runs --json`` and
+    ``status`` give the whole time."""
+    return time.strftime("%m-%d %H:%M", time.localtime(record.created))
+
+
+HOSTS_NAMED = 2
+"""Hosts a row names before it counts the rest: a run on 128 hosts is one line, not a page."""
 
 
 def _where(record: RunRecord) -> str:
-    """The run's hosts; a scheduler's jobs first, with how it says the last one ended."""
-    hosts = ", ".join(node.host for node in record.nodes)
+    """The run's hosts (the first :data:`HOSTS_NAMED`, then how many more); a scheduler's jobs
+    first, with how it says the last one ended."""
+    names = [node.host for node in record.nodes]
+    more = len(names) - HOSTS_NAMED
+    hosts = ", ".join(names[:HOSTS_NAMED]) + (f" +{more}" if more > 0 else "")
     jobs = [entry.job for entry in record.scheduler_jobs]
     if not jobs:
         return hosts
@@ -68,7 +78,7 @@ def run_row(record: RunRecord, now: float) -> RunRow:
         state=Text(record.state.value, STATE_STYLE.get(record.state, "bold")),
         started=Text(started(record)),
         took=Text(duration(duration_s(record, now))),
-        tries=Text(str(len(record.attempts))),
+        attempt=Text(str(len(record.attempts))),
         ranks=Text(str(record.world_size)),
         hosts=Text(plain(_where(record), one_line=True)),
     )

@@ -218,3 +218,13 @@ def test_status_says_where_the_launch_time_went_slowest_host_first() -> None:
     document = RunView.of(model.record, model, model.judgement(model.record)).document()
     assert document["launch"]["first_step_s"] == 14.691
     assert document["launch"]["slowest"] == "gpu-b"
+
+
+def test_a_run_on_many_hosts_is_one_short_row_naming_two_and_counting_the_rest() -> None:
+    record = RunRecord("20261130-120000-many", 0.0, "", "trainer", "gloo", "", 256, [], [])
+    record.nodes = [
+        NodeRecord(f"gpu{rank:03d}", "", rank, 2, f"/w/node{rank}", [], {}) for rank in range(128)
+    ]
+    assert run_row(record, 0.0).hosts.plain == "gpu000, gpu001 +126"
+    record.nodes = record.nodes[:2]
+    assert run_row(record, 0.0).hosts.plain == "gpu000, gpu001"
