@@ -52,6 +52,19 @@ class SshTarget:
         return key_line(self.key_name, port, key)
 
 
+@dataclass(frozen=True)
+class Keepalive:
+    """How an SSH link is kept and judged lost: a keepalive every ``interval_s``, the link
+    dropped after ``count_max`` unanswered."""
+
+    interval_s: float = 15.0
+    count_max: int = 3
+
+
+KEEPALIVE = Keepalive()
+"""A link's keepalives unless its user needs to know sooner (a follower does)."""
+
+
 async def resolve_target(
     host: HostConfig,
     *,

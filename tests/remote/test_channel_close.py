@@ -17,6 +17,7 @@ import pytest
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.connection import RemoteCluster
+from ddptui.run.following.files import FOLLOWING_KEEPALIVE
 from tests.helpers import Behaviour, HostileSshServer
 
 CONNECT_TIMEOUT_S = 2.0
@@ -98,8 +99,8 @@ def test_a_follower_reconnecting_to_a_host_that_never_confirms_closes_ends_in_ti
             remote = RemoteCluster(
                 [host],
                 connect_timeout=CONNECT_TIMEOUT_S,
-                keepalive_interval=5.0,
-                keepalive_count_max=2,
+                keepalive_interval=FOLLOWING_KEEPALIVE.interval_s,
+                keepalive_count_max=FOLLOWING_KEEPALIVE.count_max,
             )
             assert (await remote.connect(host)).ok
             stream = await remote.open_stream(host, ["follow"], input="", max_line=1024)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from ddptui.config import Config
 from ddptui.config.model import HostConfig
+from ddptui.remote.target import KEEPALIVE, Keepalive
 from ddptui.remote.transport import Transport
 from ddptui.run.backends.base import Owner, RunBackend
 from ddptui.run.backends.cluster import Cluster
@@ -38,9 +39,7 @@ class Kind(ABC):
         self,
         hosts: Sequence[HostConfig],
         job_id: str | None,
-        *,
-        keepalive_interval: float = 15.0,
-        keepalive_count_max: int = 3,
+        keepalive: Keepalive = KEEPALIVE,
     ) -> Transport:
         """What reaches ``hosts`` now (``job_id``: the run's job, where a scheduler runs it;
         the keepalives, where the link is SSH's): a

@@ -40,6 +40,7 @@ from ddptui.layout import HostFiles
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
+from ddptui.remote.target import Keepalive
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.untrusted import count, finite, plain, whole
@@ -49,6 +50,8 @@ MAX_DOCUMENT_BYTES = 256 * 1024
 MAX_TEXT_CHARS = 16384
 SILENCE_S = 12.0
 """No heartbeat for this long (the agent sends one every 2 s): the host is not answering."""
+FOLLOWING_KEEPALIVE = Keepalive(interval_s=5.0, count_max=2)
+"""A cut link shows as silence within :data:`SILENCE_S`."""
 RETRY_S = 2.0
 INBOX_LINES = 4096
 INBOX_BYTES = 2 * 1024 * 1024
@@ -146,9 +149,7 @@ class OpenTransport(Protocol):
         self,
         hosts: Sequence[HostConfig],
         job_id: str | None,
-        *,
-        keepalive_interval: float = ...,
-        keepalive_count_max: int = ...,
+        keepalive: Keepalive = ...,
     ) -> Transport: ...
 
 
@@ -295,10 +296,7 @@ class HostFollower:
     async def _open(self) -> LineStream:
         if self.open_transport is None:
             raise TypeError(f"the follower of {self.host.name} was given no way to reach it")
-        # Keepalives every 5 s: a cut link shows as silence within the silence window.
-        self._remote = await self.open_transport(
-            [self.host], self.job_id, keepalive_interval=5.0, keepalive_count_max=2
-        )
+        self._remote = await self.open_transport([self.host], self.job_id, FOLLOWING_KEEPALIVE)
         reach = await self._remote.connect(self.host)
         if not reach.ok:
             raise HostUnreachable(self.host, reach)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.srun import SrunCluster
+from ddptui.remote.target import KEEPALIVE, Keepalive
 from ddptui.remote.transport import Transport
 from ddptui.run.backends.base import Owner, RunBackend
 from ddptui.run.backends.cluster import Cluster
@@ -31,9 +32,7 @@ class SlurmKind(Kind):
         self,
         hosts: Sequence[HostConfig],
         job_id: str | None,
-        *,
-        keepalive_interval: float = 15.0,
-        keepalive_count_max: int = 3,
+        keepalive: Keepalive = KEEPALIVE,
     ) -> Transport:
         """Steps in job ``job_id`` while it runs (each reaches the node it names, whichever of
         ``hosts``), this machine otherwise; no SSH, so no keepalives."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ddptui.config.model import HostConfig
 from ddptui.remote.connection import RemoteCluster
+from ddptui.remote.target import KEEPALIVE, Keepalive
 from ddptui.remote.transport import Transport
 from ddptui.run.backends.base import Owner, RunBackend
 from ddptui.run.backends.cluster import Cluster
@@ -28,14 +29,12 @@ class SshKind(Kind):
         self,
         hosts: Sequence[HostConfig],
         job_id: str | None,
-        *,
-        keepalive_interval: float = 15.0,
-        keepalive_count_max: int = 3,
+        keepalive: Keepalive = KEEPALIVE,
     ) -> Transport:
         """SSH to ``hosts``, with these keepalives (no scheduler: ``job_id`` is None)."""
         return RemoteCluster.for_config(
             self.config,
             hosts,
-            keepalive_interval=keepalive_interval,
-            keepalive_count_max=keepalive_count_max,
+            keepalive_interval=keepalive.interval_s,
+            keepalive_count_max=keepalive.count_max,
         )
