@@ -132,8 +132,8 @@ class _Problem(Exception):
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate the hosts file at ``path``: ``[[hosts]]`` or a ``[slurm]`` cluster,
-    as its tables say. A command that handles only SSH hosts refuses the other kind itself
-    (:func:`require_hosts`).
+    as its tables say. What needs hosts of ddptui's own refuses the other kind through the
+    kind's cluster (:meth:`ddptui.run.control.RunControl.require_hosts`).
 
     Raises:
         ConfigError: the file is missing or unreadable, is not UTF-8 or not TOML, or does
