@@ -73,7 +73,8 @@ class _TierCounter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" and not report.skipped:
             self.counts["all"] += 1
-            self.counts.update(tier for tier in TIERS if tier in report.keywords)
+            tiers = dict(report.user_properties).get("ddptui_tiers", ())
+            self.counts.update(tier for tier in TIERS if tier in tiers)
 
 
 def _without_the_venv_on_path() -> None:
@@ -114,6 +115,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
         if "slurm_bed" in fixtures:
             item.add_marker(pytest.mark.slurm)
+        # By marker, not keyword: a test's keywords hold its directories' names too (a test in
+        # tests/run/backends/slurm/ has "slurm" among them without needing the Slurm bed).
+        tiers = tuple(tier for tier in TIERS if item.get_closest_marker(tier) is not None)
+        item.user_properties.append(("ddptui_tiers", tiers))
         group = _worker_group(item)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
