@@ -91,7 +91,7 @@ def from_document(
     checked_at, hosts, port = doc.get("checked_at"), doc.get("hosts"), doc.get("master_port_test")
     if not isinstance(checked_at, float) or not 0 <= now - checked_at <= reuse_s:
         return None
-    ordered = config.ordered_hosts
+    ordered = config.checked_hosts
     if not isinstance(hosts, list) or len(hosts) != len(ordered) or not isinstance(port, dict):
         return None
     checks = []

@@ -50,7 +50,7 @@ async def check_cluster(config: Config, progress: Progress | None = None) -> Che
     """Check every host of ``config`` at once; never raises for a host's problems."""
     started, began_at = time.monotonic(), time.time()
     notify = progress or (lambda host, event: None)
-    hosts = config.ordered_hosts
+    hosts = config.checked_hosts
     async with RemoteCluster.for_config(config) as remote:
         checks = await asyncio.gather(
             *(_check_host(remote, config, host, notify) for host in hosts)

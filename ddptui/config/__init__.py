@@ -9,6 +9,7 @@ from ddptui.config.load import (
     CLUSTER_KEYS,
     HOST_KEYS,
     JOB_KEYS,
+    RECOVERY_KEYS,
     SLURM_KEYS,
     load_config,
     parse_config,
@@ -23,6 +24,8 @@ from ddptui.config.model import (
     JobConfig,
     MasterPort,
     ProcsPerNode,
+    RecoveryConfig,
+    RecoveryMode,
     SlurmConfig,
 )
 from ddptui.config.render import config_to_dict, config_to_toml
@@ -33,6 +36,7 @@ __all__ = [
     "CLUSTER_KEYS",
     "HOST_KEYS",
     "JOB_KEYS",
+    "RECOVERY_KEYS",
     "SLURM_KEYS",
     "Backend",
     "ClusterConfig",
@@ -42,6 +46,8 @@ __all__ = [
     "JobConfig",
     "MasterPort",
     "ProcsPerNode",
+    "RecoveryConfig",
+    "RecoveryMode",
     "SlurmConfig",
     "config_to_dict",
     "config_to_toml",

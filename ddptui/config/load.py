@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.config import values
-from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
+from ddptui.config.found import describe
+from ddptui.config.model import (
+    ClusterConfig,
+    Config,
+    HostConfig,
+    JobConfig,
+    RecoveryConfig,
+    SlurmConfig,
+)
 from ddptui.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -45,6 +53,7 @@ _HOST_ONLY: dict[str, values.Validator] = {
     "name": values.name,
     "address": values.address,
     "rank0": values.true_or_false,
+    "spare": values.true_or_false,
 }
 _REQUIRED_HOST_KEYS = ("name", "address")
 _CLUSTER_ONLY: dict[str, values.Validator] = {
@@ -101,6 +110,12 @@ _SLURM: dict[str, values.Validator] = {
     "exclude": values.slurm_exclude,
     "sbatch_args": values.sbatch_args,
 }
+_RECOVERY: dict[str, values.Validator] = {
+    "mode": values.recovery_mode,
+    "max_restarts": values.max_restarts,
+    "window_s": values.seconds,
+    "notify": values.command,
+}
 _NOT_FOR_SLURM = {
     "gpus": "Slurm picks a node's GPUs; set [slurm] gpus_per_node",
     "master_port": "a Slurm run's port comes from its job id, so that jobs sharing a node "
@@ -120,7 +135,9 @@ JOB_KEYS: tuple[str, ...] = _JOB_KEY_ORDER
 """Every key ``[job]`` accepts."""
 SLURM_KEYS: tuple[str, ...] = tuple(_SLURM)
 """Every key ``[slurm]`` accepts."""
-_TABLES = ("cluster", "hosts", "job", "slurm")
+RECOVERY_KEYS: tuple[str, ...] = tuple(_RECOVERY)
+"""Every key ``[recovery]`` accepts."""
+_TABLES = ("cluster", "hosts", "job", "recovery", "slurm")
 _INTERPRETER_KEYS = ("python", "conda_env")
 _TOML_POSITION = re.compile(r"^(?P<message>.*) \(at line (?P<line>\d+), column (?P<column>\d+)\)$")
 _TOML_AT_END = " (at end of document)"
@@ -230,19 +247,23 @@ def _build(document: dict[str, Any], path: Path) -> Config:
         raise _Problem(
             f"[job]: script {job.script} is not inside dir {job.dir}: the ranks run it from there"
         )
+    recovery_table = _table(document, "recovery", "[recovery]")
+    recovery = RecoveryConfig(**_validate(recovery_table, "[recovery]", _RECOVERY, _RECOVERY_HOMES))
     if "slurm" in document:
-        slurm = _slurm(document, cluster_table, job)
+        slurm = _slurm(document, cluster_table, job, recovery)
         node = HostConfig(name=SLURM_NODE, address=SLURM_NODE, **defaults)
-        return Config(path=path, cluster=cluster, hosts=(), job=job, slurm=slurm, node=node)
+        return Config(path, cluster, (), job, slurm=slurm, node=node, recovery=recovery)
     hosts = tuple(
         _host(entry, number, defaults, machine)
         for number, entry in enumerate(_host_entries(document), start=1)
     )
-    _check_hosts_together(hosts, job)
-    return Config(path=path, cluster=cluster, hosts=hosts, job=job)
+    _check_hosts_together(hosts, job, recovery)
+    return Config(path=path, cluster=cluster, hosts=hosts, job=job, recovery=recovery)
 
 
-def _slurm(document: dict[str, Any], cluster: Mapping[str, Any], job: JobConfig) -> SlurmConfig:
+def _slurm(
+    document: dict[str, Any], cluster: Mapping[str, Any], job: JobConfig, recovery: RecoveryConfig
+) -> SlurmConfig:
     if "hosts" in document:
         raise _Problem(
             "[slurm] and [[hosts]]: Slurm picks the nodes of a [slurm] cluster; "
@@ -282,7 +303,7 @@ def _machine_validators(base_dir: Path) -> dict[str, values.Validator]:
 def _table(document: dict[str, Any], key: str, header: str) -> dict[str, Any]:
     table = document.get(key, {})
     if not isinstance(table, dict):
-        raise _Problem(f"{key}: expected a table ({header}), found {values.describe(table)}")
+        raise _Problem(f"{key}: expected a table ({header}), found {describe(table)}")
     return table
 
 
@@ -291,13 +312,13 @@ def _host_entries(document: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(entries, list):
         raise _Problem(
             "hosts: expected an array of tables (one [[hosts]] entry per machine), "
-            f"found {values.describe(entries)}"
+            f"found {describe(entries)}"
         )
     if not entries:
         raise _Problem("no hosts: add a [[hosts]] entry with a name and an address per machine")
     for number, entry in enumerate(entries, start=1):
         if not isinstance(entry, dict):
-            raise _Problem(f"[[hosts]] #{number}: expected a table, found {values.describe(entry)}")
+            raise _Problem(f"[[hosts]] #{number}: expected a table, found {describe(entry)}")
     return entries
 
 
@@ -371,7 +392,9 @@ def _entry_label(entry: Mapping[str, Any], number: int) -> str:
         return f"[[hosts]] #{number}"
 
 
-def _check_hosts_together(hosts: tuple[HostConfig, ...], job: JobConfig) -> None:
+def _check_hosts_together(
+    hosts: tuple[HostConfig, ...], job: JobConfig, recovery: RecoveryConfig
+) -> None:
     names: dict[str, str] = {}
     endpoints: dict[tuple[str, int], str] = {}
     head: str | None = None
@@ -391,12 +414,23 @@ def _check_hosts_together(hosts: tuple[HostConfig, ...], job: JobConfig) -> None
                 raise _Problem(
                     f"{where}: rank0: {head} already sets rank0 = true; only one host is node 0"
                 )
+            if host.spare:
+                raise _Problem(
+                    f"{where}: spare: node 0 (rank0 = true) starts every run, so it cannot "
+                    "wait as a spare; set one of the two"
+                )
             head = where
         if job.nproc_per_node == "gpus" and host.gpus == 0:
             raise _Problem(
                 f'{where}: gpus: 0 GPUs, but [job] nproc_per_node = "gpus" starts one process '
                 "per GPU; set nproc_per_node to a number"
             )
+    starts_on = sum(not host.spare for host in hosts)
+    if not starts_on:
+        raise _Problem(
+            "no hosts to run on: every [[hosts]] entry is spare = true, and a spare only takes "
+            "the place of a run's node; make one of them an ordinary host"
+        )
 
 
 def _normal_address(address: str) -> str:
@@ -412,6 +446,7 @@ def _homes(*groups: tuple[Iterable[str], str]) -> dict[str, str]:
 
 _IN_CLUSTER = "is cluster-wide: set it in [cluster]"
 _IN_JOB = "belongs in [job]"
+_IN_RECOVERY = "belongs in [recovery]"
 _IN_HOSTS = "is per host: set it in each [[hosts]] entry"
 _IN_A_TABLE = "must be inside a table: [cluster] (a default for every host) or a [[hosts]] entry"
 _TOP_LEVEL_HOMES = _homes(
@@ -420,18 +455,31 @@ _TOP_LEVEL_HOMES = _homes(
     (_CLUSTER_ONLY, "must be inside the [cluster] table"),
     (_HOST_ONLY, "must be inside a [[hosts]] entry"),
     (JOB_KEYS, "must be inside the [job] table"),
+    (_RECOVERY, "must be inside the [recovery] table"),
 )
 _CLUSTER_HOMES = _homes(
-    (_SLURM, "is Slurm's: set it in [slurm]"), (_HOST_ONLY, _IN_HOSTS), (JOB_KEYS, _IN_JOB)
+    (_SLURM, "is Slurm's: set it in [slurm]"),
+    (_HOST_ONLY, _IN_HOSTS),
+    (JOB_KEYS, _IN_JOB),
+    (_RECOVERY, _IN_RECOVERY),
 )
-_HOST_HOMES = _homes((_CLUSTER_ONLY, _IN_CLUSTER), (JOB_KEYS, _IN_JOB))
+_HOST_HOMES = _homes((_CLUSTER_ONLY, _IN_CLUSTER), (JOB_KEYS, _IN_JOB), (_RECOVERY, _IN_RECOVERY))
 _JOB_HOMES = _homes(
     (MACHINE_KEYS, "is a machine setting: set it in [cluster] or a [[hosts]] entry"),
     (_CLUSTER_ONLY, _IN_CLUSTER),
     (_HOST_ONLY, _IN_HOSTS),
+    (_RECOVERY, _IN_RECOVERY),
 )
 _SLURM_HOMES = _homes(
     (MACHINE_KEYS, "is every node's setting: set it in [cluster]"),
     (_CLUSTER_ONLY, _IN_CLUSTER),
+    (JOB_KEYS, _IN_JOB),
+    (_RECOVERY, _IN_RECOVERY),
+)
+_RECOVERY_HOMES = _homes(
+    (MACHINE_KEYS, "is a machine setting: set it in [cluster] or a [[hosts]] entry"),
+    (_CLUSTER_ONLY, _IN_CLUSTER),
+    (_HOST_ONLY, _IN_HOSTS),
+    (_SLURM, "is Slurm's: set it in [slurm]"),
     (JOB_KEYS, _IN_JOB),
 )

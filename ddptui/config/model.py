@@ -18,6 +18,8 @@ ProcsPerNode: TypeAlias = Literal["gpus"] | int
 MasterPort: TypeAlias = Literal["auto"] | int
 OnHang: TypeAlias = Literal["wait", "stop"]
 """``"wait"``: record a hung run and leave it to a person; ``"stop"``: stop it, record a failure."""
+RecoveryMode: TypeAlias = Literal["off", "resume"]
+"""``"off"``: a failed run stays failed; ``"resume"``: the supervisor resumes it by itself."""
 
 AUTO: Literal["auto"] = "auto"
 
@@ -44,6 +46,8 @@ class HostConfig:
     gpus: GpuSelection = "all"
     socket_ifname: str = AUTO
     rank0: bool = False
+    spare: bool = False
+    """Checked with the others but given no rank: it waits to take a node's place."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,27 @@ class SlurmConfig:
 
 
 @dataclass(frozen=True)
+class RecoveryConfig:
+    """What the supervisor does about a run that fails by itself (``[recovery]``).
+
+    ``max_restarts`` resumes in any ``window_s`` seconds; one more fails the run for good, with
+    every incident listed, since a run that keeps failing needs a person. ``notify``: a command
+    run on the head for each incident, its JSON on stdin.
+    """
+
+    mode: RecoveryMode = "off"
+    max_restarts: int = 5
+    window_s: float = 3600.0
+    notify: tuple[str, ...] = ()
+
+    @property
+    def on(self) -> bool:
+        return self.mode == "resume"
+
+
+@dataclass(frozen=True)
 class Config:
-    """A validated hosts file. ``hosts`` keeps file order; ``head`` is node 0.
+    """A validated hosts file. ``hosts`` keeps file order, spares included; ``head`` is node 0.
 
     With ``slurm`` set the hosts are Slurm's to choose: ``hosts`` is empty and ``node``, every
     node's settings (``[cluster]``'s), stands for each of them.
@@ -157,20 +180,32 @@ class Config:
     job: JobConfig
     slurm: SlurmConfig | None = None
     node: HostConfig | None = None
+    recovery: RecoveryConfig = RecoveryConfig()
 
     @property
     def head(self) -> HostConfig:
-        """Node 0: the host marked ``rank0 = true``, else the first one listed."""
-        for host in self.hosts:
-            if host.rank0:
-                return host
-        return self.hosts[0]
+        """Node 0: the host marked ``rank0 = true``, else the first one listed that is not a
+        spare (never a spare: loading refuses one marked rank0)."""
+        runs_on = [host for host in self.hosts if not host.spare]
+        return next((host for host in runs_on if host.rank0), runs_on[0])
 
     @property
     def ordered_hosts(self) -> tuple[HostConfig, ...]:
-        """Hosts in node-rank order: node 0 first, the rest in file order."""
+        """The hosts a run starts on, in node-rank order: node 0 first, the rest in file
+        order; spares are left out."""
         head = self.head
-        return (head, *(host for host in self.hosts if host is not head))
+        return (head, *(host for host in self.hosts if host is not head and not host.spare))
+
+    @property
+    def spares(self) -> tuple[HostConfig, ...]:
+        """The hosts kept to take a failed node's place, in file order."""
+        return tuple(host for host in self.hosts if host.spare)
+
+    @property
+    def checked_hosts(self) -> tuple[HostConfig, ...]:
+        """What a check reaches: the run's hosts in node-rank order, then the spares (a spare
+        is checked with the others, so that it is known fit when a node fails)."""
+        return (*self.ordered_hosts, *self.spares)
 
     def host(self, name: str) -> HostConfig:
         """The host called ``name``; ``KeyError`` if there is none. On a Slurm cluster every

@@ -5,9 +5,11 @@
     {"path": str,
      "cluster": {every ClusterConfig field},
      "hosts": [{"name", "node_rank", every other HostConfig field}, ...],   # node-rank order
-     "job": {every JobConfig field}}
+     "job": {every JobConfig field},
+     "recovery": {every RecoveryConfig field}}
 
-Paths are strings, unset values ``null``, ``gpus`` is ``"all"``, a count or a list.
+Paths are strings, unset values ``null``, ``gpus`` is ``"all"``, a count or a list. Spares
+follow the run's hosts, in file order, with a ``node_rank`` of ``null``.
 
 :func:`config_to_toml` is the human form: a hosts file with every default written out.
 """
@@ -22,7 +24,14 @@ from typing import Any
 import tomli_w
 
 from ddptui.config.load import SLURM_CLUSTER_KEYS
-from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
+from ddptui.config.model import (
+    ClusterConfig,
+    Config,
+    HostConfig,
+    JobConfig,
+    RecoveryConfig,
+    SlurmConfig,
+)
 
 _SLURM = frozenset(SLURM_CLUSTER_KEYS)
 
@@ -40,15 +49,19 @@ def config_to_dict(config: Config) -> dict[str, Any]:
             "hosts": [],
             "job": _fields(config.job, JobConfig),
             "slurm": _fields(config.slurm, SlurmConfig),
+            "recovery": _fields(config.recovery, RecoveryConfig),
         }
+    ranks: list[tuple[int | None, HostConfig]] = [*enumerate(config.ordered_hosts)]
+    ranks += ((None, spare) for spare in config.spares)
     return {
         "path": str(config.path),
         "cluster": _fields(config.cluster, ClusterConfig),
         "hosts": [
             {"name": host.name, "node_rank": rank, **_fields(host, HostConfig)}
-            for rank, host in enumerate(config.ordered_hosts)
+            for rank, host in ranks
         ],
         "job": _fields(config.job, JobConfig),
+        "recovery": _fields(config.recovery, RecoveryConfig),
     }
 
 
@@ -72,7 +85,8 @@ def _jsonable(value: object) -> object:
 
 
 def config_to_toml(config: Config) -> str:
-    """The resolved configuration as a commented hosts file, hosts in node-rank order.
+    """The resolved configuration as a commented hosts file, hosts in node-rank order, then
+    the spares.
 
     Every host lists every effective value; unset ones appear as comments. Loading the text
     gives the same cluster, hosts and job, unless an expanded local path contains a ``$``.
@@ -89,16 +103,26 @@ def config_to_toml(config: Config) -> str:
         lines += ["", "[slurm]", *(_setting(key, value) for key, value in data["slurm"].items())]
     for host in data["hosts"]:
         rank = host.pop("node_rank")
-        role = " (the rendezvous host)" if rank == 0 else ""
-        lines += ["", f"# node {rank}{role}", "[[hosts]]"]
+        if rank is None:
+            heading = "# a spare: it takes a node's place when one is set aside"
+        else:
+            heading = f"# node {rank}" + (" (the rendezvous host)" if rank == 0 else "")
+        lines += ["", heading, "[[hosts]]"]
         lines += (_host_line(key, value, host) for key, value in host.items())
     lines += ["", "[job]"]
     lines += (_setting(key, value) for key, value in data["job"].items())
+    lines += ["", "[recovery]"]
+    lines += (_recovery_line(key, value) for key, value in data["recovery"].items())
     return "\n".join(lines) + "\n"
 
 
 def _setting(key: str, value: object) -> str:
     return f"# {key}: not set" if value is None else assignment(key, value)
+
+
+def _recovery_line(key: str, value: object) -> str:
+    # No command to notify is no notify key: an empty one would not load back.
+    return _setting(key, None if key == "notify" and not value else value)
 
 
 def _host_line(key: str, value: object, host: Mapping[str, object]) -> str:

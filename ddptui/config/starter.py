@@ -149,7 +149,8 @@ _CLUSTER = _Table(
 
 _HOSTS_DOC = (
     "One [[hosts]] entry per machine. Node ranks follow this list, except that the host "
-    "marked rank0 is node 0, the rendezvous host."
+    "marked rank0 is node 0, the rendezvous host, and that a spare (below) has none until it "
+    "takes a failed host's place."
 )
 _NAME_DOC = "Unique short name for the console and run records: letters, digits, '.', '_', '-'."
 _ADDRESS_DOC = "Hostname or IP address to connect to; no two hosts share an address and port."
@@ -183,6 +184,22 @@ _HOSTS = (
                 "Added to [cluster]'s env; a variable set in both takes this value.",
                 active=False,
             ),
+        ),
+    ),
+)
+
+_SPARE_HOST = _Table(
+    "[[hosts]]",
+    "A spare host, for [recovery] below: checked with the others, and idle until a run needs it "
+    "in place of a host at fault.",
+    (
+        _Key("name", "gpu-c", _NAME_DOC),
+        _Key("address", "192.168.1.12", _ADDRESS_DOC),
+        _Key(
+            "spare",
+            True,
+            "Start no run on this host: it waits to take a failed host's place. Node 0 is never "
+            "a spare: it holds the rendezvous and the bundled trainer's checkpoints.",
         ),
     ),
 )
@@ -305,6 +322,37 @@ _JOB = _Table(
 )
 
 
+_RECOVERY = _Table(
+    "[recovery]",
+    "What happens when a host fails a run (its processes killed, it stopped answering, its GPU "
+    "or network failed): ddptui can resume the run by itself from its checkpoint, with a spare "
+    "host in place of that one. A failure in the code itself is left for you: it would fail "
+    "again on any host.",
+    (
+        _Key(
+            "mode",
+            "off",
+            '"off" (the default) records the run failed and leaves it for you; "resume" '
+            "resumes it as above.",
+        ),
+        _Key(
+            "max_restarts",
+            5,
+            "At most this many resumes in any window_s; one more and the run is recorded failed, "
+            "every incident listed: a run that keeps failing needs a person.",
+        ),
+        _Key("window_s", 3600.0, "The window, in seconds, that max_restarts counts in."),
+        _Key(
+            "notify",
+            ["/usr/local/bin/page-me", "--team", "ml"],
+            "A command run on this machine for every incident, which it reads as JSON on its "
+            "stdin: the program and its arguments, run as they are, without a shell.",
+            active=False,
+        ),
+    ),
+)
+
+
 _SLURM = _Table(
     "[slurm]",
     "Or a Slurm cluster: a [slurm] table instead of the [[hosts]] entries, and Slurm picks "
@@ -349,7 +397,9 @@ def starter_text(job: Mapping[str, object] | None = None) -> str:
         raise ValueError(f"not [job] keys: {sorted(unknown)}")
     blocks = [_comment(_INTRO)]
     blocks += (_table(table) for table in (_CLUSTER, *_HOSTS))
+    blocks.append(_table(_SPARE_HOST, active=False))
     blocks.append(_table(_JOB, chosen=chosen))
+    blocks.append(_table(_RECOVERY))
     blocks.append(_table(_SLURM, active=False))
     return "\n\n".join(blocks) + "\n"
 

@@ -7,19 +7,19 @@ sits is the caller's business (:mod:`ddptui.config.load`).
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ddptui.config.found import describe, key_label
+
 Validator = Callable[[object], Any]
 
-_DESCRIBE_LIMIT = 60
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -49,72 +49,8 @@ class Invalid(Exception):
         self.subkey = subkey
 
 
-def describe(value: object) -> str:
-    """``value`` the way it looked in the file, then its TOML type: ``"22" (a string)``."""
-    text = _literal(value)
-    if len(text) > _DESCRIBE_LIMIT:
-        text = text[: _DESCRIBE_LIMIT - 1] + "…"
-    return f"{text} ({_type_name(value)})"
-
-
 def expected(what: str, value: object, subkey: str = "") -> Invalid:
     return Invalid(f"expected {what}, found {describe(value)}", subkey)
-
-
-def _type_name(value: object) -> str:
-    # bool before int: TOML booleans arrive as Python bools, which are ints.
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, datetime.datetime):
-        return "a date-time"
-    if isinstance(value, datetime.date):
-        return "a date"
-    if isinstance(value, datetime.time):
-        return "a time"
-    return type(value).__name__
-
-
-def _literal(value: object, budget: int = _DESCRIBE_LIMIT) -> str:
-    # The budget bounds both the output and the recursion: parsed TOML can nest deeply.
-    if budget <= 0:
-        return "…"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, float):
-        return {"nan": "nan", "inf": "inf", "-inf": "-inf"}.get(str(value), repr(value))
-    if isinstance(value, list):
-        return "[" + _joined((_literal(item, budget - 2) for item in value), budget) + "]"
-    if isinstance(value, dict):
-        items = (f"{_key_label(key)} = {_literal(item, budget - 4)}" for key, item in value.items())
-        return "{" + _joined(items, budget) + "}"
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    return repr(value)
-
-
-def _joined(parts: Iterable[str], budget: int) -> str:
-    text = ""
-    for part in parts:
-        text = f"{text}, {part}" if text else part
-        if len(text) > budget:
-            return text[:budget] + "…"
-    return text
-
-
-def _key_label(name: str) -> str:
-    return name if _ENV_NAME.fullmatch(name) else json.dumps(name, ensure_ascii=False)
 
 
 def _string(value: object, what: str) -> str:
@@ -177,7 +113,7 @@ def env(value: object) -> dict[str, str]:
         raise expected('a table of environment variables, like { NAME = "value" }', value)
     variables: dict[str, str] = {}
     for name, item in value.items():
-        subkey = f".{_key_label(name)}"
+        subkey = f".{key_label(name)}"
         if not _ENV_NAME.fullmatch(name):
             raise Invalid(
                 "expected an environment variable name (letters, digits and '_', "
@@ -237,7 +173,7 @@ def backend(value: object) -> str:
 
 def seconds(value: object) -> float:
     """A duration: ``connect_timeout``, ``torch_import_timeout``, ``max_clock_skew_s``,
-    ``stop_grace_s``, ``hang_timeout_s``."""
+    ``stop_grace_s``, ``hang_timeout_s``, ``window_s``."""
     return _number(value, 0, inclusive=False, what="a number of seconds > 0")
 
 
@@ -349,6 +285,29 @@ def on_hang(value: object) -> str:
     if not isinstance(value, str) or value not in ("wait", "stop"):
         raise expected('"wait" or "stop"', value)
     return value
+
+
+def recovery_mode(value: object) -> str:
+    if not isinstance(value, str) or value not in ("off", "resume"):
+        raise expected('"off" or "resume"', value)
+    return value
+
+
+def max_restarts(value: object) -> int:
+    return _integer(value, 0, None, "a number of restarts ≥ 0")
+
+
+def command(value: object) -> tuple[str, ...]:
+    """A command as its words, the program first: run as it is, with no shell to split or
+    expand it, so that a word with spaces or ``$`` in it means just itself."""
+    what = 'a command as an array of its words, such as ["/usr/local/bin/page-me", "--team"]'
+    if not isinstance(value, list) or not value:
+        raise expected(what, value)
+    words = args(value)
+    for position, word in enumerate(words):
+        if not word:
+            raise expected("a non-empty string", word, f"[{position}]")
+    return words
 
 
 def local_path(base_dir: Path) -> Validator:

@@ -27,10 +27,10 @@ def network_findings(
     known = _known_master_address(probed, master)
     # One machine: gloo/NCCL traffic never leaves it, so what peers would be told to connect
     # to (the hostname's address, the interface) does not matter.
-    alone = len(config.hosts) == 1
+    alone = len(config.ordered_hosts) == 1
     # Every host at a loopback address: one machine standing in for a cluster (the demo), whose
     # ranks rightly meet on loopback whatever the hostname resolves to.
-    loopback_cluster = all(is_loopback_name(host.address) for host in config.hosts)
+    loopback_cluster = all(is_loopback_name(host.address) for host in config.ordered_hosts)
     for host, facts in probed:
         stranded = _stranded(host, master)
         chosen = None if stranded else choose_socket_ifname(facts, master)

@@ -74,7 +74,7 @@ def resolve_backend(config: Config, facts: Mapping[str, HostFacts]) -> Literal["
     """The configured backend; for ``auto``, nccl when every host has a usable GPU, else gloo."""
     if config.cluster.backend != "auto":
         return config.cluster.backend
-    for host in config.hosts:
+    for host in config.ordered_hosts:
         host_facts = facts.get(host.name)
         if host_facts is None or not usable_gpus(host, host_facts):
             return "gloo"
@@ -116,7 +116,8 @@ def one_machine(config: Config) -> bool:
     the real hosts): gloo/NCCL traffic never leaves it, so loopback is what its ranks should
     use, and node 0 is at 127.0.0.1 for every host.
     """
-    return len(config.hosts) == 1 or all(is_loopback_name(host.address) for host in config.hosts)
+    hosts = config.ordered_hosts
+    return len(hosts) == 1 or all(is_loopback_name(host.address) for host in hosts)
 
 
 def master_target(facts: HostFacts, master: str) -> IPAddress | None:

@@ -289,7 +289,7 @@ def torchrun_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
 
 def _facts_by_host(config: Config, checks: Sequence[HostCheck]) -> dict[str, HostFacts]:
     facts = {check.host.name: check.facts for check in checks if check.facts is not None}
-    missing = [host.name for host in config.hosts if host.name not in facts]
+    missing = [host.name for host in config.ordered_hosts if host.name not in facts]
     if missing:
         raise PlanError(
             f"no facts for {', '.join(missing)}: the check could not probe "

@@ -50,7 +50,8 @@ class HostRow:
     its probe could not give. ``odd`` names the :data:`VERSIONS` whose value on this host
     differs from the other hosts'."""
 
-    node: int
+    node: int | None
+    """Its node rank; None for a spare, which runs nothing until a node fails."""
     name: str
     address: str
     status: Text
@@ -92,12 +93,17 @@ def host_rows(
             odd=frozenset(key for key, hosts in odd.items() if host.name in hosts),
             progress=(progress or {}).get(host.name),
         )
-        for node, host in enumerate(config.ordered_hosts)
+        for node, host in (*enumerate(config.ordered_hosts), *((None, s) for s in config.spares))
     ]
 
 
+def node_label(row: HostRow) -> str:
+    """Its node rank, or ``spare``."""
+    return "spare" if row.node is None else str(row.node)
+
+
 def host_row(
-    node: int,
+    node: int | None,
     host: HostConfig,
     check: HostCheck | None,
     *,
@@ -210,7 +216,7 @@ def hosts_table(report: CheckReport) -> Table:
     for row in host_rows(report.config, report):
         # Text cells, never markup: rich reads a plain string as markup ("[/]" raises,
         # "[link=…]" makes a hyperlink), and the values come from hosts.
-        cells = [Text(str(row.node)), Text(row.name), Text(row.address), row.status]
+        cells = [Text(node_label(row)), Text(row.name), Text(row.address), row.status]
         if row.probed:
             cells += [Text(row.hostname), Text(row.python), Text(row.torch), row.gpus]
             cells += [Text(row.interface)]

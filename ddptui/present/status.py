@@ -17,6 +17,7 @@ from ddptui.run.diagnose import Diagnosis
 from ddptui.run.diagnose.lines import strip_prefixes
 from ddptui.run.evidence.stacks import rank_spans
 from ddptui.run.following.state import Hang, Judgement
+from ddptui.run.incidents import Incident, SetAside
 from ddptui.run.record import Attempt, RunRecord, RunState
 from ddptui.run.view import NodeView, RunView
 from ddptui.untrusted import plain
@@ -59,6 +60,59 @@ def attempt_line(attempt: Attempt) -> Text:
     ended = f", {attempt.outcome}" if attempt.outcome else ", running"
     detail = f": {plain(attempt.detail, limit=400, one_line=True)}" if attempt.detail else ""
     return Text(f"attempt {attempt.number} (port {attempt.master_port}){ended}{detail}")
+
+
+INCIDENTS_SHOWN = 10
+"""Incidents ``status`` words, the latest; the earlier ones are counted (``status --json``
+gives every one the record keeps)."""
+
+
+def incident_line(incident: Incident) -> Text:
+    """``incident 1 at 14:02:11: what failed; blamed whom (why); what came of it (attempt 2,
+    40 steps redone)``."""
+    at = time.strftime("%H:%M:%S", time.localtime(incident.detected_at))
+    line = Text(f"incident {incident.number}", "bold")
+    line.append(f" at {at}: {plain(incident.cause, limit=300, one_line=True)}")
+    blamed = plain(", ".join(incident.blamed), limit=200, one_line=True)
+    line.append(f"; blamed {blamed}" if blamed else "; no host blamed")
+    if incident.why:
+        line.append(f" ({plain(incident.why, limit=300, one_line=True)})")
+    if incident.action:
+        line.append(f"; {plain(incident.action, limit=300, one_line=True)}")
+    came = []
+    if incident.resumed_attempt is not None:
+        came.append(f"attempt {incident.resumed_attempt}")
+    if (redone := incident.steps_redone) is not None:
+        came.append(f"{redone:,} step{'' if redone == 1 else 's'} redone")
+    if came:
+        line.append(f" ({', '.join(came)})")
+    if incident.notified not in ("", "ok"):
+        line.append(f"; {plain(incident.notified, limit=300, one_line=True)}", "red")
+    return line
+
+
+def incident_lines(incidents: Sequence[Incident]) -> list[Text]:
+    """The latest :data:`INCIDENTS_SHOWN` incidents, oldest first, after a count of the rest."""
+    earlier = len(incidents) - INCIDENTS_SHOWN
+    lines = [Text(f"{earlier} earlier incident(s) not shown", "dim")] if earlier > 0 else []
+    return lines + [incident_line(incident) for incident in incidents[-INCIDENTS_SHOWN:]]
+
+
+SET_ASIDE_SHOWN = 16
+"""Hosts set aside that ``status`` names; the rest are counted."""
+
+
+def set_aside_line(hosts: Sequence[SetAside]) -> Text:
+    """``set aside: gpu-b (why), gpu-c (why)``: hosts the run will not use again."""
+    named = [
+        f"{plain(each.host, one_line=True)} ({plain(each.why, limit=200, one_line=True)})"
+        if each.why
+        else plain(each.host, one_line=True)
+        for each in hosts[:SET_ASIDE_SHOWN]
+    ]
+    if len(hosts) > SET_ASIDE_SHOWN:
+        named.append(f"and {len(hosts) - SET_ASIDE_SHOWN} more")
+    return Text(f"set aside: {', '.join(named)}", "yellow")
 
 
 NODE_LINES_UP_TO = 16
@@ -183,8 +237,9 @@ def resumed_line(view: RunView) -> Text | None:
 
 
 def status_lines(view: RunView, now: float | None = None) -> list[Text]:
-    """Everything ``ddptui status`` prints: state and why, when and what, attempts, nodes,
-    progress, a hang, and the first classified errors with their fixes."""
+    """Everything ``ddptui status`` prints: state and why, when and what, attempts, incidents
+    and the hosts set aside, nodes, progress, a hang, and the first classified errors with
+    their fixes."""
     now = time.time() if now is None else now
     record, judgement = view.record, view.judgement
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
@@ -199,6 +254,9 @@ def status_lines(view: RunView, now: float | None = None) -> list[Text]:
     resumed = resumed_line(view)
     if resumed is not None:
         lines.append(Text("  ") + resumed)
+    lines += [Text("  ") + line for line in incident_lines(record.incidents)]
+    if record.set_aside:
+        lines.append(Text("  ") + set_aside_line(record.set_aside))
     timeline = record.timeline()
     if timeline is not None and timeline.hosts:
         hosts = [node.host for node in record.nodes]

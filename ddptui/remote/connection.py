@@ -72,10 +72,11 @@ class RemoteCluster(Transport):
         keepalive_interval: float = 15.0,
         keepalive_count_max: int = 3,
     ) -> RemoteCluster:
-        """Connections to ``hosts`` (default: every host of ``config``, node 0 first) with the
-        hosts file's timeout and handshake cap: the one place they are built from a config."""
+        """Connections to ``hosts`` (default: every host of ``config``, node 0 first, spares
+        last) with the hosts file's timeout and handshake cap: the one place they are built
+        from a config."""
         return cls(
-            config.ordered_hosts if hosts is None else hosts,
+            config.checked_hosts if hosts is None else hosts,
             connect_timeout=config.cluster.connect_timeout,
             max_parallel_connects=config.cluster.max_parallel_connects,
             keepalive_interval=keepalive_interval,

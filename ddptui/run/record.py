@@ -16,6 +16,11 @@ import tomli_w
 
 from ddptui.layout import HostFiles
 from ddptui.probe.facts import NA, HostFacts
+
+# Incident and SetAside are the record's values: importers take them from here.
+from ddptui.run.incidents import MAX_HOSTS, MAX_INCIDENTS, incidents_of, set_aside_of
+from ddptui.run.incidents import Incident as Incident
+from ddptui.run.incidents import SetAside as SetAside
 from ddptui.run.timeline import Timeline
 
 if sys.version_info >= (3, 11):
@@ -186,6 +191,9 @@ class RunRecord:
     """``[job] loss_pattern``: how the ranks' output says their loss."""
     timelines: list[Timeline] = field(default_factory=list)
     """Each attempt's launch timeline, once it began (a resume's has no check or staging)."""
+    incidents: list[Incident] = field(default_factory=list)
+    set_aside: list[SetAside] = field(default_factory=list)
+    """Hosts this run will not use again until the user brings one back."""
 
     @property
     def state(self) -> RunState:
@@ -256,6 +264,22 @@ class RunRecord:
                 latest[job.id] = job
         return [JobAttempts(latest[job], tuple(attempts)) for job, attempts in numbers.items()]
 
+    def incident(self, number: int) -> Incident:
+        """The incident numbered ``number``; :class:`KeyError` when the record no longer keeps
+        it (past :data:`~ddptui.run.incidents.MAX_INCIDENTS`, the oldest are dropped)."""
+        found = next((each for each in self.incidents if each.number == number), None)
+        if found is None:
+            raise KeyError(f"run {self.id} keeps no incident {number}")
+        return found
+
+    def restarts_within(self, window_s: float, now: float) -> int:
+        """Incidents the run resumed after, detected in the ``window_s`` seconds up to ``now``."""
+        return sum(
+            1
+            for incident in self.incidents
+            if incident.resumed_attempt is not None and incident.detected_at >= now - window_s
+        )
+
     @property
     def head(self) -> NodeRecord:
         return self.nodes[0]
@@ -322,6 +346,8 @@ class RunRecord:
                 for change in self.states
             ],
             "timelines": [timeline.to_document() for timeline in self.timelines],
+            "incidents": [incident.to_document() for incident in self.incidents[-MAX_INCIDENTS:]],
+            "set_aside": [host.to_document() for host in self.set_aside[-MAX_HOSTS:]],
         }
         if self.loss_pattern is not None:
             document["loss_pattern"] = self.loss_pattern
@@ -383,6 +409,8 @@ class RunRecord:
                     for change in data.get("states", [])
                 ],
                 timelines=[Timeline.from_document(line) for line in data.get("timelines", [])],
+                incidents=incidents_of(data.get("incidents", [])),
+                set_aside=set_aside_of(data.get("set_aside", [])),
             )
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
             raise ValueError(f"not a run record: {error!r}") from None

@@ -245,6 +245,8 @@ class RunView:
             "progress": self.progress,
             "hang": live["judgement"]["hang"],
             "errors": [{key: error[key] for key in _ERROR_KEYS} for error in live["errors"]],
+            "incidents": [incident.to_json() for incident in record.incidents],
+            "set_aside": [host.to_json() for host in record.set_aside],
         }
 
 

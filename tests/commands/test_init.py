@@ -13,10 +13,12 @@ from ddptui.config import (
     CLUSTER_KEYS,
     HOST_KEYS,
     JOB_KEYS,
+    RECOVERY_KEYS,
     SLURM_KEYS,
     ClusterConfig,
     HostConfig,
     JobConfig,
+    RecoveryConfig,
     SlurmConfig,
     load_config,
     starter_text,
@@ -112,10 +114,11 @@ def test_example_file_is_the_starter_and_loads() -> None:
 
 def test_loader_accepts_exactly_the_dataclass_fields() -> None:
     host_fields = {field.name for field in fields(HostConfig)}
-    machine_keys = host_fields - {"name", "address", "rank0"}
+    machine_keys = host_fields - {"name", "address", "rank0", "spare"}
     assert set(HOST_KEYS) == host_fields
     assert set(CLUSTER_KEYS) == machine_keys | {field.name for field in fields(ClusterConfig)}
     assert set(JOB_KEYS) == {field.name for field in fields(JobConfig)}
+    assert set(RECOVERY_KEYS) == {field.name for field in fields(RecoveryConfig)}
 
 
 def _documented_keys(text: str) -> dict[str, set[str]]:
@@ -142,14 +145,15 @@ def _documented_keys(text: str) -> dict[str, set[str]]:
 def test_every_key_of_every_table_is_explained(text: str) -> None:
     documented = _documented_keys(text)
 
-    assert set(documented) == {"[cluster]", "[[hosts]]", "[job]", "[slurm]"}
+    assert set(documented) == {"[cluster]", "[[hosts]]", "[job]", "[recovery]", "[slurm]"}
     assert documented["[cluster]"] == set(CLUSTER_KEYS)
     assert documented["[job]"] == set(JOB_KEYS)
     assert documented["[slurm]"] == set(SLURM_KEYS)
-    assert {"name", "address", "rank0"} <= documented["[[hosts]]"] <= set(HOST_KEYS)
+    assert documented["[recovery]"] == set(RECOVERY_KEYS)
+    assert {"name", "address", "rank0", "spare"} <= documented["[[hosts]]"] <= set(HOST_KEYS)
     every_field = {
         field.name
-        for kind in (ClusterConfig, HostConfig, JobConfig, SlurmConfig)
+        for kind in (ClusterConfig, HostConfig, JobConfig, RecoveryConfig, SlurmConfig)
         for field in fields(kind)
     }
     assert every_field <= set().union(*documented.values())

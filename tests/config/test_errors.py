@@ -233,6 +233,16 @@ BAD_FILES = [
         f'{B}: known_hosts: expected a path (a non-empty string), found ""',
     ),
     ("workdir-int", _cluster("workdir = 5"), "[cluster]: workdir: expected a path"),
+    (
+        "recovery-mode",
+        f'[recovery]\nmode = "auto"\n{TWO_HOSTS}',
+        '[recovery]: mode: expected "off" or "resume", found "auto" (a string)',
+    ),
+    (
+        "spare-in-cluster",
+        _cluster("spare = true"),
+        '[cluster]: "spare" is per host: set it in each [[hosts]] entry',
+    ),
 ]
 
 

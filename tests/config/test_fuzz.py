@@ -16,6 +16,7 @@ from ddptui.config import (
     CLUSTER_KEYS,
     HOST_KEYS,
     JOB_KEYS,
+    RECOVERY_KEYS,
     Config,
     config_to_dict,
     config_to_toml,
@@ -26,14 +27,17 @@ from ddptui.errors import ConfigError
 
 HOSTS_FILE = Path("/nonexistent/ddptui/hosts.toml")
 VARIABLE = re.compile(r"\$[{A-Za-z_]")
-REAL_KEYS = sorted({*CLUSTER_KEYS, *HOST_KEYS, *JOB_KEYS, "cluster", "hosts", "job"})
+REAL_KEYS = sorted(
+    {*CLUSTER_KEYS, *HOST_KEYS, *JOB_KEYS, *RECOVERY_KEYS, "cluster", "hosts", "job", "recovery"}
+)
 # Values that pass some validator, so generated files get past the type checks and reach
 # the cross-checks (duplicates, rank0, gpus vs nproc_per_node) and the success path.
 PLAUSIBLE = [
     "all", "auto", "gpus", "nccl", "gloo", "eth0", "python3", "~/runs", "~/.ssh/id",
     "$HOME/x", "${HOME}/y", "$DDPTUI_UNSET_VAR/z", "relative/path", "alice", "gpu-a", "gpu-b",
     "10.0.0.1", "::1", "node.example", 0, 1, 2, 22, 29500, 65535, 65536, -1, 0.5, True, False,
-    [0, 1], [1, 1], [], ["--epochs", "1"], {"NCCL_DEBUG": "WARN"}, {"1X": "y"},
+    [0, 1], [1, 1], [], ["--epochs", "1"], {"NCCL_DEBUG": "WARN"}, {"1X": "y"}, "resume", "off",
+    ["page-me", "--team", "ml"], [""], 3600,
 ]  # fmt: skip
 
 keys = st.one_of(st.sampled_from(REAL_KEYS), st.text(min_size=1, max_size=12))
@@ -67,6 +71,7 @@ random_documents = st.builds(
             "cluster": st.one_of(tables, values),
             "hosts": st.one_of(st.lists(host_entries, max_size=4), values),
             "job": st.one_of(tables, values),
+            "recovery": st.one_of(tables, values),
         },
     ),
     st.dictionaries(keys, values, max_size=2),
@@ -77,8 +82,10 @@ VALID_DOCUMENT: dict[str, Any] = {
         {"name": "a", "address": "10.0.0.1", "gpus": [0, 1], "env": {"B": "2"}},
         {"name": "b", "address": "node-b.example", "conda_env": "pt", "rank0": True},
         {"name": "c", "address": "::1", "port": 22, "python": "~/py/bin/python"},
+        {"name": "d", "address": "10.0.0.4", "spare": True},
     ],
     "job": {"nproc_per_node": "gpus", "checkpoint_every": 10, "args": ["--epochs", "1"]},
+    "recovery": {"mode": "resume", "notify": ["page-me"]},
 }
 
 
@@ -97,7 +104,11 @@ def mutated_documents(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _tables_in(document: dict[str, Any]) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
-    found = [(CLUSTER_KEYS, document["cluster"]), (JOB_KEYS, document["job"])]
+    found = [
+        (CLUSTER_KEYS, document["cluster"]),
+        (JOB_KEYS, document["job"]),
+        (RECOVERY_KEYS, document["recovery"]),
+    ]
     found += ((HOST_KEYS, entry) for entry in document["hosts"])
     return found
 
@@ -116,6 +127,7 @@ def _check_loaded(config: Config) -> None:
     names = [host.name.lower() for host in config.hosts]
     assert names and len(set(names)) == len(names)
     assert sum(host.rank0 for host in config.hosts) <= 1
+    assert not config.head.spare and len(config.ordered_hosts) + len(config.spares) == len(names)
     local_paths = [
         str(path) for host in config.hosts for path in (host.identity_file, host.known_hosts)
     ]

@@ -12,6 +12,7 @@ from ddptui.config import (
     ClusterConfig,
     HostConfig,
     JobConfig,
+    RecoveryConfig,
     config_to_dict,
     config_to_toml,
     parse_config,
@@ -53,10 +54,11 @@ args = ["--epochs", "3", "--note", "a \\"quoted\\" word"]
 def test_json_shape_is_the_documented_one() -> None:
     data = config_to_dict(parse_config(RICH, HOSTS_FILE))
 
-    assert list(data) == ["path", "cluster", "hosts", "job"]
+    assert list(data) == ["path", "cluster", "hosts", "job", "recovery"]
     assert data["path"] == str(HOSTS_FILE)
     assert list(data["cluster"]) == [field.name for field in fields(ClusterConfig)]
     assert list(data["job"]) == [field.name for field in fields(JobConfig)]
+    assert list(data["recovery"]) == [field.name for field in fields(RecoveryConfig)]
     host_keys = [field.name for field in fields(HostConfig)]
     for host in data["hosts"]:
         assert list(host) == ["name", "node_rank", *host_keys[1:]]
@@ -100,3 +102,4 @@ def test_text_loads_back_into_the_same_configuration(text: str) -> None:
     assert again.cluster == config.cluster
     assert again.job == config.job
     assert again.ordered_hosts == config.ordered_hosts
+    assert again.recovery == config.recovery

@@ -92,6 +92,24 @@ def test_one_host_runs_on_loopback_without_an_interface() -> None:
     assert "GLOO_SOCKET_IFNAME" not in node.env and "NCCL_SOCKET_IFNAME" not in node.env
 
 
+def test_a_spare_gets_no_node_and_counts_in_no_world_size() -> None:
+    spare = HostConfig(name="gpu-c", address="10.0.0.3", spare=True)
+    config = _config(spare, A, B)
+    plan = plan_launch(config, _checks(config), run_id=RUN)
+    assert [(node.node_rank, node.host.name) for node in plan.nodes] == [(0, "gpu-b"), (1, "gpu-a")]
+    assert plan.world_size == 4 and plan.backend == "nccl"
+    assert all("--nnodes=2" in node.argv for node in plan.nodes)
+    assert "--master-addr=10.0.0.2" in plan.node("gpu-a").argv
+
+
+def test_a_spare_the_check_could_not_probe_does_not_stop_a_plan() -> None:
+    spare = HostConfig(name="gpu-c", address="10.0.0.3", spare=True)
+    config = _config(A, B, spare)
+    checks = _checks(config)
+    plan = plan_launch(config, [*checks[:2], replace(checks[2], facts=None)], run_id=RUN)
+    assert [node.host.name for node in plan.nodes] == ["gpu-b", "gpu-a"]
+
+
 def test_auto_port_is_a_placeholder_until_node_0_names_one() -> None:
     config = replace(_config(A, B), cluster=ClusterConfig(master_port="auto"))
     plan = plan_launch(config, _checks(config), run_id=RUN)

@@ -30,6 +30,7 @@ from ddptui.present.hosts import (
     gpus_text,
     host_row,
     host_rows,
+    node_label,
 )
 from ddptui.probe.facts import NA, GpuProcess
 from ddptui.remote.status import Reach, Reachability
@@ -225,3 +226,14 @@ def test_an_unprobed_host_is_only_its_status_in_the_cli() -> None:
     check = HostCheck(host, Reachability(Reach.DNS_FAILED, "no such host"))
     report = CheckReport(config, (check,), (), 0.1, scenes.health_report().master_port_test)
     assert _cli_rows(report)["gpu-z"]["status"] == "dns failed"
+
+
+def test_a_spare_is_listed_after_the_run_s_hosts_with_no_node_rank() -> None:
+    report = scenes.health_report()
+    spare = HostConfig("gpu-e", "10.0.0.15", spare=True)
+    config = dataclasses.replace(report.config, hosts=(*report.config.hosts, spare))
+    rows = host_rows(config, report)
+    assert [row.name for row in rows] == [*(h.name for h in report.config.ordered_hosts), "gpu-e"]
+    assert [node_label(row) for row in rows][-2:] == [str(len(rows) - 2), "spare"]
+    # The check reaches it with the others; no rank is planned on it.
+    assert config.checked_hosts[-1] is spare and spare not in config.ordered_hosts

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.run.incidents import MAX_INCIDENTS, MAX_WORDS
 from ddptui.run.record import (
     TRANSITIONS,
     Attempt,
     IllegalTransition,
+    Incident,
     NodeRecord,
     RunRecord,
     RunState,
     SchedulerJob,
+    SetAside,
     StateChange,
 )
 from ddptui.run.store import RunNotFound, RunRecordUnreadable, RunStore, new_run_id, state_home
@@ -158,6 +161,149 @@ def test_a_scheduler_job_that_ddptui_did_not_write_makes_the_record_unreadable(
     text = OLD_SLURM_RECORD.replace('job_id = "41"\nallocation = "node1"', scheduler)
     with pytest.raises(ValueError, match="not a run record"):
         RunRecord.from_toml(text)
+
+
+# --- incidents and the hosts set aside --------------------------------------------------------
+
+
+def _healed(record: RunRecord) -> RunRecord:
+    """``record`` after gpu-b failed once and the run resumed on gpu-e, then failed again with no
+    spare left (nothing known yet of the second beyond what was blamed)."""
+    record.incidents = [
+        Incident(
+            number=1,
+            attempt=1,
+            detected_at=100.0,
+            cause="rank 3 on gpu-b was killed by SIGKILL",
+            blamed=("gpu-b",),
+            why="its kernel killed rank 3 (\x1b[31mOOM\x1b[0m)",
+            fault_at=99.5,
+            action="resumed on gpu-e in place of gpu-b",
+            resumed_attempt=2,
+            last_step=140,
+            checkpoint_step=100,
+            first_step_at=130.0,
+            notified="ok",
+        ),
+        Incident(2, 2, 200.0, "gpu-e stopped answering", ("gpu-e", "gpu-f"), "silent 12 s"),
+    ]
+    record.set_aside = [SetAside("gpu-b", "rank 3 killed by SIGKILL", 101.0)]
+    return record
+
+
+def test_incidents_and_hosts_set_aside_round_trip(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    record = _healed(_record("20261130-120000-heal"))
+    store.create(record, "[cluster]\n")
+    loaded = store.load(record.id)
+    assert loaded == record
+    first, second = loaded.incidents
+    assert (first.steps_redone, second.steps_redone) == (40, None)
+    assert (second.fault_at, second.action, second.resumed_attempt, second.notified) == (
+        None,
+        "",
+        None,
+        "",
+    )
+    assert loaded.incident(2) is second
+    with pytest.raises(KeyError, match="no incident 3"):
+        loaded.incident(3)
+
+
+def test_steps_redone_are_never_negative() -> None:
+    incident = Incident(1, 1, 1.0, "x", (), "", last_step=90, checkpoint_step=100)
+    assert incident.steps_redone == 0
+
+
+def test_restarts_within_count_only_the_incidents_the_run_resumed_after_in_the_window() -> None:
+    record = _healed(_record("20261130-120000-heal"))
+    record.incidents.append(Incident(3, 3, 300.0, "again", ("gpu-f",), "", resumed_attempt=4))
+    assert record.restarts_within(3600.0, now=310.0) == 2
+    assert record.restarts_within(100.0, now=310.0) == 1
+    assert record.restarts_within(5.0, now=310.0) == 0
+
+
+def test_a_record_keeps_its_newest_incidents_and_cuts_long_words_so_it_always_reads() -> None:
+    record = _record("20261130-120000-heal")
+    record.incidents = [
+        Incident(number, 1, float(number), "x" * 5000, ("gpu-b",), "why")
+        for number in range(1, MAX_INCIDENTS + 3)
+    ]
+    loaded = RunRecord.from_toml(record.to_toml())
+    assert [each.number for each in loaded.incidents] == list(range(3, MAX_INCIDENTS + 3))
+    assert len(loaded.incidents[0].cause) == MAX_WORDS and loaded.incidents[0].cause.endswith("…")
+
+
+def test_a_record_from_before_incidents_reads_with_none() -> None:
+    record = RunRecord.from_toml(OLD_SLURM_RECORD)
+    assert (record.incidents, record.set_aside, record.restarts_within(1e9, 10.0)) == ([], [], 0)
+
+
+INCIDENT = """
+[[incidents]]
+number = 1
+attempt = 1
+detected_at = 100.0
+cause = "rank 3 on gpu-b was killed by SIGKILL"
+blamed = ["gpu-b"]
+why = "its kernel killed it"
+"""
+
+
+def test_a_written_incident_table_reads() -> None:
+    (incident,) = RunRecord.from_toml(OLD_SLURM_RECORD + INCIDENT).incidents
+    assert incident == Incident(
+        1, 1, 100.0, "rank 3 on gpu-b was killed by SIGKILL", ("gpu-b",), "its kernel killed it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("number", "0"),
+        ("number", '"1"'),
+        ("attempt", "true"),
+        ("detected_at", "nan"),
+        ("detected_at", '"noon"'),
+        ("cause", "3"),
+        ("blamed", '"gpu-b"'),
+        ("blamed", '[""]'),
+        ("blamed", f'["{"g" * 257}"]'),
+        ("why", f'"{"w" * (MAX_WORDS + 1)}"'),
+        ("fault_at", "inf"),
+        ("action", "[]"),
+        ("resumed_attempt", "0"),
+        ("last_step", "-1"),
+        ("checkpoint_step", "1.5"),
+        ("first_step_at", "true"),
+        ("notified", "{}"),
+    ],
+)
+def test_an_incident_that_ddptui_did_not_write_makes_the_record_unreadable(
+    key: str, value: str
+) -> None:
+    table = "\n".join(line for line in INCIDENT.splitlines() if not line.startswith(f"{key} ="))
+    with pytest.raises(ValueError, match="not a run record: TypeError"):
+        RunRecord.from_toml(f"{OLD_SLURM_RECORD}{table}\n{key} = {value}\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'incidents = "none"',
+        "incidents = [1]",
+        'set_aside = ["gpu-b"]',
+        'set_aside = [{ host = "gpu-b", why = "x" }]',
+        'set_aside = [{ host = "", why = "x", at = 1.0 }]',
+        'set_aside = [{ host = "gpu-b", why = 1, at = 1.0 }]',
+        'set_aside = [{ host = "gpu-b", why = "x", at = -inf }]',
+    ],
+)
+def test_incidents_or_hosts_set_aside_that_ddptui_did_not_write_make_the_record_unreadable(
+    text: str,
+) -> None:
+    with pytest.raises(ValueError, match=r"not a run record: (TypeError|KeyError)"):
+        RunRecord.from_toml(text + "\n" + OLD_SLURM_RECORD)
 
 
 def test_ids_resolve_latest_or_by_unique_prefix(tmp_path: Path) -> None:

@@ -146,6 +146,15 @@ class RunBackend(abc.ABC):
         """Start attempt ``number`` (a resume's, from its checkpoint): recorded through the
         owner as it goes; what failed, or None once it runs."""
 
+    async def replace(self, swaps: Mapping[str, str]) -> StartFailed | None:
+        """Before a recovery's resume: put each spare (a value of ``swaps``) in the place of the
+        host it replaces (its key) in the record, node ranks kept, with the run's code on it;
+        what failed, or None. A scheduler chooses its job's nodes itself: not here."""
+        return StartFailed(
+            f"cannot recover on a spare: {type(self).__name__} runs on the nodes its scheduler "
+            "gives, and replacing them is not done yet"
+        )
+
     @abc.abstractmethod
     async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
         """Stop the run's processes (``graceful``: the trainer checkpoints first) and confirm

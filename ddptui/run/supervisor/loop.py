@@ -39,9 +39,9 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Judgement, Verdict
 from ddptui.run.journal import Journal
 from ddptui.run.protocol import Hello, Request
-from ddptui.run.record import RunRecord, RunState
+from ddptui.run.record import Incident, RunRecord, RunState, SetAside
 from ddptui.run.store import RunStore
-from ddptui.run.supervisor import evidence, judging
+from ddptui.run.supervisor import evidence, judging, recovery
 from ddptui.run.supervisor.faults import Faults
 from ddptui.run.supervisor.following import Following
 from ddptui.run.supervisor.jobs import (
@@ -117,6 +117,7 @@ class Supervisor(RunOwner):
         self._doing = ""
         self.hang: Hang | None = None
         self.hang_stacks = ""
+        self.notifying: set[asyncio.Task[None]] = set()
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
 
     # --- jobs ------------------------------------------------------------------------------
@@ -302,6 +303,11 @@ class Supervisor(RunOwner):
             return
         # Recorded first: `ddptui status` says failed at once, while the others are stopped.
         self.end_attempt(verdict.state, verdict.detail)
+        recovering = verdict.state is RunState.FAILED and self.config.recovery.on
+        model = self.following.model
+        # Judged before the followers end: a host's last lines may yet blame another.
+        found = recovery.blame(verdict, model) if recovering else None
+        steps = [rank.step for rank in model.progress.ranks if rank.step is not None]
         if verdict.state is RunState.FAILED:
             nodes = self.following.model.nodes
             silent = {name for name, node in nodes.items() if node.silent}
@@ -316,6 +322,56 @@ class Supervisor(RunOwner):
         self.doing("taking the nodes' last lines")
         await self.following.end()
         self.ended()
+        if recovering:
+            await self._recover(verdict.detail, found, max(steps, default=None))
+
+    async def _recover(self, cause: str, found: recovery.Blame | None, last: int | None) -> None:
+        """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``);
+        either way an incident of the run, and ``notify`` told."""
+        self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
+        now, record = self._wall(), self.record
+        decision = recovery.decide(self.config, record, found, now)
+        incident = Incident(
+            number=record.incidents[-1].number + 1 if record.incidents else 1,
+            attempt=record.attempt.number,
+            detected_at=now,
+            cause=cause,
+            blamed=found.hosts if found is not None else (),
+            why=found.why if found is not None else "",
+            last_step=last,
+        )
+        if isinstance(decision, recovery.GiveUp):
+            incident.action = f"not recovered: {decision.why}"
+            self.change(lambda record: record.incidents.append(incident))
+            self.note(incident.action)
+            self.notify_incident(incident.number)
+            self.phases.move(Phase.IDLE, "recovery gave up")
+            return
+        incident.action = f"resuming on {decision.words}"
+        why = incident.why
+
+        def set_aside(record: RunRecord) -> None:
+            record.incidents.append(incident)
+            record.set_aside.extend(SetAside(host, why, now) for host in decision.swaps)
+
+        self.change(set_aside)
+        self.say(f"recovering from {cause}: {incident.action}")
+        self.notify_incident(incident.number)
+        failed = await self.backend.replace(decision.swaps)
+        if failed is None:
+            await self._start(Resume())
+        resumed = self.phases.now is Phase.RUNNING
+        if failed is not None:
+            self.phases.move(Phase.IDLE, "the spare could not take the host's place")
+
+        def outcome(record: RunRecord) -> None:
+            entry = record.incident(incident.number)
+            if resumed:
+                entry.resumed_attempt = record.attempt.number
+            else:
+                entry.action += f"; not resumed: {failed.message if failed else record.detail}"
+
+        self.change(outcome)
 
     async def _nodes_ended(self, job: NodesEnded) -> None:
         verdict = await self.backend.ending(job)
@@ -373,6 +429,7 @@ class Supervisor(RunOwner):
             summary = self.timing.summary(self.record)
             if summary is not None:
                 self.say(f"launch: {summary}")
+                self.recovered(model)
 
     def _verdict(self, model: RunModel) -> None:
         match judging.judge(model, self.record.state, self.config.job):

@@ -10,12 +10,16 @@ loop (:mod:`ddptui.run.supervisor.loop`) decides when.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
 
+from ddptui.config import Config
 from ddptui.run import protocol
+from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Judgement, Verdict
+from ddptui.run.notify import incident_document, notify
 from ddptui.run.protocol import Ended, Judged
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState, SchedulerJob
 from ddptui.run.store import RunStore
@@ -40,6 +44,9 @@ class RunOwner:
     following: Following
     timing: LaunchTiming
     stragglers: StragglerNotes
+    config: Config
+    notifying: set[asyncio.Task[None]]
+    """``[recovery] notify`` runs under way (kept: a task only the loop holds may go)."""
     judgement: Judgement
     _doing: str
     hang: Hang | None
@@ -130,3 +137,43 @@ class RunOwner:
         self.audience.broadcast(
             protocol.message(Ended(record.state, record.detail, self.judgement.attempt))
         )
+
+    def notify_incident(self, number: int) -> None:
+        """Tell ``[recovery] notify`` of incident ``number`` in the background: recovery never
+        waits for it, and what it says is kept in the incident."""
+        argv = self.config.recovery.notify
+        if not argv:
+            return
+        document = incident_document(self.record, self.record.incident(number))
+
+        async def told() -> None:
+            said = await notify(argv, document)
+
+            def keep(record: RunRecord) -> None:
+                record.incident(number).notified = said
+
+            self.change(keep)
+
+        task = asyncio.get_running_loop().create_task(told())
+        self.notifying.add(task)
+        task.add_done_callback(self.notifying.discard)
+
+    def recovered(self, model: RunModel) -> None:
+        """Every node made its first step of the attempt: if a recovery started it, when, and
+        from which checkpoint's step (what the incident's steps redone count from)."""
+        record = self.record
+        last = record.incidents[-1] if record.incidents else None
+        if last is None or last.resumed_attempt != record.attempt.number or last.first_step_at:
+            return
+        starts = [
+            rank.start.start_step
+            for rank in model.progress.ranks
+            if rank.start is not None and rank.start.start_step is not None
+        ]
+        at = self._wall()
+
+        def first_step(record: RunRecord) -> None:
+            record.incidents[-1].first_step_at = at
+            record.incidents[-1].checkpoint_step = min(starts, default=None)
+
+        self.change(first_step)

@@ -16,6 +16,10 @@ everyone; the phase says what its supervisor may do next, and is known to it alo
       └──the stop recorded───────────────────────────── STOPPING ◀──stop, kill,─┘
                                                                    on_hang="stop"
 
+    IDLE ──a failure recorded, [recovery] on──▶ RECOVERING ──a spare in place──▶ STARTING
+      ▲                                             │
+      └──gave up, saying why (or the spare failed)──┘
+
 - **IDLE**: no attempt is live; the record has ended, or nothing was started yet. A supervisor
   that is idle and asked nothing for ``IDLE_EXIT_S`` exits (unless its backend still holds
   something of the run: a Slurm job requeued).
@@ -25,6 +29,9 @@ everyone; the phase says what its supervisor may do next, and is known to it alo
   and is being recorded, the others stopped: no second verdict is taken.
 - **STOPPING**: a stop, a kill or ``on_hang = "stop"`` is ending the attempt: exits are the
   stop's doing, not failures, and nothing is judged.
+- **RECOVERING**: an attempt failed with ``[recovery] mode = "resume"``: the host at fault is
+  found, set aside and replaced by a spare (then STARTING, the resume), or recovery gives up,
+  saying why (then IDLE) (:mod:`ddptui.run.supervisor.recovery`).
 
 Every attempt's end is recorded by :meth:`~ddptui.run.supervisor.owning.RunOwner.ended`,
 which moves the phase back to IDLE: "why did my run end?" is the attempt's detail, written
@@ -45,11 +52,13 @@ class Phase(enum.Enum):
     RUNNING = "running"
     CONCLUDING = "concluding"
     STOPPING = "stopping"
+    RECOVERING = "recovering"
 
 
 MOVES: dict[Phase, frozenset[Phase]] = {
-    Phase.IDLE: frozenset({Phase.STARTING, Phase.RUNNING}),
+    Phase.IDLE: frozenset({Phase.STARTING, Phase.RUNNING, Phase.RECOVERING}),
     Phase.STARTING: frozenset({Phase.RUNNING, Phase.IDLE}),
+    Phase.RECOVERING: frozenset({Phase.STARTING, Phase.IDLE}),
     Phase.RUNNING: frozenset({Phase.CONCLUDING, Phase.STOPPING}),
     Phase.CONCLUDING: frozenset({Phase.STOPPING, Phase.IDLE}),
     Phase.STOPPING: frozenset({Phase.IDLE}),

@@ -21,7 +21,7 @@ from ddptui.config import Config, load_config
 from ddptui.errors import ConfigError, DdptuiError
 from ddptui.present import check as words
 from ddptui.present.bandwidth import bandwidth_matrix, measuring, slow_note
-from ddptui.present.hosts import HostRow, differing, gpus_text, host_rows
+from ddptui.present.hosts import HostRow, differing, gpus_text, host_rows, node_label
 from ddptui.present.nodes import NODE_COLUMNS, node_rows, node_text
 from ddptui.present.trust import host_key_line
 from ddptui.run.control import BandwidthError, BandwidthReport, ClusterCheck, RunControl
@@ -108,7 +108,7 @@ class HealthScreen(Screen[None]):
             )
         else:
             self.post_message(ClusterRead(self.config, None))
-        hosts = self.config.ordered_hosts if self.control.has_fixed_hosts(self.config) else ()
+        hosts = self.config.checked_hosts if self.control.has_fixed_hosts(self.config) else ()
         self.progress = {host.name: "waiting" for host in hosts}
         self.checking = True
         self._show()
@@ -295,7 +295,7 @@ class HealthScreen(Screen[None]):
 def _cells(row: HostRow) -> dict[str, Text]:
     """A host's row as the table's cells, by column; a version that differs between hosts is
     marked."""
-    cells = {"node": cell(row.node), "host": cell(row.name), "status": row.status}
+    cells = {"node": cell(node_label(row)), "host": cell(row.name), "status": row.status}
     if not row.probed:
         return cells
     cells.update(

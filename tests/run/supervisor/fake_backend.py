@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
+from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, RecoveryConfig
 from ddptui.run import protocol
 from ddptui.run.backends import (
     BackendEvent,
@@ -160,6 +161,20 @@ class FakeBackend(RunBackend):
         self.owner.attempt_running("every node started")
         return self.fail_running
 
+    async def replace(self, swaps: Mapping[str, str]) -> StartFailed | None:
+        self.asked.append(f"replace {dict(swaps)}")
+
+        def placed(record: RunRecord) -> None:
+            record.nodes = [
+                dataclasses.replace(node, host=swaps.get(node.host, node.host))
+                for node in record.nodes
+            ]
+
+        self.owner.change(placed)
+        for host, spare in swaps.items():
+            self.hosts[spare] = FakeHost(spare, self.hosts.pop(host).node_rank)
+        return None
+
     async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
         self.asked.append(f"stop kill={kill} graceful={graceful}")
         for host in self.hosts.values():
@@ -210,9 +225,19 @@ class FakeBackend(RunBackend):
         return None
 
 
-def config(**job: object) -> Config:
+def config(*, recovery: RecoveryConfig | None = None, **job: object) -> Config:
+    """Hosts a and b in the run; with ``recovery``, c as their spare."""
     hosts = (HostConfig("a", "10.0.0.1"), HostConfig("b", "10.0.0.2"))
-    return Config(Path("hosts.toml"), ClusterConfig(), hosts, JobConfig(**job))  # type: ignore[arg-type]
+    if recovery is None:
+        return Config(Path("hosts.toml"), ClusterConfig(), hosts, JobConfig(**job))  # type: ignore[arg-type]
+    spare = HostConfig("c", "10.0.0.3", spare=True)
+    return Config(
+        Path("hosts.toml"),
+        ClusterConfig(),
+        (*hosts, spare),
+        JobConfig(**job),  # type: ignore[arg-type]
+        recovery=recovery,
+    )
 
 
 def new_record(store: RunStore, *, attempts: int, state: RunState) -> RunRecord:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.config.model import RecoveryConfig
 from ddptui.run.backends import NodesEnded, Restarted, StartFailed
 from ddptui.run.protocol import Ended, Reply, Said
 from ddptui.run.record import RunState
@@ -22,6 +23,7 @@ from ddptui.run.supervisor.phase import MOVES, Phase, PhaseError, Phases
 from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record
 
 IDL, STA, RUN, CON, STO = "idle", "starting", "running", "concluding", "stopping"
+REC = "recovering"
 Scenario = Callable[[Path], Awaitable[list[tuple[str, str]]]]
 SCENARIOS: dict[str, tuple[Scenario, list[tuple[str, str]]]] = {}
 
@@ -35,10 +37,16 @@ def scenario(*moves: tuple[str, str]) -> Callable[[Scenario], Scenario]:
 
 
 def _bed(
-    tmp_path: Path, *, attempts: int = 0, state: RunState = RunState.STAGING, **job: object
+    tmp_path: Path,
+    *,
+    attempts: int = 0,
+    state: RunState = RunState.STAGING,
+    recovery: RecoveryConfig | None = None,
+    **job: object,
 ) -> Bed:
     store = RunStore(tmp_path / "runs")
-    return Bed(store.root, new_record(store, attempts=attempts, state=state), config(**job))
+    record = new_record(store, attempts=attempts, state=state)
+    return Bed(store.root, record, config(recovery=recovery, **job))
 
 
 async def _launched(bed: Bed) -> Viewer:
@@ -134,6 +142,55 @@ async def a_host_that_stops_answering_fails_the_run(tmp_path: Path) -> list[tupl
     # The silent host is not asked: what answers is ended.
     await bed.until(lambda: "terminate skip=['b']" in bed.backend.asked)
     await bed.finish()
+    return bed.moves
+
+
+@scenario(
+    *((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
+    *((IDL, REC), (REC, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
+)
+async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
+    tmp_path: Path,
+) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
+    await _launched(bed)
+    for host in bed.backend.hosts.values():
+        host.step(1)
+    bed.backend.hosts["b"].cut()
+    await bed.until(lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING)
+    record = bed.record
+    assert [node.host for node in record.nodes] == ["a", "c"]
+    (incident,) = record.incidents
+    assert (incident.blamed, incident.resumed_attempt) == (("b",), 2), incident
+    assert incident.action == "resuming on c in place of b" and incident.last_step == 1
+    assert "b stopped answering" in incident.why
+    assert [aside.host for aside in record.set_aside] == ["b"]
+    assert "replace {'b': 'c'}" in bed.backend.asked and "start 2 resume" in bed.backend.asked
+    for host in bed.backend.hosts.values():
+        host.step(2)
+    for host in bed.backend.hosts.values():
+        host.exit(0)
+    await bed.finish()
+    assert bed.record.state is RunState.COMPLETED
+    return bed.moves
+
+
+@scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL), (IDL, REC), (REC, IDL))
+async def a_failure_no_host_is_blamed_for_is_not_recovered(
+    tmp_path: Path,
+) -> list[tuple[str, str]]:
+    bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
+    await _launched(bed)
+    bed.backend.hosts["b"].exit(1)
+    bed.clock.jump(5.0)
+    await bed.until(lambda: bool(bed.record.incidents))
+    await bed.finish()
+    record = bed.record
+    assert record.state is RunState.FAILED and len(record.attempts) == 1
+    (incident,) = record.incidents
+    assert incident.blamed == () and incident.resumed_attempt is None
+    assert incident.action.startswith("not recovered: no host is to blame"), incident
+    assert record.set_aside == [] and not any("replace" in asked for asked in bed.backend.asked)
     return bed.moves
 
 

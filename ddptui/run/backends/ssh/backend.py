@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from ddptui.plan.launch import DEBUG_ENV
 from ddptui.remote.connection import RemoteCluster
 from ddptui.run.agent.call import kept_agents
 from ddptui.run.backends.base import RunBackend, StartFailed
-from ddptui.run.backends.ssh import launcher
+from ddptui.run.backends.ssh import launcher, spares
 from ddptui.run.backends.ssh.launcher import LaunchError
-from ddptui.run.record import RunState
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 
 FAILED_GRACE_S = 5.0
@@ -64,6 +64,27 @@ class SshBackend(RunBackend):
         except LaunchError as error:
             return StartFailed(str(error), end=RunState.FAILED)
         owner.attempt_running("every node started")
+        return None
+
+    async def replace(self, swaps: Mapping[str, str]) -> StartFailed | None:
+        owner = self.owner
+        try:
+            nodes = await spares.replaced_nodes(self.config, owner.record, swaps)
+        except LaunchError as error:
+            return StartFailed(f"cannot recover on a spare: {error}")
+
+        def placed(record: RunRecord) -> None:
+            record.nodes = nodes
+
+        owner.change(placed)
+        # The transport reaches the nodes the record names: the spare's now, not the host's.
+        await self.disconnect()
+        await self.connect()
+        fresh = [node for node in owner.record.nodes if node.host in swaps.values()]
+        try:
+            await launcher.stage(self.remote, self.config, owner.record, say=owner.say, only=fresh)
+        except LaunchError as error:
+            return StartFailed(f"cannot recover on a spare: {error}")
         return None
 
     async def stop(self, *, kill: bool, graceful: bool) -> StopReport:

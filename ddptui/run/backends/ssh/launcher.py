@@ -18,7 +18,7 @@ from ddptui.check import CheckReport
 from ddptui.config.model import AUTO, Config
 from ddptui.errors import DdptuiError
 from ddptui.layout import code_cache_dir, code_dir, log_dir
-from ddptui.plan.launch import LaunchPlan, torchrun_flag
+from ddptui.plan.launch import LaunchPlan, NodeLaunch, torchrun_flag
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.transport import RemoteError, Transport
@@ -68,8 +68,6 @@ def new_record(
     """The record of a run about to be staged: the plan's hosts, ranks, commands, what the
     check found of each host's stack, and its launch timeline from ``began`` (default: when
     the check began)."""
-    facts = {check.host.name: check.facts for check in report.checks}
-    offsets = {check.host.name: check.clock_offset_s for check in report.checks}
     record = RunRecord(
         id=plan.run_id,
         created=time.time(),
@@ -79,26 +77,29 @@ def new_record(
         master_addr=plan.master_addr,
         world_size=plan.world_size,
         args=list(plan.args),
-        nodes=[
-            NodeRecord(
-                host=node.host.name,
-                address=node.host.address,
-                node_rank=node.node_rank,
-                nproc=node.nproc,
-                run_dir=node.run_dir,
-                argv=list(node.argv),
-                env=dict(node.env),
-                versions=node_versions(facts.get(node.host.name)),
-                clock_offset_s=offsets.get(node.host.name),
-            )
-            for node in plan.nodes
-        ],
+        nodes=[node_record(node, report) for node in plan.nodes],
         demo=demo,
         loss_pattern=config.job.loss_pattern,
         timelines=[checked_timeline(report, began)],
     )
     record.transition(RunState.STAGING, f"uploading the code to {len(plan.nodes)} host(s)")
     return record
+
+
+def node_record(node: NodeLaunch, report: CheckReport) -> NodeRecord:
+    """The record of one node as ``node`` plans it, with what ``report`` found of its host."""
+    check = next((check for check in report.checks if check.host.name == node.host.name), None)
+    return NodeRecord(
+        host=node.host.name,
+        address=node.host.address,
+        node_rank=node.node_rank,
+        nproc=node.nproc,
+        run_dir=node.run_dir,
+        argv=list(node.argv),
+        env=dict(node.env),
+        versions=node_versions(check.facts if check is not None else None),
+        clock_offset_s=check.clock_offset_s if check is not None else None,
+    )
 
 
 def checked_timeline(report: CheckReport, began: float | None = None) -> Timeline:
@@ -125,15 +126,18 @@ async def stage(
     *,
     say: Say,
     reached: Reached = lambda host, stage: None,
+    only: Sequence[NodeRecord] | None = None,
 ) -> None:
-    """Upload the code to every node's run directory (only what the host's cache lacks; each
-    file verified by checksum, the directory renamed into place) with a copy of the record;
+    """Upload the code to every node's run directory (``only``: to these of the run's nodes:
+    the spares a recovery put in; only what the host's cache lacks; each file verified by
+    checksum, the directory renamed into place) with a copy of the record;
     :class:`LaunchError` naming the hosts that failed."""
+    staged = record.nodes if only is None else only
     try:
         tree = job_code(config.job)
     except CodeError as error:
         raise LaunchError(f"staging failed: {error}") from None
-    say(f"staging {len(tree.files)} file(s), {mib(tree.size)}, on {len(record.nodes)} host(s)")
+    say(f"staging {len(tree.files)} file(s), {mib(tree.size)}, on {len(staged)} host(s)")
     sent: dict[str, int] = {}
     shared: list[str] = []
     text = record.to_toml()
@@ -148,8 +152,8 @@ async def stage(
             shared.append(node.host)
         reached(node.host, "staged")
 
-    results = await asyncio.gather(*(one(node) for node in record.nodes), return_exceptions=True)
-    failed = _failures(record.nodes, results)
+    results = await asyncio.gather(*(one(node) for node in staged), return_exceptions=True)
+    failed = _failures(staged, results)
     if failed:
         raise LaunchError(f"staging failed: {'; '.join(failed.values())}")
     total = sum(sent.values())

@@ -1,0 +1,102 @@
+"""What the supervisor does when an attempt fails and the hosts file's ``[recovery]`` is on:
+which host is at fault and why (:func:`blame`), then set it aside and resume on a spare, or
+give up, saying why (:func:`decide`). Pure: the supervisor acts on what these say.
+
+A fault in the code is not a node fault: a rank that raised, a loss that went non-finite, a
+CUDA out-of-memory on a model that does not fit, a peer's "remote process exited" are the
+same on any host, and resuming on another would fail again. Only what a host did blames it:
+its processes gone without an exit status, it stopped answering, a rank or its torchrun
+killed by a signal (SIGKILL: the OOM killer, or a person), an NCCL system or CUDA error (the
+host's network or GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ddptui.config import Config
+from ddptui.run.diagnose import Category
+from ddptui.run.following.model import RunModel
+from ddptui.run.following.state import Verdict
+from ddptui.run.record import RunRecord
+
+HOST_FAULTS = frozenset(
+    {Category.KILLED_BY_SIGNAL, Category.NCCL_SYSTEM_ERROR, Category.NCCL_CUDA_ERROR}
+)
+"""First failures that blame the host they happened on."""
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The hosts at fault for an attempt's failure, and why each is."""
+
+    hosts: tuple[str, ...]
+    why: str
+
+
+def blame(verdict: Verdict, model: RunModel) -> Blame | None:
+    """Which host failed the attempt that ``verdict`` ended, as ``model`` saw it; None when no
+    host can be blamed (the code's fault, or nothing says which)."""
+    host = verdict.host
+    node = model.nodes.get(host) if host is not None else None
+    if host is None or node is None:
+        return None
+    if node.vanished and node.exit is None:
+        return Blame((host,), f"its processes were killed as a group ({host})")
+    if node.silent is not None and node.exit is None:
+        return Blame((host,), f"{host} stopped answering: {node.silent}")
+    failure = model.diagnoser.first_failure()
+    if failure is not None and failure.host == host and failure.category in HOST_FAULTS:
+        rank = "its torchrun" if failure.rank is None else f"rank {failure.rank}"
+        return Blame((host,), f"{rank} on {host} failed first: {failure.category.value}")
+    if failure is None and node.exit is not None and node.exit > 128:
+        return Blame((host,), f"torchrun on {host} was killed by a signal")
+    return None
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Resume with each blamed host (key) replaced by a spare (value), node ranks kept."""
+
+    swaps: Mapping[str, str]
+
+    @property
+    def words(self) -> str:
+        return ", ".join(f"{spare} in place of {host}" for host, spare in self.swaps.items())
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Leave the run failed, for a person: why ddptui cannot go on by itself."""
+
+    why: str
+
+
+def decide(config: Config, record: RunRecord, found: Blame | None, now: float) -> Replace | GiveUp:
+    """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame.
+
+    In order: a fault in the code is given up at once (resuming would repeat it); past
+    ``max_restarts`` in ``window_s`` it is given up (a run that keeps failing needs a person);
+    node 0 holds the bundled trainer's checkpoints, so losing it is given up too; else each
+    blamed host takes the first spare this run has not used or set aside."""
+    recovery = config.recovery
+    if found is None:
+        return GiveUp("no host is to blame: the fault is in the job's code or its data")
+    restarts = record.restarts_within(recovery.window_s, now)
+    if restarts >= recovery.max_restarts:
+        return GiveUp(
+            f"{restarts} restart(s) in the last {recovery.window_s:g} s, as many as "
+            f"[recovery] max_restarts allows"
+        )
+    head = record.nodes[0].host if record.nodes else None
+    if head in found.hosts:
+        return GiveUp(f"node 0 ({head}) holds the checkpoints, and it is the host at fault")
+    used = {node.host for node in record.nodes} | {aside.host for aside in record.set_aside}
+    free = [spare.name for spare in config.spares if spare.name not in used]
+    if len(free) < len(found.hosts):
+        return GiveUp(
+            f"no spare host left to replace {', '.join(found.hosts)} "
+            f"({len(config.spares)} spare(s) in the hosts file, every one used or set aside)"
+        )
+    return Replace(dict(zip(found.hosts, free, strict=False)))

@@ -1,0 +1,141 @@
+"""Runs that heal themselves, on the test bed: three nodes in the run and a spare, recovery
+on, the run followed by its supervisor alone (detached). A rank killed on one node: the
+supervisor blames that node, sets it aside, resumes on the spare, and the run completes, its
+incident recorded and told to ``notify``. A fault in the code is not a node's: no recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.run.bed import (
+    RUN_ID,
+    Cli,
+    run_pid,
+    run_processes,
+    wait_for_step,
+    wait_until,
+    write_hosts,
+)
+from tests.testbed import TestBed
+
+NOTIFY = """
+import pathlib, sys
+pathlib.Path(sys.argv[1]).open("a").write(sys.stdin.read())
+"""
+"""``[recovery] notify``: appends the incident's document to the file it is given."""
+
+
+def _recovering_hosts_file(
+    testbed: TestBed, tmp_path: Path, told: Path, job: dict[str, object] | None = None
+) -> Path:
+    script = tmp_path / "notify.py"
+    script.write_text(NOTIFY)
+    path = write_hosts(
+        testbed,
+        tmp_path,
+        testbed.hosts[:4],
+        job=job or {},
+        host_overrides={testbed.hosts[3].name: {"spare": True}},
+    )
+    notify = json.dumps([sys.executable, str(script), str(told)])
+    path.write_text(path.read_text() + f'\n[recovery]\nmode = "resume"\nnotify = {notify}\n')
+    return path
+
+
+BUGGY = """
+import time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+for step in range(1000):
+    dist.barrier()
+    time.sleep(0.05)
+    if step == 10:
+        raise RuntimeError("a bug at step 10, on every rank")
+"""
+"""A user's script with a bug every rank meets at the same step."""
+
+
+def _record(cli: Cli, run_id: str) -> dict[str, Any]:
+    shown = cli.run("status", run_id, "--json")
+    # Its exit status says how the run stands (1: failed, as it is between fault and resume).
+    assert shown.stdout, shown.stderr
+    document: dict[str, Any] = json.loads(shown.stdout)
+    return document
+
+
+def _launched(cli: Cli, hosts_file: Path, *args: str) -> str:
+    launched = cli.run("launch", str(hosts_file), "--detach", "--", *args)
+    assert launched.returncode == 0, launched.stderr
+    found = RUN_ID.search(launched.stderr)
+    assert found, launched.stderr
+    return found.group(1)
+
+
+def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_completes(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    told = tmp_path / "told.jsonl"
+    hosts_file = _recovering_hosts_file(testbed, tmp_path, told)
+    node0, node1, node2, spare = testbed.hosts[:4]
+    run_id = _launched(cli, hosts_file, "--max-steps", "120", "--checkpoint-every", "20")
+    wait_for_step(testbed, [node0, node1, node2], run_id, 30)
+    assert not run_processes([spare], run_id), "the spare runs nothing until it is needed"
+
+    os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
+    recovered = wait_until(
+        "the run resumed on the spare",
+        lambda: (
+            (run := _record(cli, run_id))["state"] == "running"
+            and len(run["attempts"]) == 2
+            and run
+        ),
+        180,
+    )
+    assert [node["host"] for node in recovered["nodes"]] == [node0.name, spare.name, node2.name]
+    done = wait_until(
+        "the run completed",
+        lambda: (run := _record(cli, run_id))["state"] in ("completed", "failed") and run,
+        300,
+    )
+    assert done["state"] == "completed", done
+    (incident,) = done["incidents"]
+    assert incident["blamed"] == [node1.name], incident
+    assert f"rank 1 on {node1.name}" in incident["cause"] or node1.name in incident["cause"]
+    assert incident["action"] == f"resuming on {spare.name} in place of {node1.name}"
+    assert incident["resumed_attempt"] == 2
+    assert incident["first_step_at"] is not None and incident["checkpoint_step"] is not None
+    assert incident["steps_redone"] is not None and incident["steps_redone"] >= 0
+    assert [aside["host"] for aside in done["set_aside"]] == [node1.name]
+    documents = [json.loads(line) for line in told.read_text().splitlines()]
+    assert [document["incident"]["number"] for document in documents] == [1]
+    assert done["incidents"][0]["notified"] == "ok"
+    assert not run_processes(testbed.hosts[:4], run_id)
+
+
+def test_a_fault_in_the_code_is_no_node_s_and_is_not_recovered(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    told = tmp_path / "told.jsonl"
+    script = tmp_path / "buggy.py"
+    script.write_text(BUGGY)
+    hosts_file = _recovering_hosts_file(
+        testbed, tmp_path, told, job={"script": str(script), "args": []}
+    )
+    run_id = _launched(cli, hosts_file)
+    done = wait_until(
+        "the run failed",
+        lambda: (run := _record(cli, run_id))["state"] == "failed" and run,
+        180,
+    )
+    assert len(done["attempts"]) == 1, done
+    (incident,) = done["incidents"]
+    assert incident["blamed"] == []
+    assert incident["action"].startswith("not recovered: no host is to blame"), incident
+    assert done["set_aside"] == []
+    assert not run_processes(testbed.hosts[:4], run_id)
