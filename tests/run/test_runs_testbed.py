@@ -39,6 +39,7 @@ from tests.run.bed import (
     run_processes,
     steps_of,
     wait_for_step,
+    wait_until,
     write_hosts,
 )
 from tests.testbed import (
@@ -175,7 +176,15 @@ def _the_timeline_adds_up_to_the_launch(
     10%."""
     first_steps = [events[0]["time"] for events in steps_of(bed, hosts, run_id).values()]
     measured = max(first_steps) - began
-    launch = cli.json("status", run_id)["launch"]
+    # The record is the supervisor's: it learns of the first steps through its followers,
+    # which may be a moment behind the files the ranks write here.
+    launch = wait_until(
+        "the first step in the record",
+        lambda: (
+            (found := cli.json("status", run_id)["launch"])["first_step_s"] is not None and found
+        ),
+        60,
+    )
     assert launch["attempt"] == 1
     assert abs(launch["first_step_s"] - measured) <= 0.1 * measured, (launch, measured)
     check = ["checking", "connected", "probed", "checked", "staged"]
