@@ -17,11 +17,12 @@ from tests.run.bed import (
     Cli,
     run_pid,
     run_processes,
+    steps_of,
     wait_for_step,
     wait_until,
     write_hosts,
 )
-from tests.testbed import TestBed
+from tests.testbed import TestBed, TestHost
 
 NOTIFY = """
 import pathlib, sys
@@ -83,7 +84,10 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     told = tmp_path / "told.jsonl"
     hosts_file = _recovering_hosts_file(testbed, tmp_path, told)
     node0, node1, node2, spare = testbed.hosts[:4]
-    run_id = _launched(cli, hosts_file, "--max-steps", "120", "--checkpoint-every", "20")
+    steps = ("--max-steps", "120", "--checkpoint-every", "20")
+    straight = _launched(cli, hosts_file, *steps)
+    wait_until("the fault-free run", lambda: _record(cli, straight)["state"] == "completed", 180)
+    run_id = _launched(cli, hosts_file, *steps)
     wait_for_step(testbed, [node0, node1, node2], run_id, 30)
     assert not run_processes([spare], run_id), "the spare runs nothing until it is needed"
 
@@ -116,6 +120,15 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     assert [document["incident"]["number"] for document in documents] == [1]
     assert done["incidents"][0]["notified"] == "ok"
     assert not run_processes(testbed.hosts[:4], run_id)
+    # The world size never changed: the resume from the checkpoint repeats the steps after it
+    # as they were, to the last step's loss on every rank, bit for bit.
+    assert _final_losses(testbed, [node0, spare, node2], run_id) == _final_losses(
+        testbed, [node0, node1, node2], straight
+    )
+
+
+def _final_losses(testbed: TestBed, hosts: list[TestHost], run_id: str) -> dict[int, float]:
+    return {rank: events[-1]["loss"] for rank, events in steps_of(testbed, hosts, run_id).items()}
 
 
 def test_a_rank_stopped_on_one_node_hangs_the_run_which_is_recovered_on_the_spare(
