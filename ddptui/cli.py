@@ -297,10 +297,19 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="start a stopped or failed run again from its latest checkpoint",
         description=(
             "Start a new attempt of a stopped or failed run on the same hosts, with [job] "
-            "resume_args (the trainer's --resume latest)."
+            "resume_args (the trainer's --resume latest). Hosts that recovery set aside stay "
+            "out of the run; --with HOST takes one back as a spare."
         ),
     )
     _add_run_argument(resume)
+    resume.add_argument(
+        "--with",
+        dest="bring_back",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host recovery set aside, usable again (as a spare); may be repeated",
+    )
     _add_follow_flags(resume, "resume the run")
 
     logs = commands.add_parser(

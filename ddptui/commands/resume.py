@@ -16,7 +16,12 @@ def run(args: argparse.Namespace) -> int:
 
     async def main(started: dict[str, RunRecord]) -> int:
         attachment = await control.resume(
-            args.run, debug=args.debug, say=say, steps=Steps.NONE, began=STARTED_AT
+            args.run,
+            debug=args.debug,
+            say=say,
+            steps=Steps.NONE,
+            began=STARTED_AT,
+            bring_back=tuple(args.bring_back),
         )
         record = attachment.record
         started["run"] = record

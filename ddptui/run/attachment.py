@@ -136,10 +136,17 @@ class Attachment:
         finally:
             self._replies.pop(request, None)
 
-    async def ask(self, op: str, *, debug: bool = False, began: float | None = None) -> Reply:
+    async def ask(
+        self,
+        op: str,
+        *,
+        debug: bool = False,
+        began: float | None = None,
+        bring_back: tuple[str, ...] = (),
+    ) -> Reply:
         """:meth:`request` ``op``, taking what comes meanwhile (its steps are said) up to the
         answer, so that what follows it is what comes after it."""
-        request = await self._send(op, debug, awaited=False, began=began)
+        request = await self._send(op, debug, awaited=False, began=began, bring_back=bring_back)
         try:
             async for item in self.updates():
                 if isinstance(item, Said):
@@ -151,14 +158,20 @@ class Attachment:
         raise ControlError(f"run {self.record.id}: its supervisor went away before answering")
 
     async def _send(
-        self, op: str, debug: bool, *, awaited: bool = True, began: float | None = None
+        self,
+        op: str,
+        debug: bool,
+        *,
+        awaited: bool = True,
+        began: float | None = None,
+        bring_back: tuple[str, ...] = (),
     ) -> str:
         """Send a request; its id (``awaited``: its answer resolves ``_replies[id]``; else it
         is read from :meth:`updates`, and a future nobody awaits would only be reported)."""
         writer = self._writer
         if writer is None:
             raise ControlError(f"run {self.record.id}: not connected to its supervisor")
-        request = Request(f"r{next(self._ids)}", op, debug, began)
+        request = Request(f"r{next(self._ids)}", op, debug, began, bring_back)
         if awaited:
             self._replies[request.id] = asyncio.get_running_loop().create_future()
         writer.write(protocol.message(request))

@@ -247,9 +247,11 @@ class RunControl:
         say: Say = quiet,
         steps: Steps = Steps.EVERY,
         began: float | None = None,
+        bring_back: tuple[str, ...] = (),
     ) -> Attachment:
         """A new attempt of a stopped or failed run, from its newest checkpoint; returns once it
-        runs, attached from the first line. :class:`ControlError` with the reason when the
+        runs, attached from the first line. ``bring_back``: hosts recovery set aside that the run
+        may use again (as spares). :class:`ControlError` with the reason when the
         supervisor refuses (the run still runs, another resume is starting it). ``began``: when
         the resume was asked for, where its launch timeline starts (default: now)."""
         began = time.time() if began is None else began
@@ -258,7 +260,7 @@ class RunControl:
             self.supervisors, record, position=0, say=say, steps=steps
         ).open()
         try:
-            reply = await attachment.ask("resume", debug=debug, began=began)
+            reply = await attachment.ask("resume", debug=debug, began=began, bring_back=bring_back)
             if not reply.ok:
                 # 2 when the hosts file needs a change (checkpoint_files naming nothing there).
                 usage = reply.data.get("exit_code") == UsageError.exit_code

@@ -38,6 +38,8 @@ not fill memory."""
 
 _DECODER = json.JSONDecoder()
 OPS = ("stop", "kill", "resume", "snapshot")
+MAX_BROUGHT_BACK = 4096
+"""Hosts a resume may take back, at most: as many as a record sets aside."""
 """What a viewer may ask: stop (checkpoint first), kill, resume (a new attempt), snapshot (the
 run as the supervisor sees it now: the ``status --json`` document)."""
 
@@ -109,6 +111,8 @@ class Request:
     debug: bool = False
     began: float | None = None
     """When the asking command began (Unix seconds; a resume's launch timeline starts there)."""
+    bring_back: tuple[str, ...] = ()
+    """A resume's hosts to take back from those recovery set aside (``resume --with``)."""
 
 
 Message = Hello | Gap | Judged | Said | Reply | Ended | FileLine | Heartbeat | HostSilent | HostBack
@@ -225,7 +229,14 @@ def _document(item: Message | Attach | Request) -> dict[str, Any]:
     if isinstance(item, Attach):
         return {"type": "attach", "v": item.version, "from": item.position}
     if isinstance(item, Request):
-        document = {"type": "request", "id": item.id, "op": item.op, "debug": item.debug}
+        document: dict[str, Any] = {
+            "type": "request",
+            "id": item.id,
+            "op": item.op,
+            "debug": item.debug,
+        }
+        if item.bring_back:
+            document["bring_back"] = list(item.bring_back)
         return document if item.began is None else {**document, "began": item.began}
     raise TypeError(f"not a message: {item!r}")
 
@@ -350,12 +361,15 @@ def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
         op = _text(doc["op"])
         if op not in OPS:
             return None
-        began = doc.get("began")
+        began, back = doc.get("began"), doc.get("bring_back", [])
+        if not isinstance(back, list) or len(back) > MAX_BROUGHT_BACK:
+            return None
         return Request(
             _text(doc["id"]),
             op,
             doc.get("debug") is True,
             None if began is None else _number(began),
+            tuple(_text(host) for host in back),
         )
     return None
 

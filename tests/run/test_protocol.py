@@ -71,6 +71,7 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
         Attach(None),
         Request("r2", "resume", debug=True),
         Request("r3", "resume", began=1796306069.25),
+        Request("r4", "resume", bring_back=("gpu-b", "gpu-c")),
     ],
 )
 def test_every_message_round_trips(item: object) -> None:

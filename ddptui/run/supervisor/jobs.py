@@ -40,6 +40,8 @@ class Resume:
     debug: bool = False
     began: float | None = None
     """When the resume was asked for (the asking command's start): its timeline's start."""
+    bring_back: tuple[str, ...] = ()
+    """Hosts that recovery set aside, usable again from this resume on (as spares)."""
 
 
 @dataclass(eq=False)
@@ -119,7 +121,9 @@ def asked_job(
             attempt = len(record.attempts) + (0 if record.state is RunState.STARTING else 1)
             return f"run {record.id}: attempt {attempt} is starting already (asked before you)"
         case "resume":
-            return Resume(asked, debug=request.debug, began=request.began)
+            return Resume(
+                asked, debug=request.debug, began=request.began, bring_back=request.bring_back
+            )
         case "stop" | "kill":
             return Stop(asked, kill=request.op == "kill")
         case _:

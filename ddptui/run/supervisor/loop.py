@@ -231,6 +231,12 @@ class Supervisor(RunOwner):
             )
             self._reply(job.asked, False, why)
             return
+        if isinstance(job, Resume) and (job.bring_back or record.set_aside):
+            refused = recovery.not_set_aside(record, job.bring_back)
+            if refused is not None:
+                self._reply(job.asked, False, refused)
+                return
+            self.take_back(job.bring_back)
         number = record.attempt.number + 1 if resume and record.attempts else 1
         self.phases.move(Phase.STARTING, name(job))
         self.timing.begin(number, asked_at=job.began if isinstance(job, Resume) else None)

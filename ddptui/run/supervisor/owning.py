@@ -177,3 +177,17 @@ class RunOwner:
             record.incidents[-1].checkpoint_step = min(starts, default=None)
 
         self.change(first_step)
+
+    def take_back(self, hosts: tuple[str, ...]) -> None:
+        """Hosts recovery set aside that the user takes back (``resume --with``): spares again;
+        the others still set aside are said."""
+        if hosts:
+
+            def taken_back(record: RunRecord) -> None:
+                record.set_aside = [aside for aside in record.set_aside if aside.host not in hosts]
+
+            self.change(taken_back)
+            self.say(f"taken back as spares: {', '.join(hosts)}")
+        if self.record.set_aside:
+            named = ", ".join(aside.host for aside in self.record.set_aside)
+            self.say(f"set aside by recovery: {named} (`ddptui resume --with HOST` takes one back)")

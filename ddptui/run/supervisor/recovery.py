@@ -79,6 +79,20 @@ def blame_hang(hang: Hang) -> Blame | None:
     return Blame(hosts, f"the run hung: {why}")
 
 
+def not_set_aside(record: RunRecord, hosts: tuple[str, ...]) -> str | None:
+    """Why ``hosts`` cannot be taken back into ``record``'s run, or None when each was set
+    aside by its recovery."""
+    aside = {entry.host for entry in record.set_aside}
+    unknown = [host for host in hosts if host not in aside]
+    if not unknown:
+        return None
+    named = ", ".join(sorted(aside)) if aside else "none"
+    return (
+        f"run {record.id}: {', '.join(unknown)} not set aside, so there is nothing to take back "
+        f"(set aside: {named})"
+    )
+
+
 @dataclass(frozen=True)
 class Replace:
     """Resume with each blamed host (key) replaced by a spare (value), node ranks kept."""

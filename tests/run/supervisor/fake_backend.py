@@ -291,15 +291,17 @@ class Viewer:
         writer.write(protocol.message(Attach(None)))
         return cls(reader, writer)
 
-    def send(self, op: str) -> str:
+    def send(self, op: str, bring_back: tuple[str, ...] = ()) -> str:
         """Ask for ``op`` without waiting: the request's id."""
         self._count += 1
         request = f"r{self._count}"
-        self.writer.write(protocol.message(Request(request, op)))
+        self.writer.write(protocol.message(Request(request, op, bring_back=bring_back)))
         return request
 
-    async def ask(self, op: str, *, timeout: float = 20.0) -> Reply:
-        request = self.send(op)
+    async def ask(
+        self, op: str, *, timeout: float = 20.0, bring_back: tuple[str, ...] = ()
+    ) -> Reply:
+        request = self.send(op, bring_back)
         return await self.until(
             lambda item: isinstance(item, Reply) and item.id == request, timeout=timeout
         )  # type: ignore[return-value]

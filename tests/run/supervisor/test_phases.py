@@ -148,6 +148,7 @@ async def a_host_that_stops_answering_fails_the_run(tmp_path: Path) -> list[tupl
 @scenario(
     *((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
     *((IDL, REC), (REC, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
+    *((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
 )
 async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
     tmp_path: Path,
@@ -168,6 +169,19 @@ async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
     assert "replace {'b': 'c'}" in bed.backend.asked and "start 2 resume" in bed.backend.asked
     for host in bed.backend.hosts.values():
         host.step(2)
+    for host in bed.backend.hosts.values():
+        host.exit(0)
+    await bed.until_state(RunState.COMPLETED)
+    # A resume takes back only a host set aside: b (a spare again), not a.
+    viewer = await Viewer.attach(bed.supervisor)
+    refused = await viewer.ask("resume", bring_back=("a",))
+    assert not refused.ok and refused.message == (
+        f"run {record.id}: a not set aside, so there is nothing to take back (set aside: b)"
+    )
+    taken = await viewer.ask("resume", bring_back=("b",))
+    assert taken.ok, taken
+    await bed.until(lambda: len(bed.record.attempts) == 3)
+    assert bed.record.set_aside == []
     for host in bed.backend.hosts.values():
         host.exit(0)
     await bed.finish()
