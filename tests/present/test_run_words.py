@@ -17,7 +17,15 @@ from ddptui.run.control import RunControl
 from ddptui.run.following.files import HostSilent
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Judgement
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState, SchedulerJob
+from ddptui.run.record import (
+    Attempt,
+    Incident,
+    NodeRecord,
+    RunRecord,
+    RunState,
+    SchedulerJob,
+    SetAside,
+)
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
@@ -228,3 +236,14 @@ def test_a_run_on_many_hosts_is_one_short_row_naming_two_and_counting_the_rest()
     assert run_row(record, 0.0).hosts.plain == "gpu000, gpu001 +126"
     record.nodes = record.nodes[:2]
     assert run_row(record, 0.0).hosts.plain == "gpu000, gpu001"
+
+
+def test_the_runs_document_counts_a_run_s_incidents_restarts_and_hosts_set_aside() -> None:
+    record = RunRecord("20261130-120000-heal", 0.0, "", "trainer", "gloo", "", 4, [], [])
+    record.incidents = [
+        Incident(1, 1, 10.0, "lost", ("gpu2",), "silent", resumed_attempt=2),
+        Incident(2, 2, 20.0, "raised", (), "", action="not recovered: no host is to blame"),
+    ]
+    record.set_aside = [SetAside("gpu2", "silent", 10.0)]
+    document = run_document(record, 30.0)
+    assert (document["incidents"], document["restarts"], document["set_aside"]) == (2, 1, ["gpu2"])

@@ -21,7 +21,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
-from ddptui.present.status import progress_line, state_line
+from ddptui.present.status import incident_line, progress_line, state_line
 from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Judgement
@@ -407,6 +407,10 @@ class RunScreen(Screen[None]):
         for host, note in judgement.notes.items():
             said = plain(note, limit=200, one_line=True)
             text.append(f"\n{plain(host, one_line=True)} not answering: {said}", "red")
+        if self.record.incidents:
+            # The latest only: `ddptui status` lists them all.
+            text.append("\n")
+            text.append_text(incident_line(self.record.incidents[-1]))
         if self.note:
             text.append(f"\n{plain(self.note, limit=200, one_line=True)}", "italic")
         return text
