@@ -336,7 +336,7 @@ class Supervisor(RunOwner):
         either way an incident of the run, and ``notify`` told."""
         self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
         now, record = self._wall(), self.record
-        decision = recovery.decide(self.config, record, found, now)
+        decision = recovery.decide(self.config, record, found, now, last)
         incident = Incident(
             number=record.incidents[-1].number + 1 if record.incidents else 1,
             attempt=record.attempt.number,

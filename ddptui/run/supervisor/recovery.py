@@ -111,16 +111,32 @@ class GiveUp:
     why: str
 
 
-def decide(config: Config, record: RunRecord, found: Blame | None, now: float) -> Replace | GiveUp:
-    """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame.
+def decide(
+    config: Config, record: RunRecord, found: Blame | None, now: float, last: int | None = None
+) -> Replace | GiveUp:
+    """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame,
+    ``last`` the last step a rank made.
 
-    In order: a fault in the code is given up at once (resuming would repeat it); past
+    In order: a fault in the code is given up at once (resuming would repeat it), and so is one
+    that comes back at the step the attempt a recovery started failed at (it follows the job
+    from host to host: a leak that runs out of memory there, say); past
     ``max_restarts`` in ``window_s`` it is given up (a run that keeps failing needs a person);
     node 0 holds the bundled trainer's checkpoints, so losing it is given up too; else each
     blamed host takes the first spare this run has not used or set aside."""
     recovery = config.recovery
     if found is None:
         return GiveUp("no host is to blame: the fault is in the job's code or its data")
+    latest = record.incidents[-1] if record.incidents else None
+    if (
+        latest is not None
+        and latest.resumed_attempt == record.attempt.number
+        and last is not None
+        and latest.last_step == last
+    ):
+        return GiveUp(
+            f"attempt {latest.attempt} failed at step {last} too, before recovery resumed it on "
+            "other hosts: the fault follows the job, not a host"
+        )
     restarts = record.restarts_within(recovery.window_s, now)
     if restarts >= recovery.max_restarts:
         return GiveUp(

@@ -83,3 +83,18 @@ def test_a_hang_blames_the_hosts_of_ranks_stopped_or_stuck_in_io_and_nothing_els
     assert blame_hang(Hang(NOW, 20.0, 40, (waiting, _at(1, "b", "S", None)))) is None
     spinning = _at(1, "b", "R", "it runs at 100% CPU while the others wait")
     assert blame_hang(Hang(NOW, 20.0, 40, (waiting, spinning))) is None
+
+
+def test_a_failure_that_comes_back_at_the_same_step_after_a_recovery_is_the_job_s() -> None:
+    on = config(recovery=RecoveryConfig(mode="resume"))
+    record = _record()
+    # Attempt 1 failed at step 40 on b; recovery resumed it as attempt 2, on the spare.
+    record.attempts.append(dataclasses.replace(record.attempts[-1], number=2))
+    first = _resumed(1, ago_s=60)
+    first.last_step = 40
+    record.incidents.append(first)
+    assert decide(on, record, Blame(("c",), "killed"), NOW, last=40) == GiveUp(
+        "attempt 1 failed at step 40 too, before recovery resumed it on other hosts: the fault "
+        "follows the job, not a host"
+    )
+    assert decide(on, record, LOST_B, NOW, last=55) == Replace({"b": "c"})
