@@ -449,3 +449,23 @@ def test_a_stop_that_arrives_after_a_failure_keeps_the_failure_and_leaves_nothin
         assert bed.supervisor.phases.moves[-1] == (Phase.CONCLUDING, Phase.IDLE)
 
     asyncio.run(asyncio.wait_for(late(), 60.0))
+
+
+def test_a_notify_that_hangs_does_not_hold_the_recovery_up(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        hangs = RecoveryConfig(mode="resume", notify=("sleep", "600"))
+        bed = _bed(tmp_path, recovery=hangs)
+        await _launched(bed)
+        bed.backend.hosts["b"].cut()
+        await bed.until(
+            lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING
+        )
+        # Resumed on the spare while the command told of it has not answered.
+        (incident,) = bed.record.incidents
+        assert incident.resumed_attempt == 2 and incident.notified == ""
+        assert bed.supervisor.notifying
+        for host in bed.backend.hosts.values():
+            host.exit(0)
+        await bed.finish()
+
+    asyncio.run(scenario())
