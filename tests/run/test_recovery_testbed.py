@@ -171,9 +171,11 @@ def test_a_fault_in_the_code_is_no_node_s_and_is_not_recovered(
         testbed, tmp_path, told, job={"script": str(script), "args": []}
     )
     run_id = _launched(cli, hosts_file)
+    # The failure is recorded first (status says failed at once); recovery's word on it, the
+    # incident, once the others are ended and the last lines taken.
     done = wait_until(
-        "the run failed",
-        lambda: (run := _record(cli, run_id))["state"] == "failed" and run,
+        "the run failed and its incident",
+        lambda: (run := _record(cli, run_id))["state"] == "failed" and run["incidents"] and run,
         180,
     )
     assert len(done["attempts"]) == 1, done
