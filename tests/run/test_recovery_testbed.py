@@ -131,36 +131,6 @@ def _final_losses(testbed: TestBed, hosts: list[TestHost], run_id: str) -> dict[
     return {rank: events[-1]["loss"] for rank, events in steps_of(testbed, hosts, run_id).items()}
 
 
-def test_a_rank_stopped_on_one_node_hangs_the_run_which_is_recovered_on_the_spare(
-    testbed: TestBed, tmp_path: Path, cli: Cli
-) -> None:
-    told = tmp_path / "told.jsonl"
-    hosts_file = _recovering_hosts_file(testbed, tmp_path, told, job={"hang_timeout_s": 10})
-    node0, node1, node2, spare = testbed.hosts[:4]
-    run_id = _launched(cli, hosts_file, "--max-steps", "120", "--checkpoint-every", "20")
-    wait_for_step(testbed, [node0, node1, node2], run_id, 30)
-
-    # SIGSTOP: the rank holds every other up in its next collective, and never says why.
-    os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGSTOP)
-    done = wait_until(
-        "the run completed",
-        lambda: (
-            (run := _record(cli, run_id))["state"] in ("completed", "failed")
-            and len(run["attempts"]) == 2
-            and run
-        ),
-        300,
-    )
-    assert done["state"] == "completed", done
-    (incident,) = done["incidents"]
-    assert incident["blamed"] == [node1.name], incident
-    assert incident["cause"].startswith("hung: no step for"), incident
-    assert f"rank 1 on {node1.name}: its process is stopped" in incident["why"]
-    assert incident["action"] == f"resuming on {spare.name} in place of {node1.name}"
-    assert [node["host"] for node in done["nodes"]] == [node0.name, spare.name, node2.name]
-    assert not run_processes(testbed.hosts[:4], run_id)
-
-
 def test_a_fault_in_the_code_is_no_node_s_and_is_not_recovered(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:

@@ -404,17 +404,13 @@ class Supervisor(RunOwner):
         if self.record.state is not RunState.HUNG or hang is None:
             return
         summary = hang.summary(self._wall())
-        found = recovery.blame_hang(hang) if self.config.recovery.on else None
-        said = "recovery blames a host" if found is not None else "on_hang says"
-        why = f"hung ({summary}): stopping, as {said}"
+        why = f"hung ({summary}): stopping, as on_hang says"
         self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
         report = await self.backend.terminate()
         self.end_attempt(RunState.FAILED, evidence.hung_words(hang, summary, self.hang_stacks))
         self.note(*report.lines())
         await self.following.end()
         self.ended()
-        if self.config.recovery.on:
-            await self._recover(f"hung: {summary}", found, hang.step)
 
     # --- judging ---------------------------------------------------------------------------
 
@@ -456,10 +452,8 @@ class Supervisor(RunOwner):
                         lambda record: record.transition(RunState.HUNG, summary, now=self._wall())
                     )
                     self.enqueue(DumpHang())
-                heals = self.config.recovery.on and recovery.blame_hang(hang) is not None
-                if stop or heals:
-                    why = 'on_hang = "stop"' if stop else "recovery blames a host"
-                    self.phases.move(Phase.STOPPING, f"hung, and {why}")
+                if stop:
+                    self.phases.move(Phase.STOPPING, 'hung, and on_hang = "stop"')
                     self.enqueue(StopHang())
             case judging.SteppingAgain():
                 self.hang = None

@@ -7,7 +7,7 @@ CUDA out-of-memory on a model that does not fit, a peer's "remote process exited
 same on any host, and resuming on another would fail again. Only what a host did blames it:
 its processes gone without an exit status, it stopped answering, a rank or its torchrun
 killed by a signal (SIGKILL: the OOM killer, or a person), an NCCL system or CUDA error (the
-host's network or GPU), a hang held up by a rank whose process is stopped or stuck in I/O.
+host's network or GPU).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ddptui.config import Config
 from ddptui.run.diagnose import Category
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.state import Hang, Verdict
+from ddptui.run.following.state import Verdict
 from ddptui.run.record import RunRecord
 
 HOST_FAULTS = frozenset(
@@ -53,30 +53,6 @@ def blame(verdict: Verdict, model: RunModel) -> Blame | None:
     if failure is None and node.exit is not None and node.exit > 128:
         return Blame((host,), f"torchrun on {host} was killed by a signal")
     return None
-
-
-HOST_STATES = {"T": "stopped", "t": "stopped by a debugger", "D": "in uninterruptible I/O"}
-"""A hung rank's process states that blame its host: a process stopped or stuck in the kernel
-runs none of the job's code. A rank that spins or sleeps in the code is the code's to explain
-(or a peer's), and blames nothing."""
-
-
-def blame_hang(hang: Hang) -> Blame | None:
-    """The hosts of the ranks that hold ``hang`` up by what their host did (their process
-    stopped, or stuck in I/O); None when none does (every rank waits alike, or one runs the
-    job's own code: a person should look, with the stacks ``ddptui dump`` kept)."""
-    held = [
-        (rank, HOST_STATES[rank.process])
-        for rank in hang.odd
-        if rank.process is not None and rank.process in HOST_STATES
-    ]
-    if not held:
-        return None
-    hosts = tuple(dict.fromkeys(rank.host for rank, _ in held))
-    why = "; ".join(
-        f"rank {rank.rank} on {rank.host}: its process is {state}" for rank, state in held
-    )
-    return Blame(hosts, f"the run hung: {why}")
 
 
 def not_set_aside(record: RunRecord, hosts: tuple[str, ...]) -> str | None:

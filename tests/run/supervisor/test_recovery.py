@@ -7,9 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from ddptui.config.model import HostConfig, RecoveryConfig
-from ddptui.run.following.state import Hang, RankAtHang
 from ddptui.run.record import Incident, RunRecord, SetAside
-from ddptui.run.supervisor.recovery import Blame, GiveUp, Replace, blame_hang, decide
+from ddptui.run.supervisor.recovery import Blame, GiveUp, Replace, decide
 from tests.run.bed import two_host_record
 from tests.run.supervisor.fake_backend import config
 
@@ -64,25 +63,6 @@ def test_past_max_restarts_in_the_window_the_run_is_left_to_a_person() -> None:
     # Out of the window, the earlier restart no longer counts.
     record.incidents[0] = _resumed(1, ago_s=900)
     assert decide(on, record, LOST_B, NOW) == Replace({"b": "c"})
-
-
-def _at(rank: int, host: str, process: str | None, why: str | None) -> RankAtHang:
-    return RankAtHang(rank, host, 40, process, 0.0 if process != "R" else 100.0, why)
-
-
-def test_a_hang_blames_the_hosts_of_ranks_stopped_or_stuck_in_io_and_nothing_else() -> None:
-    waiting = _at(0, "a", "S", None)
-    stopped = _at(1, "b", "T", "its process is stopped")
-    blamed = blame_hang(Hang(NOW, 20.0, 40, (waiting, stopped)))
-    assert blamed == Blame(("b",), "the run hung: rank 1 on b: its process is stopped")
-    in_io = _at(1, "b", "D", "in I/O")
-    assert blame_hang(Hang(NOW, 20.0, 40, (waiting, in_io))) == Blame(
-        ("b",), "the run hung: rank 1 on b: its process is in uninterruptible I/O"
-    )
-    # Every rank waits alike, or one spins in the job's own code: a person should look.
-    assert blame_hang(Hang(NOW, 20.0, 40, (waiting, _at(1, "b", "S", None)))) is None
-    spinning = _at(1, "b", "R", "it runs at 100% CPU while the others wait")
-    assert blame_hang(Hang(NOW, 20.0, 40, (waiting, spinning))) is None
 
 
 def test_a_failure_that_comes_back_at_the_same_step_after_a_recovery_is_the_job_s() -> None:
