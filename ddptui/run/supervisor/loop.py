@@ -313,9 +313,11 @@ class Supervisor(RunOwner):
         model = self.following.model
         # Judged before the followers end: a host's last lines may yet blame another.
         found = recovery.blame(verdict, model) if recovering else None
-        steps = [rank.step for rank in model.progress.ranks if rank.step is not None]
+        last = max(
+            (rank.step for rank in model.progress.ranks if rank.step is not None), default=None
+        )
         if verdict.state is RunState.FAILED:
-            nodes = self.following.model.nodes
+            nodes = model.nodes
             silent = {name for name, node in nodes.items() if node.silent}
             others = ", ".join(name for name in nodes if name not in silent)
             self.doing(f"ending what is left of the run on {others}")
@@ -329,7 +331,7 @@ class Supervisor(RunOwner):
         await self.following.end()
         self.ended()
         if recovering:
-            await self._recover(verdict.detail, found, max(steps, default=None))
+            await self._recover(verdict.detail, found, last)
 
     async def _recover(self, cause: str, found: recovery.Blame | None, last: int | None) -> None:
         """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``);
