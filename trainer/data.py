@@ -11,7 +11,6 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DistributedSampler
 
 from .dist import TrainerError
 
@@ -95,27 +94,45 @@ class CharText:
         return F.cross_entropy(output.float().flatten(0, 1), target.flatten())
 
 
-class Shards:
-    """This rank's batches of each epoch: DistributedSampler order, then fixed-size batches.
+def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
+    """The epoch's permutation of the data set: a function of (seed, epoch) alone."""
+    # Distinct (seed, epoch) pairs seed distinct generators, where seed + epoch would repeat
+    # seed 0's second epoch as seed 1's first.
+    generator = torch.Generator().manual_seed((seed % 2**32) * 2**32 + epoch % 2**32)
+    return torch.randperm(size, generator=generator)
 
-    The order depends only on (seed, epoch, rank, world size), so a resumed run can skip the
-    batches it already consumed and see exactly the rest of the epoch.
+
+class Shards:
+    """This rank's micro-batches of each epoch, cut from one global order.
+
+    The epoch's order is cut to whole global steps of ``world_size × batch_size × grad_accum``
+    samples; rank r takes the r-th of ``world_size`` contiguous slices of each step, in
+    ``grad_accum`` micro-batches. The order does not depend on the world size, so any shape with
+    the same global batch sees the same samples at each step, and a run resumed at another world
+    size goes on with exactly the rest of the epoch.
     """
 
-    def __init__(self, task: Task, *, rank: int, world_size: int, batch_size: int, seed: int):
-        self.sampler: DistributedSampler[int] = DistributedSampler(
-            task,  # type: ignore[arg-type]
-            num_replicas=world_size,
-            rank=rank,
-            shuffle=True,
-            seed=seed,
-            drop_last=True,
-        )
-        self.batch_size = batch_size
-        self.batches_per_epoch = len(self.sampler) // batch_size
+    def __init__(
+        self,
+        task: Task,
+        *,
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        grad_accum: int = 1,
+        seed: int,
+    ) -> None:
+        self.size, self.seed = len(task), seed
+        self.rank, self.world_size = rank, world_size
+        self.batch_size, self.grad_accum = batch_size, grad_accum
+        self.global_batch = world_size * batch_size * grad_accum
+        self.steps_per_epoch = self.size // self.global_batch
 
-    def epoch(self, epoch: int, skip: int = 0) -> list[torch.Tensor]:
-        self.sampler.set_epoch(epoch)
-        order = torch.tensor(list(self.sampler), dtype=torch.long)
-        usable = order[: self.batches_per_epoch * self.batch_size]
-        return list(usable.view(self.batches_per_epoch, self.batch_size)[skip:])
+    def epoch(self, epoch: int, start: int = 0) -> list[torch.Tensor]:
+        """Micro-batches of the epoch's steps from sample ``start`` of the global order on."""
+        steps = self.steps_per_epoch
+        usable = epoch_order(self.size, self.seed, epoch)[: steps * self.global_batch]
+        mine = usable.view(steps, self.world_size, self.grad_accum, self.batch_size)[
+            start // self.global_batch :, self.rank
+        ]
+        return list(mine.reshape(-1, self.batch_size))

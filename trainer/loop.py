@@ -25,7 +25,7 @@ from .data import CharText, Shards, SyntheticRegression, Task
 from .dist import Runtime, TrainerError, broadcast_object
 from .events import BufferPool, DeviceScalars, EventLog, finite, memory_mib
 from .models import MLP, CharTransformer
-from .state import Parts, Progress, Resumed, Shape, restore, snapshot
+from .state import Parts, Progress, Resumed, Shape, load, restore, resume_shape, snapshot
 
 
 @dataclass(frozen=True)
@@ -179,19 +179,30 @@ class Trainer:
             model = DistributedDataParallel(model, device_ids=device_ids)
             _settle_buckets(model, self.task, rt, self.data_on_device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-
+        self.store = CheckpointStore(cfg.run_dir / "checkpoints", cfg.keep)
+        # Dropout draws differ per rank, as they would with independent workers.
+        torch.manual_seed(cfg.seed + 1 + p.rank)
+        # Read before the data and schedule are laid out: a checkpoint decides the global batch.
+        checkpoint = None if cfg.resume is None else load(cfg.resume, self.store, cfg.fsdp, rt)
+        self.shape = (
+            Shape(p.world_size, cfg.batch_size, cfg.grad_accum)
+            if checkpoint is None
+            else resume_shape(checkpoint.shape, p.world_size, cfg.batch_size, cfg.grad_accum)
+        )
         self.shards = Shards(
             self.task,
             rank=p.rank,
             world_size=p.world_size,
-            batch_size=cfg.batch_size,
+            batch_size=self.shape.batch_size,
+            grad_accum=self.shape.grad_accum,
             seed=cfg.seed,
         )
-        self.steps_per_epoch = self.shards.batches_per_epoch // cfg.grad_accum
+        self.steps_per_epoch = self.shards.steps_per_epoch
         if self.steps_per_epoch == 0:
             raise TrainerError(
-                f"{len(self.task)} samples over {p.world_size} ranks do not fill one step of "
-                f"--batch-size {cfg.batch_size} × --grad-accum {cfg.grad_accum}"
+                f"{len(self.task)} samples do not fill one step of {self.shape.global_batch} "
+                f"({p.world_size} ranks × --batch-size {self.shape.batch_size} × "
+                f"--grad-accum {self.shape.grad_accum})"
             )
         self.total_steps = cfg.epochs * self.steps_per_epoch
         if cfg.max_steps is not None:
@@ -206,14 +217,10 @@ class Trainer:
             torch.amp.GradScaler(rt.device.type, enabled=cfg.precision == "fp16"),
             cfg.fsdp,
         )
-        self.shape = Shape(p.world_size, cfg.batch_size, cfg.grad_accum)
         self.autocast = _autocast(cfg, rt.device)
-        self.store = CheckpointStore(cfg.run_dir / "checkpoints", cfg.keep)
-        # Dropout draws differ per rank, as they would with independent workers.
-        torch.manual_seed(cfg.seed + 1 + p.rank)
         self.resumed: Resumed | None = None
-        if cfg.resume is not None:
-            self.resumed = restore(cfg.resume, self.store, self.parts, self.shape, rt, cfg.seed)
+        if checkpoint is not None:
+            self.resumed = restore(checkpoint, self.parts, self.shape, rt, cfg.seed)
         self.progress = self.resumed.progress if self.resumed else Progress()
         self.last_saved = self.progress.step if self.resumed else -1
 
@@ -232,7 +239,9 @@ class Trainer:
             "fsdp": cfg.fsdp,
             "task": "char_lm" if isinstance(self.task, CharText) else "synthetic",
             "parameters": self.parameters,
-            "global_batch": cfg.batch_size * cfg.grad_accum * rt.placement.world_size,
+            "global_batch": self.shape.global_batch,
+            "batch_size": self.shape.batch_size,
+            "grad_accum": self.shape.grad_accum,
             "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
             "start_step": self.progress.step,
@@ -282,8 +291,8 @@ class Trainer:
 
     def _groups(self) -> Iterator[list[torch.Tensor]]:
         """Micro-batch groups of the rest of the current epoch."""
-        ga = self.cfg.grad_accum
-        batches = self.shards.epoch(self.progress.epoch, skip=self.progress.batch_in_epoch)
+        ga = self.shape.grad_accum
+        batches = self.shards.epoch(self.progress.epoch, start=self.progress.samples_in_epoch)
         if self.data_on_device and batches:
             # One copy per epoch, from pinned memory and without waiting for it.
             order = torch.stack(batches).pin_memory()
@@ -321,7 +330,7 @@ class Trainer:
 
     def run(self) -> Outcome:
         cfg, progress, log, control = self.cfg, self.progress, self.log, self.control
-        per_epoch = self.steps_per_epoch * cfg.grad_accum
+        per_epoch = self.steps_per_epoch * self.shape.global_batch
         reason = "completed"
         window_start, window_steps = time.perf_counter(), 0
         while progress.step < self.total_steps and reason == "completed":
@@ -329,7 +338,7 @@ class Trainer:
                 lr = self.parts.optimizer.param_groups[0]["lr"]
                 loss = self._step(micro)
                 progress.step += 1
-                progress.batch_in_epoch += cfg.grad_accum
+                progress.samples_in_epoch += self.shape.global_batch
                 window_steps += 1
                 finished = progress.step >= self.total_steps
                 if progress.step % cfg.log_every == 0 or finished:
@@ -338,7 +347,7 @@ class Trainer:
                     window_start, window_steps = now, 0
                 elif self.deferring:
                     log.poll()
-                epoch_done = progress.batch_in_epoch >= per_epoch
+                epoch_done = progress.samples_in_epoch >= per_epoch
                 if epoch_done:
                     self._end_epoch()
                 requests = control.poll()
@@ -351,7 +360,7 @@ class Trainer:
                 if finished or reason == "stopped" or epoch_done:
                     break
             else:
-                # Less than one step left in the epoch: only after a resume at another shape.
+                # No step left in the epoch: only after a resume on a smaller data set.
                 self._end_epoch()
         control.settle()
         if self.last_saved != progress.step:
@@ -367,7 +376,7 @@ class Trainer:
             "epoch": self.progress.epoch,
             "step": self.progress.step,
             "lr": lr,
-            "samples_per_s": self.cfg.batch_size * self.cfg.grad_accum / step_time,
+            "samples_per_s": self.shape.batch_size * self.shape.grad_accum / step_time,
             "step_time_s": step_time,
             **memory_mib(self.rt.device),
         }
@@ -385,4 +394,4 @@ class Trainer:
     def _end_epoch(self) -> None:
         self.log.emit("epoch_end", epoch=self.progress.epoch, step=self.progress.step)
         self.progress.epoch += 1
-        self.progress.batch_in_epoch = 0
+        self.progress.samples_in_epoch = 0

@@ -34,10 +34,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if trainer.resumed is not None and rt.placement.rank == 0:
             for skipped in trainer.resumed.skipped:
                 _warn(f"skipped checkpoint {skipped.path}: {skipped.reason}")
-            if not trainer.resumed.exact:
+            saved, shape = trainer.resumed.shape, trainer.shape
+            if saved != shape:
                 _warn(
-                    "resuming at another world size or batch shape: the data position is "
-                    "re-derived and the run will not match an uninterrupted one"
+                    "resuming at another world size or batch shape (world size × batch size × "
+                    f"grad-accum {saved.world_size} × {saved.batch_size} × {saved.grad_accum} → "
+                    f"{shape.world_size} × {shape.batch_size} × {shape.grad_accum}): the data "
+                    f"position is kept exactly and the global batch kept at {shape.global_batch}; "
+                    "sums run in another order, so losses will not repeat an uninterrupted run's "
+                    "bit for bit"
+                )
+            if trainer.resumed.reordered:
+                _warn(
+                    f"{trainer.resumed.path} predates the world-size independent sample order: "
+                    f"the rest of epoch {trainer.resumed.progress.epoch} is drawn from today's "
+                    "order and may repeat or miss samples of it"
                 )
         elif cfg.resume == "latest" and rt.placement.rank == 0:
             _warn(f"no checkpoint in {trainer.store.directory}: starting from scratch")

@@ -26,15 +26,17 @@ from .dist import (
     decode,
 )
 
-FORMAT = 1
+FORMAT = 2
+"""Format 1 counted this rank's micro-batches of the epoch, a position only its own shape knew."""
 
 
 @dataclass
 class Progress:
     step: int = 0
     epoch: int = 0
-    # Micro-batches this rank has consumed in the current epoch.
-    batch_in_epoch: int = 0
+    # Samples of the epoch's global order consumed by all ranks together: the same position at
+    # any world size, and always a whole number of global batches.
+    samples_in_epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,59 @@ class Shape:
     batch_size: int
     grad_accum: int
 
+    @property
+    def global_batch(self) -> int:
+        return self.world_size * self.batch_size * self.grad_accum
+
+
+def resume_shape(saved: Shape, world_size: int, batch_size: int, grad_accum: int) -> Shape:
+    """This run's shape for a checkpoint written at ``saved``: the same global batch over
+    ``world_size`` ranks, in micro-batches of at most ``batch_size``, with the fewest
+    micro-batches from ``grad_accum`` up.
+
+    Keeping the global batch keeps the steps' samples, the steps per epoch and with them the
+    learning-rate schedule.
+    """
+    size = saved.global_batch
+    if size % world_size:
+        fits = ", ".join(str(n) for n in range(1, size + 1) if size % n == 0)
+        raise TrainerError(
+            f"the checkpoint's global batch of {size} samples does not split over {world_size} "
+            f"ranks: resume on a number of ranks that divides {size} ({fits})"
+        )
+    per_rank = size // world_size
+    for accum in range(grad_accum, per_rank + 1):
+        if per_rank % accum == 0 and per_rank // accum <= batch_size:
+            return Shape(world_size, per_rank // accum, accum)
+    raise TrainerError(
+        f"the checkpoint's global batch of {size} samples over {world_size} ranks is {per_rank} "
+        f"per rank, fewer than --grad-accum {grad_accum} micro-batches: resume with "
+        f"--grad-accum {per_rank} or less"
+    )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint as every rank received it, before any of it is applied."""
+
+    path: str
+    format: int
+    state: dict[str, Any]
+    shape: Shape
+    progress: Progress
+    skipped: list[Skipped]
+
 
 @dataclass(frozen=True)
 class Resumed:
     path: str
     progress: Progress
+    shape: Shape
+    """The shape the checkpoint was written at."""
     exact: bool
+    reordered: bool
+    """Written mid-epoch in format 1, whose order differed: the rest of the epoch is drawn from
+    today's order, so it may repeat or miss samples of the epoch."""
     skipped: list[Skipped]
 
 
@@ -146,10 +195,18 @@ def _read(spec: str, store: CheckpointStore) -> tuple[dict[str, Any], bytes] | N
     return {"path": str(path), "skipped": [asdict(s) for s in skipped]}, data
 
 
-def restore(
-    spec: str, store: CheckpointStore, parts: Parts, shape: Shape, rt: Runtime, seed: int
-) -> Resumed | None:
-    """Collective: global rank 0 reads the checkpoint and broadcasts it; every rank applies it."""
+def saved_progress(state: dict[str, Any]) -> Progress:
+    """A checkpoint's progress, counted as this trainer counts it, from either format."""
+    progress = dict(state["progress"])
+    if state["format"] == 1:
+        shape = Shape(**state["shape"])
+        batches = progress.pop("batch_in_epoch")
+        progress["samples_in_epoch"] = batches * shape.batch_size * shape.world_size
+    return Progress(**progress)
+
+
+def load(spec: str, store: CheckpointStore, fsdp: bool, rt: Runtime) -> Checkpoint | None:
+    """Collective: global rank 0 reads the checkpoint and broadcasts it; None for a fresh start."""
     rank, group = rt.placement.rank, rt.control_group
     header: dict[str, Any] | None = None
     data = b""
@@ -166,27 +223,37 @@ def restore(
     if "fresh" in header:
         return None
     state = decode(broadcast_bytes(data if rank == 0 else None, group))
-    if state.get("format") != FORMAT:
-        raise TrainerError(f"{header['path']}: format {state.get('format')}, expected {FORMAT}")
-    if state["fsdp"] != parts.fsdp:
+    if state.get("format") not in (1, FORMAT):
+        raise TrainerError(
+            f"{header['path']}: format {state.get('format')}, expected {FORMAT} (or 1)"
+        )
+    if state["fsdp"] != fsdp:
         flag = "with" if state["fsdp"] else "without"
         raise TrainerError(f"{header['path']} was written by a run {flag} --fsdp; resume {flag} it")
+    skipped = [Skipped(**s) for s in header["skipped"]]
+    shape = Shape(**state["shape"])
+    return Checkpoint(header["path"], state["format"], state, shape, saved_progress(state), skipped)
+
+
+def restore(checkpoint: Checkpoint, parts: Parts, shape: Shape, rt: Runtime, seed: int) -> Resumed:
+    """Every rank applies the checkpoint to ``parts``, built for this run's ``shape``."""
+    state, rank = checkpoint.state, rt.placement.rank
     _load_full_state(parts, state["model"], state["optimizer"])
     parts.scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:
         parts.scaler.load_state_dict(state["scaler"])
-
-    saved_shape = Shape(**state["shape"])
-    progress = Progress(**state["progress"])
-    exact = saved_shape == shape
-    if exact:
+    progress = checkpoint.progress
+    same_shape = checkpoint.shape == shape
+    if same_shape:
         _set_rng_state(state["rng"][rank], rt.device)
     else:
-        # Another sharding: keep the epoch and how many of its samples were consumed in all,
-        # rounded down to whole steps; the sample order itself differs, so this is approximate.
-        samples = progress.batch_in_epoch * saved_shape.batch_size * saved_shape.world_size
-        per_step = shape.batch_size * shape.grad_accum * shape.world_size
-        progress.batch_in_epoch = samples // per_step * shape.grad_accum
+        # The saved states belong to other ranks' draws: fresh ones, distinct per rank and step.
         torch.manual_seed(seed + 1 + rank + progress.step * shape.world_size)
-    skipped = [Skipped(**s) for s in header["skipped"]]
-    return Resumed(header["path"], progress, exact, skipped)
+    return Resumed(
+        checkpoint.path,
+        progress,
+        checkpoint.shape,
+        exact=same_shape and checkpoint.format == FORMAT,
+        reordered=checkpoint.format == 1 and progress.samples_in_epoch > 0,
+        skipped=checkpoint.skipped,
+    )

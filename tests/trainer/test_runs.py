@@ -11,6 +11,7 @@ import pytest
 
 from tests.trainer.launch import events, finish, losses, standalone, torchrun, wait_for, words
 from trainer.checkpoint import read_verified
+from trainer.data import epoch_order
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +24,13 @@ def _done(run_dir: Path, ranks: int) -> list[dict[str, object]]:
     return [d[0] for d in found]
 
 
-def test_two_ranks_learn_on_disjoint_reshuffled_shards(tmp_path: Path) -> None:
+def test_two_ranks_learn_on_disjoint_slices_of_one_reshuffled_order(tmp_path: Path) -> None:
     args = [*SMALL_MLP, "--samples", "1024", "--epochs", "3", "--lr", "1e-2", "--log-samples"]
     assert finish(torchrun(tmp_path, args)) == 0
 
     start = events(tmp_path, 0, "start")[0]
     assert start["global_batch"] == 64 and start["steps_per_epoch"] == 16
+    assert (start["batch_size"], start["grad_accum"]) == (32, 1)
     # Its own launch stages, in order, and its own work per step: a part of the step.
     launch = start["launch"]
     assert launch["process"] < launch["imported"] < launch["rendezvous"] <= start["time"]
@@ -47,6 +49,9 @@ def test_two_ranks_learn_on_disjoint_reshuffled_shards(tmp_path: Path) -> None:
         mine, theirs = seen[0, epoch], seen[1, epoch]
         assert len(mine) == len(theirs) == 512
         assert set(mine).isdisjoint(theirs) and len(set(mine) | set(theirs)) == 1024
+        # Each step: rank 0's half of the next 64 of the epoch's order, then rank 1's.
+        order = [i for k in range(0, 512, 32) for i in mine[k : k + 32] + theirs[k : k + 32]]
+        assert order == epoch_order(1024, seed=0, epoch=epoch).tolist()
     assert len({tuple(seen[0, epoch]) for epoch in range(3)}) == 3
     assert {d["reason"] for d in _done(tmp_path, 2)} == {"completed"}
 
@@ -130,7 +135,8 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(
 
     newest = max(ckpts.glob("ckpt-*.json"))
     _, manifest = read_verified(newest)
-    # Resume on one process: another world size, so weights load but the resume is not exact.
+    # Resume on one process: another world size, so not bit for bit; the global batch of 64
+    # stays, in two micro-batches of 32.
     result = standalone(
         tmp_path, [*model, "--resume", "latest", "--max-steps", str(manifest.step + 2)]
     )
@@ -138,9 +144,10 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(
     start = events(tmp_path, 0, "start")[-1]
     assert start["resumed_from"] == str(newest.with_suffix(".pt"))
     assert start["exact_resume"] is False and start["world_size"] == 1
+    assert (start["global_batch"], start["batch_size"], start["grad_accum"]) == (64, 32, 2)
     done = events(tmp_path, 0, "done")[-1]
     assert (done["reason"], done["step"]) == ("completed", manifest.step + 2)
-    assert "world size" in result.stderr
+    assert "world size" in result.stderr and "kept exactly" in result.stderr
 
 
 def test_standalone_resume_skips_a_corrupted_newest_checkpoint(tmp_path: Path) -> None:
@@ -171,6 +178,8 @@ def test_fsdp_trains_and_resumes_at_another_world_size(tmp_path: Path) -> None:
     assert curve[-1] < curve[0] / 2, curve
     result = standalone(tmp_path, [*args, "--max-steps", "14", "--resume", "latest", "--fsdp"])
     assert result.returncode == 0, result.stderr
+    start = events(tmp_path, 0, "start")[-1]
+    assert (start["global_batch"], start["grad_accum"], start["exact_resume"]) == (64, 2, False)
     resumed = events(tmp_path, 0, "step")[-1]
     assert resumed["step"] == 14 and resumed["loss"] < curve[0] / 2
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,11 @@ from ddptui.run.evidence.flight import read_dump
 from tests.trainer.launch import SOURCE
 from trainer.checkpoint import CheckpointStore, read_verified
 from trainer.cli import DEFAULT_EPOCHS, parse_args
-from trainer.data import CharText, Shards, SyntheticRegression
+from trainer.data import CharText, Shards, SyntheticRegression, epoch_order
 from trainer.dist import Placement, TrainerError
 from trainer.events import BufferPool, DeviceScalars, EventLog, _ResidentMemory, finite
 from trainer.loop import _autocast, lr_factor
+from trainer.state import Progress, Shape, resume_shape, saved_progress
 
 
 def test_trainer_imports_only_itself_torch_and_stdlib() -> None:
@@ -37,22 +39,123 @@ def test_trainer_imports_only_itself_torch_and_stdlib() -> None:
             assert not roots & {"ddptui", "numpy", "textual"}, f"{path.name}: {roots}"
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_shards_are_disjoint_cover_the_epoch_and_reshuffle(world_size: int) -> None:
-    task = SyntheticRegression(samples=200, seed=0)
-    shards = [
-        Shards(task, rank=r, world_size=world_size, batch_size=8, seed=3) for r in range(world_size)
+def _ranks(task: SyntheticRegression, shape: Shape) -> list[Shards]:
+    return [
+        Shards(
+            task,
+            rank=r,
+            world_size=shape.world_size,
+            batch_size=shape.batch_size,
+            grad_accum=shape.grad_accum,
+            seed=3,
+        )
+        for r in range(shape.world_size)
     ]
+
+
+def _steps(shards: list[Shards], epoch: int, start: int = 0) -> list[list[list[int]]]:
+    """Each step's samples, rank by rank."""
+    accum = shards[0].grad_accum
+    per_rank = [s.epoch(epoch, start) for s in shards]
+    return [
+        [torch.cat(rank[k : k + accum]).tolist() for rank in per_rank]
+        for k in range(0, len(per_rank[0]), accum)
+    ]
+
+
+def _flat(steps: list[list[list[int]]]) -> list[int]:
+    return [i for ranks in steps for rank in ranks for i in rank]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ranks_take_disjoint_slices_of_each_step_and_an_epoch_covers_its_whole_steps(
+    world_size: int,
+) -> None:
+    task = SyntheticRegression(samples=200, seed=0)
+    shards = _ranks(task, Shape(world_size, 8, 1))
+    global_batch = world_size * 8
+    assert shards[0].steps_per_epoch == 200 // global_batch
     epochs = []
     for epoch in range(2):
-        seen = [torch.cat(s.epoch(epoch)).tolist() for s in shards]
-        flat = [i for rank in seen for i in rank]
-        assert len(flat) == len(set(flat)) == world_size * shards[0].batches_per_epoch * 8
-        epochs.append(seen)
-    assert epochs[0][0] != epochs[1][0]
-    # Skipping consumed batches yields exactly the rest of the epoch.
-    rest = shards[0].epoch(1, skip=2)
-    assert torch.equal(torch.stack(rest), torch.stack(shards[0].epoch(1)[2:]))
+        steps = _steps(shards, epoch)
+        assert len(steps) == shards[0].steps_per_epoch
+        for ranks in steps:
+            assert [len(rank) for rank in ranks] == [8] * world_size
+            assert len(set(_flat([ranks]))) == global_batch
+        seen = _flat(steps)
+        assert len(seen) == len(set(seen)) == shards[0].steps_per_epoch * global_batch
+        epochs.append(steps)
+    assert epochs[0][0] != epochs[1][0], "the second epoch is reshuffled"
+
+
+# A global batch of 24 at every world size, with and without accumulation.
+SHAPES_OF_24 = [Shape(1, 24, 1), Shape(1, 8, 3), Shape(2, 12, 1), Shape(2, 6, 2), Shape(3, 8, 1)]
+
+
+def test_every_shape_of_one_global_batch_trains_on_the_same_samples_at_each_step() -> None:
+    task = SyntheticRegression(samples=200, seed=0)
+    for epoch in (0, 1):
+        orders = {shape: _flat(_steps(_ranks(task, shape), epoch)) for shape in SHAPES_OF_24}
+        # 8 whole steps of 24, in the epoch's order, whoever takes which part of a step.
+        assert set(map(tuple, orders.values())) == {
+            tuple(epoch_order(200, seed=3, epoch=epoch)[: 8 * 24].tolist())
+        }
+    assert not torch.equal(epoch_order(200, 3, 0), epoch_order(200, 3, 1))
+    # Not seeded by seed + epoch, which would repeat one run's second epoch as another's first.
+    assert not torch.equal(epoch_order(200, 0, 1), epoch_order(200, 1, 0))
+
+
+def test_a_resume_on_fewer_ranks_sees_exactly_the_rest_of_the_epoch() -> None:
+    task = SyntheticRegression(samples=200, seed=0)
+    before = Shape(3, 8, 1)
+    after = resume_shape(before, world_size=2, batch_size=8, grad_accum=1)
+    assert after == Shape(2, 6, 2)
+    done = 3  # steps of epoch 1 taken before the fault
+    first = _steps(_ranks(task, before), epoch=1)[:done]
+    rest = _steps(_ranks(task, after), epoch=1, start=done * 24)
+    assert [len(rank) for ranks in rest for rank in ranks] == [12] * 2 * (8 - done)
+    assert _flat(first + rest) == epoch_order(200, seed=3, epoch=1)[: 8 * 24].tolist()
+
+
+@pytest.mark.parametrize(
+    ("saved", "world_size", "batch_size", "grad_accum", "expected"),
+    [
+        (Shape(3, 8, 1), 3, 8, 1, Shape(3, 8, 1)),
+        (Shape(3, 8, 1), 2, 8, 1, Shape(2, 6, 2)),
+        (Shape(3, 8, 1), 2, 12, 1, Shape(2, 12, 1)),
+        (Shape(3, 8, 1), 1, 8, 1, Shape(1, 8, 3)),
+        # The fewest micro-batches that fit in 5, from the command line's 1: 3 of 4.
+        (Shape(3, 8, 1), 2, 5, 1, Shape(2, 4, 3)),
+        # Never fewer micro-batches than asked for.
+        (Shape(3, 8, 1), 2, 8, 3, Shape(2, 4, 3)),
+        # A larger batch asked for at the same world size keeps the checkpoint's global batch.
+        (Shape(2, 16, 1), 2, 32, 1, Shape(2, 16, 1)),
+        (Shape(2, 8, 3), 4, 32, 1, Shape(4, 12, 1)),
+    ],
+)
+def test_a_resume_keeps_the_global_batch_with_the_fewest_micro_batches_that_fit(
+    saved: Shape, world_size: int, batch_size: int, grad_accum: int, expected: Shape
+) -> None:
+    shape = resume_shape(saved, world_size, batch_size, grad_accum)
+    assert shape == expected and shape.global_batch == saved.global_batch
+
+
+def test_a_global_batch_that_does_not_split_over_the_ranks_is_refused_with_what_would() -> None:
+    with pytest.raises(TrainerError) as refused:
+        resume_shape(Shape(4, 24, 1), world_size=5, batch_size=24, grad_accum=1)
+    assert "global batch of 96 samples does not split over 5 ranks" in str(refused.value)
+    assert "(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96)" in str(refused.value)
+    with pytest.raises(TrainerError, match="--grad-accum 4 or less"):
+        resume_shape(Shape(2, 4, 1), world_size=2, batch_size=4, grad_accum=5)
+
+
+def test_a_format_1_position_in_this_rank_s_micro_batches_becomes_samples_of_the_epoch() -> None:
+    shape = {"world_size": 3, "batch_size": 8, "grad_accum": 2}
+    old = {"format": 1, "shape": shape, "progress": {"step": 17, "epoch": 2, "batch_in_epoch": 10}}
+    # 10 micro-batches of 8 on each of 3 ranks: 5 steps of 48.
+    assert saved_progress(old) == Progress(step=17, epoch=2, samples_in_epoch=240)
+    new = {"format": 2, "shape": shape, "progress": asdict(Progress(17, 2, 240))}
+    assert saved_progress(new) == Progress(step=17, epoch=2, samples_in_epoch=240)
 
 
 def test_char_text_windows_are_shifted_by_one() -> None:
