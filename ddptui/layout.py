@@ -37,6 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+RUN_DIR_ENV = "DDPTUI_RUN_DIR"
+"""The node's run directory, in the environment of every process of the run (each inherits
+it): where a rank writes its events, and how a process of the run is told on its host."""
+
 # A number as torch and the agent write one: ASCII digits (`\d` alone also matches "٣"), no
 # leading zero and `\Z`, not `$` (which matches before a final newline): each file has one
 # name, so a host cannot make the follower keep one rank's file under many.

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from ddptui.present.progress import ProgressReport
 from ddptui.run.control import Attachment
-from ddptui.run.protocol import Ended, Said
+from ddptui.run.protocol import Said
 from ddptui.run.record import RunRecord, RunState
 from ddptui.untrusted import plain
 
@@ -53,7 +53,7 @@ async def follow_headless(attachment: Attachment) -> int:
             say(item.line)
         for line in report.lines(attachment.model, attachment.judgement):
             stamped(line)
-        if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
+        if attachment.over(item):
             break
     for line in report.lines(attachment.model, attachment.judgement, final=True):
         stamped(line)

@@ -114,6 +114,8 @@ _RECOVERY: dict[str, values.Validator] = {
     "mode": values.recovery_mode,
     "max_restarts": values.max_restarts,
     "window_s": values.seconds,
+    "min_nodes": values.min_nodes,
+    "elastic": values.true_or_false,
     "notify": values.command,
 }
 _NOT_FOR_SLURM = {
@@ -276,6 +278,10 @@ def _slurm(
         if key in cluster:
             raise _Problem(f"[cluster]: {key}: {why}")
     slurm = SlurmConfig(**_validate(table, "[slurm]", _SLURM, _SLURM_HOMES))
+    if recovery.min_nodes is not None:
+        raise _Problem(
+            "[recovery]: min_nodes: a Slurm run does not go on with fewer nodes; leave it out"
+        )
     if job.nproc_per_node == "gpus" and not slurm.gpus_per_node:
         raise _Problem(
             '[job]: nproc_per_node: "gpus" starts one process per GPU, but [slurm] asks for '
@@ -430,6 +436,11 @@ def _check_hosts_together(
         raise _Problem(
             "no hosts to run on: every [[hosts]] entry is spare = true, and a spare only takes "
             "the place of a run's node; make one of them an ordinary host"
+        )
+    if recovery.min_nodes is not None and recovery.min_nodes > starts_on:
+        raise _Problem(
+            f"[recovery]: min_nodes: {recovery.min_nodes}, more than the {starts_on} host(s) a "
+            "run starts on; a run goes on with fewer nodes, down to min_nodes"
         )
 
 

@@ -152,13 +152,18 @@ class RecoveryConfig:
     """What the supervisor does about a run that fails by itself (``[recovery]``).
 
     ``max_restarts`` resumes in any ``window_s`` seconds; one more fails the run for good, with
-    every incident listed, since a run that keeps failing needs a person. ``notify``: a command
-    run on the head for each incident, its JSON on stdin.
+    every incident listed, since a run that keeps failing needs a person. With no spare left,
+    the run goes on without the host at fault down to ``min_nodes`` nodes (None: never with
+    fewer): the bundled trainer keeps its global batch and sample order; a script only when it
+    says it can (``elastic``). ``notify``: a command run on the head for each incident, its
+    JSON on stdin.
     """
 
     mode: RecoveryMode = "off"
     max_restarts: int = 5
     window_s: float = 3600.0
+    min_nodes: int | None = None
+    elastic: bool = False
     notify: tuple[str, ...] = ()
 
     @property

@@ -343,6 +343,20 @@ _RECOVERY = _Table(
         ),
         _Key("window_s", 3600.0, "The window, in seconds, that max_restarts counts in."),
         _Key(
+            "min_nodes",
+            2,
+            "With no spare left, go on without the host at fault, down to this many nodes "
+            "(unset: never with fewer). The bundled trainer keeps its global batch and its "
+            "sample order; your own script only with elastic = true.",
+            active=False,
+        ),
+        _Key(
+            "elastic",
+            False,
+            "Your script can go on with fewer nodes (it reads WORLD_SIZE and keeps its global "
+            "batch itself): min_nodes applies to it too.",
+        ),
+        _Key(
             "notify",
             ["/usr/local/bin/page-me", "--team", "ml"],
             "A command run on this machine for every incident, which it reads as JSON on its "

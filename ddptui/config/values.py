@@ -297,6 +297,10 @@ def max_restarts(value: object) -> int:
     return _integer(value, 0, None, "a number of restarts ≥ 0")
 
 
+def min_nodes(value: object) -> int:
+    return _integer(value, 1, None, "a number of nodes ≥ 1")
+
+
 def command(value: object) -> tuple[str, ...]:
     """A command as its words, the program first: run as it is, with no shell to split or
     expand it, so that a word with spaces or ``$`` in it means just itself."""

@@ -41,7 +41,6 @@ DEBUG_ENV: Mapping[str, str] = {
 }
 """What ``--debug`` adds to every rank's environment."""
 
-RUN_DIR_ENV = "DDPTUI_RUN_DIR"
 STACKS_ENV = "DDPTUI_STACKS_DIR"
 """Where a rank's stack handler writes (the node agent's ``STACKS_MARK``)."""
 ATTEMPT_ENV = "DDPTUI_ATTEMPT"
@@ -344,7 +343,7 @@ def rank_environment(
             env["NCCL_SOCKET_IFNAME"] = ifname
     # Without it every rank of a CPU node spawns a thread per core and they fight for them.
     env["OMP_NUM_THREADS"] = "1"
-    env[RUN_DIR_ENV] = run_dir
+    env[layout.RUN_DIR_ENV] = run_dir
     if not job.instrument:
         env |= UNINSTRUMENTED_ENV
     env.update(host.env)

@@ -90,6 +90,15 @@ class Attachment:
         self._task = asyncio.create_task(self._read())
         return self
 
+    def over(self, item: object) -> bool:
+        """Whether ``item`` (one of :meth:`updates`) ends following the run: the latest
+        attempt's end, with no recovery to decide what comes after it."""
+        return (
+            isinstance(item, Ended)
+            and item.attempt == self.judgement.attempt
+            and not item.recovering
+        )
+
     async def close(self) -> None:
         self._closed = True
         if self._writer is not None:

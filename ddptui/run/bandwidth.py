@@ -12,8 +12,8 @@ from ddptui.check import CheckReport
 from ddptui.config import Config
 from ddptui.errors import DdptuiError
 from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
-from ddptui.layout import bench_path, workdir_of
-from ddptui.plan.launch import RUN_DIR_ENV, LaunchPlan, plan_launch
+from ddptui.layout import RUN_DIR_ENV, bench_path, workdir_of
+from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
 from ddptui.remote.programs import source

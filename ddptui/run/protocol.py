@@ -89,11 +89,13 @@ class Reply:
 @dataclass(frozen=True)
 class Ended:
     """The attempt ended and its outcome is recorded (and, after a failure, the other nodes
-    were stopped)."""
+    were stopped). ``recovering``: ``[recovery]`` decides what comes next (a resume on a spare,
+    or another ``ended`` when it gives up): a viewer goes on following."""
 
     state: RunState
     detail: str
     attempt: int
+    recovering: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ def _document(item: Message | Attach | Request) -> dict[str, Any]:
             "state": item.state.value,
             "detail": item.detail,
             "attempt": item.attempt,
+            "recovering": item.recovering,
         }
     if isinstance(item, Heartbeat):
         return {
@@ -353,7 +356,10 @@ def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
             data if isinstance(data, dict) else {},
         )
     if kind == "ended":
-        return Ended(RunState(doc["state"]), _text(doc["detail"]), _int(doc["attempt"]))
+        recovering = doc.get("recovering", False)
+        if not isinstance(recovering, bool):
+            return None
+        return Ended(RunState(doc["state"]), _text(doc["detail"]), _int(doc["attempt"]), recovering)
     if kind == "attach":
         position = doc.get("from")
         return Attach(None if position is None else _int(position), _int(doc["v"]))

@@ -26,6 +26,8 @@ HEALING = """
 mode = "resume"
 max_restarts = 3
 window_s = 600
+min_nodes = 2
+elastic = true
 notify = ["/usr/local/bin/page-me", "--team", "ml"]
 
 [[hosts]]
@@ -73,6 +75,8 @@ def test_every_recovery_key_loads_into_its_field() -> None:
         mode="resume",
         max_restarts=3,
         window_s=600.0,
+        min_nodes=2,
+        elastic=True,
         notify=("/usr/local/bin/page-me", "--team", "ml"),
     )
     assert recovery.on
@@ -121,8 +125,15 @@ def test_a_slurm_cluster_takes_every_recovery_key() -> None:
         + SLURM
     )
 
-    assert config.recovery == RecoveryConfig("resume", 2, 60.0, ("page",))
+    assert config.recovery == RecoveryConfig("resume", 2, 60.0, notify=("page",))
     assert config.spares == ()
+
+
+def test_a_run_may_go_on_with_fewer_nodes_only_when_asked() -> None:
+    assert _parse(TWO_HOSTS).recovery.min_nodes is None
+    config = _parse(_recovery("min_nodes = 1\nelastic = true"))
+
+    assert config.recovery.min_nodes == 1 and config.recovery.elastic
 
 
 @pytest.mark.parametrize(
@@ -157,8 +168,21 @@ def test_a_slurm_cluster_takes_every_recovery_key() -> None:
             '[recovery]: window_s: expected a number of seconds > 0, found "1h" (a string)',
         ),
         (
-            _recovery("min_nodes = 2"),
-            '[recovery]: unknown key "min_nodes" — did you mean "mode"?',
+            _recovery("min_nodes = 0"),
+            "[recovery]: min_nodes: expected a number of nodes ≥ 1, found 0 (an integer)",
+        ),
+        (
+            _recovery("min_nodes = 3"),
+            "[recovery]: min_nodes: 3, more than the 2 host(s) a run starts on; a run goes on "
+            "with fewer nodes, down to min_nodes",
+        ),
+        (
+            _recovery('elastic = "yes"'),
+            '[recovery]: elastic: expected true or false, found "yes" (a string)',
+        ),
+        (
+            f"[recovery]\nmin_nodes = 1\n{SLURM}",
+            "[recovery]: min_nodes: a Slurm run does not go on with fewer nodes; leave it out",
         ),
         (
             _recovery('notify = "page-me --team ml"'),
@@ -279,5 +303,7 @@ def test_json_lists_spares_after_the_run_s_nodes_without_a_node_rank() -> None:
         "mode": "resume",
         "max_restarts": 3,
         "window_s": 600.0,
+        "min_nodes": 2,
+        "elastic": True,
         "notify": ["/usr/local/bin/page-me", "--team", "ml"],
     }

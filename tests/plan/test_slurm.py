@@ -20,7 +20,6 @@ from ddptui.onhost import common, processes
 from ddptui.plan.launch import (
     ATTEMPT_ENV,
     FLIGHT_RECORDER_NAMES,
-    RUN_DIR_ENV,
     STACKS_ENV,
 )
 from ddptui.plan.slurm import PORT_BASE, PORT_SPAN, plan_batch, shell, shell_word
@@ -223,7 +222,7 @@ def test_the_names_are_those_the_probe_looks_for_in_torch_s_libraries() -> None:
 
 
 def test_the_node_script_marks_its_processes_as_the_node_agent_looks_for_them() -> None:
-    assert (RUN_DIR_ENV, ATTEMPT_ENV, STACKS_ENV) == (
+    assert (layout.RUN_DIR_ENV, ATTEMPT_ENV, STACKS_ENV) == (
         common.RUN_MARK,
         common.ATTEMPT_MARK,
         common.STACKS_MARK,

@@ -59,6 +59,7 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
         Said("asked the trainer to checkpoint and stop"),
         Reply("r1", True, "stopped", {"lines": ["a"], "clean": True}),
         Ended(RunState.FAILED, "torchrun on gpu-b exited 1", 1),
+        Ended(RunState.FAILED, "rank 1 killed", 2, recovering=True),
         Heartbeat(
             "gpu-a",
             5.0,

@@ -15,6 +15,7 @@ from typing import Any
 from tests.run.bed import (
     RUN_ID,
     Cli,
+    host_run_dir,
     run_pid,
     run_processes,
     steps_of,
@@ -70,6 +71,19 @@ def _record(cli: Cli, run_id: str) -> dict[str, Any]:
     return document
 
 
+def _ended_on_its_second_attempt(cli: Cli, run_id: str) -> dict[str, Any]:
+    ended: dict[str, Any] = wait_until(
+        "the run's second attempt ended",
+        lambda: (
+            (run := _record(cli, run_id))["state"] in ("completed", "failed")
+            and len(run["attempts"]) == 2
+            and run
+        ),
+        300,
+    )
+    return ended
+
+
 def _launched(cli: Cli, hosts_file: Path, *args: str) -> str:
     launched = cli.run("launch", str(hosts_file), "--detach", "--", *args)
     assert launched.returncode == 0, launched.stderr
@@ -92,6 +106,12 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     assert not run_processes([spare], run_id), "the spare runs nothing until it is needed"
 
     os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
+    # And the newest checkpoint damaged (a disk that filled, a copy cut short): the resume
+    # passes over it to the one before. No newer one comes: saving one takes every rank.
+    checkpoints = host_run_dir(node0, run_id) / "checkpoints"
+    newest = max(checkpoints.glob("ckpt-*.pt"))
+    with newest.open("r+b") as damaged:
+        damaged.truncate(newest.stat().st_size // 2)
     recovered = wait_until(
         "the run resumed on the spare",
         lambda: (
@@ -115,6 +135,11 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     assert incident["resumed_attempt"] == 2
     assert incident["first_step_at"] is not None and incident["checkpoint_step"] is not None
     assert incident["steps_redone"] is not None and incident["steps_redone"] >= 0
+    step = int(newest.stem.removeprefix("ckpt-"))
+    assert incident["checkpoint_step"] == step - 20, (incident, newest)
+    starts = (host_run_dir(node0, run_id) / "events" / "rank0.jsonl").read_text().splitlines()
+    (resumed,) = [start for line in starts if (start := json.loads(line)).get("resumed_from")]
+    assert [skipped["path"] for skipped in resumed["skipped_checkpoints"]] == [str(newest)]
     assert [aside["host"] for aside in done["set_aside"]] == [node1.name]
     documents = [json.loads(line) for line in told.read_text().splitlines()]
     assert [document["incident"]["number"] for document in documents] == [1]
@@ -129,6 +154,28 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
 
 def _final_losses(testbed: TestBed, hosts: list[TestHost], run_id: str) -> dict[int, float]:
     return {rank: events[-1]["loss"] for rank, events in steps_of(testbed, hosts, run_id).items()}
+
+
+def test_a_rank_stopped_on_one_node_hangs_the_run_which_is_recovered_on_the_spare(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    told = tmp_path / "told.jsonl"
+    hosts_file = _recovering_hosts_file(testbed, tmp_path, told, job={"hang_timeout_s": 10})
+    node0, node1, node2, spare = testbed.hosts[:4]
+    run_id = _launched(cli, hosts_file, "--max-steps", "120", "--checkpoint-every", "20")
+    wait_for_step(testbed, [node0, node1, node2], run_id, 30)
+
+    # SIGSTOP: the rank holds every other up in its next collective, and never says why.
+    os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGSTOP)
+    done = _ended_on_its_second_attempt(cli, run_id)
+    assert done["state"] == "completed", done
+    (incident,) = done["incidents"]
+    assert incident["blamed"] == [node1.name], incident
+    assert incident["cause"].startswith("hung: no step for"), incident
+    assert f"rank 1 on {node1.name}: its process is stopped" in incident["why"]
+    assert incident["action"] == f"resuming on {spare.name} in place of {node1.name}"
+    assert [node["host"] for node in done["nodes"]] == [node0.name, spare.name, node2.name]
+    assert not run_processes(testbed.hosts[:4], run_id)
 
 
 def test_a_fault_in_the_code_is_no_node_s_and_is_not_recovered(
@@ -151,6 +198,80 @@ def test_a_fault_in_the_code_is_no_node_s_and_is_not_recovered(
     assert len(done["attempts"]) == 1, done
     (incident,) = done["incidents"]
     assert incident["blamed"] == []
-    assert incident["action"].startswith("not recovered: no host is to blame"), incident
+    assert incident["action"].startswith("not recovered: your code raised "), incident
+    assert "RuntimeError: a bug at step 10, on every rank" in incident["action"], incident
+    assert incident["action"].endswith("no host is to blame, and it would fail the same on any")
     assert done["set_aside"] == []
     assert not run_processes(testbed.hosts[:4], run_id)
+
+
+def test_with_no_spare_left_the_run_goes_on_with_fewer_nodes_seeing_each_sample_once(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    node0, node1, node2 = testbed.hosts[:3]
+    hosts_file = write_hosts(testbed, tmp_path, [node0, node1, node2])
+    hosts_file.write_text(hosts_file.read_text() + '\n[recovery]\nmode = "resume"\nmin_nodes = 2\n')
+    # Three epochs of 42 steps (2,048 samples, a global batch of 3 × 16): the fault lands in
+    # one, past a checkpoint that is not at an epoch's end.
+    steps = ("--max-steps", "126", "--checkpoint-every", "10", "--log-samples")
+    run_id = _launched(cli, hosts_file, *steps)
+    wait_for_step(testbed, [node0, node1, node2], run_id, 12)
+
+    os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
+    done = _ended_on_its_second_attempt(cli, run_id)
+    assert done["state"] == "completed", done
+    assert [(node["host"], node["node_rank"]) for node in done["nodes"]] == [
+        (node0.name, 0),
+        (node2.name, 1),
+    ]
+    (incident,) = done["incidents"]
+    assert incident["blamed"] == [node1.name], incident
+    assert incident["action"] == f"resuming on 2 node(s), without {node1.name}"
+    assert [aside["host"] for aside in done["set_aside"]] == [node1.name]
+
+    first, resumed = _attempts(testbed, [node0, node1, node2], run_id)
+    assert resumed["start"][0]["global_batch"] == first["start"][0]["global_batch"] == 48
+    since = resumed["start"][0]["start_step"]
+    kept = [step for step in first["steps"] if step["step"] <= since] + resumed["steps"]
+    for epoch in (0, 1, 2):
+        seen = [index for step in kept if step["epoch"] == epoch for index in step["samples"]]
+        assert len(seen) == len(set(seen)) == 42 * 48, f"epoch {epoch}"
+    by_step: dict[int, list[int]] = {}
+    for step in kept:
+        by_step.setdefault(step["step"], []).extend(step["samples"])
+    assert sorted(by_step) == list(range(1, 127))
+    assert {len(samples) for samples in by_step.values()} == {48}
+    # The loss goes on from where the checkpoint left it (the trainer's own tests pin the
+    # steps after it to the fault-free ones).
+    before = _losses(first, since)
+    after = _losses(resumed, since + 1)
+    assert len(before) == 3 and len(after) == 2
+    assert sum(before) / 3 / 3 < sum(after) / 2 < sum(before) / 3 * 3, (before, after)
+    assert sum(_losses(resumed, 126)) < sum(_losses(first, 1)) / 10
+    assert not run_processes(testbed.hosts[:3], run_id)
+
+
+def _attempts(
+    testbed: TestBed, hosts: list[TestHost], run_id: str
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """The start and step events of a run's two attempts, every host's, in one list each (a
+    host's events of one rank may be another's in the next attempt: told by the start)."""
+    attempts: list[dict[str, list[dict[str, Any]]]] = [
+        {"start": [], "steps": []},
+        {"start": [], "steps": []},
+    ]
+    for host in hosts:
+        for path in (host_run_dir(host, run_id) / "events").glob("rank*.jsonl"):
+            attempt = 0
+            for line in path.read_text().splitlines():
+                event = json.loads(line)
+                if event["type"] == "start":
+                    attempt = 0 if event["resumed_from"] is None else 1
+                    attempts[attempt]["start"].append(event)
+                elif event["type"] == "step":
+                    attempts[attempt]["steps"].append(event)
+    return attempts[0], attempts[1]
+
+
+def _losses(attempt: dict[str, list[dict[str, Any]]], number: int) -> list[float]:
+    return [step["loss"] for step in attempt["steps"] if step["step"] == number]

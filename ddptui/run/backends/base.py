@@ -146,9 +146,12 @@ class RunBackend(abc.ABC):
         """Start attempt ``number`` (a resume's, from its checkpoint): recorded through the
         owner as it goes; what failed, or None once it runs."""
 
-    async def replace(self, swaps: Mapping[str, str]) -> StartFailed | None:
+    async def replace(
+        self, swaps: Mapping[str, str], without: Collection[str] = ()
+    ) -> StartFailed | None:
         """Before a recovery's resume: put each spare (a value of ``swaps``) in the place of the
-        host it replaces (its key) in the record, node ranks kept, with the run's code on it;
+        host it replaces (its key) in the record, node ranks kept, with the run's code on it,
+        and leave the hosts of ``without`` out (the nodes after them move up a node rank);
         what failed, or None. A scheduler chooses its job's nodes itself: not here."""
         return StartFailed(
             f"cannot recover on a spare: {type(self).__name__} runs on the nodes its scheduler "

@@ -160,6 +160,8 @@ class RunModel:
             owned={node.node_rank: record.ranks_of(node) for node in record.nodes},
         )
         self.nodes: dict[str, NodeState] = {}
+        self.progress.world_size = record.world_size
+        self.progress.keep_only(range(record.world_size))
         for node in record.nodes:
             ranks = record.ranks_of(node)
             self.nodes[node.host] = NodeState(

@@ -276,7 +276,16 @@ class RunProgress:
         if known is None and len(self._ranks) < MAX_RANKS:
             known = self._ranks[rank] = RankProgress(rank, node_rank, local_rank, host)
             known.losses = deque(maxlen=loss_points(self.world_size))
+        elif known is not None:
+            # A recovery's attempt may run the rank on a spare, or on another node when the
+            # run goes on with fewer.
+            known.host, known.node_rank, known.local_rank = host, node_rank, local_rank
         return known
+
+    def keep_only(self, ranks: range) -> None:
+        """Forget the ranks outside ``ranks``: a run resumed on fewer nodes has no others."""
+        for rank in [rank for rank in self._ranks if rank not in ranks]:
+            del self._ranks[rank]
 
     def process_running(self, rank: int) -> None:
         """A process of ``rank`` runs in this attempt: the rank runs, whether or not it writes

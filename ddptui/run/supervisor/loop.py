@@ -316,6 +316,7 @@ class Supervisor(RunOwner):
         last = max(
             (rank.step for rank in model.progress.ranks if rank.step is not None), default=None
         )
+        raised = recovery.code_fault(model, last) if recovering and found is None else None
         if verdict.state is RunState.FAILED:
             nodes = model.nodes
             silent = {name for name, node in nodes.items() if node.silent}
@@ -329,16 +330,22 @@ class Supervisor(RunOwner):
                 self.note(kept)
         self.doing("taking the nodes' last lines")
         await self.following.end()
-        self.ended()
+        self.ended(recovering=recovering)
         if recovering:
-            await self._recover(verdict.detail, found, last)
+            await self._recover(verdict.detail, found, last, raised)
 
-    async def _recover(self, cause: str, found: recovery.Blame | None, last: int | None) -> None:
+    async def _recover(
+        self,
+        cause: str,
+        found: recovery.Blame | None,
+        last: int | None,
+        raised: str | None = None,
+    ) -> None:
         """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``);
         either way an incident of the run, and ``notify`` told."""
         self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
         now, record = self._wall(), self.record
-        decision = recovery.decide(self.config, record, found, now, last)
+        decision = recovery.decide(self.config, record, found, now, last, raised)
         incident = Incident(
             number=record.incidents[-1].number + 1 if record.incidents else 1,
             attempt=record.attempt.number,
@@ -352,20 +359,23 @@ class Supervisor(RunOwner):
             incident.action = f"not recovered: {decision.why}"
             self.change(lambda record: record.incidents.append(incident))
             self.note(incident.action)
+            self.say(incident.action)
             self.notify_incident(incident.number)
             self.phases.move(Phase.IDLE, "recovery gave up")
+            self.tell_ended()
             return
         incident.action = f"resuming on {decision.words}"
         why = incident.why
 
         def set_aside(record: RunRecord) -> None:
             record.incidents.append(incident)
-            record.set_aside.extend(SetAside(host, why, now) for host in decision.swaps)
+            aside = (*decision.swaps, *decision.without)
+            record.set_aside.extend(SetAside(host, why, now) for host in aside)
 
         self.change(set_aside)
         self.say(f"recovering from {cause}: {incident.action}")
         self.notify_incident(incident.number)
-        failed = await self.backend.replace(decision.swaps)
+        failed = await self.backend.replace(decision.swaps, decision.without)
         if failed is None:
             await self._start(Resume())
         resumed = self.phases.now is Phase.RUNNING
@@ -380,6 +390,8 @@ class Supervisor(RunOwner):
                 entry.action += f"; not resumed: {failed.message if failed else record.detail}"
 
         self.change(outcome)
+        if not resumed:
+            self.tell_ended()
 
     async def _nodes_ended(self, job: NodesEnded) -> None:
         verdict = await self.backend.ending(job)
@@ -406,13 +418,17 @@ class Supervisor(RunOwner):
         if self.record.state is not RunState.HUNG or hang is None:
             return
         summary = hang.summary(self._wall())
-        why = f"hung ({summary}): stopping, as on_hang says"
+        found = recovery.blame_hang(hang) if self.config.recovery.on else None
+        said = "recovery blames a host" if found is not None else "on_hang says"
+        why = f"hung ({summary}): stopping, as {said}"
         self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
         report = await self.backend.terminate()
         self.end_attempt(RunState.FAILED, evidence.hung_words(hang, summary, self.hang_stacks))
         self.note(*report.lines())
         await self.following.end()
-        self.ended()
+        self.ended(recovering=self.config.recovery.on)
+        if self.config.recovery.on:
+            await self._recover(f"hung: {summary}", found, hang.step)
 
     # --- judging ---------------------------------------------------------------------------
 
@@ -454,8 +470,10 @@ class Supervisor(RunOwner):
                         lambda record: record.transition(RunState.HUNG, summary, now=self._wall())
                     )
                     self.enqueue(DumpHang())
-                if stop:
-                    self.phases.move(Phase.STOPPING, 'hung, and on_hang = "stop"')
+                heals = self.config.recovery.on and recovery.blame_hang(hang) is not None
+                if stop or heals:
+                    why = 'on_hang = "stop"' if stop else "recovery blames a host"
+                    self.phases.move(Phase.STOPPING, f"hung, and {why}")
                     self.enqueue(StopHang())
             case judging.SteppingAgain():
                 self.hang = None

@@ -126,17 +126,20 @@ class RunOwner:
         self.change(lambda record: record.end_attempt(state, detail, self._wall()))
         log.info("attempt %d %s: %s", self.judgement.attempt, state.value, detail)
 
-    def ended(self) -> None:
+    def ended(self, *, recovering: bool = False) -> None:
         """Tell viewers the attempt's end is recorded and dealt with (the others stopped after
-        a failure): following it is over."""
+        a failure): following it is over, unless ``recovering`` (recovery decides next)."""
         self.doing("")
         self.phases.move(Phase.IDLE, f"attempt {self.judgement.attempt} {self.record.state.value}")
         if self.following.followed is not None:
             self.following.followed.conclude(self.record.state)
+        self.tell_ended(recovering=recovering)
+
+    def tell_ended(self, *, recovering: bool = False) -> None:
+        """Tell viewers how the latest attempt ended, as recorded."""
         record = self.record
-        self.audience.broadcast(
-            protocol.message(Ended(record.state, record.detail, self.judgement.attempt))
-        )
+        ended = Ended(record.state, record.detail, self.judgement.attempt, recovering)
+        self.audience.broadcast(protocol.message(ended))
 
     def notify_incident(self, number: int) -> None:
         """Tell ``[recovery] notify`` of incident ``number`` in the background: recovery never

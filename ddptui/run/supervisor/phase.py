@@ -30,8 +30,9 @@ everyone; the phase says what its supervisor may do next, and is known to it alo
 - **STOPPING**: a stop, a kill or ``on_hang = "stop"`` is ending the attempt: exits are the
   stop's doing, not failures, and nothing is judged.
 - **RECOVERING**: an attempt failed with ``[recovery] mode = "resume"``: the host at fault is
-  found, set aside and replaced by a spare (then STARTING, the resume), or recovery gives up,
-  saying why (then IDLE) (:mod:`ddptui.run.supervisor.recovery`).
+  found, set aside and replaced by a spare or left out (fewer nodes, down to ``min_nodes``)
+  (then STARTING, the resume), or recovery gives up, saying why (then IDLE)
+  (:mod:`ddptui.run.supervisor.recovery`).
 
 Every attempt's end is recorded by :meth:`~ddptui.run.supervisor.owning.RunOwner.ended`,
 which moves the phase back to IDLE: "why did my run end?" is the attempt's detail, written

@@ -7,7 +7,7 @@ CUDA out-of-memory on a model that does not fit, a peer's "remote process exited
 same on any host, and resuming on another would fail again. Only what a host did blames it:
 its processes gone without an exit status, it stopped answering, a rank or its torchrun
 killed by a signal (SIGKILL: the OOM killer, or a person), an NCCL system or CUDA error (the
-host's network or GPU).
+host's network or GPU), a hang held up by a rank whose process is stopped.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddptui.config import Config
-from ddptui.run.diagnose import Category
+from ddptui.run.diagnose import MAX_RANKS_PER_GROUP, Category
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.state import Verdict
+from ddptui.run.following.state import Hang, Verdict
 from ddptui.run.record import RunRecord
+from ddptui.untrusted import plain
 
 HOST_FAULTS = frozenset(
     {Category.KILLED_BY_SIGNAL, Category.NCCL_SYSTEM_ERROR, Category.NCCL_CUDA_ERROR}
@@ -55,6 +56,24 @@ def blame(verdict: Verdict, model: RunModel) -> Blame | None:
     return None
 
 
+def code_fault(model: RunModel, last: int | None) -> str | None:
+    """What the job's code raised, said for a person, when every rank of the attempt raised
+    the same (the first of the attempt's failures, and of its own): it would follow the job to
+    any host. None otherwise."""
+    diagnoses = model.diagnoser.diagnoses()
+    if not diagnoses:
+        return None
+    first = diagnoses[0]
+    world = model.record.world_size
+    if first.category in HOST_FAULTS or first.category.role != "root":
+        return None
+    if len(first.ranks) < min(world, MAX_RANKS_PER_GROUP):
+        return None
+    raised = plain(first.example, limit=200, one_line=True)
+    at = f" after step {last}" if last is not None else ""
+    return f"your code raised {raised}{at} on every rank"
+
+
 def not_set_aside(record: RunRecord, hosts: tuple[str, ...]) -> str | None:
     """Why ``hosts`` cannot be taken back into ``record``'s run, or None when each was set
     aside by its recovery."""
@@ -69,15 +88,47 @@ def not_set_aside(record: RunRecord, hosts: tuple[str, ...]) -> str | None:
     )
 
 
+HOST_STATES = {"T": "stopped", "t": "stopped by a debugger"}
+"""A hung rank's process states that blame its host: a stopped process runs none of the job's
+code, and never goes on by itself. Uninterruptible I/O (``D``) is left out: seen once, it is as
+often a page fault on a loaded host as a dead mount, and a false recovery costs a host. A rank
+that spins or sleeps in the code is the code's to explain (or a peer's), and blames nothing."""
+
+
+def blame_hang(hang: Hang) -> Blame | None:
+    """The hosts of the ranks that hold ``hang`` up by what their host did (their process
+    stopped); None when none does (every rank waits alike, or one runs the
+    job's own code: a person should look, with the stacks ``ddptui dump`` kept)."""
+    held = [
+        (rank, HOST_STATES[rank.process])
+        for rank in hang.odd
+        if rank.process is not None and rank.process in HOST_STATES
+    ]
+    if not held:
+        return None
+    hosts = tuple(dict.fromkeys(rank.host for rank, _ in held))
+    why = "; ".join(
+        f"rank {rank.rank} on {rank.host}: its process is {state}" for rank, state in held
+    )
+    return Blame(hosts, f"the run hung: {why}")
+
+
 @dataclass(frozen=True)
 class Replace:
-    """Resume with each blamed host (key) replaced by a spare (value), node ranks kept."""
+    """Resume with each blamed host (key) replaced by a spare (value), node ranks kept, and
+    without the hosts of ``without`` (no spare left for them): the nodes after them move up."""
 
     swaps: Mapping[str, str]
+    without: tuple[str, ...] = ()
+    nodes: int = 0
+    """The run's nodes after the recovery (said when it goes on with fewer)."""
 
     @property
     def words(self) -> str:
-        return ", ".join(f"{spare} in place of {host}" for host, spare in self.swaps.items())
+        said = [f"{spare} in place of {host}" for host, spare in self.swaps.items()]
+        if self.without:
+            said.append(f"{self.nodes} node(s), without {', '.join(self.without)}")
+        return ", ".join(said)
 
 
 @dataclass(frozen=True)
@@ -88,18 +139,27 @@ class GiveUp:
 
 
 def decide(
-    config: Config, record: RunRecord, found: Blame | None, now: float, last: int | None = None
+    config: Config,
+    record: RunRecord,
+    found: Blame | None,
+    now: float,
+    last: int | None = None,
+    raised: str | None = None,
 ) -> Replace | GiveUp:
     """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame,
-    ``last`` the last step a rank made.
+    ``last`` the last step a rank made, ``raised`` what :func:`code_fault` says of it.
 
     In order: a fault in the code is given up at once (resuming would repeat it), and so is one
     that comes back at the step the attempt a recovery started failed at (it follows the job
     from host to host: a leak that runs out of memory there, say); past
     ``max_restarts`` in ``window_s`` it is given up (a run that keeps failing needs a person);
     node 0 holds the bundled trainer's checkpoints, so losing it is given up too; else each
-    blamed host takes the first spare this run has not used or set aside."""
+    blamed host takes the first spare this run has not used or set aside, and with none left
+    the run goes on without it down to ``min_nodes`` (the bundled trainer keeps its global
+    batch; a script only when ``elastic``)."""
     recovery = config.recovery
+    if found is None and raised is not None:
+        return GiveUp(f"{raised}: no host is to blame, and it would fail the same on any")
     if found is None:
         return GiveUp("no host is to blame: the fault is in the job's code or its data")
     latest = record.incidents[-1] if record.incidents else None
@@ -124,9 +184,25 @@ def decide(
         return GiveUp(f"node 0 ({head}) holds the checkpoints, and it is the host at fault")
     used = {node.host for node in record.nodes} | {aside.host for aside in record.set_aside}
     free = [spare.name for spare in config.spares if spare.name not in used]
-    if len(free) < len(found.hosts):
+    swaps = dict(zip(found.hosts, free, strict=False))
+    short = tuple(host for host in found.hosts if host not in swaps)
+    if not short:
+        return Replace(swaps)
+    fewer = len(record.nodes) - len(short)
+    no_spare = (
+        f"no spare host left to replace {', '.join(short)} "
+        f"({len(config.spares)} spare(s) in the hosts file, every one used or set aside)"
+    )
+    if recovery.min_nodes is None:
+        return GiveUp(f"{no_spare}; add a spare, or set [recovery] min_nodes to go on with fewer")
+    if record.entry != "trainer" and not recovery.elastic:
         return GiveUp(
-            f"no spare host left to replace {', '.join(found.hosts)} "
-            f"({len(config.spares)} spare(s) in the hosts file, every one used or set aside)"
+            f"{no_spare}; your script goes on with fewer nodes only with [recovery] "
+            "elastic = true (it must keep its global batch itself)"
         )
-    return Replace(dict(zip(found.hosts, free, strict=False)))
+    if fewer < recovery.min_nodes:
+        return GiveUp(
+            f"{no_spare}, and {fewer} node(s) would be fewer than [recovery] min_nodes "
+            f"({recovery.min_nodes})"
+        )
+    return Replace(swaps, short, fewer)

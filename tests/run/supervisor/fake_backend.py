@@ -70,6 +70,7 @@ class FakeHost:
     offset: int = 0
     silent: bool = False
     attempt: int = 0
+    world_size: int = 4
 
     def _line(self, path: str, text: str) -> None:
         self.offset += len(text) + 1
@@ -78,7 +79,9 @@ class FakeHost:
     def _event(self, kind: str, rank: int, **fields: object) -> None:
         local = rank - 2 * self.node_rank
         document = {"v": 1, "type": kind, "rank": rank, "local_rank": local}
-        document.update({"node_rank": self.node_rank, "world_size": 4, "time": time.time()})
+        document.update(
+            {"node_rank": self.node_rank, "world_size": self.world_size, "time": time.time()}
+        )
         self._line(f"events/rank{rank}.jsonl", json.dumps({**document, **fields}))
 
     def start(self, attempt: int, step: int = 0) -> None:
@@ -161,18 +164,29 @@ class FakeBackend(RunBackend):
         self.owner.attempt_running("every node started")
         return self.fail_running
 
-    async def replace(self, swaps: Mapping[str, str]) -> StartFailed | None:
-        self.asked.append(f"replace {dict(swaps)}")
+    async def replace(
+        self, swaps: Mapping[str, str], without: Collection[str] = ()
+    ) -> StartFailed | None:
+        self.asked.append(
+            f"replace {dict(swaps)}" + (f" without {sorted(without)}" if without else "")
+        )
 
         def placed(record: RunRecord) -> None:
+            kept = [node for node in record.nodes if node.host not in without]
             record.nodes = [
-                dataclasses.replace(node, host=swaps.get(node.host, node.host))
-                for node in record.nodes
+                dataclasses.replace(node, host=swaps.get(node.host, node.host), node_rank=rank)
+                for rank, node in enumerate(kept)
             ]
+            record.world_size = sum(node.nproc for node in record.nodes)
 
         self.owner.change(placed)
+        for host in without:
+            del self.hosts[host]
         for host, spare in swaps.items():
             self.hosts[spare] = FakeHost(spare, self.hosts.pop(host).node_rank)
+        for node in self.owner.record.nodes:
+            self.hosts[node.host].node_rank = node.node_rank
+            self.hosts[node.host].world_size = self.owner.record.world_size
         return None
 
     async def stop(self, *, kill: bool, graceful: bool) -> StopReport:

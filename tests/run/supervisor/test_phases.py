@@ -8,6 +8,7 @@ told. Together they walk every move of :data:`~ddptui.run.supervisor.phase.MOVES
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -154,10 +155,13 @@ async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
     tmp_path: Path,
 ) -> list[tuple[str, str]]:
     bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
-    await _launched(bed)
+    viewer = await _launched(bed)
     for host in bed.backend.hosts.values():
         host.step(1)
     bed.backend.hosts["b"].cut()
+    # Viewers are told the attempt ended with recovery to decide: they go on following.
+    ended = await viewer.until(lambda item: isinstance(item, Ended))
+    assert ended == Ended(RunState.FAILED, bed.record.attempts[0].detail, 1, recovering=True)
     await bed.until(lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING)
     record = bed.record
     assert [node.host for node in record.nodes] == ["a", "c"]
@@ -189,15 +193,54 @@ async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
     return bed.moves
 
 
+@scenario(
+    *((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
+    *((IDL, REC), (REC, STA), (STA, RUN), (RUN, CON), (CON, IDL)),
+)
+async def with_no_spare_left_a_lost_host_s_run_goes_on_with_fewer_nodes(
+    tmp_path: Path,
+) -> list[tuple[str, str]]:
+    healing = config(recovery=RecoveryConfig(mode="resume", min_nodes=1))
+    store = RunStore(tmp_path / "runs")
+    record = new_record(store, attempts=0, state=RunState.STAGING)
+    bed = Bed(store.root, record, dataclasses.replace(healing, hosts=healing.ordered_hosts))
+    await _launched(bed)
+    for host in bed.backend.hosts.values():
+        host.step(1)
+    bed.backend.hosts["b"].cut()
+    await bed.until(lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING)
+    record = bed.record
+    assert [(node.host, node.node_rank) for node in record.nodes] == [("a", 0)]
+    assert record.world_size == 2
+    (incident,) = record.incidents
+    assert incident.action == "resuming on 1 node(s), without b", incident
+    assert [aside.host for aside in record.set_aside] == ["b"]
+    assert "replace {} without ['b']" in bed.backend.asked
+    # The ranks b ran are gone from the run: none is waited for, none judged as not started.
+    assert [rank.rank for rank in bed.supervisor.following.model.progress.ranks] == [0, 1]
+    bed.backend.hosts["a"].step(2)
+    bed.backend.hosts["a"].exit(0)
+    await bed.finish()
+    assert bed.record.state is RunState.COMPLETED
+    return bed.moves
+
+
 @scenario((IDL, STA), (STA, RUN), (RUN, CON), (CON, IDL), (IDL, REC), (REC, IDL))
 async def a_failure_no_host_is_blamed_for_is_not_recovered(
     tmp_path: Path,
 ) -> list[tuple[str, str]]:
     bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
-    await _launched(bed)
+    viewer = await _launched(bed)
     bed.backend.hosts["b"].exit(1)
     bed.clock.jump(5.0)
     await bed.until(lambda: bool(bed.record.incidents))
+    # Recovery gave up: a last word for viewers, and following is over.
+    final = await viewer.until(lambda item: isinstance(item, Ended) and not item.recovering)
+    first, last = [item for item in viewer.told if isinstance(item, Ended)]
+    assert first == Ended(RunState.FAILED, "torchrun on b (node 1) exited 1", 1, recovering=True)
+    assert last is final and final.detail == "torchrun on b (node 1) exited 1"
+    said = [item.line for item in viewer.told if isinstance(item, Said)]
+    assert any(line.startswith("not recovered: no host is to blame") for line in said), said
     await bed.finish()
     record = bed.record
     assert record.state is RunState.FAILED and len(record.attempts) == 1
@@ -467,5 +510,35 @@ def test_a_notify_that_hangs_does_not_hold_the_recovery_up(tmp_path: Path) -> No
         for host in bed.backend.hosts.values():
             host.exit(0)
         await bed.finish()
+
+    asyncio.run(scenario())
+
+
+def test_two_faults_with_max_restarts_1_fail_the_run_listing_both(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume", max_restarts=1))
+        await _launched(bed)
+        for host in bed.backend.hosts.values():
+            host.step(1)
+        bed.backend.hosts["b"].cut()
+        await bed.until(
+            lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING
+        )
+        for host in bed.backend.hosts.values():
+            host.step(2)
+        bed.backend.hosts["c"].cut()
+        await bed.until(lambda: len(bed.record.incidents) == 2)
+        await bed.finish()
+        record = bed.record
+        assert record.state is RunState.FAILED and len(record.attempts) == 2
+        first, second = record.incidents
+        assert (first.blamed, first.resumed_attempt) == (("b",), 2)
+        assert second.blamed == ("c",) and second.resumed_attempt is None
+        assert second.action == (
+            "not recovered: 1 restart(s) in the last 3600 s, as many as [recovery] "
+            "max_restarts allows"
+        )
+        # The host at fault the second time is not set aside: nothing took its place.
+        assert [aside.host for aside in record.set_aside] == ["b"]
 
     asyncio.run(scenario())

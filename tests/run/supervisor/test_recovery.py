@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from ddptui.config.model import HostConfig, RecoveryConfig
+from ddptui.run.following.state import Hang, RankAtHang
 from ddptui.run.record import Incident, RunRecord, SetAside
-from ddptui.run.supervisor.recovery import Blame, GiveUp, Replace, decide
+from ddptui.run.supervisor.recovery import Blame, GiveUp, Replace, blame_hang, decide
 from tests.run.bed import two_host_record
 from tests.run.supervisor.fake_backend import config
 
@@ -45,6 +46,10 @@ def test_no_host_to_blame_no_spare_left_or_node_0_at_fault_is_given_up_saying_wh
     assert decide(on, record, None, NOW) == GiveUp(
         "no host is to blame: the fault is in the job's code or its data"
     )
+    raised = "your code raised ValueError: bad batch after step 30 on every rank"
+    assert decide(on, record, None, NOW, 30, raised) == GiveUp(
+        f"{raised}: no host is to blame, and it would fail the same on any"
+    )
     assert decide(on, record, Blame(("a",), "killed"), NOW) == GiveUp(
         "node 0 (a) holds the checkpoints, and it is the host at fault"
     )
@@ -78,3 +83,55 @@ def test_a_failure_that_comes_back_at_the_same_step_after_a_recovery_is_the_job_
         "follows the job, not a host"
     )
     assert decide(on, record, LOST_B, NOW, last=55) == Replace({"b": "c"})
+
+
+def test_with_no_spare_left_the_run_goes_on_with_fewer_nodes_only_as_allowed() -> None:
+    record = _record()
+    record.nodes.append(dataclasses.replace(record.nodes[1], host="x", node_rank=2))
+    no_spare = config(recovery=RecoveryConfig(mode="resume", min_nodes=2))
+    no_spare = dataclasses.replace(no_spare, hosts=no_spare.ordered_hosts)
+    assert decide(no_spare, record, LOST_B, NOW) == Replace({}, ("b",), 2)
+    assert Replace({}, ("b",), 2).words == "2 node(s), without b"
+    # Never below min_nodes; never without it set; a script only when it says it can.
+    both = decide(no_spare, record, Blame(("b", "x"), "lost"), NOW)
+    assert isinstance(both, GiveUp) and both.why.endswith(
+        "and 1 node(s) would be fewer than [recovery] min_nodes (2)"
+    ), both
+    unset = dataclasses.replace(no_spare, recovery=RecoveryConfig(mode="resume"))
+    refused = decide(unset, record, LOST_B, NOW)
+    assert isinstance(refused, GiveUp) and refused.why.endswith(
+        "add a spare, or set [recovery] min_nodes to go on with fewer"
+    ), refused
+    record.entry = "script"
+    refused = decide(no_spare, record, LOST_B, NOW)
+    assert isinstance(refused, GiveUp) and "only with [recovery] elastic = true" in refused.why
+    elastic = RecoveryConfig(mode="resume", min_nodes=2, elastic=True)
+    assert decide(dataclasses.replace(no_spare, recovery=elastic), record, LOST_B, NOW) == (
+        Replace({}, ("b",), 2)
+    )
+
+
+def test_a_spare_for_one_blamed_host_and_fewer_nodes_for_the_other() -> None:
+    record = _record()
+    record.nodes.append(dataclasses.replace(record.nodes[1], host="x", node_rank=2))
+    on = config(recovery=RecoveryConfig(mode="resume", min_nodes=2))
+    decided = decide(on, record, Blame(("b", "x"), "lost"), NOW)
+    assert decided == Replace({"b": "c"}, ("x",), 2)
+    assert decided.words == "c in place of b, 2 node(s), without x"
+
+
+def _at(rank: int, host: str, process: str | None, why: str | None) -> RankAtHang:
+    return RankAtHang(rank, host, 40, process, 0.0 if process != "R" else 100.0, why)
+
+
+def test_a_hang_blames_the_hosts_of_stopped_ranks_and_nothing_else() -> None:
+    waiting = _at(0, "a", "S", None)
+    stopped = _at(1, "b", "T", "its process is stopped")
+    blamed = blame_hang(Hang(NOW, 20.0, 40, (waiting, stopped)))
+    assert blamed == Blame(("b",), "the run hung: rank 1 on b: its process is stopped")
+    # Once in I/O is as often a page fault under load as a dead mount; every rank waiting
+    # alike, or one spinning in the job's own code: a person should look.
+    assert blame_hang(Hang(NOW, 20.0, 40, (waiting, _at(1, "b", "D", "in I/O")))) is None
+    assert blame_hang(Hang(NOW, 20.0, 40, (waiting, _at(1, "b", "S", None)))) is None
+    spinning = _at(1, "b", "R", "it runs at 100% CPU while the others wait")
+    assert blame_hang(Hang(NOW, 20.0, 40, (waiting, spinning))) is None

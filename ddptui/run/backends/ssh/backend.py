@@ -66,15 +66,18 @@ class SshBackend(RunBackend):
         owner.attempt_running("every node started")
         return None
 
-    async def replace(self, swaps: Mapping[str, str]) -> StartFailed | None:
+    async def replace(
+        self, swaps: Mapping[str, str], without: Collection[str] = ()
+    ) -> StartFailed | None:
         owner = self.owner
         try:
-            nodes = await spares.replaced_nodes(self.config, owner.record, swaps)
+            nodes = await spares.replaced_nodes(self.config, owner.record, swaps, without)
         except LaunchError as error:
             return StartFailed(f"cannot recover on a spare: {error}")
 
         def placed(record: RunRecord) -> None:
             record.nodes = nodes
+            record.world_size = sum(node.nproc for node in nodes)
 
         owner.change(placed)
         # The transport reaches the nodes the record names: the spare's now, not the host's.

@@ -1,17 +1,18 @@
 """A failed run's hosts replaced by spares before the recovery's resume: the run's hosts,
 each spare in the place of the host it replaces, checked again; the spare's part planned as
 a launch would plan it (its own GPUs, interface and workdir), node ranks kept; the others'
-parts as they were."""
+parts as they were. A host with no spare left is left out: the nodes after it move up a node
+rank, and every node's torchrun is told the new count (its directory stays where it was)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ddptui.check.run import check_cluster
 from ddptui.config.model import Config
 from ddptui.health import Severity
-from ddptui.plan.launch import DEBUG_ENV, PlanError, plan_launch
+from ddptui.plan.launch import DEBUG_ENV, PlanError, plan_launch, torchrun_flag
 from ddptui.run.backends.ssh.launcher import LaunchError, node_record
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.untrusted import plain
@@ -20,11 +21,13 @@ ERRORS_SAID = 3
 """Errors of the spare's check said in the attempt's detail; the rest are counted."""
 
 
-def with_spares(config: Config, record: RunRecord, swaps: Mapping[str, str]) -> Config:
+def with_spares(
+    config: Config, record: RunRecord, swaps: Mapping[str, str], without: Collection[str] = ()
+) -> Config:
     """``config`` holding the run's hosts alone, in node-rank order, each spare of ``swaps`` (a
-    host → its spare) in the place of the host it replaces: what the check and the plan of
-    the run's nodes after the recovery take."""
-    names = [swaps.get(node.host, node.host) for node in record.nodes]
+    host → its spare) in the place of the host it replaces and those of ``without`` left out:
+    what the check and the plan of the run's nodes after the recovery take."""
+    names = [swaps.get(node.host, node.host) for node in record.nodes if node.host not in without]
     hosts = tuple(
         dataclasses.replace(config.host(name), rank0=index == 0, spare=False)
         for index, name in enumerate(names)
@@ -33,12 +36,13 @@ def with_spares(config: Config, record: RunRecord, swaps: Mapping[str, str]) -> 
 
 
 async def replaced_nodes(
-    config: Config, record: RunRecord, swaps: Mapping[str, str]
+    config: Config, record: RunRecord, swaps: Mapping[str, str], without: Collection[str] = ()
 ) -> list[NodeRecord]:
-    """The run's nodes with each host of ``swaps`` replaced by its spare; :class:`LaunchError`
-    when the check of the new set finds errors or the spare's part cannot be planned as the
-    host's was (another number of ranks would change the world size)."""
-    checked = with_spares(config, record, swaps)
+    """The run's nodes with each host of ``swaps`` replaced by its spare and those of
+    ``without`` left out; :class:`LaunchError` when the check of the new set finds errors or the
+    spare's part cannot be planned as the host's was (another number of ranks would change the
+    world size)."""
+    checked = with_spares(config, record, swaps, without)
     report = await check_cluster(checked)
     errors = [finding for finding in report.findings if finding.severity is Severity.ERROR]
     if errors:
@@ -53,11 +57,12 @@ async def replaced_nodes(
         plan = plan_launch(checked, report.checks, run_id=record.id, extra_args=extra, debug=debug)
     except PlanError as error:
         raise LaunchError(f"cannot plan the spare's part: {error}") from None
+    kept = [node for node in record.nodes if node.host not in without]
     nodes = []
-    for node in record.nodes:
+    for node_rank, node in enumerate(kept):
         spare = swaps.get(node.host)
         if spare is None:
-            nodes.append(node)
+            nodes.append(renumbered(node, node_rank, len(kept)) if without else node)
             continue
         planned = node_record(plan.node(spare), report)
         if planned.nproc != node.nproc:
@@ -67,3 +72,10 @@ async def replaced_nodes(
             )
         nodes.append(planned)
     return nodes
+
+
+def renumbered(node: NodeRecord, node_rank: int, nnodes: int) -> NodeRecord:
+    """``node`` as node ``node_rank`` of ``nnodes``: its torchrun told so."""
+    argv = torchrun_flag(node.argv, "--nnodes", str(nnodes))
+    argv = torchrun_flag(argv, "--node-rank", str(node_rank))
+    return dataclasses.replace(node, node_rank=node_rank, argv=argv)
