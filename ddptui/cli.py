@@ -180,6 +180,14 @@ def _add_demo_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="steps the demo's run trains for (default: about a minute's on 2 CPU cores)",
     )
     demo.add_argument(
+        "--spare",
+        action="store_true",
+        help=(
+            "serve one more host as a spare, with recovery on; x on the console's run screen "
+            "kills a node's ranks, and the run resumes on the spare by itself"
+        ),
+    )
+    demo.add_argument(
         "--headless",
         action="store_true",
         help="check, launch and print progress until the run ends, without the console",

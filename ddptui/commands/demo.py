@@ -1,9 +1,12 @@
-"""``ddptui demo [--nodes N] [--procs P] [--headless]``: the whole product on this machine.
+"""``ddptui demo [--nodes N] [--procs P] [--spare] [--headless]``: the whole product on this
+machine.
 
 N loopback SSH hosts served in-process (:mod:`ddptui.demo`), then the path every cluster takes:
 the check, the launch of the bundled trainer, the console (or, ``--headless``, following the
-run to its end). When the demo ends, however it ends, the run is killed if it still goes on,
-the hosts stop, and their directories are removed: nothing of it outlives the command.
+run to its end). ``--spare`` serves one more host, a spare, with recovery on, and gives the
+console's run screen a key that kills a node's ranks, for recovery to heal. When the demo ends,
+however it ends, the run is killed if it still goes on, the hosts stop, and their directories
+are removed: nothing of it outlives the command.
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ import contextlib
 import importlib.util
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ddptui.commands.check import checked
 from ddptui.commands.follow import follow_headless, say
 from ddptui.commands.launch import cleared
 from ddptui.config import Config, load_config
-from ddptui.demo.cluster import STEPS, demo_cluster
+from ddptui.demo.cluster import SPARE, STEPS, DemoCluster, demo_cluster
+from ddptui.demo.faults import kill_ranks
 from ddptui.errors import UsageError
 from ddptui.run.control import RunControl
 from ddptui.run.following.state import Steps
+from ddptui.run.record import RunRecord
 
 _ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -44,13 +49,17 @@ def run(args: argparse.Namespace) -> int:
         say(f"{missing}; following the demo headless")
     control = RunControl()
     with _terminate_as_interrupt():
-        say(f"starting {args.nodes} demo host(s) on 127.0.0.1 ({args.procs} process(es) each)")
+        spare = f", and a spare ({SPARE}) with recovery on" if args.spare else ""
+        say(
+            f"starting {args.nodes} demo host(s) on 127.0.0.1 ({args.procs} process(es) "
+            f"each){spare}"
+        )
         steps = STEPS if args.steps is None else args.steps
-        with demo_cluster(args.nodes, args.procs, steps) as cluster:
+        with demo_cluster(args.nodes, args.procs, steps, spare=args.spare) as cluster:
             config = load_config(cluster.hosts_file)
             try:
                 if console:
-                    return _console(config)
+                    return _console(cluster, config)
                 return asyncio.run(_headless(control, config))
             finally:
                 _wind_down(control, config)
@@ -67,16 +76,49 @@ async def _headless(control: RunControl, config: Config) -> int:
     return await follow_headless(attachment)
 
 
-def _console(config: Config) -> int:
+def _console(cluster: DemoCluster, config: Config) -> int:
     from ddptui.ui.app import run_console
 
+    hosts = f"demo: {len(config.ordered_hosts)} hosts"
+    served = "on 127.0.0.1, served by this process"
+    if config.recovery.on:
+        note = f"{hosts} and a spare ({SPARE}) {served}, recovery on: x on a run kills a node"
+    else:
+        note = f"{hosts} {served}"
     return run_console(
         config.path,
-        demo_note=(
-            f"demo: {len(config.hosts)} hosts on 127.0.0.1, served by this process; "
-            "q ends them and their runs"
-        ),
+        demo_note=f"{note}; q ends them and their runs",
+        demo_kill=node_killer(cluster, config) if config.recovery.on else None,
     )
+
+
+def node_killer(cluster: DemoCluster, config: Config) -> Callable[[RunRecord], str]:
+    """The run screen's key in ``--spare``'s demo: kill the ranks of a run's last node, and say
+    what follows.
+
+    Never node 0's: it holds the checkpoints, and recovery gives a run up when it is at fault.
+    """
+
+    def kill(record: RunRecord) -> str:
+        node = max(record.nodes, key=lambda node: node.node_rank)
+        if node.node_rank == 0:
+            return (
+                "demo: this run's one node is node 0, which holds the checkpoints and which "
+                "recovery cannot replace: nothing killed (--nodes 2 or more has a node to kill)"
+            )
+        ranks = f"node {node.node_rank}'s ranks ({node.host})"
+        if not kill_ranks(cluster.root, node.run_dir):
+            return f"demo: none of {ranks} is running: nothing killed"
+        return f"demo: killed {ranks}: {_what_follows(config, record)}"
+
+    return kill
+
+
+def _what_follows(config: Config, record: RunRecord) -> str:
+    used = {node.host for node in record.nodes} | {aside.host for aside in record.set_aside}
+    if all(spare.name in used for spare in config.spares):
+        return "no spare is left to take its place, so the run fails; r resumes it"
+    return "watch the run heal"
 
 
 def _wind_down(control: RunControl, config: Config) -> None:

@@ -32,7 +32,10 @@ TRAINER_ARGS = (
 """A model small enough that 2 hosts × 2 processes take about a minute on 2 CPU cores for
 :data:`STEPS` steps: long enough to stop and resume it in the console."""
 STEPS = 3000
-CHECKPOINT_EVERY = 250
+CHECKPOINT_EVERY = 100
+"""A second or two of steps on 2 CPU cores: what a resume redoes after the demo kills a node
+(``--spare``), so that the run heals in seconds."""
+SPARE = "demo-spare"
 CONNECT_TIMEOUT_S = 10
 """Generous: on a busy small machine the hosts share the CPU with torch importing."""
 TORCH_IMPORT_TIMEOUT_S = 60
@@ -48,9 +51,12 @@ class DemoCluster:
 
 
 @contextmanager
-def demo_cluster(nodes: int, procs: int, steps: int = STEPS) -> Iterator[DemoCluster]:
+def demo_cluster(
+    nodes: int, procs: int, steps: int = STEPS, *, spare: bool = False
+) -> Iterator[DemoCluster]:
     """Serve ``nodes`` hosts on 127.0.0.1, each to run ``procs`` trainer processes for
-    ``steps`` steps."""
+    ``steps`` steps; with ``spare``, one more host, :data:`SPARE`, that recovery resumes the run
+    on when a node fails."""
     root = Path(tempfile.mkdtemp(prefix="ddptui-demo-"))
     try:
         client = root / "client"
@@ -58,12 +64,13 @@ def demo_cluster(nodes: int, procs: int, steps: int = STEPS) -> Iterator[DemoClu
         identity = client / "id_ed25519"
         servers = LoopbackSshd(root, write_key_pair(identity, "ddptui-demo-client"))
         try:
-            hosts = [servers.add_host(f"demo-{index}") for index in range(nodes)]
+            names = [f"demo-{index}" for index in range(nodes)] + ([SPARE] if spare else [])
+            hosts = [servers.add_host(name) for name in names]
             known_hosts = client / "known_hosts"
             known_hosts.write_text("".join(host.known_hosts_line() + "\n" for host in hosts))
             hosts_file = root / "hosts.toml"
             hosts_file.write_text(
-                hosts_toml(servers.user, identity, known_hosts, hosts, procs, steps)
+                hosts_toml(servers.user, identity, known_hosts, hosts, procs, steps, spare=spare)
             )
             yield DemoCluster(root, hosts_file, hosts)
         finally:
@@ -79,8 +86,12 @@ def hosts_toml(
     hosts: Sequence[LoopbackHost],
     procs: int,
     steps: int = STEPS,
+    *,
+    spare: bool = False,
 ) -> str:
-    document = {
+    """The hosts file of ``hosts``; with ``spare``, the last of them is a spare and recovery is
+    on."""
+    document: dict[str, object] = {
         "cluster": {
             "user": user,
             "identity_file": str(identity),
@@ -98,6 +109,7 @@ def hosts_toml(
                 "address": LOOPBACK,
                 "port": host.port,
                 "workdir": str(host.home / "ddptui-runs"),
+                **({"spare": True} if spare and host is hosts[-1] else {}),
             }
             for host in hosts
         ],
@@ -107,4 +119,6 @@ def hosts_toml(
             "args": [*TRAINER_ARGS, "--max-steps", str(steps)],
         },
     }
+    if spare:
+        document["recovery"] = {"mode": "resume"}
     return tomli_w.dumps(document)

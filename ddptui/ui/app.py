@@ -24,13 +24,14 @@ from ddptui.config import Config
 from ddptui.errors import DdptuiError
 from ddptui.present.check import error_count
 from ddptui.present.plan import launch_heading, plan_text
-from ddptui.run.control import ClusterCheck, RunControl
+from ddptui.run.control import Attachment, ClusterCheck, RunControl
 from ddptui.run.record import RunRecord
 from ddptui.run.store import RunStore
 from ddptui.untrusted import plain
 
 if TYPE_CHECKING:
     from ddptui.ui.messages import CloseConsole, ClusterRead, OpenRun
+    from ddptui.ui.screens.run import KillNode
 
 DEFAULT_HOSTS = Path("hosts.toml")
 NOTE_LIMIT = 300
@@ -51,15 +52,18 @@ class DdptuiApp(App[int]):
         *,
         store: RunStore | None = None,
         demo_note: str | None = None,
+        demo_kill: KillNode | None = None,
         first_screen: Screen[None] | None = None,
     ) -> None:
-        """``first_screen``: the first screen, instead of the hosts file's health screen (tests)."""
+        """``first_screen``: the first screen, instead of the hosts file's health screen (tests).
+        ``demo_kill``: the demo's, for the run screen's key that kills a node."""
         super().__init__()
         self.config_path = config_path or DEFAULT_HOSTS
         self.config: Config | None = None
         self.report: ClusterCheck | None = None
         self.control = RunControl(store or RunStore())
         self.demo_note = demo_note
+        self.demo_kill = demo_kill
         self.first_screen = first_screen
         self.goodbye: str | None = None
         """What the terminal shows after the console closes."""
@@ -142,14 +146,22 @@ class DdptuiApp(App[int]):
         from ddptui.ui.screens.run import RunScreen
 
         if record.state.final:
-            self.push_screen(RunScreen(record, control=self.control))
+            self.push_screen(RunScreen(record, control=self.control, demo_kill=self.demo_kill))
             return
         try:
             attachment = await self.control.attach(record.id, say=self._say)
         except ControlError as error:
             self._fail(error)
             return
-        self.push_screen(RunScreen(attachment.record, control=self.control, attachment=attachment))
+        self._follow_run(attachment)
+
+    def _follow_run(self, attachment: Attachment) -> None:
+        from ddptui.ui.screens.run import RunScreen
+
+        screen = RunScreen(
+            attachment.record, control=self.control, attachment=attachment, demo_kill=self.demo_kill
+        )
+        self.push_screen(screen)
 
     def _say(self, line: str) -> None:
         self.notify(plain(line, limit=NOTE_LIMIT, one_line=True), markup=False)
@@ -166,7 +178,6 @@ class DdptuiApp(App[int]):
     async def action_launch(self) -> None:
         from ddptui.run.control import CodeError, ControlError, PlanError
         from ddptui.ui.screens.confirm import ConfirmScreen
-        from ddptui.ui.screens.run import RunScreen
 
         config = self.config
         if config is None:
@@ -214,7 +225,7 @@ class DdptuiApp(App[int]):
         except ControlError as error:
             self._fail(error)
             return
-        self.push_screen(RunScreen(attachment.record, control=self.control, attachment=attachment))
+        self._follow_run(attachment)
 
     async def action_quit(self) -> None:
         from ddptui.ui.screens.run import RunScreen
@@ -230,9 +241,12 @@ class DdptuiApp(App[int]):
         self.exit(0, message=self.goodbye)
 
 
-def run_console(config_path: Path | None, *, demo_note: str | None = None) -> int:
+def run_console(
+    config_path: Path | None, *, demo_note: str | None = None, demo_kill: KillNode | None = None
+) -> int:
     """Open the console on ``config_path`` (default ./hosts.toml); its exit code.
 
-    ``demo_note`` is shown once at the start (the demo says what it set up)."""
-    app = DdptuiApp(config_path, demo_note=demo_note)
+    ``demo_note`` is shown once at the start (the demo says what it set up); ``demo_kill``
+    (the demo's too) puts a key on the run screen that kills a node."""
+    app = DdptuiApp(config_path, demo_note=demo_note, demo_kill=demo_kill)
     return app.run() or 0

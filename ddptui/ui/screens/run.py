@@ -10,7 +10,9 @@ on show, and its keys are requests to the supervisor. A finished run's is read f
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.text import Text
@@ -25,9 +27,8 @@ from ddptui.present.status import incident_line, progress_line, state_line
 from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Judgement
-from ddptui.run.protocol import Ended
 from ddptui.run.protocol import Said as Told
-from ddptui.run.record import RunRecord
+from ddptui.run.record import RunRecord, RunState
 from ddptui.ui.messages import REDRAW_S, RunChanged, RunEnded, Said
 from ddptui.ui.widgets.errors_pane import ErrorsPane
 from ddptui.ui.widgets.gpu_pane import GpuPane
@@ -45,12 +46,19 @@ GROUPED_TABLE_EVERY_S = 1.0
 ranks the table's redraw was the console's largest cost (11.6% of a core at two a second, 8.5%
 at one); ``top`` redraws as seldom."""
 
+KillNode = Callable[[RunRecord], str]
+"""``ddptui demo``'s fault for recovery to heal: kill one node's ranks of the run, and say what
+was done."""
+
 
 class RunScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # The footer shows what fits: help first, so that it is never the part cut off; the
         # rest is in help and the command palette.
         Binding("question_mark", "app.help", "help"),
+        # Only in `ddptui demo --spare` (check_action); second, so that a newcomer sees it
+        # whatever the width.
+        Binding("x", "demo_kill", "kill a node"),
         Binding("s", "stop", "stop"),
         Binding("K", "kill", "kill", show=False),
         Binding("r", "resume", "resume"),
@@ -76,10 +84,13 @@ class RunScreen(Screen[None]):
         control: RunControl | None = None,
         attachment: Attachment | None = None,
         model: RunModel | None = None,
+        demo_kill: KillNode | None = None,
     ) -> None:
         """``attachment``: follow a live run; ``control`` alone: read a finished run back from
-        its hosts; neither: show ``model`` as it is (tests, screenshots)."""
+        its hosts; neither: show ``model`` as it is (tests, screenshots). ``demo_kill``: the
+        demo's, behind the key that kills a node."""
         super().__init__()
+        self.demo_kill = demo_kill
         self.record = record
         self.control = control
         self.attachment = attachment
@@ -143,7 +154,7 @@ class RunScreen(Screen[None]):
                 if isinstance(item, Told):
                     self.say(item.line)
                 self.post_message(RunChanged(attachment.model))
-                if isinstance(item, Ended) and item.attempt == attachment.judgement.attempt:
+                if attachment.over(item):
                     break
         finally:
             self.following = False
@@ -189,6 +200,11 @@ class RunScreen(Screen[None]):
         return not self.judgement.state.final
 
     # --- keys ------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "demo_kill":
+            return self.demo_kill is not None
+        return True
 
     def action_stop(self) -> None:
         self._stop(kill=False)
@@ -246,6 +262,21 @@ class RunScreen(Screen[None]):
         self._restart_log()
         self.say(f"run {self.record.id} resumed (attempt {attachment.judgement.attempt})")
         self._follow(attachment)
+
+    @work(exclusive=True, group="demo")
+    async def action_demo_kill(self) -> None:
+        kill = self.demo_kill
+        if kill is None:
+            return
+        state = self.judgement.state
+        if state in (RunState.RUNNING, RunState.HUNG):
+            # A walk over every process of this machine: not on the console's loop.
+            said = await asyncio.to_thread(kill, self.record)
+        else:
+            said = f"run {self.record.id} is {state.value}: it has no ranks running to kill"
+        # A toast, not the status's note: narrower than 120 columns, or under an incident, the
+        # note is past the status's three lines.
+        self.notify(plain(said, limit=200, one_line=True), markup=False, timeout=10)
 
     @work(exclusive=True, group="dump")
     async def action_dump(self) -> None:
