@@ -103,16 +103,20 @@ SET_ASIDE_SHOWN = 16
 
 
 def set_aside_line(hosts: Sequence[SetAside]) -> Text:
-    """``set aside: gpu-b (why), gpu-c (why)``: hosts the run will not use again."""
-    named = [
-        f"{plain(each.host, one_line=True)} ({plain(each.why, limit=200, one_line=True)})"
-        if each.why
-        else plain(each.host, one_line=True)
-        for each in hosts[:SET_ASIDE_SHOWN]
-    ]
+    """``set aside: gpu-b (why), gpu-c (why; its processes may live on)``: hosts the run will
+    not use again."""
+    named = [_aside(each) for each in hosts[:SET_ASIDE_SHOWN]]
     if len(hosts) > SET_ASIDE_SHOWN:
         named.append(f"and {len(hosts) - SET_ASIDE_SHOWN} more")
     return Text(f"set aside: {', '.join(named)}", "yellow")
+
+
+def _aside(host: SetAside) -> str:
+    said = [plain(host.why, limit=200, one_line=True)] if host.why else []
+    if host.leftovers:
+        said.append("its processes may live on")
+    name = plain(host.host, one_line=True)
+    return f"{name} ({'; '.join(said)})" if said else name
 
 
 NODE_LINES_UP_TO = 16

@@ -34,23 +34,43 @@ class SetAside:
     why: str
     at: float
     """When it was set aside (wall time)."""
+    run_dir: str = ""
+    """Its node's directory of the run: where its processes are found."""
+    leftovers: str = ""
+    """Why the run's processes may still live there (it did not answer when the others were
+    ended); "" once they are known gone."""
 
     def to_document(self) -> dict[str, Any]:
         """The record's table."""
-        return {
+        table: dict[str, Any] = {
             "host": _cut(self.host, MAX_HOST_TEXT),
             "why": _cut(self.why, MAX_WORDS),
             "at": self.at,
         }
+        for key in ("run_dir", "leftovers"):
+            if value := getattr(self, key):
+                table[key] = _cut(value, MAX_WORDS)
+        return table
 
     @classmethod
     def from_document(cls, table: Any) -> SetAside:
         table = _table(table, "set_aside")
-        return cls(_host(table["host"]), _words(table, "why"), _time(table, "at"))
+        return cls(
+            _host(table["host"]),
+            _words(table, "why"),
+            _time(table, "at"),
+            _words(table, "run_dir", ""),
+            _words(table, "leftovers", ""),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The JSON documents' form (``status --json``, the notify hook's)."""
-        return {"host": self.host, "why": self.why, "at": _finite(self.at)}
+        return {
+            "host": self.host,
+            "why": self.why,
+            "at": _finite(self.at),
+            "leftovers": self.leftovers,
+        }
 
 
 @dataclass

@@ -39,7 +39,7 @@ def _healed() -> RunRecord:
     ]
     record.set_aside = [
         SetAside("gpu-b", "rank 3 was killed by SIGKILL", DETECTED),
-        SetAside("gpu-\x1b[2Je", "", DETECTED + 90.0),
+        SetAside("gpu-\x1b[2Je", "", DETECTED + 90.0, "/w/node1", "it did not answer"),
     ]
     return record
 
@@ -63,7 +63,9 @@ def test_status_says_each_incident_and_the_hosts_set_aside() -> None:
         f"incident 2 at {_clock(DETECTED + 90.0)}: gpu-e stopped answering\\x1b]0;pwned\\x07; "
         "no host blamed",
     ]
-    assert "set aside: gpu-b (rank 3 was killed by SIGKILL), gpu-\\x1b[2Je" in said
+    assert (
+        "set aside: gpu-b (rank 3 was killed by SIGKILL), gpu-\\x1b[2Je (its processes may live on)"
+    ) in said
     assert not any("\x1b" in line or "\x07" in line for line in said)
 
 
@@ -123,8 +125,13 @@ def test_status_json_gives_every_incident_field_and_the_hosts_set_aside() -> Non
     }
     assert (second["fault_at"], second["steps_redone"], second["blamed"]) == (None, None, [])
     assert document["set_aside"] == [
-        {"host": "gpu-b", "why": "rank 3 was killed by SIGKILL", "at": DETECTED},
-        {"host": "gpu-\x1b[2Je", "why": "", "at": DETECTED + 90.0},
+        {"host": "gpu-b", "why": "rank 3 was killed by SIGKILL", "at": DETECTED, "leftovers": ""},
+        {
+            "host": "gpu-\x1b[2Je",
+            "why": "",
+            "at": DETECTED + 90.0,
+            "leftovers": "it did not answer",
+        },
     ]
     # What a script reads: control characters as JSON's escapes.
     assert "\\u001b[2Je" in json.dumps(document)

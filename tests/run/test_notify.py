@@ -149,7 +149,7 @@ def test_the_incident_document_names_the_run_the_incident_and_the_hosts_set_asid
         "run": "20261130-120000-heal",
         "hosts_file": "/h/hosts.toml",
         "incident": incident.to_json(),
-        "set_aside": [{"host": "gpu-b", "why": "OOM", "at": 101.0}],
+        "set_aside": [{"host": "gpu-b", "why": "OOM", "at": 101.0, "leftovers": ""}],
     }
     assert incident.to_json()["steps_redone"] == 40
     assert json.loads(json.dumps(document)) == document

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.run.bed import (
     RUN_ID,
     Cli,
@@ -23,7 +25,11 @@ from tests.run.bed import (
     wait_until,
     write_hosts,
 )
-from tests.testbed import TestBed, TestHost
+from tests.testbed import TestBed, TestHost, kill_whole, link_cut
+
+# A group of their own, so that xdist can run them beside the other beds' (each worker
+# brings its own bed up, in a tenth of a second).
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("recovery-bed")]
 
 NOTIFY = """
 import pathlib, sys
@@ -71,6 +77,30 @@ def _record(cli: Cli, run_id: str) -> dict[str, Any]:
     return document
 
 
+def _past_step_30(
+    testbed: TestBed, tmp_path: Path, cli: Cli, steps: str, job: dict[str, object] | None = None
+) -> str:
+    """A run of the trainer for ``steps`` steps on the bed's first three hosts, the fourth its
+    spare, checkpointing every 20 steps: launched detached, and past step 30 on every node."""
+    hosts_file = _recovering_hosts_file(testbed, tmp_path, tmp_path / "told.jsonl", job=job)
+    run_id = _launched(cli, hosts_file, "--max-steps", steps, "--checkpoint-every", "20")
+    wait_for_step(testbed, testbed.hosts[:3], run_id, 30)
+    return run_id
+
+
+def _resumed_on_the_spare(cli: Cli, run_id: str) -> dict[str, Any]:
+    resumed: dict[str, Any] = wait_until(
+        "the run resumed on the spare",
+        lambda: (
+            (run := _record(cli, run_id))["state"] == "running"
+            and len(run["attempts"]) == 2
+            and run
+        ),
+        180,
+    )
+    return resumed
+
+
 def _ended_on_its_second_attempt(cli: Cli, run_id: str) -> dict[str, Any]:
     ended: dict[str, Any] = wait_until(
         "the run's second attempt ended",
@@ -80,6 +110,7 @@ def _ended_on_its_second_attempt(cli: Cli, run_id: str) -> dict[str, Any]:
             and run
         ),
         300,
+        story=lambda: json.dumps(_record(cli, run_id), indent=1)[:6000],
     )
     return ended
 
@@ -112,15 +143,7 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     newest = max(checkpoints.glob("ckpt-*.pt"))
     with newest.open("r+b") as damaged:
         damaged.truncate(newest.stat().st_size // 2)
-    recovered = wait_until(
-        "the run resumed on the spare",
-        lambda: (
-            (run := _record(cli, run_id))["state"] == "running"
-            and len(run["attempts"]) == 2
-            and run
-        ),
-        180,
-    )
+    recovered = _resumed_on_the_spare(cli, run_id)
     assert [node["host"] for node in recovered["nodes"]] == [node0.name, spare.name, node2.name]
     done = wait_until(
         "the run completed",
@@ -159,11 +182,8 @@ def _final_losses(testbed: TestBed, hosts: list[TestHost], run_id: str) -> dict[
 def test_a_rank_stopped_on_one_node_hangs_the_run_which_is_recovered_on_the_spare(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
-    told = tmp_path / "told.jsonl"
-    hosts_file = _recovering_hosts_file(testbed, tmp_path, told, job={"hang_timeout_s": 10})
     node0, node1, node2, spare = testbed.hosts[:4]
-    run_id = _launched(cli, hosts_file, "--max-steps", "120", "--checkpoint-every", "20")
-    wait_for_step(testbed, [node0, node1, node2], run_id, 30)
+    run_id = _past_step_30(testbed, tmp_path, cli, "120", job={"hang_timeout_s": 10})
 
     # SIGSTOP: the rank holds every other up in its next collective, and never says why.
     os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGSTOP)
@@ -275,3 +295,52 @@ def _attempts(
 
 def _losses(attempt: dict[str, list[dict[str, Any]]], number: int) -> list[float]:
     return [step["loss"] for step in attempt["steps"] if step["step"] == number]
+
+
+def test_a_host_cut_off_is_replaced_by_the_spare_and_its_leftovers_ended_once_it_answers(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    node0, node1, node2, spare = testbed.hosts[:4]
+    # Long enough to outlast the recovery and the sweep after it; stopped once both are seen.
+    run_id = _past_step_30(testbed, tmp_path, cli, "100000")
+
+    with link_cut(node1):
+        recovered = _resumed_on_the_spare(cli, run_id)
+        (aside,) = recovered["set_aside"]
+        assert aside["host"] == node1.name and aside["leftovers"], aside
+        # Cut off, its ranks live on: nothing could reach them.
+        assert run_processes([node1], run_id)
+    (incident,) = recovered["incidents"]
+    assert incident["blamed"] == [node1.name] and "stopped answering" in incident["why"]
+    assert [node["host"] for node in recovered["nodes"]] == [node0.name, spare.name, node2.name]
+
+    # The link mended, the supervisor's sweep ends what the run left there.
+    swept = wait_until(
+        "the set-aside host's leftovers ended",
+        lambda: not (run := _record(cli, run_id))["set_aside"][0]["leftovers"] and run,
+        90,
+    )
+    assert not run_processes([node1], run_id)
+    assert swept["state"] == "running", swept
+    stopped = cli.run("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not run_processes(testbed.hosts[:4], run_id)
+
+
+def test_a_host_killed_whole_is_replaced_by_the_spare_and_the_run_completes(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    node0, node1, node2, spare = testbed.hosts[:4]
+    run_id = _past_step_30(testbed, tmp_path, cli, "120")
+
+    # Every process of the host, its sshd too: a host that died under the run.
+    kill_whole(node1)
+    done = _ended_on_its_second_attempt(cli, run_id)
+    assert done["state"] == "completed", done
+    (incident,) = done["incidents"]
+    # Its peers say no more than that they lost one; it refuses SSH when they are ended.
+    assert incident["blamed"] == [node1.name], incident
+    assert f"{node1.name} could not be reached when the run failed" in incident["why"]
+    assert incident["action"] == f"resuming on {spare.name} in place of {node1.name}"
+    assert [node["host"] for node in done["nodes"]] == [node0.name, spare.name, node2.name]
+    assert not run_processes(testbed.hosts[:4], run_id)

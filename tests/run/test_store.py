@@ -187,7 +187,10 @@ def _healed(record: RunRecord) -> RunRecord:
         ),
         Incident(2, 2, 200.0, "gpu-e stopped answering", ("gpu-e", "gpu-f"), "silent 12 s"),
     ]
-    record.set_aside = [SetAside("gpu-b", "rank 3 killed by SIGKILL", 101.0)]
+    record.set_aside = [
+        SetAside("gpu-b", "rank 3 killed by SIGKILL", 101.0),
+        SetAside("gpu-e", "silent 12 s", 201.0, "/w/runs/r/node1", "it did not answer"),
+    ]
     return record
 
 

@@ -55,6 +55,13 @@ def sshd_stopped(host: TestHost) -> Iterator[None]:
         start_sshd(host)
 
 
+def kill_whole(host: TestHost) -> None:
+    """Kill every process of the host, its sshd listener too: a host that died (a kernel
+    panic, its power pulled) while its address stays up, so connects are refused.
+    :func:`restore` starts its sshd again."""
+    network.kill_and_wait(network.namespace_inodes(host.namespace_files()))
+
+
 def freeze(host: TestHost) -> None:
     """SIGSTOP every process of the host: it keeps its link but answers nothing (a hung node).
 

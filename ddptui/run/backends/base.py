@@ -189,6 +189,12 @@ class RunBackend(abc.ABC):
         beyond its files: nothing to settle."""
         return False
 
+    async def end_set_aside(self, host: str, run_dir: str) -> StopReport | None:
+        """End what is left of the run on ``host``, set aside while it did not answer (its
+        node's directory was ``run_dir``), on a connection of its own; None where a scheduler
+        ends its job's nodes itself."""
+        return None
+
     @property
     def holds_run(self) -> bool:
         """Whether something of the run lives although its record has ended (the supervisor

@@ -39,11 +39,12 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Judgement, Verdict
 from ddptui.run.journal import Journal
 from ddptui.run.protocol import Hello, Request
-from ddptui.run.record import Incident, RunRecord, RunState, SetAside
+from ddptui.run.record import RunRecord, RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import evidence, judging, recovery
 from ddptui.run.supervisor.faults import Faults
 from ddptui.run.supervisor.following import Following
+from ddptui.run.supervisor.healing import Healing
 from ddptui.run.supervisor.jobs import (
     Asked,
     Conclude,
@@ -58,7 +59,6 @@ from ddptui.run.supervisor.jobs import (
     asked_job,
     name,
 )
-from ddptui.run.supervisor.owning import RunOwner
 from ddptui.run.supervisor.phase import Phase, Phases
 from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.supervisor.timing import LaunchTiming
@@ -67,11 +67,10 @@ from ddptui.run.view import RunView
 
 IDLE_EXIT_S = 10.0
 """An ended run's supervisor waits this long for another request (a resume) before it exits."""
-
 log = logging.getLogger("ddptui.supervisor")
 
 
-class Supervisor(RunOwner):
+class Supervisor(Healing):
     """The loop: one job at a time (a viewer's request, the backend's event, what judging
     asks), each a phase move."""
 
@@ -221,6 +220,9 @@ class Supervisor(RunOwner):
         hello = (self.record.id, os.getpid(), protocol.VERSION)
         return Hello(*hello, self.journal.start, self.journal.end, self.judgement)
 
+    async def _resume(self) -> None:
+        await self._start(Resume())
+
     # --- starting --------------------------------------------------------------------------
 
     async def _start(self, job: Launch | Resume) -> None:
@@ -317,6 +319,7 @@ class Supervisor(RunOwner):
             (rank.step for rank in model.progress.ranks if rank.step is not None), default=None
         )
         raised = recovery.code_fault(model, last) if recovering and found is None else None
+        unended: set[str] = set()
         if verdict.state is RunState.FAILED:
             nodes = model.nodes
             silent = {name for name, node in nodes.items() if node.silent}
@@ -324,6 +327,9 @@ class Supervisor(RunOwner):
             self.doing(f"ending what is left of the run on {others}")
             report = await self.backend.terminate(silent)
             self.note(*report.lines())
+            unended = silent | {*report.unreachable, *report.left, *report.garbled}
+            if recovering and found is None and raised is None:
+                found = recovery.blame_unreachable(report.unreachable)
             self.doing("keeping the flight recorders' dumps")
             kept = await evidence.keep_flight_recorders(self.backend, self.files)
             if kept is not None:
@@ -332,66 +338,7 @@ class Supervisor(RunOwner):
         await self.following.end()
         self.ended(recovering=recovering)
         if recovering:
-            await self._recover(verdict.detail, found, last, raised)
-
-    async def _recover(
-        self,
-        cause: str,
-        found: recovery.Blame | None,
-        last: int | None,
-        raised: str | None = None,
-    ) -> None:
-        """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``);
-        either way an incident of the run, and ``notify`` told."""
-        self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
-        now, record = self._wall(), self.record
-        decision = recovery.decide(self.config, record, found, now, last, raised)
-        incident = Incident(
-            number=record.incidents[-1].number + 1 if record.incidents else 1,
-            attempt=record.attempt.number,
-            detected_at=now,
-            cause=cause,
-            blamed=found.hosts if found is not None else (),
-            why=found.why if found is not None else "",
-            last_step=last,
-        )
-        if isinstance(decision, recovery.GiveUp):
-            incident.action = f"not recovered: {decision.why}"
-            self.change(lambda record: record.incidents.append(incident))
-            self.note(incident.action)
-            self.say(incident.action)
-            self.notify_incident(incident.number)
-            self.phases.move(Phase.IDLE, "recovery gave up")
-            self.tell_ended()
-            return
-        incident.action = f"resuming on {decision.words}"
-        why = incident.why
-
-        def set_aside(record: RunRecord) -> None:
-            record.incidents.append(incident)
-            aside = (*decision.swaps, *decision.without)
-            record.set_aside.extend(SetAside(host, why, now) for host in aside)
-
-        self.change(set_aside)
-        self.say(f"recovering from {cause}: {incident.action}")
-        self.notify_incident(incident.number)
-        failed = await self.backend.replace(decision.swaps, decision.without)
-        if failed is None:
-            await self._start(Resume())
-        resumed = self.phases.now is Phase.RUNNING
-        if failed is not None:
-            self.phases.move(Phase.IDLE, "the spare could not take the host's place")
-
-        def outcome(record: RunRecord) -> None:
-            entry = record.incident(incident.number)
-            if resumed:
-                entry.resumed_attempt = record.attempt.number
-            else:
-                entry.action += f"; not resumed: {failed.message if failed else record.detail}"
-
-        self.change(outcome)
-        if not resumed:
-            self.tell_ended()
+            await self._recover(verdict.detail, found, last, unended, raised)
 
     async def _nodes_ended(self, job: NodesEnded) -> None:
         verdict = await self.backend.ending(job)
@@ -428,7 +375,8 @@ class Supervisor(RunOwner):
         await self.following.end()
         self.ended(recovering=self.config.recovery.on)
         if self.config.recovery.on:
-            await self._recover(f"hung: {summary}", found, hang.step)
+            unended = {*report.unreachable, *report.left, *report.garbled}
+            await self._recover(f"hung: {summary}", found, hang.step, unended)
 
     # --- judging ---------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ async def serve(supervisor: Supervisor, first: Job | None) -> None:
     log.info("supervising run %s (%s), pid %d", record.id, record.state.value, os.getpid())
     finished = False
     watching = asyncio.create_task(supervisor.watch_backend())
+    sweeping = asyncio.create_task(supervisor.sweep_leftovers())
     try:
         supervisor.first_jobs(first)
         work = asyncio.create_task(supervisor.work())
@@ -56,6 +57,7 @@ async def serve(supervisor: Supervisor, first: Job | None) -> None:
             log.info("SIGTERM: no longer supervising run %s", record.id)
     finally:
         watching.cancel()
+        sweeping.cancel()
         server.close()
         # Settling needs the judge loop: after SIGTERM or a crash the next supervisor takes
         # the lines up from the journal's offsets instead.

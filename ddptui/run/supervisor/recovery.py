@@ -56,6 +56,21 @@ def blame(verdict: Verdict, model: RunModel) -> Blame | None:
     return None
 
 
+def blame_unreachable(unreachable: Mapping[str, str]) -> Blame | None:
+    """The hosts that could not be reached when the others were ended (host → why), when
+    nothing the run said blames one: a host whose sshd died with the rest of it, or whose link
+    went down, fails its peers with no more than "a peer was lost", before it is seen silent."""
+    if not unreachable:
+        return None
+    hosts = tuple(sorted(unreachable))
+    said = (plain(unreachable[host], limit=200, one_line=True) for host in hosts)
+    why = "; ".join(
+        f"{host} could not be reached when the run failed ({reason})"
+        for host, reason in zip(hosts, said, strict=True)
+    )
+    return Blame(hosts, why)
+
+
 def code_fault(model: RunModel, last: int | None) -> str | None:
     """What the job's code raised, said for a person, when every rank of the attempt raised
     the same (the first of the attempt's failures, and of its own): it would follow the job to

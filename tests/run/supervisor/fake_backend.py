@@ -140,6 +140,8 @@ class FakeBackend(RunBackend):
         # The kind's transport is never opened: the fake hosts are reached in memory.
         super().__init__(config, owner, kind_of(config).transport)
         self.hosts = {name: FakeHost(name, rank) for rank, name in enumerate(HOSTS)}
+        self.set_aside: dict[str, FakeHost] = {}
+        """The hosts recovery took out of the run, as they were left."""
         self.asked: list[str] = []
         self.refuse: StartFailed | None = None
         self.fail_running: StartFailed | None = None
@@ -181,9 +183,10 @@ class FakeBackend(RunBackend):
 
         self.owner.change(placed)
         for host in without:
-            del self.hosts[host]
+            self.set_aside[host] = self.hosts.pop(host)
         for host, spare in swaps.items():
-            self.hosts[spare] = FakeHost(spare, self.hosts.pop(host).node_rank)
+            self.set_aside[host] = self.hosts.pop(host)
+            self.hosts[spare] = FakeHost(spare, self.set_aside[host].node_rank)
         for node in self.owner.record.nodes:
             self.hosts[node.host].node_rank = node.node_rank
             self.hosts[node.host].world_size = self.owner.record.world_size
@@ -201,6 +204,15 @@ class FakeBackend(RunBackend):
             if host.name not in skip:
                 host.exit(143)
         return StopReport()
+
+    async def end_set_aside(self, host: str, run_dir: str) -> StopReport | None:
+        self.asked.append(f"end set aside {host} {run_dir}")
+        left = self.set_aside[host]
+        if left.silent:
+            return StopReport(unreachable={host: "link cut"})
+        killed = [f"python3 (rank {rank})" for rank in left.ranks if left.alive.get(left.attempt)]
+        left.alive[left.attempt] = False
+        return StopReport(killed={host: killed} if killed else {})
 
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         return FakeFollower(self.hosts[node.host])
@@ -383,4 +395,10 @@ class Bed:
     async def finish(self) -> None:
         """Until the supervisor exits, idle (its run ended and nothing asked)."""
         assert self.task is not None
-        await asyncio.wait_for(self.task, 30.0)
+        # Not wait_for: serve() takes a cancel as SIGTERM and returns, so a supervisor that
+        # never exits by itself would look finished after the timeout.
+        done, _ = await asyncio.wait({self.task}, timeout=30.0)
+        if not done:
+            self.task.cancel()
+            raise AssertionError("the supervisor did not exit by itself within 30 s")
+        self.task.result()

@@ -19,6 +19,7 @@ from ddptui.run.backends import NodesEnded, Restarted, StartFailed
 from ddptui.run.protocol import Ended, Reply, Said
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
+from ddptui.run.supervisor import healing
 from ddptui.run.supervisor.jobs import Launch, Resume
 from ddptui.run.supervisor.phase import MOVES, Phase, PhaseError, Phases
 from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record
@@ -200,10 +201,11 @@ async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
 async def with_no_spare_left_a_lost_host_s_run_goes_on_with_fewer_nodes(
     tmp_path: Path,
 ) -> list[tuple[str, str]]:
-    healing = config(recovery=RecoveryConfig(mode="resume", min_nodes=1))
+    with_spare = config(recovery=RecoveryConfig(mode="resume", min_nodes=1))
     store = RunStore(tmp_path / "runs")
     record = new_record(store, attempts=0, state=RunState.STAGING)
-    bed = Bed(store.root, record, dataclasses.replace(healing, hosts=healing.ordered_hosts))
+    without = dataclasses.replace(with_spare, hosts=with_spare.ordered_hosts)
+    bed = Bed(store.root, record, without)
     await _launched(bed)
     for host in bed.backend.hosts.values():
         host.step(1)
@@ -520,13 +522,16 @@ def test_two_faults_with_max_restarts_1_fail_the_run_listing_both(tmp_path: Path
         await _launched(bed)
         for host in bed.backend.hosts.values():
             host.step(1)
-        bed.backend.hosts["b"].cut()
+        # torchrun killed by a signal, on b and then on the spare that took its place.
+        bed.backend.hosts["b"].exit(137)
+        bed.clock.jump(5.0)
         await bed.until(
             lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING
         )
         for host in bed.backend.hosts.values():
             host.step(2)
-        bed.backend.hosts["c"].cut()
+        bed.backend.hosts["c"].exit(137)
+        bed.clock.jump(5.0)
         await bed.until(lambda: len(bed.record.incidents) == 2)
         await bed.finish()
         record = bed.record
@@ -540,5 +545,39 @@ def test_two_faults_with_max_restarts_1_fail_the_run_listing_both(tmp_path: Path
         )
         # The host at fault the second time is not set aside: nothing took its place.
         assert [aside.host for aside in record.set_aside] == ["b"]
+
+    asyncio.run(scenario())
+
+
+def test_a_host_set_aside_while_cut_off_has_the_run_s_leftovers_ended_once_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(healing, "LEFTOVERS_EVERY_S", 0.05)
+
+    async def scenario() -> None:
+        bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
+        await _launched(bed)
+        run_dir = bed.record.nodes[1].run_dir
+        bed.backend.hosts["b"].cut()
+        await bed.until(
+            lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING
+        )
+        (aside,) = bed.record.set_aside
+        assert (aside.host, aside.run_dir, aside.leftovers) == ("b", run_dir, healing.LEFTOVERS)
+        # Tried while it does not answer, and again until it does.
+        await bed.until(lambda: bed.backend.asked.count(f"end set aside b {aside.run_dir}") >= 2)
+        assert bed.record.set_aside[0].leftovers == healing.LEFTOVERS
+        bed.backend.set_aside["b"].back()
+        await bed.until(lambda: bed.record.set_aside[0].leftovers == "")
+        assert "b, set aside, answers again: ended what was left of the run there " in (
+            bed.record.attempt.detail
+        )
+        assert "python3 (rank 2), python3 (rank 3)" in bed.record.attempt.detail
+        tried = bed.backend.asked.count(f"end set aside b {aside.run_dir}")
+        for host in bed.backend.hosts.values():
+            host.exit(0)
+        await bed.finish()
+        # Ended once: never tried again.
+        assert bed.backend.asked.count(f"end set aside b {aside.run_dir}") == tried
 
     asyncio.run(scenario())

@@ -9,7 +9,14 @@ import dataclasses
 from ddptui.config.model import HostConfig, RecoveryConfig
 from ddptui.run.following.state import Hang, RankAtHang
 from ddptui.run.record import Incident, RunRecord, SetAside
-from ddptui.run.supervisor.recovery import Blame, GiveUp, Replace, blame_hang, decide
+from ddptui.run.supervisor.recovery import (
+    Blame,
+    GiveUp,
+    Replace,
+    blame_hang,
+    blame_unreachable,
+    decide,
+)
 from tests.run.bed import two_host_record
 from tests.run.supervisor.fake_backend import config
 
@@ -135,3 +142,13 @@ def test_a_hang_blames_the_hosts_of_stopped_ranks_and_nothing_else() -> None:
     assert blame_hang(Hang(NOW, 20.0, 40, (waiting, _at(1, "b", "S", None)))) is None
     spinning = _at(1, "b", "R", "it runs at 100% CPU while the others wait")
     assert blame_hang(Hang(NOW, 20.0, 40, (waiting, spinning))) is None
+
+
+def test_a_host_that_could_not_be_reached_when_the_run_failed_is_blamed() -> None:
+    assert blame_unreachable({}) is None
+    found = blame_unreachable({"b": "refused the connection\x1b[2J", "a": "timed out"})
+    assert found == Blame(
+        ("a", "b"),
+        "a could not be reached when the run failed (timed out); b could not be reached when "
+        "the run failed (refused the connection\\x1b[2J)",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 
 from ddptui.plan.launch import DEBUG_ENV
@@ -10,7 +11,7 @@ from ddptui.run.agent.call import kept_agents
 from ddptui.run.backends.base import RunBackend, StartFailed
 from ddptui.run.backends.ssh import launcher, spares
 from ddptui.run.backends.ssh.launcher import LaunchError
-from ddptui.run.record import RunRecord, RunState
+from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport, stop_nodes, terminate
 
 FAILED_GRACE_S = 5.0
@@ -99,6 +100,16 @@ class SshBackend(RunBackend):
             graceful=graceful,
             say=self.owner.say,
         )
+
+    async def end_set_aside(self, host: str, run_dir: str) -> StopReport | None:
+        config = self.config
+        node = NodeRecord(host, config.host(host).address, 0, 0, run_dir, [], {})
+        alone = dataclasses.replace(self.owner.record, nodes=[node])
+        remote = await self.open_transport([config.host(host)], None)
+        try:
+            return await terminate(remote, config, alone, grace=FAILED_GRACE_S)
+        finally:
+            await remote.close()
 
     async def terminate(self, skip: Collection[str] = ()) -> StopReport:
         return await terminate(
