@@ -115,8 +115,7 @@ def node_killer(cluster: DemoCluster, config: Config) -> Callable[[RunRecord], s
 
 
 def _what_follows(config: Config, record: RunRecord) -> str:
-    used = {node.host for node in record.nodes} | {aside.host for aside in record.set_aside}
-    if all(spare.name in used for spare in config.spares):
+    if not record.spares_left(spare.name for spare in config.spares):
         return "no spare is left to take its place, so the run fails; r resumes it"
     return "watch the run heal"
 

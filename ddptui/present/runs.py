@@ -98,7 +98,7 @@ def run_document(record: RunRecord, now: float) -> dict[str, Any]:
         "entry": record.entry,
         "hosts": [node.host for node in record.nodes],
         "incidents": len(record.incidents),
-        "restarts": sum(incident.resumed_attempt is not None for incident in record.incidents),
+        "restarts": sum(incident.resumed for incident in record.incidents),
         "set_aside": [aside.host for aside in record.set_aside],
         "scheduler_jobs": [
             {**scheduler_document(entry.job), "attempts": list(entry.attempts)}

@@ -104,6 +104,11 @@ class Incident:
     """The notify hook's outcome: "" while none ran, ``ok``, or what went wrong."""
 
     @property
+    def resumed(self) -> bool:
+        """Whether the run was resumed after it: a restart."""
+        return self.resumed_attempt is not None
+
+    @property
     def steps_redone(self) -> int | None:
         """Steps the resume makes again (known once both ends are)."""
         if self.last_step is None or self.checkpoint_step is None:

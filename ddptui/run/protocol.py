@@ -38,10 +38,10 @@ not fill memory."""
 
 _DECODER = json.JSONDecoder()
 OPS = ("stop", "kill", "resume", "snapshot")
-MAX_BROUGHT_BACK = 4096
-"""Hosts a resume may take back, at most: as many as a record sets aside."""
 """What a viewer may ask: stop (checkpoint first), kill, resume (a new attempt), snapshot (the
 run as the supervisor sees it now: the ``status --json`` document)."""
+MAX_BROUGHT_BACK = 4096
+"""Hosts a resume may take back, at most: as many as a record sets aside."""
 
 
 @dataclass(frozen=True)

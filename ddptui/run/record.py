@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -277,8 +277,13 @@ class RunRecord:
         return sum(
             1
             for incident in self.incidents
-            if incident.resumed_attempt is not None and incident.detected_at >= now - window_s
+            if incident.resumed and incident.detected_at >= now - window_s
         )
+
+    def spares_left(self, spares: Iterable[str]) -> list[str]:
+        """Those of ``spares`` (names, in order) this run neither runs on nor set aside."""
+        used = {node.host for node in self.nodes} | {aside.host for aside in self.set_aside}
+        return [spare for spare in spares if spare not in used]
 
     @property
     def head(self) -> NodeRecord:

@@ -57,8 +57,13 @@ class StopReport:
     seconds: float = 0.0
 
     @property
+    def may_live_on(self) -> set[str]:
+        """Hosts where the run's processes may still run: left, not reached, or not known."""
+        return {*self.left, *self.unreachable, *self.garbled}
+
+    @property
     def clean(self) -> bool:
-        return not self.left and not self.unreachable and not self.garbled
+        return not self.may_live_on
 
     def lines(self) -> list[str]:
         said = []

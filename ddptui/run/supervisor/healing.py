@@ -136,7 +136,7 @@ class Healing(RunOwner, abc.ABC):
         said = (
             f"ended what was left of the run there ({', '.join(ended)})"
             if ended
-            else ("nothing of the run was left there")
+            else "nothing of the run was left there"
         )
 
         def cleared(record: RunRecord) -> None:
@@ -146,5 +146,6 @@ class Healing(RunOwner, abc.ABC):
             ]
 
         self.change(cleared)
-        self.note(f"{host}, set aside, answers again: {said}")
-        self.say(f"{host}, set aside, answers again: {said}")
+        line = f"{host}, set aside, answers again: {said}"
+        self.note(line)
+        self.say(line)

@@ -327,7 +327,7 @@ class Supervisor(Healing):
             self.doing(f"ending what is left of the run on {others}")
             report = await self.backend.terminate(silent)
             self.note(*report.lines())
-            unended = silent | {*report.unreachable, *report.left, *report.garbled}
+            unended = silent | report.may_live_on
             if recovering and found is None and raised is None:
                 found = recovery.blame_unreachable(report.unreachable)
             self.doing("keeping the flight recorders' dumps")
@@ -375,8 +375,7 @@ class Supervisor(Healing):
         await self.following.end()
         self.ended(recovering=self.config.recovery.on)
         if self.config.recovery.on:
-            unended = {*report.unreachable, *report.left, *report.garbled}
-            await self._recover(f"hung: {summary}", found, hang.step, unended)
+            await self._recover(f"hung: {summary}", found, hang.step, report.may_live_on)
 
     # --- judging ---------------------------------------------------------------------------
 

@@ -197,8 +197,7 @@ def decide(
     head = record.nodes[0].host if record.nodes else None
     if head in found.hosts:
         return GiveUp(f"node 0 ({head}) holds the checkpoints, and it is the host at fault")
-    used = {node.host for node in record.nodes} | {aside.host for aside in record.set_aside}
-    free = [spare.name for spare in config.spares if spare.name not in used]
+    free = record.spares_left(spare.name for spare in config.spares)
     swaps = dict(zip(found.hosts, free, strict=False))
     short = tuple(host for host in found.hosts if host not in swaps)
     if not short:
