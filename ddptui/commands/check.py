@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     control = RunControl()
     if args.bandwidth:
         # Refused before anything is asked: the benchmark runs on hosts ddptui reaches itself.
-        control.require_hosts(config, "--bandwidth", args.hosts)
+        control.require_measurable(config, "--bandwidth", args.hosts)
     errors = Console(stderr=True)
     report = asyncio.run(checked(control, config))
     if args.json:

@@ -23,8 +23,7 @@ Confirm = Callable[[str], bool]
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.hosts))
     control = RunControl()
-    control.require_hosts(config, "trusting host keys", args.hosts)
-    scans = asyncio.run(control.scan_host_keys(config))
+    scans = asyncio.run(control.scan_host_keys(config, args.hosts))
     return apply(scans, confirm=_always if args.yes else _ask, control=control)
 
 

@@ -152,7 +152,8 @@ class _Problem(Exception):
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate the hosts file at ``path``: ``[[hosts]]`` or a ``[slurm]`` cluster,
     as its tables say. What needs hosts of ddptui's own refuses the other kind through the
-    kind's cluster (:meth:`ddptui.run.control.RunControl.require_hosts`).
+    kind's cluster (:meth:`ddptui.run.control.RunControl.scan_host_keys`,
+    :meth:`~ddptui.run.control.RunControl.require_measurable`).
 
     Raises:
         ConfigError: the file is missing or unreadable, is not UTF-8 or not TOML, or does

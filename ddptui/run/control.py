@@ -100,11 +100,12 @@ class RunControl:
         counts them); None for a scheduler's nodes, which it asks about at once."""
         return len(config.hosts) if self.has_fixed_hosts(config) else None
 
-    def require_hosts(self, config: Config, what: str, shown: str | None = None) -> None:
-        """Refuse ``what`` (a command, an option, a key) with a :class:`UsageError` that says
-        what does work, unless ``config``'s cluster :meth:`has_fixed_hosts`; ``shown``: how to
-        name the hosts file (default: its path)."""
-        _cluster(config).require_hosts(what, shown)
+    def require_measurable(self, config: Config, asked: str, shown: str | None = None) -> None:
+        """Refuse ``asked`` (the option that asks for :meth:`measure`) with a
+        :class:`UsageError` that says what does work, when ``config``'s cluster cannot measure
+        its interconnect: before a check is spent on it, since :meth:`measure` would refuse
+        after. ``shown``: how to name the hosts file (default: its path)."""
+        _cluster(config).require_hosts(asked, shown)
 
     async def check(self, config: Config, progress: Progress | None = None) -> ClusterCheck:
         """What stands in a run's way on ``config``'s cluster: every host checked over SSH
@@ -151,11 +152,14 @@ class RunControl:
         :class:`UsageError` for a cluster without fixed hosts."""
         return await _cluster(config).measure(report)
 
-    async def scan_host_keys(self, config: Config) -> list[HostKeyScan]:
+    async def scan_host_keys(self, config: Config, shown: str | None = None) -> list[HostKeyScan]:
         """Every host's key, fetched and compared with its known_hosts files (``ddptui
-        trust``, the console's ``t``); nothing is written."""
+        trust``, the console's ``t``); nothing is written. A :class:`UsageError` that says what
+        does work, before anything is asked, for a cluster without fixed hosts (``shown``: how
+        to name its hosts file)."""
         from ddptui.remote import trust
 
+        _cluster(config).require_hosts("trusting host keys", shown)
         return await trust.scan_host_keys(
             config.hosts,
             timeout=config.cluster.connect_timeout,

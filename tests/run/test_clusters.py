@@ -95,9 +95,9 @@ def test_front_ends_ask_what_a_cluster_can_do_and_hear_what_works_when_it_cannot
     control = RunControl(RunStore(tmp_path / "runs"))
     hosts, slurm = parse_config(HOSTS, Path("hosts.toml")), _slurm(tmp_path)
     assert control.has_fixed_hosts(hosts) and not control.has_fixed_hosts(slurm)
-    control.require_hosts(hosts, "--bandwidth")
+    control.require_measurable(hosts, "--bandwidth")
     with pytest.raises(UsageError) as refused:
-        control.require_hosts(slurm, "--bandwidth", "my slurm.toml")
+        control.require_measurable(slurm, "--bandwidth", "my slurm.toml")
     assert str(refused.value) == (
         "my slurm.toml: a [slurm] cluster, whose nodes Slurm gives each job: ddptui checks "
         "them, and launches, follows, stops and resumes its runs (`ddptui check|launch 'my "
@@ -105,6 +105,8 @@ def test_front_ends_ask_what_a_cluster_can_do_and_hear_what_works_when_it_cannot
     )
     with pytest.raises(UsageError, match="measuring the interconnect needs"):
         asyncio.run(control.measure(slurm, _slurm_check()))
+    with pytest.raises(UsageError, match="trusting host keys needs"):
+        asyncio.run(control.scan_host_keys(slurm))
 
 
 def test_one_check_asks_slurm_for_a_slurm_cluster_and_the_hosts_for_the_others(
