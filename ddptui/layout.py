@@ -241,6 +241,19 @@ def slurm_script(root: str, attempt: int) -> str:
     return posixpath.join(root, "slurm", f"attempt-{attempt}.sh")
 
 
+def slurm_nodes(root: str, attempt: int | str) -> str:
+    """The nodes ``attempt`` of the run in ``root`` runs on, node 0 first, as the batch script
+    reads them: the allocation's first (its script writes them), or those recovery named for an
+    attempt in the same allocation (its supervisor writes them, and the waiting job starts it)."""
+    return posixpath.join(root, "slurm", f"attempt-{attempt}.nodes")
+
+
+def slurm_set_aside(root: str) -> str:
+    """The nodes recovery set aside in the run in ``root``, a line each: a requeued job's
+    script leaves them out of its attempt."""
+    return posixpath.join(root, "slurm", "set-aside")
+
+
 def slurm_output(root: str, job: str = "%j") -> str:
     """Slurm's output of job ``job`` of the run in ``root``; by default sbatch's ``--output``
     pattern (``%j``: each job's id)."""

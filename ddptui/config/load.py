@@ -101,6 +101,7 @@ _JOB_KEY_ORDER = (
 )
 _SLURM: dict[str, values.Validator] = {
     "nodes": values.slurm_nodes,
+    "spare_nodes": values.spare_nodes,
     "gpus_per_node": values.gpus_per_node,
     "partition": values.slurm_name,
     "time": values.slurm_time,
@@ -280,9 +281,9 @@ def _slurm(
             raise _Problem(f"[cluster]: {key}: {why}")
     slurm = SlurmConfig(**_validate(table, "[slurm]", _SLURM, _SLURM_HOMES))
     if recovery.min_nodes is not None:
-        raise _Problem(
-            "[recovery]: min_nodes: a Slurm run does not go on with fewer nodes; leave it out"
-        )
+        raise _Problem("[recovery]: min_nodes: a Slurm run goes on on spare_nodes; leave it out")
+    if slurm.spare_nodes and not recovery.on:
+        raise _Problem('[slurm]: spare_nodes: for [recovery] mode = "resume" to run on; set it')
     if job.nproc_per_node == "gpus" and not slurm.gpus_per_node:
         raise _Problem(
             '[job]: nproc_per_node: "gpus" starts one process per GPU, but [slurm] asks for '

@@ -134,9 +134,12 @@ class SlurmConfig:
     Every value is passed to ``sbatch`` as its option of the same name; ``None`` leaves the
     site's default. ``[cluster]``'s machine settings (``python``, ``workdir``, ``env``…) apply
     to every node, and ``workdir`` must be on a filesystem the login node shares with them.
+    ``spare_nodes`` more are allocated with the job and left idle, for ``[recovery]`` to run
+    the next attempt on in the same allocation when one of ``nodes`` fails.
     """
 
     nodes: int
+    spare_nodes: int = 0
     gpus_per_node: int | None = None
     partition: str | None = None
     time: str | None = None

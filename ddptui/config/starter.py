@@ -377,6 +377,13 @@ _SLURM = _Table(
     (
         _Key("nodes", 2, "How many nodes each run takes."),
         _Key(
+            "spare_nodes",
+            1,
+            "Nodes allocated with the job beyond those and left idle: with [recovery] on, a "
+            "node that fails is set aside and the run resumes on a spare in the same "
+            "allocation, without queueing again.",
+        ),
+        _Key(
             "gpus_per_node",
             8,
             'GPUs per node (--gpus-per-node); [job] nproc_per_node = "gpus" starts one process '

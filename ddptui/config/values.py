@@ -390,6 +390,10 @@ def slurm_nodes(value: object) -> int:
     return _integer(value, 1, None, "a number of nodes ≥ 1")
 
 
+def spare_nodes(value: object) -> int:
+    return _integer(value, 0, None, "a number of nodes ≥ 0")
+
+
 def gpus_per_node(value: object) -> int:
     return _integer(value, 0, None, "a number of GPUs ≥ 0")
 

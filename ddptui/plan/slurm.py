@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ddptui import layout
-from ddptui.config.model import AUTO, Config, SlurmConfig
+from ddptui.config.model import AUTO, Config
 from ddptui.plan.launch import (
     FLIGHT_RECORDER_NAMES,
     RUN_ID,
@@ -46,6 +46,11 @@ PORT_SPAN = 15000
 connection holds one by chance."""
 SIGNAL_LEAD_S = 90
 """How long before its time limit Slurm warns the job: time to checkpoint a large model."""
+RECOVERY_WAIT_S = 600
+"""How long a failed attempt's job waits for its supervisor to name the next attempt's nodes:
+recovery checks the spare first; a supervisor gone for longer is not coming back soon."""
+NODE_RANK = "node_rank"
+"""The shell variable holding the node's rank: its place in the attempt's nodes."""
 _MARK = "\x00"
 """Delimits a shell reference inside a word; no hosts-file value may hold it."""
 
@@ -138,9 +143,11 @@ def plan_batch(
     attempt: int = 1,
     extra_args: Sequence[str] = (),
     debug: bool = False,
+    set_aside: Sequence[str] = (),
 ) -> BatchPlan:
     """The batch script for ``config`` (a ``[slurm]`` one); ``workdir`` is the shared workdir as
-    an absolute path (``~`` expanded on the head, whose home the nodes share)."""
+    an absolute path (``~`` expanded on the head, whose home the nodes share); ``set_aside``:
+    the nodes the run's recovery set aside, never allocated again."""
     slurm, node = config.slurm, config.node
     if slurm is None or node is None:
         raise PlanError(f"{config.path}: not a Slurm cluster (no [slurm] table)")
@@ -158,11 +165,11 @@ def plan_batch(
         else config.cluster.backend
     )
     run_root = layout.run_root(workdir, run_id)
-    run_dir = layout.node_dir(run_root, shell("SLURM_NODEID"))
+    run_dir = layout.node_dir(run_root, shell(NODE_RANK))
     rendezvous = Rendezvous(shell("SLURM_NNODES"), shell("MASTER_ADDR"), shell("MASTER_PORT"))
     args = trainer_args(config, extra_args)
     argv = torchrun_argv(
-        node, config, rendezvous, shell("SLURM_NODEID"), nproc, run_dir, shell("attempt"), args
+        node, config, rendezvous, shell(NODE_RANK), nproc, run_dir, shell("attempt"), args
     )
     env = rank_environment(node, config.job, backend, None, None, run_dir, debug)
     env |= flight_recorder_environment(node, FLIGHT_RECORDER_NAMES, backend, run_dir)
@@ -176,16 +183,21 @@ def plan_batch(
         attempt=attempt,
         nproc=nproc,
         backend=backend,
+        set_aside=set_aside,
     )
     return BatchPlan(
         run_id, attempt, slurm.nodes, nproc, backend, run_root, text, debug, tuple(extra_args)
     )
 
 
-def _sbatch_lines(slurm: SlurmConfig, run_id: str, run_root: str) -> list[str]:
+def _sbatch_lines(
+    config: Config, run_id: str, run_root: str, set_aside: Sequence[str]
+) -> list[str]:
+    slurm = config.slurm
+    assert slurm is not None
     options = [
         f"--job-name=ddptui-{run_id}",
-        f"--nodes={slurm.nodes}",
+        f"--nodes={slurm.nodes + slurm.spare_nodes}",
         "--ntasks-per-node=1",
     ]
     if slurm.gpus_per_node:
@@ -194,15 +206,19 @@ def _sbatch_lines(slurm: SlurmConfig, run_id: str, run_root: str) -> list[str]:
         value = getattr(slurm, key)
         if value is not None:
             options.append(f"--{key}={value}")
-    if slurm.exclude:
-        options.append(f"--exclude={','.join(slurm.exclude)}")
+    if slurm.exclude or set_aside:
+        options.append(f"--exclude={','.join((*slurm.exclude, *set_aside))}")
     options += [
         f"--output={layout.slurm_output(run_root)}",
         "--open-mode=append",
         f"--signal=B:USR1@{SIGNAL_LEAD_S}",
         "--requeue",
-        *slurm.sbatch_args,
     ]
+    if config.recovery.on:
+        # A node that fails leaves the allocation, not the job: recovery runs the next attempt
+        # on the others and a spare.
+        options.append("--no-kill")
+    options += slurm.sbatch_args
     # The values hold no whitespace or quotes (the hosts file's validation): each option is
     # one word as sbatch splits an #SBATCH line.
     return [f"#SBATCH {option}" for option in options]
@@ -219,11 +235,13 @@ def _script(
     attempt: int,
     nproc: int,
     backend: str,
+    set_aside: Sequence[str],
 ) -> str:
     slurm, node = config.slurm, config.node
     assert slurm is not None and node is not None
     stop = layout.control_request(layout.node_dir(run_root, 0), "stop")
     per_node = f"{nproc} process{'es' if nproc != 1 else ''} per node"
+    spares = f" and {slurm.spare_nodes} spare(s)" if slurm.spare_nodes else ""
     exports = [f"export {key}={shell_word(value)}" for key, value in env.items()]
     ifname_set = node.socket_ifname != AUTO or "GLOO_SOCKET_IFNAME" in node.env
     if node.socket_ifname != AUTO:
@@ -236,19 +254,23 @@ def _script(
     agent = python_argv(node, layout.node_agent(run_root), "run", run_dir, code_dir)
     lines = [
         "#!/bin/bash",
-        f"# ddptui run {run_id}: {slurm.nodes} node(s), {per_node}, backend {backend}.",
-        *_sbatch_lines(slurm, run_id, run_root),
+        f"# ddptui run {run_id}: {slurm.nodes} node(s){spares}, {per_node}, backend {backend}.",
+        *_sbatch_lines(config, run_id, run_root, set_aside),
         "",
         f"run={shlex.quote(run_root)}",
-        "# A requeued job starts over as the run's next attempt, from its newest checkpoint.",
+        f'nodes_of() {{ echo "{layout.slurm_nodes("$run", "$1")}"; }}',
+        "# A requeued job starts over as the run's next attempt, from its newest checkpoint:",
+        "# past every attempt that named its nodes, those recovery ran in this allocation too.",
         f"export attempt=$(( {attempt} + ${{SLURM_RESTART_COUNT:-0}} ))",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "# Node 0's address as Slurm has it: node names need not resolve on the nodes.",
-        "MASTER_ADDR=$(scontrol show node \"$head_node\" | tr ' ' '\\n'"
-        " | sed -n 's/^NodeAddr=//p')",
-        "export MASTER_ADDR=${MASTER_ADDR:-$head_node}",
-        f"export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))",
+        'while [ -e "$(nodes_of "$attempt")" ]; do attempt=$(( attempt + 1 )); done',
+        "# The attempt's nodes, node 0 first: the allocation's first, but for any recovery set",
+        "# aside (a requeued job may be given one again).",
+        f'aside="{layout.slurm_set_aside("$run")}"',
+        'export run_nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST"'
+        ' | if [ -s "$aside" ]; then grep -vxF -f "$aside"; else cat; fi'
+        f" | head -n {slurm.nodes} | tr '\\n' ' ')",
         "export PYTHONUNBUFFERED=1",
+        f"export MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))",
         "",
         "# Slurm's warning before the time limit: checkpoint, stop, and come back requeued.",
         "requeue=0",
@@ -259,6 +281,10 @@ def _script(
         "trap on_warning USR1",
         "",
         "read -r -d '' node_script <<'NODE'",
+        "# This node's rank: its place in the attempt's nodes.",
+        f"{NODE_RANK}=0",
+        'for name in $run_nodes; do [ "$name" = "$SLURMD_NODENAME" ] && break;'
+        f" {NODE_RANK}=$(( {NODE_RANK} + 1 )); done",
         *(
             []
             if ifname_set
@@ -285,11 +311,41 @@ def _script(
         '"${resume[@]}"',
         "NODE",
         "",
-        'srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$node_script" &',
-        "step=$!",
-        "# A trapped signal ends a wait early: wait again until the step has ended.",
-        'while wait "$step"; status=$?; kill -0 "$step" 2>/dev/null; do :; done',
+        "while :; do",
+        '    [ -e "$(nodes_of "$attempt")" ] || echo $run_nodes > "$(nodes_of "$attempt")"',
+        "    head_node=${run_nodes%% *}",
+        "    # Node 0's address as Slurm has it: node names need not resolve on the nodes.",
+        "    MASTER_ADDR=$(scontrol show node \"$head_node\" | tr ' ' '\\n'"
+        " | sed -n 's/^NodeAddr=//p')",
+        "    export MASTER_ADDR=${MASTER_ADDR:-$head_node}",
+        f"    srun --nodes={slurm.nodes} --ntasks={slurm.nodes} --ntasks-per-node=1"
+        " --nodelist=\"$(echo $run_nodes | tr ' ' ,)\" --kill-on-bad-exit=1"
+        ' bash -c "$node_script" &',
+        "    step=$!",
+        "    # A trapped signal ends a wait early: wait again until the step has ended.",
+        '    while wait "$step"; status=$?; kill -0 "$step" 2>/dev/null; do :; done',
+        *(_recovery_lines() if config.recovery.on else ["    break"]),
+        "done",
         'if (( requeue )); then scontrol requeue "$SLURM_JOB_ID"; fi',
         'exit "$status"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def _recovery_lines() -> list[str]:
+    """A failed attempt's end in the loop of a run with ``[recovery]`` on: its supervisor
+    names the next attempt's nodes in this allocation (a spare in place of the node at fault),
+    or cancels the job; a supervisor that says neither in time ends the job as it failed."""
+    return [
+        "    if (( requeue || status == 0 )); then break; fi",
+        '    next="$(nodes_of $(( attempt + 1 )))"',
+        "    waited=0",
+        f'    until [ -e "$next" ] || (( requeue || waited >= {RECOVERY_WAIT_S} )); do',
+        "        sleep 1",
+        "        waited=$(( waited + 1 ))",
+        "    done",
+        "    if (( requeue )); then break; fi",
+        '    [ -e "$next" ] || break',
+        "    attempt=$(( attempt + 1 ))",
+        '    run_nodes=$(< "$next")',
+    ]

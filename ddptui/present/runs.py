@@ -10,13 +10,15 @@ from typing import Any
 
 from rich.text import Text
 
-from ddptui.present.status import STATE_STYLE
+from ddptui.present.status import STATE_STYLE, ratio_text
 from ddptui.run.record import RunRecord
+from ddptui.run.training_time import effective_training_time_ratio
 from ddptui.run.view import scheduler_document
 from ddptui.untrusted import plain
 
-COLUMNS = ("run", "state", "started", "took", "try", "ranks", "hosts")
-"""``try``: the attempt the run is on (1 until a resume or a requeue)."""
+COLUMNS = ("run", "state", "started", "took", "try", "kept", "ranks", "hosts")
+"""``try``: the attempt the run is on (1 until a resume or a requeue); ``kept``: its effective
+training time ratio (:mod:`ddptui.run.training_time`)."""
 
 
 @dataclass(frozen=True)
@@ -26,18 +28,27 @@ class RunRow:
     started: Text
     took: Text
     attempt: Text
+    kept: Text
     ranks: Text
     hosts: Text
 
     def cells(self) -> tuple[Text, ...]:
-        return (self.run, self.state, self.started, self.took, self.attempt, self.ranks, self.hosts)
+        return (
+            self.run,
+            self.state,
+            self.started,
+            self.took,
+            self.attempt,
+            self.kept,
+            self.ranks,
+            self.hosts,
+        )
 
 
 def duration_s(record: RunRecord, now: float) -> float:
     """From its creation to its last change of state once it ended; until ``now`` while it
     goes on. A run that failed while staging took as long as that, not "until now"."""
-    ended = record.states[-1].time if record.state.final and record.states else now
-    return max(ended - record.created, 0.0)
+    return max(record.ended_or(now) - record.created, 0.0)
 
 
 def duration(seconds: float) -> str:
@@ -48,7 +59,7 @@ def duration(seconds: float) -> str:
 
 
 def started(record: RunRecord) -> str:
-    """``12-01 00:22``: the list fits 80 columns with its hosts; ``runs --json`` and
+    """``12-01 00:22``: the list fits 80 columns up to its hosts; ``runs --json`` and
     ``status`` give the whole time."""
     return time.strftime("%m-%d %H:%M", time.localtime(record.created))
 
@@ -79,6 +90,7 @@ def run_row(record: RunRecord, now: float) -> RunRow:
         started=Text(started(record)),
         took=Text(duration(duration_s(record, now))),
         attempt=Text(str(len(record.attempts))),
+        kept=Text(ratio_text(effective_training_time_ratio(record, now))),
         ranks=Text(str(record.world_size)),
         hosts=Text(plain(_where(record), one_line=True)),
     )
@@ -99,6 +111,7 @@ def run_document(record: RunRecord, now: float) -> dict[str, Any]:
         "hosts": [node.host for node in record.nodes],
         "incidents": len(record.incidents),
         "restarts": sum(incident.resumed for incident in record.incidents),
+        "effective_training_time_ratio": effective_training_time_ratio(record, now),
         "set_aside": [aside.host for aside in record.set_aside],
         "scheduler_jobs": [
             {**scheduler_document(entry.job), "attempts": list(entry.attempts)}

@@ -19,6 +19,7 @@ from ddptui.run.evidence.stacks import rank_spans
 from ddptui.run.following.state import Hang, Judgement
 from ddptui.run.incidents import Incident, SetAside
 from ddptui.run.record import Attempt, RunRecord, RunState
+from ddptui.run.training_time import effective_training_time_ratio
 from ddptui.run.view import NodeView, RunView
 from ddptui.untrusted import plain
 
@@ -96,6 +97,22 @@ def incident_lines(incidents: Sequence[Incident]) -> list[Text]:
     earlier = len(incidents) - INCIDENTS_SHOWN
     lines = [Text(f"{earlier} earlier incident(s) not shown", "dim")] if earlier > 0 else []
     return lines + [incident_line(incident) for incident in incidents[-INCIDENTS_SHOWN:]]
+
+
+def ratio_text(value: float | None) -> str:
+    """``0.93``; ``—`` while not known."""
+    return "—" if value is None else f"{value:.2f}"
+
+
+def training_time_line(record: RunRecord, now: float) -> Text:
+    """``effective training time ratio 0.93: the share of the time since the first step spent
+    on steps that were kept``."""
+    kept = effective_training_time_ratio(record, now)
+    said = "not known yet" if kept is None else ratio_text(kept)
+    return Text(
+        f"effective training time ratio {said}: the share of the time since the first step "
+        "spent on steps that were kept"
+    )
 
 
 SET_ASIDE_SHOWN = 16
@@ -259,6 +276,8 @@ def status_lines(view: RunView, now: float | None = None) -> list[Text]:
     if resumed is not None:
         lines.append(Text("  ") + resumed)
     lines += [Text("  ") + line for line in incident_lines(record.incidents)]
+    if record.incidents:
+        lines.append(Text("  ") + training_time_line(record, now))
     if record.set_aside:
         lines.append(Text("  ") + set_aside_line(record.set_aside))
     timeline = record.timeline()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.run.following.event_fields import MAX_STEP_S
 from ddptui.untrusted import ELLIPSIS
 
 MAX_INCIDENTS = 1000
@@ -102,6 +103,11 @@ class Incident:
     """When the resumed attempt made its first new step."""
     notified: str = ""
     """The notify hook's outcome: "" while none ran, ``ok``, or what went wrong."""
+    last_step_at: float | None = None
+    """When the failed attempt made ``last_step`` (the head node's clock); None when it made
+    no step of its own."""
+    step_s: float | None = None
+    """The failed attempt's seconds per step, as its ranks last said."""
 
     @property
     def resumed(self) -> bool:
@@ -114,6 +120,17 @@ class Incident:
         if self.last_step is None or self.checkpoint_step is None:
             return None
         return max(0, self.last_step - self.checkpoint_step)
+
+    @property
+    def checkpoint_at(self) -> float | None:
+        """When the failed attempt made the checkpoint's step: its last step's time, less the
+        steps redone at its pace (known once the resume says its checkpoint's step)."""
+        redone = self.steps_redone
+        if redone is None or self.last_step_at is None:
+            return None
+        if redone == 0:
+            return self.last_step_at
+        return None if self.step_s is None else self.last_step_at - redone * self.step_s
 
     def to_document(self) -> dict[str, Any]:
         """The record's table (TOML has no null: what is not known is left out)."""
@@ -128,8 +145,11 @@ class Incident:
             "notified": _cut(self.notified, MAX_WORDS),
         }
         for key in _OPTIONAL:
-            if (value := getattr(self, key)) is not None:
+            # What the reader would refuse is left out, as not known: the record must read.
+            if (value := getattr(self, key)) is not None and math.isfinite(value):
                 table[key] = value
+        if self.step_s is not None and self.step_s >= 0.0:
+            table["step_s"] = min(self.step_s, MAX_STEP_S)
         return table
 
     @classmethod
@@ -156,6 +176,8 @@ class Incident:
             ),
             first_step_at=_time(table, "first_step_at") if "first_step_at" in table else None,
             notified=_words(table, "notified", ""),
+            last_step_at=_time(table, "last_step_at") if "last_step_at" in table else None,
+            step_s=_step_s(table) if "step_s" in table else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -176,10 +198,19 @@ class Incident:
             "steps_redone": self.steps_redone,
             "first_step_at": _finite(self.first_step_at),
             "notified": self.notified,
+            "last_step_at": _finite(self.last_step_at),
+            "step_s": _finite(self.step_s),
         }
 
 
-_OPTIONAL = ("fault_at", "resumed_attempt", "last_step", "checkpoint_step", "first_step_at")
+_OPTIONAL = (
+    "fault_at",
+    "resumed_attempt",
+    "last_step",
+    "checkpoint_step",
+    "first_step_at",
+    "last_step_at",
+)
 
 
 def incidents_of(value: Any) -> list[Incident]:
@@ -226,6 +257,13 @@ def _time(table: Mapping[str, Any], key: str) -> float:
     # A time that is no time (inf, nan) could not be shown as a clock's.
     if type(value) not in (int, float) or not math.isfinite(value):
         raise TypeError(f"{key} is not a finite number")
+    return float(value)
+
+
+def _step_s(table: Mapping[str, Any]) -> float:
+    value = table["step_s"]
+    if type(value) not in (int, float) or not 0 <= value <= MAX_STEP_S:
+        raise TypeError(f"step_s is not a number of seconds from 0 to {MAX_STEP_S:g}")
     return float(value)
 
 

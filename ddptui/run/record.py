@@ -135,6 +135,9 @@ class SchedulerJob:
     state: str = ""
     """How the scheduler says the job ended (Slurm's ``COMPLETED``, ``NODE_FAIL``…); "" until
     known."""
+    in_allocation: bool = False
+    """Recovery started the attempt in the job's allocation, on the nodes it named: the
+    scheduler did not start the job again."""
 
     def ended_as(self, state: str) -> SchedulerJob:
         """The same job, as the scheduler says it ended."""
@@ -271,6 +274,11 @@ class RunRecord:
         if found is None:
             raise KeyError(f"run {self.id} keeps no incident {number}")
         return found
+
+    def ended_or(self, now: float) -> float:
+        """When the run ended (its last change of state) once it did; ``now`` while it goes
+        on."""
+        return self.states[-1].time if self.state.final and self.states else now
 
     def restarts_within(self, window_s: float, now: float) -> int:
         """Incidents the run resumed after, detected in the ``window_s`` seconds up to ``now``."""
@@ -432,10 +440,15 @@ def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     return None if data.get(key) is None else _str(data, key)
 
 
-def _scheduler_table(job: SchedulerJob | None) -> dict[str, str] | None:
+def _scheduler_table(job: SchedulerJob | None) -> dict[str, str | bool] | None:
     if job is None:
         return None
-    return {"job": job.id, **({"state": job.state} if job.state else {})}
+    table: dict[str, str | bool] = {"job": job.id}
+    if job.state:
+        table["state"] = job.state
+    if job.in_allocation:
+        table["in_allocation"] = True
+    return table
 
 
 def _scheduler_job(attempt: Mapping[str, Any]) -> SchedulerJob | None:
@@ -446,13 +459,17 @@ def _scheduler_job(attempt: Mapping[str, Any]) -> SchedulerJob | None:
         if not isinstance(table, Mapping):
             raise TypeError("scheduler is not a table")
         job, state = _bounded(table, "job"), _bounded(table, "state", "")
+        in_allocation = table.get("in_allocation", False)
+        if not isinstance(in_allocation, bool):
+            raise TypeError("a scheduler's in_allocation is not true or false")
     elif "job_id" in attempt:
         job, state = _bounded(attempt, "job_id"), _bounded(attempt, "slurm_state", "")
+        in_allocation = False
     else:
         return None
     if not job:
         raise TypeError("a scheduler's job id is empty")
-    return SchedulerJob(job, state)
+    return SchedulerJob(job, state, in_allocation)
 
 
 def _bounded(data: Mapping[str, Any], key: str, default: str | None = None) -> str:

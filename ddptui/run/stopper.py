@@ -28,6 +28,9 @@ from ddptui.run.record import RunRecord
 _T = TypeVar("_T")
 
 KILL_WAIT_S = 10.0
+FAILED_GRACE_S = 5.0
+"""How long a failed attempt's ranks get to end after SIGTERM: the other nodes' ranks wait in
+collectives, and cannot checkpoint."""
 RANKS_GONE_LINGER_S = 10.0
 """How long the launchers (torchrun) may outlive every rank of a stopped run on their host, and
 then all together: they exit at once unless torch's exit barrier waits for a node that failed,

@@ -9,6 +9,7 @@ from the hosts directly for a finished run), and read back from its document on 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -19,6 +20,7 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Judgement, RankLog, Straggler
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
 from ddptui.run.record import RunRecord, SchedulerJob
+from ddptui.run.training_time import effective_training_time_ratio
 
 
 @dataclass(frozen=True)
@@ -195,8 +197,10 @@ class RunView:
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a run snapshot: {error!r}") from None
 
-    def document(self) -> dict[str, Any]:
-        """The ``ddptui status --json`` document (docs/architecture.md)."""
+    def document(self, now: float | None = None) -> dict[str, Any]:
+        """The ``ddptui status --json`` document (docs/architecture.md), as of ``now`` (the
+        wall clock's, unless given)."""
+        now = time.time() if now is None else now
         record, live = self.record, self.live_document()
         by_host = {node["host"]: node for node in live["nodes"]}
         timeline, hosts = record.timeline(), [node.host for node in record.nodes]
@@ -246,14 +250,16 @@ class RunView:
             "hang": live["judgement"]["hang"],
             "errors": [{key: error[key] for key in _ERROR_KEYS} for error in live["errors"]],
             "incidents": [incident.to_json() for incident in record.incidents],
+            "effective_training_time_ratio": effective_training_time_ratio(record, now),
             "set_aside": [host.to_json() for host in record.set_aside],
         }
 
 
-def scheduler_document(job: SchedulerJob) -> dict[str, str | None]:
+def scheduler_document(job: SchedulerJob) -> dict[str, str | bool | None]:
     """A scheduler's job as the JSON documents give it (``status``'s attempts, ``runs``' jobs):
-    its id and how the scheduler says it ended (null until known)."""
-    return {"job": job.id, "state": job.state or None}
+    its id, how the scheduler says it ended (null until known), and whether recovery started
+    the attempt in the job's allocation (not the scheduler)."""
+    return {"job": job.id, "state": job.state or None, "in_allocation": job.in_allocation}
 
 
 _ERROR_KEYS = ("category", "message", "cause", "fix", "ranks", "hosts", "count")

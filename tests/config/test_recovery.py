@@ -182,7 +182,16 @@ def test_a_run_may_go_on_with_fewer_nodes_only_when_asked() -> None:
         ),
         (
             f"[recovery]\nmin_nodes = 1\n{SLURM}",
-            "[recovery]: min_nodes: a Slurm run does not go on with fewer nodes; leave it out",
+            "[recovery]: min_nodes: a Slurm run goes on on spare_nodes; leave it out",
+        ),
+        (
+            SLURM.replace("nodes = 2\n", "nodes = 2\nspare_nodes = 1\n"),
+            '[slurm]: spare_nodes: for [recovery] mode = "resume" to run on; set it',
+        ),
+        (
+            '[recovery]\nmode = "resume"\n'
+            + SLURM.replace("nodes = 2\n", "nodes = 2\nspare_nodes = -1\n"),
+            "[slurm]: spare_nodes: expected a number of nodes ≥ 0, found -1 (an integer)",
         ),
         (
             _recovery('notify = "page-me --team ml"'),

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,8 @@ def test_sbatch_reads_one_task_per_node_and_every_slurm_key(tmp_path: Path) -> N
         for i, line in enumerate(plan.script.splitlines())
         if line.startswith("#SBATCH")
     )
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " in plan.script
+    assert "--no-kill" not in plan.script
+    assert "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --nodelist=" in plan.script
     assert plan.script_path == f"{tmp_path}/shared/runs/{RUN}/slurm/attempt-1.sh"
     subprocess.run(["bash", "-n"], input=plan.script, text=True, check=True)
 
@@ -106,9 +108,11 @@ def _node_part(script: str) -> str:
     return script.split("<<'NODE'\n", 1)[1].split("\nNODE\n", 1)[0]
 
 
-@pytest.mark.parametrize(("node", "attempt", "resumed"), [("0", 1, False), ("2", 1, True)])
+@pytest.mark.parametrize(
+    ("name", "node", "attempt", "resumed"), [("n7", "0", 1, False), ("n5", "2", 1, True)]
+)
 def test_each_node_runs_torchrun_with_its_rank_and_the_args_as_written(
-    tmp_path: Path, node: str, attempt: int, resumed: bool
+    tmp_path: Path, name: str, node: str, attempt: int, resumed: bool
 ) -> None:
     # The host's Python, as the node finds it: it runs the node agent, and otherwise (torchrun)
     # is a stand-in that says what it was given.
@@ -132,7 +136,11 @@ def test_each_node_runs_torchrun_with_its_rank_and_the_args_as_written(
     restarts = "1" if resumed else "0"
     env = {
         "PATH": os.environ["PATH"],
-        "SLURM_NODEID": node,
+        # Slurm's own node id counts the step's nodes in the allocation's order, which an
+        # attempt on a spare does not keep: the node's rank is its place in the attempt's list.
+        "SLURM_NODEID": "1",
+        "run_nodes": "n7 n3 n5 ",
+        "SLURMD_NODENAME": name,
         "SLURM_NNODES": "3",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": "15042",
@@ -204,7 +212,7 @@ def test_every_flight_recorder_name_torch_has_read_is_set_unless_the_nodes_env_s
         tmp_path / "s.toml",
     )
     script = plan_batch(config, run_id=RUN, workdir="/w").script
-    prefix = f'/w/runs/{RUN}/node"${{SLURM_NODEID}}"/node/flight_'
+    prefix = f'/w/runs/{RUN}/node"${{node_rank}}"/node/flight_'
     assert f"export TORCH_FR_DUMP_TEMP_FILE={prefix}\n" in script
     assert f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}\n" in script
     assert "export TORCH_FR_DUMP_ON_TIMEOUT=1\nexport TORCH_NCCL_DUMP_ON_TIMEOUT=1\n" in script
@@ -247,3 +255,131 @@ def test_an_argument_after_the_double_dash_with_a_control_character_is_refused(
         extra_args=plain_args,
     )
     assert "NODE\n" in plan.script
+
+
+def _fake_slurm(tmp_path: Path, allocation: str, exits: list[int]) -> tuple[dict[str, str], Path]:
+    """Stand-ins for ``scontrol`` and ``srun`` on a PATH of their own: the allocation's nodes
+    (``scontrol show hostnames``), each node's address, and each srun step's words (its
+    options, the attempt and its nodes) kept a line each, exiting as ``exits`` says in turn."""
+    bin_dir, steps = tmp_path / "bin", tmp_path / "steps.jsonl"
+    bin_dir.mkdir()
+    (tmp_path / "exits").write_text("".join(f"{code}\n" for code in exits))
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/bash\n"
+        'case "$1 $2" in\n'
+        f"  'show hostnames') printf '%s\\n' {allocation} ;;\n"
+        "  'show node') echo \"NodeName=$3 NodeAddr=10.0.0.${3#n}\" ;;\n"
+        '  *) echo "$@" >> ' + str(tmp_path / "scontrol.log") + " ;;\n"
+        "esac\n"
+    )
+    (bin_dir / "srun").write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"exits = open({str(tmp_path / 'exits')!r}).read().split()\n"
+        f"done = sum(1 for _ in open({str(steps)!r})) if os.path.exists({str(steps)!r}) else 0\n"
+        f"with open({str(steps)!r}, 'a') as out:\n"
+        "    out.write(json.dumps({'options': [a for a in sys.argv[1:] if a.startswith('--')],"
+        " 'attempt': os.environ['attempt'], 'nodes': os.environ['run_nodes'].split(),"
+        " 'master': os.environ['MASTER_ADDR']}) + '\\n')\n"
+        "sys.exit(int(exits[done]))\n"
+    )
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "n[0-3]",
+    }
+    return env, steps
+
+
+def _recovering(tmp_path: Path) -> object:
+    return _config(tmp_path, '\n[recovery]\nmode = "resume"')
+
+
+def _steps(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_run_with_spares_holds_them_idle_and_its_first_attempt_runs_on_the_first_nodes(
+    tmp_path: Path,
+) -> None:
+    text = (
+        f'[cluster]\nworkdir = "{tmp_path}/shared"\n[slurm]\nnodes = 2\nspare_nodes = 2\n'
+        '[job]\nnproc_per_node = 1\n[recovery]\nmode = "resume"\n'
+    )
+    config = parse_config(text, tmp_path / "s.toml")
+    plan = plan_batch(config, run_id=RUN, workdir=f"{tmp_path}/shared")
+    assert "#SBATCH --nodes=4\n" in plan.script
+    assert "#SBATCH --no-kill\n" in plan.script
+    env, steps = _fake_slurm(tmp_path, "n0 n1 n2 n3", [0])
+    Path(layout.slurm_nodes(plan.run_root, 1)).parent.mkdir(parents=True)
+    done = subprocess.run(["bash", "-c", plan.script], env=env, check=False)
+    assert done.returncode == 0
+    (step,) = _steps(steps)
+    assert step["nodes"] == ["n0", "n1"] and step["attempt"] == "1"
+    assert "--nodelist=n0,n1" in step["options"]  # type: ignore[operator]
+    assert step["master"] == "10.0.0.0"
+    assert Path(layout.slurm_nodes(plan.run_root, 1)).read_text() == "n0 n1\n"
+
+
+def test_a_failed_attempt_waits_for_its_supervisor_s_next_nodes_in_the_same_allocation(
+    tmp_path: Path,
+) -> None:
+    plan = plan_batch(_recovering(tmp_path), run_id=RUN, workdir=f"{tmp_path}/shared")  # type: ignore[arg-type]
+    env, steps = _fake_slurm(tmp_path, "n0 n1 n2 n3", [137, 0])
+    Path(layout.slurm_nodes(plan.run_root, 1)).parent.mkdir(parents=True)
+    job = subprocess.Popen(["bash", "-c", plan.script], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while not steps.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)
+        # The job waits, its failed step done, for the supervisor's word.
+        assert job.poll() is None and len(_steps(steps)) == 1
+        Path(layout.slurm_nodes(plan.run_root, 2)).write_text("n0 n3 n2\n")
+        assert job.wait(timeout=10) == 0
+    finally:
+        job.kill()
+    first, second = _steps(steps)
+    assert (first["attempt"], first["nodes"]) == ("1", ["n0", "n1", "n2"])
+    assert (second["attempt"], second["nodes"]) == ("2", ["n0", "n3", "n2"])
+    assert "--nodelist=n0,n3,n2" in second["options"]  # type: ignore[operator]
+
+
+def test_without_recovery_a_failed_attempt_ends_its_job_at_once(tmp_path: Path) -> None:
+    plan = plan_batch(_config(tmp_path), run_id=RUN, workdir=f"{tmp_path}/shared")  # type: ignore[arg-type]
+    env, steps = _fake_slurm(tmp_path, "n0 n1 n2", [3])
+    Path(layout.slurm_nodes(plan.run_root, 1)).parent.mkdir(parents=True)
+    done = subprocess.run(["bash", "-c", plan.script], env=env, check=False, timeout=10)
+    assert done.returncode == 3
+    assert len(_steps(steps)) == 1
+
+
+def test_a_requeued_job_is_the_next_attempt_and_leaves_out_the_nodes_set_aside(
+    tmp_path: Path,
+) -> None:
+    plan = plan_batch(_recovering(tmp_path), run_id=RUN, workdir=f"{tmp_path}/shared")  # type: ignore[arg-type]
+    env, steps = _fake_slurm(tmp_path, "n0 n1 n2 n3", [0])
+    # Attempt 1, then attempt 2 recovery ran in the same allocation, set n1 aside; Slurm then
+    # requeued the job (its first start's attempt 1, restarted once).
+    for attempt, nodes in ((1, "n0 n1 n2"), (2, "n0 n3 n2")):
+        path = Path(layout.slurm_nodes(plan.run_root, attempt))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(nodes + "\n")
+    Path(layout.slurm_set_aside(plan.run_root)).write_text("n1\n")
+    done = subprocess.run(
+        ["bash", "-c", plan.script], env={**env, "SLURM_RESTART_COUNT": "1"}, check=False
+    )
+    assert done.returncode == 0
+    (step,) = _steps(steps)
+    assert (step["attempt"], step["nodes"]) == ("3", ["n0", "n2", "n3"])
+
+
+def test_a_resume_s_job_never_asks_for_the_nodes_recovery_set_aside(tmp_path: Path) -> None:
+    plan = plan_batch(
+        _recovering(tmp_path),  # type: ignore[arg-type]
+        run_id=RUN,
+        workdir=f"{tmp_path}/shared",
+        set_aside=["n1"],
+    )
+    assert "#SBATCH --exclude=n[07-08],n11,n1\n" in plan.script

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from ddptui.present.status import INCIDENTS_SHOWN, SET_ASIDE_SHOWN, status_lines
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Judgement
@@ -15,6 +17,7 @@ from ddptui.run.view import RunView
 from tests.ui import scenes
 
 DETECTED = scenes.CREATED + 600.0
+FIRST_STEP = scenes.CREATED + 100.0
 
 
 def _healed() -> RunRecord:
@@ -34,6 +37,8 @@ def _healed() -> RunRecord:
             checkpoint_step=100,
             first_step_at=DETECTED + 30.0,
             notified="ok",
+            last_step_at=DETECTED - 5.0,
+            step_s=0.5,
         ),
         Incident(2, 2, DETECTED + 90.0, "gpu-e stopped answering\x1b]0;pwned\x07", (), ""),
     ]
@@ -71,7 +76,28 @@ def test_status_says_each_incident_and_the_hosts_set_aside() -> None:
 
 def test_a_run_without_incidents_says_nothing_of_them() -> None:
     said = _said(scenes.run_record(RunState.RUNNING))
-    assert not any(line.startswith(("incident ", "set aside")) for line in said)
+    assert not any(line.startswith(("incident ", "set aside", "effective ")) for line in said)
+
+
+def test_status_says_the_effective_training_time_ratio_after_the_incidents() -> None:
+    record = _healed()
+    record.timelines[0].stamp("gpu-b", "first_step", FIRST_STEP)
+    # Resumed from step 100, made 40 steps at 0.5 s before step 140: 55 s lost of 900.
+    now = FIRST_STEP + 900.0
+    view = RunView.of(record, RunModel(record), Judgement.of_record(record))
+    said = [line.plain.strip() for line in status_lines(view, now)]
+    ratio = next(index for index, line in enumerate(said) if line.startswith("effective "))
+    assert said[ratio] == (
+        "effective training time ratio 0.94: the share of the time since the first step spent "
+        "on steps that were kept"
+    )
+    assert said[ratio - 1].startswith("incident 2 at ")
+    assert view.document(now)["effective_training_time_ratio"] == pytest.approx(845 / 900)
+    # How long the redone steps took is not known: neither is the ratio, and status says so.
+    record.incidents[0].step_s = None
+    said = [line.plain.strip() for line in status_lines(view, now)]
+    assert said[ratio].startswith("effective training time ratio not known yet: "), said[ratio]
+    assert view.document(now)["effective_training_time_ratio"] is None
 
 
 def test_a_notify_hook_that_failed_is_said_after_its_incident() -> None:
@@ -122,8 +148,11 @@ def test_status_json_gives_every_incident_field_and_the_hosts_set_aside() -> Non
         "steps_redone": 40,
         "first_step_at": DETECTED + 30.0,
         "notified": "ok",
+        "last_step_at": DETECTED - 5.0,
+        "step_s": 0.5,
     }
     assert (second["fault_at"], second["steps_redone"], second["blamed"]) == (None, None, [])
+    assert (second["last_step_at"], second["step_s"]) == (None, None)
     assert document["set_aside"] == [
         {"host": "gpu-b", "why": "rank 3 was killed by SIGKILL", "at": DETECTED, "leftovers": ""},
         {
@@ -141,3 +170,5 @@ def test_status_json_of_a_run_without_incidents_has_empty_lists() -> None:
     record = scenes.run_record(RunState.RUNNING)
     document = RunView(record, Judgement.of_record(record), (), (), "", ()).document()
     assert (document["incidents"], document["set_aside"]) == ([], [])
+    # No step yet to count the time from.
+    assert document["effective_training_time_ratio"] is None

@@ -26,6 +26,7 @@ from ddptui.run.record import (
     SchedulerJob,
     SetAside,
 )
+from ddptui.run.timeline import Timeline
 from ddptui.run.view import RunView
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
@@ -185,16 +186,18 @@ def test_the_json_documents_give_a_scheduler_s_jobs_under_keys_of_no_scheduler_s
         Attempt(1, 1.0, 15041, scheduler=SchedulerJob("41"), allocation="n[0-1]"),
         Attempt(2, 2.0, 15041, scheduler=SchedulerJob("41", "COMPLETED"), allocation="n[1-2]"),
         Attempt(3, 3.0, 15043, scheduler=SchedulerJob("43")),
+        Attempt(4, 4.0, 15043, scheduler=SchedulerJob("43", in_allocation=True)),
     ]
     status = RunView(slurm, Judgement.of_record(slurm), (), (), "", ()).document()
     assert [(each["scheduler"], each["allocation"]) for each in status["attempts"]] == [
-        ({"job": "41", "state": None}, "n[0-1]"),
-        ({"job": "41", "state": "COMPLETED"}, "n[1-2]"),
-        ({"job": "43", "state": None}, None),
+        ({"job": "41", "state": None, "in_allocation": False}, "n[0-1]"),
+        ({"job": "41", "state": "COMPLETED", "in_allocation": False}, "n[1-2]"),
+        ({"job": "43", "state": None, "in_allocation": False}, None),
+        ({"job": "43", "state": None, "in_allocation": True}, None),
     ]
     assert run_document(slurm, 10.0)["scheduler_jobs"] == [
-        {"job": "41", "state": "COMPLETED", "attempts": [1, 2]},
-        {"job": "43", "state": None, "attempts": [3]},
+        {"job": "41", "state": "COMPLETED", "in_allocation": False, "attempts": [1, 2]},
+        {"job": "43", "state": None, "in_allocation": True, "attempts": [3, 4]},
     ]
     ssh = RunRecord("20261130-120000-sshh", 0.0, "", "trainer", "gloo", "", 4, [], [])
     ssh.attempts = [Attempt(1, 1.0, 29500)]
@@ -247,3 +250,20 @@ def test_the_runs_document_counts_a_run_s_incidents_restarts_and_hosts_set_aside
     record.set_aside = [SetAside("gpu2", "silent", 10.0)]
     document = run_document(record, 30.0)
     assert (document["incidents"], document["restarts"], document["set_aside"]) == (2, 1, ["gpu2"])
+
+
+def test_the_runs_list_and_its_document_give_the_effective_training_time_ratio() -> None:
+    record = RunRecord("20261130-120000-heal", 0.0, "", "trainer", "gloo", "", 4, [], [])
+    record.attempts = [Attempt(1, 900.0, 29500), Attempt(2, 1450.0, 29500)]
+    record.timelines = [Timeline(1, 900.0, {"gpu1": {"first_step": 1000.0}})]
+    # Failed at step 140 (1400 s, 2 s a step), resumed from step 100 (1320 s), stepping again
+    # at 1500 s: 180 s of the 1000 since the first step lost.
+    record.incidents = [
+        Incident(1, 1, 1410.0, "lost", ("gpu2",), "silent", resumed_attempt=2, last_step=140,
+                 checkpoint_step=100, first_step_at=1500.0, last_step_at=1400.0, step_s=2.0)
+    ]  # fmt: skip
+    assert run_row(record, 2000.0).kept.plain == "0.82"
+    assert run_document(record, 2000.0)["effective_training_time_ratio"] == pytest.approx(0.82)
+    record.incidents[0].step_s = None
+    assert run_row(record, 2000.0).kept.plain == "—"
+    assert run_document(record, 2000.0)["effective_training_time_ratio"] is None

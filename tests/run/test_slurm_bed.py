@@ -334,3 +334,67 @@ def test_a_waiting_launch_says_why_and_rides_out_a_controller_restart(
     assert "node1: node1 is drained in Slurm (bad_gpu_ecc)" in text
     assert re.search(r"job \d+ running on node\[0-2\]", text), text
     assert "completed: every node exited 0" in text
+
+
+def test_a_node_whose_slurmd_dies_is_set_aside_and_the_run_resumes_on_the_spare_node(
+    slurm_bed: SlurmBed, tmp_path: Path, cli: Cli
+) -> None:
+    cli = _slurm_cli(cli, slurm_bed)
+    steps = 1500
+    # Steps slow enough that the run still trains when Slurm notices the node is gone.
+    slow = ("--batch-size", "1024")
+    path = _hosts_file(tmp_path, "--max-steps", str(steps), "--checkpoint-every", "10", *slow)
+    document = tomllib.loads(path.read_text())
+    document["slurm"] |= {"nodes": 2, "spare_nodes": 1}
+    document["recovery"] = {"mode": "resume"}
+    path.write_text(tomli_w.dumps(document))
+    run_id, job_id, run_root = _submitted(cli, path)
+    assert slurm_bed.job(job_id)["NumNodes"] in ("3", "3-3")
+    _wait_step(run_root, 25)
+    slurm_bed.kill_node(slurm_bed.bed.host("node1"))
+    killed = time.monotonic()
+    # Slurm takes the silent node out of the job's allocation, not the job away: recovery
+    # blames the node Slurm lost and runs the next attempt on the spare, node ranks kept.
+    deadline = killed + 150
+    while (status := cli.json("status", run_id, "--json"))["state"] != "running" or len(
+        status["attempts"]
+    ) < 2:
+        gave_up = [each for each in status["incidents"] if "not recovered" in each["action"]]
+        assert not gave_up and status["state"] != "completed", status
+        assert time.monotonic() < deadline, status
+        time.sleep(1)
+    assert [node["host"] for node in status["nodes"]] == ["node0", "node2"]
+    (incident,) = status["incidents"]
+    assert incident["blamed"] == ["node1"], incident
+    assert "the scheduler lost node1 (" in incident["why"], incident
+    assert incident["action"] == "resuming on node2 in place of node1", incident
+    assert incident["resumed_attempt"] == 2
+    assert [aside["host"] for aside in status["set_aside"]] == ["node1"]
+    assert [a["scheduler"] for a in status["attempts"]] == [
+        {"job": job_id, "state": None, "in_allocation": False},
+        {"job": job_id, "state": None, "in_allocation": True},
+    ]
+    ended = _wait_state(cli, run_id, {"completed", "failed", "stopped"}, 300)
+    assert ended["state"] == "completed", ended
+    # One job throughout: Slurm ran the run's second attempt in the first's allocation.
+    assert slurm_bed.job(job_id)["JobState"] == "COMPLETED"
+    events = _events(run_root)
+    assert sorted(events) == [0, 1, 2, 3]
+    for rank, seen in events.items():
+        starts = [e for e in seen if e["type"] == "start"]
+        assert [s["node_rank"] for s in starts] == [rank // PROCS] * 2, rank
+        resumed_from = starts[1]["start_step"]
+        assert resumed_from >= 20, starts
+        first = [e for e in seen[: seen.index(starts[1])] if e["type"] == "step"]
+        again = [e for e in seen[seen.index(starts[1]) :] if e["type"] == "step"]
+        # The steps redone from the checkpoint (none where the ranks checkpointed as Slurm
+        # ended their step) give the first attempt's losses, bit for bit.
+        before = {e["step"]: e["loss"] for e in first if e["step"] > resumed_from}
+        after = {e["step"]: e["loss"] for e in again}
+        assert min(after) == resumed_from + 1, rank
+        assert all(after[step] == loss for step, loss in before.items()), rank
+        assert max(after) == steps and seen[-1]["type"] == "done", rank
+    assert (run_root / "slurm" / "attempt-2.nodes").read_text() == "node0 node2\n"
+    (incident,) = cli.json("status", run_id, "--json")["incidents"]
+    assert incident["checkpoint_step"] == resumed_from, incident
+    assert incident["steps_redone"] == incident["last_step"] - resumed_from, incident

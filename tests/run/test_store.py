@@ -70,14 +70,21 @@ def test_a_slurm_run_s_jobs_round_trip_and_a_requeued_job_is_one_job_of_two_atte
     record.attempts = [
         Attempt(1, 2.0, 15041, scheduler=SchedulerJob("41", "COMPLETED"), allocation="node[0-1]"),
         Attempt(2, 3.0, 15042, scheduler=SchedulerJob("42"), allocation="node[0-1]"),
-        Attempt(3, 4.0, 15042, scheduler=SchedulerJob("42", "COMPLETED"), allocation="node[1-2]"),
+        Attempt(3, 4.0, 15042, scheduler=SchedulerJob("42"), allocation="node[1-2]"),
+        # Recovery's attempt on a spare of the same allocation.
+        Attempt(4, 5.0, 15042, scheduler=SchedulerJob("42", "COMPLETED", in_allocation=True)),
     ]
     store.create(record, "[cluster]\n")
     loaded = store.load(record.id)
     assert loaded == record and loaded.job_id == "42"
     assert [(each.job.id, each.attempts, each.job.state) for each in loaded.scheduler_jobs] == [
         ("41", (1,), "COMPLETED"),
-        ("42", (2, 3), "COMPLETED"),
+        ("42", (2, 3, 4), "COMPLETED"),
+    ]
+    assert [attempt.scheduler.in_allocation for attempt in loaded.attempts[1:]] == [  # type: ignore[union-attr]
+        False,
+        False,
+        True,
     ]
     assert _record("20261130-120000-sshx").scheduler_jobs == []
 
@@ -184,6 +191,8 @@ def _healed(record: RunRecord) -> RunRecord:
             checkpoint_step=100,
             first_step_at=130.0,
             notified="ok",
+            last_step_at=99.0,
+            step_s=0.25,
         ),
         Incident(2, 2, 200.0, "gpu-e stopped answering", ("gpu-e", "gpu-f"), "silent 12 s"),
     ]
@@ -202,6 +211,7 @@ def test_incidents_and_hosts_set_aside_round_trip(tmp_path: Path) -> None:
     assert loaded == record
     first, second = loaded.incidents
     assert (first.steps_redone, second.steps_redone) == (40, None)
+    assert (first.checkpoint_at, second.checkpoint_at) == (89.0, None)
     assert (second.fault_at, second.action, second.resumed_attempt, second.notified) == (
         None,
         "",
@@ -258,6 +268,36 @@ def test_a_written_incident_table_reads() -> None:
     assert incident == Incident(
         1, 1, 100.0, "rank 3 on gpu-b was killed by SIGKILL", ("gpu-b",), "its kernel killed it"
     )
+    # Written by the version before: no time of its last step nor pace, so no checkpoint's time.
+    assert (incident.last_step_at, incident.step_s, incident.checkpoint_at) == (None, None, None)
+    (timed,) = RunRecord.from_toml(
+        OLD_SLURM_RECORD + INCIDENT + "last_step_at = 90\nstep_s = 3600\n"
+    ).incidents
+    assert (timed.last_step_at, timed.step_s) == (90.0, 3600.0)
+
+
+def test_a_time_the_reader_would_refuse_is_written_as_not_known_and_a_pace_at_its_cap() -> None:
+    record = _record("20261130-120000-heal")
+    record.incidents = [
+        Incident(1, 1, 10.0, "x", (), "", fault_at=float("nan"), last_step_at=float("inf")),
+        Incident(2, 1, 20.0, "y", (), "", step_s=7200.0),
+        Incident(3, 1, 30.0, "z", (), "", step_s=float("nan")),
+    ]
+    first, second, third = RunRecord.from_toml(record.to_toml()).incidents
+    assert (first.fault_at, first.last_step_at) == (None, None)
+    assert (second.step_s, third.step_s) == (3600.0, None)
+
+
+def test_the_checkpoint_s_step_is_dated_back_from_the_last_step_at_the_attempt_s_pace() -> None:
+    incident = Incident(1, 1, 500.0, "x", (), "", last_step=140, last_step_at=400.0, step_s=2.0)
+    assert incident.checkpoint_at is None  # until the resume says its checkpoint's step
+    incident.checkpoint_step = 100
+    assert incident.checkpoint_at == 320.0
+    incident.step_s = None
+    assert incident.checkpoint_at is None
+    # The checkpoint of the last step itself needs no pace.
+    incident.checkpoint_step = 140
+    assert incident.checkpoint_at == 400.0
 
 
 @pytest.mark.parametrize(
@@ -280,6 +320,12 @@ def test_a_written_incident_table_reads() -> None:
         ("checkpoint_step", "1.5"),
         ("first_step_at", "true"),
         ("notified", "{}"),
+        ("last_step_at", "-inf"),
+        ("last_step_at", '"late"'),
+        ("step_s", "-0.5"),
+        ("step_s", "3600.5"),
+        ("step_s", "nan"),
+        ("step_s", "false"),
     ],
 )
 def test_an_incident_that_ddptui_did_not_write_makes_the_record_unreadable(

@@ -80,6 +80,9 @@ def _runs(root: Path) -> Screen[None]:
         record.created += index * 3600
         for change in record.states[3:]:
             change.time = record.created + 1234.0
+        if state is RunState.COMPLETED:
+            # It stepped, and nothing went wrong: every second since its first step was kept.
+            record.timelines[0].stamp("gpu-a", "first_step", record.created + 20.0)
         store.create(record, "")
     return RunsScreen(RunControl(store), now=scenes.CREATED + 3 * 3600)
 

@@ -79,6 +79,19 @@ class Follower(Protocol):
 
 
 @dataclass(frozen=True)
+class SparePool:
+    """Where a run's spares come from, as recovery decides and says."""
+
+    names: tuple[str, ...]
+    """The hosts that may take a place, in order (those the run uses or set aside included:
+    the record leaves them out)."""
+    said: str
+    """What the pool is, for a person: ``2 spare(s) in the hosts file``."""
+    more: str
+    """What gives the run more when none is left."""
+
+
+@dataclass(frozen=True)
 class StartFailed:
     """Why an attempt did not start, and what of it to record."""
 
@@ -157,6 +170,25 @@ class RunBackend(abc.ABC):
             f"cannot recover on a spare: {type(self).__name__} runs on the nodes its scheduler "
             "gives, and replacing them is not done yet"
         )
+
+    async def spares(self) -> SparePool:
+        """The hosts a recovery may put in the place of one at fault: the hosts file's
+        spares."""
+        return SparePool(
+            tuple(spare.name for spare in self.config.spares),
+            f"{len(self.config.spares)} spare(s) in the hosts file",
+            "add a spare, or set [recovery] min_nodes to go on with fewer",
+        )
+
+    async def lost(self) -> dict[str, str]:
+        """The run's hosts its scheduler holds lost now (host → the scheduler's words): the
+        attempt's failure is theirs, whichever rank said it first. None without a scheduler."""
+        return {}
+
+    async def release(self) -> None:
+        """The run will not go on where it ran: give back what was held for a recovery (a
+        scheduler's allocation). Hosts of a hosts file hold nothing beyond their processes."""
+        return None
 
     @abc.abstractmethod
     async def stop(self, *, kill: bool, graceful: bool) -> StopReport:

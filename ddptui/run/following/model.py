@@ -125,7 +125,7 @@ class RunModel:
         """Updates set aside, because taking them raised."""
         self._clock = clock
         self._wall = wall
-        self._heard_at: dict[str, float] = {}
+        self.heard_at: dict[str, float] = {}
         """Host → when its latest line or heartbeat arrived."""
         self.progress = RunProgress()
         self.progress.world_size = record.world_size
@@ -198,7 +198,7 @@ class RunModel:
 
     def _apply(self, update: Update) -> None:
         if isinstance(update, (FileLine, Heartbeat)):
-            self._heard_at[update.host] = self._clock()
+            self.heard_at[update.host] = self._clock()
         if isinstance(update, FileLine):
             self.lines += 1
             self._line(update)
@@ -207,6 +207,7 @@ class RunModel:
             if node is not None:
                 self.refused += node.beat(update.groups.get(self.attempt), update.sample)
                 if node.alive:
+                    node.alive_at = self._clock()
                     for rank in node.sample.get("ranks") or ():
                         self.progress.process_running(rank)
         elif isinstance(update, HostSilent):
@@ -382,13 +383,13 @@ class RunModel:
             if any(now - self._stepped_at[host] <= window for host in stepped):
                 return Silence.TRAINS
             # Heard from after a whole window without a step: its link works, its ranks wait.
-            if any(self._heard_at[host] - self._stepped_at[host] > window for host in stepped):
+            if any(self.heard_at[host] - self._stepped_at[host] > window for host in stepped):
                 return Silence.FAILS
             return Silence.UNKNOWN
         # No step events (a script that writes none, or before the first step) cannot show
         # whether the silent host takes part; a host that answers shows the network works.
         witnesses = self.witnesses()
-        if any(now - self._heard_at.get(host, -math.inf) <= HEARD_LATELY_S for host in witnesses):
+        if any(now - self.heard_at.get(host, -math.inf) <= HEARD_LATELY_S for host in witnesses):
             return Silence.FAILS
         return Silence.UNKNOWN
 

@@ -71,6 +71,8 @@ class NodeState:
     """When the exit status arrived (the model's clock)."""
     vanished: bool = False
     """The node's processes are gone without an exit status (the whole group was killed)."""
+    alive_at: float | None = None
+    """When a heartbeat last said the attempt's processes live (the model's clock)."""
     gone_beats: int = 0
     silent: str | None = None
     """Why the host stopped answering, while it does not answer."""

@@ -47,14 +47,16 @@ class Healing(RunOwner, abc.ABC):
         cause: str,
         found: recovery.Blame | None,
         last: int | None,
+        times: recovery.FaultTimes,
         unended: Collection[str],
         raised: str | None = None,
     ) -> None:
         """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``);
-        either way an incident of the run, and ``notify`` told."""
+        either way an incident of the run, dated by ``times``, and ``notify`` told."""
         self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
         now, record = self._wall(), self.record
-        decision = recovery.decide(self.config, record, found, now, last, raised)
+        spares = await self.backend.spares()
+        decision = recovery.decide(self.config, record, found, now, last, raised, spares=spares)
         incident = Incident(
             number=record.incidents[-1].number + 1 if record.incidents else 1,
             attempt=record.attempt.number,
@@ -62,7 +64,10 @@ class Healing(RunOwner, abc.ABC):
             cause=cause,
             blamed=found.hosts if found is not None else (),
             why=found.why if found is not None else "",
+            fault_at=times.fault_at,
             last_step=last,
+            last_step_at=times.last_step_at,
+            step_s=times.step_s,
         )
         if isinstance(decision, recovery.GiveUp):
             incident.action = f"not recovered: {decision.why}"
@@ -70,6 +75,7 @@ class Healing(RunOwner, abc.ABC):
             self.note(incident.action)
             self.say(incident.action)
             self.notify_incident(incident.number)
+            await self.backend.release()
             self.phases.move(Phase.IDLE, "recovery gave up")
             self.tell_ended()
             return
@@ -102,6 +108,7 @@ class Healing(RunOwner, abc.ABC):
 
         self.change(outcome)
         if not resumed:
+            await self.backend.release()
             self.tell_ended()
 
     async def sweep_leftovers(self) -> None:

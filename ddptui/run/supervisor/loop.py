@@ -313,12 +313,16 @@ class Supervisor(Healing):
         self.end_attempt(verdict.state, verdict.detail)
         recovering = verdict.state is RunState.FAILED and self.config.recovery.on
         model = self.following.model
-        # Judged before the followers end: a host's last lines may yet blame another.
-        found = recovery.blame(verdict, model) if recovering else None
+        # Judged before the followers end: a host's last lines may yet blame another. A node
+        # the scheduler lost is at fault, whichever rank said the failure first.
+        found = None
+        if recovering:
+            found = recovery.blame_lost(await self.backend.lost()) or recovery.blame(verdict, model)
         last = max(
             (rank.step for rank in model.progress.ranks if rank.step is not None), default=None
         )
         raised = recovery.code_fault(model, last) if recovering and found is None else None
+        times = recovery.fault_times(model, verdict, found, last)
         unended: set[str] = set()
         if verdict.state is RunState.FAILED:
             nodes = model.nodes
@@ -338,7 +342,7 @@ class Supervisor(Healing):
         await self.following.end()
         self.ended(recovering=recovering)
         if recovering:
-            await self._recover(verdict.detail, found, last, unended, raised)
+            await self._recover(verdict.detail, found, last, times, unended, raised)
 
     async def _nodes_ended(self, job: NodesEnded) -> None:
         verdict = await self.backend.ending(job)
@@ -366,6 +370,7 @@ class Supervisor(Healing):
             return
         summary = hang.summary(self._wall())
         found = recovery.blame_hang(hang) if self.config.recovery.on else None
+        times = recovery.fault_times(self.following.model, hang, found, hang.step)
         said = "recovery blames a host" if found is not None else "on_hang says"
         why = f"hung ({summary}): stopping, as {said}"
         self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
@@ -375,7 +380,7 @@ class Supervisor(Healing):
         await self.following.end()
         self.ended(recovering=self.config.recovery.on)
         if self.config.recovery.on:
-            await self._recover(f"hung: {summary}", found, hang.step, report.may_live_on)
+            await self._recover(f"hung: {summary}", found, hang.step, times, report.may_live_on)
 
     # --- judging ---------------------------------------------------------------------------
 

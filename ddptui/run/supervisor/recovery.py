@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddptui.config import Config
+from ddptui.run.backends.base import SparePool
 from ddptui.run.diagnose import MAX_RANKS_PER_GROUP, Category
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Verdict
@@ -54,6 +55,20 @@ def blame(verdict: Verdict, model: RunModel) -> Blame | None:
     if failure is None and node.exit is not None and node.exit > 128:
         return Blame((host,), f"torchrun on {host} was killed by a signal")
     return None
+
+
+def blame_lost(lost: Mapping[str, str]) -> Blame | None:
+    """The hosts the scheduler lost (host → its words), when it lost any: a node that fails
+    under a Slurm job takes its ranks with it, and its peers' "connection reset" may be said
+    first, or Slurm's own end of their step."""
+    if not lost:
+        return None
+    hosts = tuple(sorted(lost))
+    said = (plain(lost[host], limit=200, one_line=True) for host in hosts)
+    why = "; ".join(
+        f"the scheduler lost {host} ({words})" for host, words in zip(hosts, said, strict=True)
+    )
+    return Blame(hosts, why)
 
 
 def blame_unreachable(unreachable: Mapping[str, str]) -> Blame | None:
@@ -160,9 +175,12 @@ def decide(
     now: float,
     last: int | None = None,
     raised: str | None = None,
+    *,
+    spares: SparePool,
 ) -> Replace | GiveUp:
     """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame,
-    ``last`` the last step a rank made, ``raised`` what :func:`code_fault` says of it.
+    ``spares`` the backend's hosts that may take a place, ``last`` the last step a rank
+    made, ``raised`` what :func:`code_fault` says of it.
 
     In order: a fault in the code is given up at once (resuming would repeat it), and so is one
     that comes back at the step the attempt a recovery started failed at (it follows the job
@@ -197,18 +215,18 @@ def decide(
     head = record.nodes[0].host if record.nodes else None
     if head in found.hosts:
         return GiveUp(f"node 0 ({head}) holds the checkpoints, and it is the host at fault")
-    free = record.spares_left(spare.name for spare in config.spares)
+    free = record.spares_left(spares.names)
     swaps = dict(zip(found.hosts, free, strict=False))
     short = tuple(host for host in found.hosts if host not in swaps)
     if not short:
         return Replace(swaps)
     fewer = len(record.nodes) - len(short)
     no_spare = (
-        f"no spare host left to replace {', '.join(short)} "
-        f"({len(config.spares)} spare(s) in the hosts file, every one used or set aside)"
+        f"no spare host left to replace {', '.join(short)} ({spares.said}, every one used or "
+        "set aside)"
     )
     if recovery.min_nodes is None:
-        return GiveUp(f"{no_spare}; add a spare, or set [recovery] min_nodes to go on with fewer")
+        return GiveUp(f"{no_spare}; {spares.more}")
     if record.entry != "trainer" and not recovery.elastic:
         return GiveUp(
             f"{no_spare}; your script goes on with fewer nodes only with [recovery] "
@@ -220,3 +238,55 @@ def decide(
             f"({recovery.min_nodes})"
         )
     return Replace(swaps, short, fewer)
+
+
+@dataclass(frozen=True)
+class FaultTimes:
+    """When an attempt's fault happened and where the attempt stood in time, as the model's
+    evidence says: what its incident keeps to date the fault and the checkpoint's step."""
+
+    fault_at: float | None
+    last_step_at: float | None
+    """When the ranks made the attempt's last step (the head node's clock)."""
+    step_s: float | None
+    """The attempt's seconds per step, as the rank that made that step last said."""
+
+
+def fault_times(
+    model: RunModel, ended: Verdict | Hang, found: Blame | None, last: int | None
+) -> FaultTimes:
+    """When the fault that ``ended`` the attempt happened, ``found`` to blame, and when its
+    ranks made step ``last`` (the latest of them), at what pace.
+
+    A hang's fault is when its ranks last progressed. A failure's comes from the hosts blamed
+    (else the host the verdict names) first: a host lost (silent, or its processes killed as a
+    group) failed after it was last heard from, or last seen running; else the fault came no
+    later than the first word of it, the first failure's line or the first non-zero exit; None
+    when nothing dates it.
+    """
+    # The ranks date their events by their host's clock; the record keeps the head node's.
+    offsets = {node.host: node.clock_offset_s or 0.0 for node in model.record.nodes}
+    stepped = [
+        (rank.last_step_at - offsets.get(rank.host, 0.0), rank.step_time_s)
+        for rank in model.progress.ranks
+        if last is not None and rank.step == last and rank.last_step_at is not None
+    ]
+    last_step_at, step_s = max(stepped, key=lambda made: made[0], default=(None, None))
+    if isinstance(ended, Hang):
+        return FaultTimes(ended.since, last_step_at, step_s)
+    hosts = found.hosts if found is not None else (ended.host,) if ended.host else ()
+    lost = [
+        model.heard_at.get(node.host) if node.silent is not None else node.alive_at
+        for node in (model.nodes[host] for host in hosts if host in model.nodes)
+        if node.exit is None and (node.silent is not None or node.vanished)
+    ]
+    last_seen = [at for at in lost if at is not None]
+    failure = model.diagnoser.first_failure()
+    exits = [
+        node.exited_at for node in model.nodes.values() if node.exit and node.exited_at is not None
+    ]
+    # What arrived is timed by the model's clock; an incident is dated by the wall clock.
+    to_wall = model.wall() - model.clock()
+    said = [to_wall + at for at in exits] + ([failure.time] if failure is not None else [])
+    fault_at = to_wall + min(last_seen) if last_seen else min(said, default=None)
+    return FaultTimes(fault_at, last_step_at, step_s)

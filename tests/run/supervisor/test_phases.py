@@ -170,6 +170,10 @@ async def a_lost_host_is_replaced_by_the_spare_and_the_run_completes(
     assert (incident.blamed, incident.resumed_attempt) == (("b",), 2), incident
     assert incident.action == "resuming on c in place of b" and incident.last_step == 1
     assert "b stopped answering" in incident.why
+    # Dated by the evidence: b was last heard from after the step, before it was judged lost.
+    assert incident.last_step_at is not None and incident.fault_at is not None
+    assert incident.last_step_at <= incident.fault_at <= incident.detected_at
+    assert incident.step_s == 0.01
     assert [aside.host for aside in record.set_aside] == ["b"]
     assert "replace {'b': 'c'}" in bed.backend.asked and "start 2 resume" in bed.backend.asked
     for host in bed.backend.hosts.values():

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ddptui import layout
+from ddptui.atomic import WORKDIR_FILE, write_atomic
 from ddptui.check.run import check_nodes
 from ddptui.config.model import Config
 from ddptui.errors import DdptuiError
@@ -90,6 +91,7 @@ async def submit(
         attempt=attempt,
         extra_args=extra_args(config, record),
         debug=debug,
+        set_aside=[aside.host for aside in record.set_aside],
     )
     code: CodeTree | None = job_code(config.job) if attempt == 1 else None
     try:
@@ -97,6 +99,19 @@ async def submit(
     except DdptuiError as error:
         raise SlurmRunError(str(error)) from None
     return job_id, plan.script_path
+
+
+def name_nodes(config: Config, record: RunRecord, attempt: int, names: Sequence[str]) -> None:
+    """Name the nodes of ``attempt``, node 0 first, where the job's script waits for them
+    after a failed attempt (:func:`~ddptui.plan.slurm.plan_batch`): the attempt starts."""
+    path = Path(layout.slurm_nodes(run_root(config, record), attempt))
+    write_atomic(path, " ".join(names) + "\n", WORKDIR_FILE)
+
+
+def name_set_aside(config: Config, record: RunRecord, names: Sequence[str]) -> None:
+    """The nodes recovery set aside, where a requeued start of the job leaves them out."""
+    path = Path(layout.slurm_set_aside(run_root(config, record)))
+    write_atomic(path, "".join(f"{name}\n" for name in names), WORKDIR_FILE)
 
 
 async def job(job_id: str) -> SlurmJob | None:
@@ -133,10 +148,12 @@ async def until_running(job_id: str, say: Say, cancelled: Callable[[], bool]) ->
 
 
 async def allocation(config: Config, record: RunRecord, running: SlurmJob) -> list[NodeRecord]:
-    """The run's nodes in the job's allocation, node 0 first, as its batch script numbers them
-    (``$SLURM_NODEID``: the order of Slurm's node list)."""
-    assert running.nodes is not None
-    names = await asyncio.to_thread(commands.hostnames, running.nodes)
+    """The run's nodes in the job's allocation, node 0 first, as its batch script picks them:
+    the first of Slurm's node list but for those recovery set aside (the rest are spares)."""
+    assert running.nodes is not None and config.slurm is not None
+    aside = {entry.host for entry in record.set_aside}
+    listed = await asyncio.to_thread(commands.hostnames, running.nodes)
+    names = [name for name in listed if name not in aside][: config.slurm.nodes]
     found = await asyncio.to_thread(commands.addresses, names)
     nproc = record.world_size // max(len(names), 1)
     root = run_root(config, record)
@@ -244,14 +261,16 @@ async def stop(
     return report
 
 
+def lost_words(node: SlurmNode) -> str:
+    """A lost node's state as Slurm gives it: ``down*: Not responding``."""
+    return f"{node.state}{': ' + node.reason if node.reason else ''}"
+
+
 def ended_words(job_id: str, found: SlurmJob | None, lost: Sequence[SlurmNode]) -> str:
     """Why the run ended, as Slurm tells it: the nodes it lost first (by name), else the job's
     state."""
     if lost:
-        named = ", ".join(
-            f"{node.name} ({node.state}{': ' + node.reason if node.reason else ''})"
-            for node in lost
-        )
+        named = ", ".join(f"{node.name} ({lost_words(node)})" for node in lost)
         return f"Slurm lost {named}; it ended job {job_id} on the other nodes"
     if found is None:
         return f"Slurm ended job {job_id} (it no longer knows the job)"

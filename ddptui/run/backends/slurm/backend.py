@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 
 from ddptui.health.slurm import allocation_errors
 from ddptui.plan.slurm import master_port
-from ddptui.run.backends.base import BackendEvent, NodesEnded, Restarted, RunBackend, StartFailed
-from ddptui.run.backends.slurm import accounting
+from ddptui.run.backends.base import (
+    BackendEvent,
+    NodesEnded,
+    Restarted,
+    RunBackend,
+    SparePool,
+    StartFailed,
+)
+from ddptui.run.backends.slurm import accounting, commands
 from ddptui.run.backends.slurm import attempt as slurm_attempt
 from ddptui.run.backends.slurm.attempt import SlurmRunError
 from ddptui.run.backends.slurm.commands import SlurmError
 from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.following.state import Verdict
-from ddptui.run.record import RunRecord, RunState, SchedulerJob, node_versions
-from ddptui.run.stopper import StopReport
+from ddptui.run.record import NodeRecord, RunRecord, RunState, SchedulerJob, node_versions
+from ddptui.run.stopper import FAILED_GRACE_S, StopReport, terminate
 from ddptui.run.store import RunStore
 
 REQUEUED = "Slurm requeued job"
@@ -37,6 +45,10 @@ class SlurmBackend(RunBackend):
     _ending = False
     """An event of the job's end was sent and is not dealt with yet."""
 
+    _placed: list[NodeRecord] | None = None
+    """The nodes recovery placed for the next attempt in the job's allocation (a spare in the
+    place of each node at fault), until that attempt starts."""
+
     @property
     def holds_run(self) -> bool:
         return self.job_alive
@@ -50,8 +62,12 @@ class SlurmBackend(RunBackend):
 
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
         """Attempt ``number``'s job submitted, waited for (its queue state said) and followed
-        once it runs. A stop asked meanwhile cancels the job."""
+        once it runs; or, after a recovery placed spares, started in the failed attempt's job,
+        whose allocation waits for it. A stop asked meanwhile cancels the job."""
         owner = self.owner
+        placed, self._placed = self._placed, None
+        if resume and placed is not None:
+            return await self._start_in_allocation(number, placed)
         try:
             job_id, script = await slurm_attempt.submit(
                 self.config, owner.record, number, debug=debug
@@ -82,22 +98,123 @@ class SlurmBackend(RunBackend):
         )
         return await self._check_allocation()
 
-    async def _check_allocation(self) -> StartFailed | None:
-        """The check inside the allocation, as its job starts: each node's stack in the record,
-        warnings said; an error fails the run, naming the nodes with the ``exclude`` line that
-        avoids them."""
+    async def _start_in_allocation(
+        self, number: int, placed: list[NodeRecord]
+    ) -> StartFailed | None:
+        """Attempt ``number`` on ``placed``, in the job whose failed attempt's script waits for
+        its nodes (:func:`~ddptui.plan.slurm.plan_batch`): naming them starts it."""
+        owner, record = self.owner, self.owner.record
+        job_id = record.job_id
+        assert job_id is not None
+        names = " ".join(node.host for node in placed)
+        try:
+            await asyncio.to_thread(
+                slurm_attempt.name_nodes, self.config, record, number, [n.host for n in placed]
+            )
+        except OSError as error:
+            return StartFailed(f"cannot start attempt {number} in Slurm job {job_id}: {error}")
+        owner.attempt_starting(
+            number,
+            master_port(job_id),
+            f"attempt {number}: in Slurm job {job_id}'s allocation, on {names}",
+            SchedulerJob(job_id, in_allocation=True),
+        )
+        owner.attempt_running(
+            f"Slurm job {job_id} runs attempt {number} on {names}",
+            placed,
+            record.attempt.allocation,
+        )
+        # The transport reaches the nodes the record names: the spare's now.
+        await self.disconnect()
+        await self.connect()
+        return None
+
+    async def replace(
+        self, swaps: Mapping[str, str], without: Collection[str] = ()
+    ) -> StartFailed | None:
+        """Each spare node of the job's allocation in the place of the node it replaces, node
+        ranks kept, once the check finds it can run the job; the nodes set aside written where
+        a requeued start of the job finds them."""
+        if without:
+            return StartFailed("a Slurm run does not go on with fewer nodes")
+        record = self.owner.record
+        try:
+            found = await asyncio.to_thread(commands.addresses, list(swaps.values()))
+            await asyncio.to_thread(
+                slurm_attempt.name_set_aside,
+                self.config,
+                record,
+                [aside.host for aside in record.set_aside],
+            )
+        except (SlurmError, OSError) as error:
+            return StartFailed(f"cannot recover on a spare node: {error}")
+        placed = [
+            dataclasses.replace(node, host=spare, address=found.get(spare, spare), versions={})
+            if (spare := swaps.get(node.host)) is not None
+            else node
+            for node in record.nodes
+        ]
+        failed = await self._check_allocation(placed)
+        if failed is not None:
+            return StartFailed(f"cannot recover on a spare node: {failed.message}")
+        self._placed = placed
+        return None
+
+    async def spares(self) -> SparePool:
+        """The job's nodes beyond those the run ran on (``[slurm] spare_nodes``), while its
+        allocation lasts: Slurm takes a failed node out of it."""
+        assert self.config.slurm is not None
+        pool = SparePool(
+            (),
+            f"{self.config.slurm.spare_nodes} spare node(s) in the job's allocation "
+            "([slurm] spare_nodes)",
+            "raise [slurm] spare_nodes for the next job",
+        )
+        job_id = self.owner.record.job_id
+        if job_id is None:
+            return pool
+        try:
+            found = await slurm_attempt.job(job_id)
+            if found is None or found.state != "RUNNING" or not found.nodes:
+                return pool
+            names = await asyncio.to_thread(commands.hostnames, found.nodes)
+        except SlurmError:
+            return pool
+        return dataclasses.replace(pool, names=tuple(names))
+
+    async def lost(self) -> dict[str, str]:
+        lost = await slurm_attempt.lost_nodes([node.host for node in self.owner.record.nodes])
+        return {node.name: slurm_attempt.lost_words(node) for node in lost}
+
+    async def release(self) -> None:
+        """The job cancelled, its spares and its waiting script with it."""
+        job_id = self.owner.record.job_id
+        if job_id is not None:
+            await slurm_attempt.cancel(job_id)
+
+    async def _check_allocation(self, placed: list[NodeRecord] | None = None) -> StartFailed | None:
+        """The check inside the allocation, as its job starts (or of the nodes ``placed`` for
+        the next attempt): each node's stack in its record, warnings said; an error fails the
+        run, naming the nodes with the ``exclude`` line that avoids them."""
         owner, slurm = self.owner, self.config.slurm
         assert slurm is not None
-        count = len(owner.record.nodes)
-        owner.say(f"checking the allocation's {count} node(s) (the probe on each, through srun)")
-        checks, findings = await slurm_attempt.check_allocation(self.config, owner.record)
+        nodes = owner.record.nodes if placed is None else placed
+        owner.say(
+            f"checking the allocation's {len(nodes)} node(s) (the probe on each, through srun)"
+        )
+        checked = dataclasses.replace(owner.record, nodes=nodes)
+        checks, findings = await slurm_attempt.check_allocation(self.config, checked)
         stacks = {check.host.name: node_versions(check.facts) for check in checks}
-
-        def versions(record: RunRecord) -> None:
-            for node in record.nodes:
+        if placed is not None:
+            for node in placed:
                 node.versions = stacks.get(node.host, {})
+        else:
 
-        owner.change(versions)
+            def versions(record: RunRecord) -> None:
+                for node in record.nodes:
+                    node.versions = stacks.get(node.host, {})
+
+            owner.change(versions)
         for finding in findings:
             where = f"{finding.host}: " if finding.host else ""
             owner.say(f"{finding.severity.value}: {where}{finding.message}")
@@ -131,7 +248,13 @@ class SlurmBackend(RunBackend):
         return report
 
     async def terminate(self, skip: Collection[str] = ()) -> StopReport:
-        """The job cancelled, and waited for: Slurm ends every node's processes."""
+        """The job cancelled, and waited for: Slurm ends every node's processes. With
+        ``[recovery]`` on, the attempt's processes alone, on every node but those in ``skip``
+        (silent): the job's allocation and its spares wait for recovery's decision."""
+        if self.config.recovery.on:
+            return await terminate(
+                self.remote, self.config, self.owner.record, grace=FAILED_GRACE_S, skip=skip
+            )
         job_id = self.owner.record.job_id
         report = StopReport()
         if job_id is not None:
@@ -145,8 +268,18 @@ class SlurmBackend(RunBackend):
         return report
 
     def _restarts(self) -> int:
-        """How often the latest attempt's job was requeued, as the record knows it."""
-        return len(self.owner.record.scheduler_jobs[-1].attempts) - 1
+        """How often the latest attempt's job was requeued, as the record knows it (the
+        attempts recovery started in its allocation are not Slurm's restarts)."""
+        record = self.owner.record
+        job_id = record.job_id
+        started = [
+            attempt
+            for attempt in record.attempts
+            if attempt.scheduler is not None
+            and attempt.scheduler.id == job_id
+            and not attempt.scheduler.in_allocation
+        ]
+        return len(started) - 1
 
     async def watch(self) -> AsyncIterator[BackendEvent]:
         """The job's end while the run goes on, and its requeued start as the next attempt."""

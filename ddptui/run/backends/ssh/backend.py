@@ -12,10 +12,7 @@ from ddptui.run.backends.base import RunBackend, StartFailed
 from ddptui.run.backends.ssh import launcher, spares
 from ddptui.run.backends.ssh.launcher import LaunchError
 from ddptui.run.record import NodeRecord, RunRecord, RunState
-from ddptui.run.stopper import StopReport, stop_nodes, terminate
-
-FAILED_GRACE_S = 5.0
-"""After a failure the other nodes' ranks wait in collectives: they cannot checkpoint."""
+from ddptui.run.stopper import FAILED_GRACE_S, StopReport, stop_nodes, terminate
 
 
 class SshBackend(RunBackend):
