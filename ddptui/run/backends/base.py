@@ -221,6 +221,10 @@ class RunBackend(abc.ABC):
         beyond its files: nothing to settle."""
         return False
 
+    ends_set_aside = False
+    """Whether :meth:`end_set_aside` ends what a run left on a host set aside while silent
+    (a scheduler ends its lost nodes' processes itself, once they answer)."""
+
     async def end_set_aside(self, host: str, run_dir: str) -> StopReport | None:
         """End what is left of the run on ``host``, set aside while it did not answer (its
         node's directory was ``run_dir``), on a connection of its own; None where a scheduler

@@ -26,8 +26,8 @@ LEFTOVERS = "it did not answer when the run's other processes were ended: its ow
 LEFTOVERS_EVERY_S = 15.0
 """How often the hosts set aside with leftovers are tried again."""
 LEFTOVERS_PATIENCE_S = 900.0
-"""How long after setting a host aside its leftovers are tried for, while the supervisor lives
-(not past the run's end: a host that stays silent is likely down, and its processes with it)."""
+"""How long after setting a host aside its leftovers are tried for (the supervisor outlives
+the run's end for them): a host silent for longer is likely down, and its processes with it."""
 
 log = logging.getLogger("ddptui.supervisor")
 
@@ -86,7 +86,7 @@ class Healing(RunOwner, abc.ABC):
         def set_aside(record: RunRecord) -> None:
             record.incidents.append(incident)
             for host in (*decision.swaps, *decision.without):
-                left = LEFTOVERS if host in unended else ""
+                left = LEFTOVERS if host in unended and self.backend.ends_set_aside else ""
                 record.set_aside.append(SetAside(host, why, now, run_dirs[host], left))
 
         self.change(set_aside)
@@ -127,6 +127,12 @@ class Healing(RunOwner, abc.ABC):
                     continue
                 if report is not None and report.clean:
                     self._leftovers_ended(aside.host, report)
+
+    def leftovers_pending(self) -> bool:
+        """Whether a host set aside may still hold the run's processes, within
+        :data:`LEFTOVERS_PATIENCE_S` of it: the supervisor sees them ended, the run's end
+        notwithstanding, rather than leave them to a person."""
+        return bool(self._leftovers())
 
     def _leftovers(self) -> list[SetAside]:
         """The hosts set aside with the run's processes maybe left on them, within

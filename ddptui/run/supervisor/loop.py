@@ -137,7 +137,8 @@ class Supervisor(Healing):
 
     async def work(self) -> None:
         """Do the jobs as they come, until the run has ended and nothing is asked of it for
-        :attr:`idle_exit_s` (and the backend holds nothing of it)."""
+        :attr:`idle_exit_s` (and neither the backend nor a host set aside holds anything of
+        it)."""
         while True:
             try:
                 live = not self.record.state.final
@@ -145,7 +146,8 @@ class Supervisor(Healing):
                     self.jobs.get() if live else wait_for(self.jobs.get(), self.idle_exit_s)
                 )
             except asyncio.TimeoutError:
-                if self.jobs.empty() and not self.backend.holds_run:
+                held = self.backend.holds_run or self.leftovers_pending()
+                if self.jobs.empty() and not held:
                     return
                 continue
             self.queued.remove(job)

@@ -136,6 +136,8 @@ class FakeBackend(RunBackend):
     fails once the nodes are followed, as a failed allocation check) or hold
     :attr:`stacks_gate` to keep a stack dump from finishing."""
 
+    ends_set_aside = True
+
     def __init__(self, config: Config, owner: Owner) -> None:
         # The kind's transport is never opened: the fake hosts are reached in memory.
         super().__init__(config, owner, kind_of(config).transport)

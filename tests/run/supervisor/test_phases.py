@@ -553,6 +553,33 @@ def test_two_faults_with_max_restarts_1_fail_the_run_listing_both(tmp_path: Path
     asyncio.run(scenario())
 
 
+def test_a_supervisor_outlives_its_run_until_a_host_set_aside_answers_and_is_cleared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(healing, "LEFTOVERS_EVERY_S", 0.05)
+
+    async def scenario() -> None:
+        bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
+        await _launched(bed)
+        bed.backend.hosts["b"].cut()
+        await bed.until(
+            lambda: len(bed.record.attempts) == 2 and bed.record.state is RunState.RUNNING
+        )
+        # The run completes on the spare while b, set aside, still does not answer.
+        for host in bed.backend.hosts.values():
+            host.exit(0)
+        await bed.until_state(RunState.COMPLETED)
+        assert bed.task is not None
+        await asyncio.sleep(2.0)  # four times the bed's idle exit
+        assert not bed.task.done(), "it left the run's processes on b to a person"
+        assert bed.record.set_aside[0].leftovers == healing.LEFTOVERS
+        bed.backend.set_aside["b"].back()
+        await bed.finish()
+        assert bed.record.set_aside[0].leftovers == ""
+
+    asyncio.run(scenario())
+
+
 def test_a_host_set_aside_while_cut_off_has_the_run_s_leftovers_ended_once_it_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

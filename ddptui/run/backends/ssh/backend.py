@@ -16,6 +16,8 @@ from ddptui.run.stopper import FAILED_GRACE_S, StopReport, stop_nodes, terminate
 
 
 class SshBackend(RunBackend):
+    ends_set_aside = True
+
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
         hosts = [self.config.host(node.host) for node in self.owner.record.nodes]
         # One agent kept per host for all the start's commands: each costs a line each way,
