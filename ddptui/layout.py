@@ -142,6 +142,11 @@ class HostFiles:
 NODE_DIR = re.compile(r"node\d+", re.ASCII)
 
 
+TRAINER_CHECKPOINTS = "checkpoints"
+"""The bundled trainer's checkpoints and their manifests, in node 0's directory (its rank 0
+alone writes them; ``trainer/loop.py`` names it too, importing nothing of ddptui)."""
+
+
 def code_dir(run_dir: str) -> str:
     """The run's staged code, the ranks' working directory: beside the node directories
     (``runs/<run id>/code``), so that hosts sharing the workdir share it, and what a rank writes

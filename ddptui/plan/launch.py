@@ -273,6 +273,10 @@ def with_master_port(plan: LaunchPlan, port: int) -> LaunchPlan:
     return replace(plan, master_port=port, nodes=nodes)
 
 
+SOCKET_IFNAME_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+"""The interface each library's sockets use: the one that reaches node 0, chosen per host."""
+
+
 def torchrun_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
     """``argv`` with torchrun's ``flag=…`` set to ``value``.
 
@@ -338,9 +342,10 @@ def rank_environment(
     if devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = devices
     if ifname is not None:
-        env["GLOO_SOCKET_IFNAME"] = ifname
+        gloo, nccl = SOCKET_IFNAME_ENV
+        env[gloo] = ifname
         if backend == "nccl":
-            env["NCCL_SOCKET_IFNAME"] = ifname
+            env[nccl] = ifname
     # Without it every rank of a CPU node spawns a thread per core and they fight for them.
     env["OMP_NUM_THREADS"] = "1"
     env[layout.RUN_DIR_ENV] = run_dir

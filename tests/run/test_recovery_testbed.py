@@ -193,6 +193,28 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     assert _final_losses(testbed, [node0, spare, node2], run_id) == fault_free
 
 
+def test_a_rank_killed_on_node_0_is_recovered_on_the_spare_which_takes_its_checkpoints(
+    testbed: TestBed, tmp_path: Path, cli: Cli, fault_free: dict[int, float]
+) -> None:
+    node0, node1, node2, spare = testbed.hosts[:4]
+    run_id = _past_step_30(testbed, tmp_path, cli)
+
+    os.kill(run_pid(node0, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
+    done = _ended_on_its_second_attempt(cli, run_id)
+    assert done["state"] == "completed", done
+    (incident,) = done["incidents"]
+    assert incident["blamed"] == [node0.name], incident
+    assert incident["action"] == f"resuming on {spare.name} in place of {node0.name}"
+    # The spare is node 0 now, the rendezvous with it, and it resumed from the checkpoint
+    # node 0 held (rank 0, killed, alone kept them), handed to it before the resume.
+    assert [node["host"] for node in done["nodes"]] == [spare.name, node1.name, node2.name]
+    assert done["master_addr"] == spare.address
+    assert incident["checkpoint_step"] is not None and incident["checkpoint_step"] >= 20
+    assert list((host_run_dir(spare, run_id) / "checkpoints").glob("ckpt-*.pt"))
+    assert not run_processes(testbed.hosts[:4], run_id)
+    assert _final_losses(testbed, [spare, node1, node2], run_id) == fault_free
+
+
 def _final_losses(testbed: TestBed, hosts: list[TestHost], run_id: str) -> dict[int, float]:
     return {rank: events[-1]["loss"] for rank, events in steps_of(testbed, hosts, run_id).items()}
 

@@ -56,7 +56,9 @@ class Healing(RunOwner, abc.ABC):
         self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
         now, record = self._wall(), self.record
         spares = await self.backend.spares()
-        decision = recovery.decide(self.config, record, found, now, last, raised, spares=spares)
+        decision = recovery.decide(
+            self.config, record, found, now, last, raised, spares=spares, unreachable=unended
+        )
         incident = Incident(
             number=record.incidents[-1].number + 1 if record.incidents else 1,
             attempt=record.attempt.number,

@@ -12,7 +12,7 @@ host's network or GPU), a hang held up by a rank whose process is stopped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ddptui.config import Config
@@ -177,16 +177,19 @@ def decide(
     raised: str | None = None,
     *,
     spares: SparePool,
+    unreachable: Collection[str] = (),
 ) -> Replace | GiveUp:
     """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame,
-    ``spares`` the backend's hosts that may take a place, ``last`` the last step a rank
-    made, ``raised`` what :func:`code_fault` says of it.
+    ``spares`` the backend's hosts that may take a place, ``unreachable`` the hosts that did
+    not answer when the others were ended, ``last`` the last step a rank made, ``raised`` what
+    :func:`code_fault` says of it.
 
     In order: a fault in the code is given up at once (resuming would repeat it), and so is one
     that comes back at the step the attempt a recovery started failed at (it follows the job
     from host to host: a leak that runs out of memory there, say); past
     ``max_restarts`` in ``window_s`` it is given up (a run that keeps failing needs a person);
-    node 0 holds the bundled trainer's checkpoints, so losing it is given up too; else each
+    node 0 holds the checkpoints, so losing it is given up too (node 0 at fault but still
+    answering hands them to the node that takes its place: the backend's part); else each
     blamed host takes the first spare this run has not used or set aside, and with none left
     the run goes on without it down to ``min_nodes`` (the bundled trainer keeps its global
     batch; a script only when ``elastic``)."""
@@ -213,8 +216,10 @@ def decide(
             f"[recovery] max_restarts allows"
         )
     head = record.nodes[0].host if record.nodes else None
-    if head in found.hosts:
-        return GiveUp(f"node 0 ({head}) holds the checkpoints, and it is the host at fault")
+    if head in found.hosts and head in unreachable:
+        return GiveUp(
+            f"node 0 ({head}) holds the checkpoints, and it did not answer when the run failed"
+        )
     free = record.spares_left(spares.names)
     swaps = dict(zip(found.hosts, free, strict=False))
     short = tuple(host for host in found.hosts if host not in swaps)

@@ -38,6 +38,13 @@ def scenario(*moves: tuple[str, str]) -> Callable[[Scenario], Scenario]:
     return register
 
 
+@pytest.fixture(autouse=True)
+def _sweep_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host set aside is tried again at once, not every 15 s: a supervisor waits for its
+    leftovers to be ended before it exits."""
+    monkeypatch.setattr(healing, "LEFTOVERS_EVERY_S", 0.05)
+
+
 def _bed(
     tmp_path: Path,
     *,
@@ -226,6 +233,8 @@ async def with_no_spare_left_a_lost_host_s_run_goes_on_with_fewer_nodes(
     assert [rank.rank for rank in bed.supervisor.following.model.progress.ranks] == [0, 1]
     bed.backend.hosts["a"].step(2)
     bed.backend.hosts["a"].exit(0)
+    # b answers again: the supervisor ends what the run left there, and then exits.
+    bed.backend.set_aside["b"].back()
     await bed.finish()
     assert bed.record.state is RunState.COMPLETED
     return bed.moves
@@ -515,6 +524,7 @@ def test_a_notify_that_hangs_does_not_hold_the_recovery_up(tmp_path: Path) -> No
         assert bed.supervisor.notifying
         for host in bed.backend.hosts.values():
             host.exit(0)
+        bed.backend.set_aside["b"].back()
         await bed.finish()
 
     asyncio.run(scenario())
@@ -554,10 +564,8 @@ def test_two_faults_with_max_restarts_1_fail_the_run_listing_both(tmp_path: Path
 
 
 def test_a_supervisor_outlives_its_run_until_a_host_set_aside_answers_and_is_cleared(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(healing, "LEFTOVERS_EVERY_S", 0.05)
-
     async def scenario() -> None:
         bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
         await _launched(bed)
@@ -581,10 +589,8 @@ def test_a_supervisor_outlives_its_run_until_a_host_set_aside_answers_and_is_cle
 
 
 def test_a_host_set_aside_while_cut_off_has_the_run_s_leftovers_ended_once_it_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(healing, "LEFTOVERS_EVERY_S", 0.05)
-
     async def scenario() -> None:
         bed = _bed(tmp_path, recovery=RecoveryConfig(mode="resume"))
         await _launched(bed)

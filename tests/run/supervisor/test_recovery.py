@@ -70,8 +70,11 @@ def test_no_host_to_blame_no_spare_left_or_node_0_at_fault_is_given_up_saying_wh
     assert _decide(on, record, None, NOW, 30, raised) == GiveUp(
         f"{raised}: no host is to blame, and it would fail the same on any"
     )
-    assert _decide(on, record, Blame(("a",), "killed"), NOW) == GiveUp(
-        "node 0 (a) holds the checkpoints, and it is the host at fault"
+    # Node 0 answering hands its checkpoints on; silent, they went with it.
+    assert _decide(on, record, Blame(("a",), "killed"), NOW) == Replace({"a": "c"})
+    pool = SparePool(("c",), "1 spare(s) in the hosts file", HOSTS_FILE_MORE)
+    assert decide(on, record, Blame(("a",), "lost"), NOW, spares=pool, unreachable={"a"}) == GiveUp(
+        "node 0 (a) holds the checkpoints, and it did not answer when the run failed"
     )
     record.set_aside.append(SetAside("c", "an earlier fault", NOW - 60))
     refused = _decide(on, record, LOST_B, NOW)

@@ -70,13 +70,16 @@ class SshBackend(RunBackend):
         self, swaps: Mapping[str, str], without: Collection[str] = ()
     ) -> StartFailed | None:
         owner = self.owner
+        old_head = owner.record.head
         try:
-            nodes = await spares.replaced_nodes(self.config, owner.record, swaps, without)
+            nodes, master_addr = await spares.replaced_nodes(
+                self.config, owner.record, swaps, without
+            )
         except LaunchError as error:
             return StartFailed(f"cannot recover on a spare: {error}")
 
         def placed(record: RunRecord) -> None:
-            record.nodes = nodes
+            record.nodes, record.master_addr = nodes, master_addr
             record.world_size = sum(node.nproc for node in nodes)
 
         owner.change(placed)
@@ -86,9 +89,25 @@ class SshBackend(RunBackend):
         fresh = [node for node in owner.record.nodes if node.host in swaps.values()]
         try:
             await launcher.stage(self.remote, self.config, owner.record, say=owner.say, only=fresh)
+            if owner.record.head.host != old_head.host:
+                await self._carry_to_new_head(old_head)
         except LaunchError as error:
             return StartFailed(f"cannot recover on a spare: {error}")
         return None
+
+    async def _carry_to_new_head(self, old_head: NodeRecord) -> None:
+        """The old node 0's checkpoints to the new, on a connection to both of their own (the
+        run's reaches the record's nodes: the old node 0 is no longer one)."""
+        record = self.owner.record
+        hosts = [self.config.host(old_head.host), self.config.host(record.head.host)]
+        remote = await self.open_transport(hosts, None)
+        try:
+            assert isinstance(remote, RemoteCluster)
+            await launcher.carry_to_new_head(
+                remote, self.config, record, old_head, record.head, say=self.owner.say
+            )
+        finally:
+            await remote.close()
 
     async def stop(self, *, kill: bool, graceful: bool) -> StopReport:
         return await stop_nodes(

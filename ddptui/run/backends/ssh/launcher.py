@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ddptui.check import CheckReport
 from ddptui.config.model import AUTO, Config
 from ddptui.errors import DdptuiError
-from ddptui.layout import code_cache_dir, code_dir, log_dir
+from ddptui.layout import TRAINER_CHECKPOINTS, code_cache_dir, code_dir, log_dir
 from ddptui.plan.launch import LaunchPlan, NodeLaunch, torchrun_flag
 from ddptui.remote.commands import python_argv
 from ddptui.remote.connection import RemoteCluster
@@ -307,11 +307,61 @@ def _shown(path: str) -> str:
     return plain(path, limit=200, one_line=True)
 
 
-async def _copy(
-    remote: RemoteCluster, config: Config, copy: Copy, source: NodeRecord, target: NodeRecord
+async def carry_to_new_head(
+    remote: RemoteCluster,
+    config: Config,
+    record: RunRecord,
+    old: NodeRecord,
+    new: NodeRecord,
+    *,
+    say: Say,
 ) -> None:
-    origin = posixpath.join(code_dir(source.run_dir), copy.path)
-    destination = posixpath.join(code_dir(target.run_dir), copy.path)
+    """Node 0 replaced (a spare in its place, or the next node moved up) while it still
+    answers: what the resume starts from, copied from it to the new node 0. The bundled
+    trainer's checkpoints (only node 0 keeps them), or the files of a script's ``[job]
+    checkpoint_files``, planned as a resume's carry-over plans them (never over the run's
+    code, never a module). :class:`LaunchError` when they cannot be listed or a copy fails."""
+    if record.entry == "trainer":
+        source, target = old.run_dir, new.run_dir
+        globs: Sequence[str] = (f"{TRAINER_CHECKPOINTS}/*",)
+        staged: set[str] = set()
+    else:
+        source, target = code_dir(old.run_dir), code_dir(new.run_dir)
+        globs = config.job.checkpoint_files or LIKELY_CHECKPOINTS
+        staged = _staged_paths(config)
+    try:
+        listed = await nodes.list_files(remote, config.host(old.host), source, globs)
+    except NodeError as error:
+        raise LaunchError(f"cannot list node 0's checkpoints: {error}") from None
+    held = {path: file for files in listed.values() for path, file in files.items()}
+    plan = plan_copies(
+        {0: held, 1: {}}, staged=staged, latest=time.time() + config.cluster.max_clock_skew_s
+    )
+    by_rank = {0: old, 1: new}
+    for line in _refusals(plan.refused, by_rank):
+        say(line)
+    for copy in plan.copies:
+        await _copy(remote, config, copy, old, new, (source, target))
+    size = sum(copy.held.size for copy in plan.copies)
+    say(
+        f"copied {len(plan.copies)} checkpoint file(s) ({mib(size)}) from {old.host} to "
+        f"{new.host}, node 0 now"
+    )
+
+
+async def _copy(
+    remote: RemoteCluster,
+    config: Config,
+    copy: Copy,
+    source: NodeRecord,
+    target: NodeRecord,
+    directories: tuple[str, str] | None = None,
+) -> None:
+    """``copy`` from ``source`` to ``target``, its path relative to each one's code directory,
+    or to ``directories`` (the source's, the target's)."""
+    from_dir, to_dir = directories or (code_dir(source.run_dir), code_dir(target.run_dir))
+    origin = posixpath.join(from_dir, copy.path)
+    destination = posixpath.join(to_dir, copy.path)
     sending, receiving = config.host(source.host), config.host(target.host)
     try:
         result = await remote.relay(

@@ -12,7 +12,13 @@ from collections.abc import Collection, Mapping
 from ddptui.check.run import check_cluster
 from ddptui.config.model import Config
 from ddptui.health import Severity
-from ddptui.plan.launch import DEBUG_ENV, PlanError, plan_launch, torchrun_flag
+from ddptui.plan.launch import (
+    DEBUG_ENV,
+    SOCKET_IFNAME_ENV,
+    PlanError,
+    plan_launch,
+    torchrun_flag,
+)
 from ddptui.run.backends.ssh.launcher import LaunchError, node_record
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.untrusted import plain
@@ -37,11 +43,12 @@ def with_spares(
 
 async def replaced_nodes(
     config: Config, record: RunRecord, swaps: Mapping[str, str], without: Collection[str] = ()
-) -> list[NodeRecord]:
+) -> tuple[list[NodeRecord], str]:
     """The run's nodes with each host of ``swaps`` replaced by its spare and those of
-    ``without`` left out; :class:`LaunchError` when the check of the new set finds errors or the
-    spare's part cannot be planned as the host's was (another number of ranks would change the
-    world size)."""
+    ``without`` left out, and node 0's address (another where node 0 was replaced: every node
+    told it); :class:`LaunchError` when the check of the new set finds errors or the spare's
+    part cannot be planned as the host's was (another number of ranks would change the world
+    size)."""
     checked = with_spares(config, record, swaps, without)
     report = await check_cluster(checked)
     errors = [finding for finding in report.findings if finding.severity is Severity.ERROR]
@@ -62,7 +69,11 @@ async def replaced_nodes(
     for node_rank, node in enumerate(kept):
         spare = swaps.get(node.host)
         if spare is None:
-            nodes.append(renumbered(node, node_rank, len(kept)) if without else node)
+            if without:
+                node = renumbered(node, node_rank, len(kept))
+            if plan.master_addr != record.master_addr:
+                node = rendezvous_moved(node, plan.master_addr, plan.node(node.host).env)
+            nodes.append(node)
             continue
         planned = node_record(plan.node(spare), report)
         if planned.nproc != node.nproc:
@@ -71,7 +82,18 @@ async def replaced_nodes(
                 "the world size would change"
             )
         nodes.append(planned)
-    return nodes
+    return nodes, plan.master_addr
+
+
+def rendezvous_moved(
+    node: NodeRecord, master_addr: str, planned_env: Mapping[str, str]
+) -> NodeRecord:
+    """``node`` told node 0's new address (node 0 was replaced): its torchrun's flag, and the
+    socket interface that reaches it, as the plan chose it for the host."""
+    env = {key: value for key, value in node.env.items() if key not in SOCKET_IFNAME_ENV}
+    env |= {key: planned_env[key] for key in SOCKET_IFNAME_ENV if key in planned_env}
+    argv = torchrun_flag(node.argv, "--master-addr", master_addr)
+    return dataclasses.replace(node, argv=argv, env=env)
 
 
 def renumbered(node: NodeRecord, node_rank: int, nnodes: int) -> NodeRecord:
