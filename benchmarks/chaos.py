@@ -75,7 +75,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.run.bed import Cli, run_pid, run_processes, supervisors, write_hosts
+from tests.run.bed import (
+    Cli,
+    kill_supervisors,
+    run_pid,
+    run_processes,
+    supervisors,
+    write_hosts,
+)
 from tests.testbed import TestBed, TestHost, kill_whole, open_firewall, run_on, start_sshd
 
 if sys.version_info >= (3, 11):
@@ -637,9 +644,7 @@ def main() -> None:
                 )
         finally:
             # Whatever stopped the bench, no supervisor of it follows a run of a bed that is gone.
-            for pid in supervisors(bench.cli.store):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill_supervisors(bench.cli.store)
             bed.stop()
     summary = report(bench, rounds, still)
     took = time.monotonic() - began

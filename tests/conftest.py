@@ -13,9 +13,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 import time
 from collections import Counter
@@ -26,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.run.bed import Cli, supervisors
+from tests.run.bed import Cli, kill_supervisors
 from tests.testbed import LocalSshServer, TestBed, TestBedBusy
 from tests.testbed.cluster import why_unavailable
 from tests.testbed.slurm import SlurmBed
@@ -279,6 +277,4 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     (a test that fails halfway can leave a live run, whose supervisor would follow it on)."""
     command_line = Cli(tmp_path / "state")
     yield command_line
-    for pid in supervisors(command_line.store):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_supervisors(command_line.store)

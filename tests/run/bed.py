@@ -264,6 +264,14 @@ def kill_run(cli: Cli, hosts: Sequence[TestHost], run_id: str) -> None:
     assert not run_processes(hosts, run_id)
 
 
+def kill_supervisors(store: Path) -> None:
+    """SIGKILL every live supervisor of a run in ``store``: none outlives what started it (a
+    run left live would be followed on)."""
+    for pid in supervisors(store):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def supervisors(store: Path) -> list[int]:
     """The pids of the live supervisors of runs in ``store``: named in their argv, or, started
     as a standby (told their run on stdin), holding a run's lock there open."""

@@ -5,7 +5,6 @@ incident recorded and told to ``notify``. A fault in the code is not a node's: n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,10 +18,10 @@ from tests.run.bed import (
     RUN_ID,
     Cli,
     host_run_dir,
+    kill_supervisors,
     run_pid,
     run_processes,
     steps_of,
-    supervisors,
     wait_for_step,
     wait_until,
     write_hosts,
@@ -86,9 +85,7 @@ def fault_free(testbed: TestBed, tmp_path_factory: pytest.TempPathFactory) -> di
     try:
         wait_until("the fault-free run", lambda: _record(cli, run_id)["state"] == "completed", 180)
     finally:
-        for pid in supervisors(cli.store):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_supervisors(cli.store)
     return _final_losses(testbed, testbed.hosts[:3], run_id)
 
 
