@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ddptui.layout import RunFiles
 from tests.run.bed import (
     RUN_ID,
     Cli,
@@ -135,6 +136,14 @@ def _ended_on_its_second_attempt(cli: Cli, run_id: str) -> dict[str, Any]:
     return ended
 
 
+def _assert_completed(cli: Cli, run_id: str, done: dict[str, Any]) -> None:
+    """That the run completed; else the whole record and its supervisor's log, which say why."""
+    if done["state"] != "completed":
+        log = RunFiles(cli.store / run_id).supervisor_log
+        told = log.read_text()[-8000:] if log.exists() else "(no supervisor log)"
+        raise AssertionError(f"{json.dumps(done, indent=1)}\n--- supervisor.log ---\n{told}")
+
+
 def _launched(cli: Cli, hosts_file: Path, *args: str) -> str:
     launched = cli.run("launch", str(hosts_file), "--detach", "--", *args)
     assert launched.returncode == 0, launched.stderr
@@ -167,7 +176,7 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
         lambda: (run := _record(cli, run_id))["state"] in ("completed", "failed") and run,
         300,
     )
-    assert done["state"] == "completed", done
+    _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
     assert incident["blamed"] == [node1.name], incident
     assert f"rank 1 on {node1.name}" in incident["cause"] or node1.name in incident["cause"]
@@ -198,7 +207,7 @@ def test_a_rank_killed_on_node_0_is_recovered_on_the_spare_which_takes_its_check
 
     os.kill(run_pid(node0, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
     done = _ended_on_its_second_attempt(cli, run_id)
-    assert done["state"] == "completed", done
+    _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
     assert incident["blamed"] == [node0.name], incident
     assert incident["action"] == f"resuming on {spare.name} in place of {node0.name}"
@@ -225,7 +234,7 @@ def test_a_rank_stopped_on_one_node_hangs_the_run_which_is_recovered_on_the_spar
     # SIGSTOP: the rank holds every other up in its next collective, and never says why.
     os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGSTOP)
     done = _ended_on_its_second_attempt(cli, run_id)
-    assert done["state"] == "completed", done
+    _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
     assert incident["blamed"] == [node1.name], incident
     assert incident["cause"].startswith("hung: no step for"), incident
@@ -277,7 +286,7 @@ def test_with_no_spare_left_the_run_goes_on_with_fewer_nodes_seeing_each_sample_
 
     os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
     done = _ended_on_its_second_attempt(cli, run_id)
-    assert done["state"] == "completed", done
+    _assert_completed(cli, run_id, done)
     assert [(node["host"], node["node_rank"]) for node in done["nodes"]] == [
         (node0.name, 0),
         (node2.name, 1),
@@ -354,7 +363,7 @@ def test_a_host_cut_off_is_replaced_by_the_spare_and_its_leftovers_ended_once_it
     # The link mended, the supervisor's sweep ends what the run left there, whether the run
     # has ended by then or not: the supervisor outlives it for that.
     done = _ended_on_its_second_attempt(cli, run_id)
-    assert done["state"] == "completed", done
+    _assert_completed(cli, run_id, done)
     wait_until(
         "the set-aside host's leftovers ended",
         lambda: not _record(cli, run_id)["set_aside"][0]["leftovers"],
@@ -373,7 +382,7 @@ def test_a_host_killed_whole_is_replaced_by_the_spare_and_the_run_completes(
     # Every process of the host, its sshd too: a host that died under the run.
     kill_whole(node1)
     done = _ended_on_its_second_attempt(cli, run_id)
-    assert done["state"] == "completed", done
+    _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
     # Its peers say no more than that they lost one; it refuses SSH when they are ended.
     assert incident["blamed"] == [node1.name], incident
