@@ -33,18 +33,19 @@ round. The rounds' order, hosts and moments are drawn from ``--seed`` and printe
 
 Measured per round, from ``ddptui status RUN --json``'s record and the fault's wall time taken
 just before it is injected: judged = the first state ``failed`` or ``hung`` − fault; detect =
-the incident's ``detected_at`` − fault (the incident is recorded once the failed attempt's
-other processes are ended); recover = ``first_step_at`` − fault (every node's first step of
-the resumed attempt); steps redone (the incident's ``steps_redone``); whether the host blamed
-is the one faulted. For the whole: the effective training time ratio, computed here from the
-trainer's events (node 0's ``events/rank0.jsonl``), not from what the record may say of it:
-a round's wall time runs from its first step to the stop, and what its fault cost is
-``first_step_at`` − the time of the step the resume started from (``checkpoint_step``) in the
-failed attempt (the work since that checkpoint, thrown away, and the time until every rank
-stepped again); the ratio is Σ (wall − cost) ÷ Σ wall over the rounds. Then the restarts
-(resumed attempts), the false recoveries (incidents recorded in a run of ``--quiet-s``
-seconds, 600, of the same settings with no fault), and the processes of the runs (the
-calibration's and the fault-free one's too) left on any host once their stop returned.
+the incident's ``detected_at`` − fault (the incident is recorded as the attempt is judged
+failed or hung, before its other processes are ended); recover = ``first_step_at`` − fault
+(every node's first step of the resumed attempt); steps redone (the incident's
+``steps_redone``); whether the host blamed is the one faulted. For the whole: the effective
+training time ratio, computed here from the trainer's events (node 0's ``events/rank0.jsonl``),
+not from what the record may say of it: a round's wall time runs from its first step to the
+stop, and what its fault cost is ``first_step_at`` − the time of the step the resume started
+from (``checkpoint_step``) in the failed attempt (the work since that checkpoint, thrown away,
+and the time until every rank stepped again); the ratio is Σ (wall − cost) ÷ Σ wall over the
+rounds. Then the restarts (resumed attempts), the false recoveries (incidents recorded in a run
+of ``--quiet-s`` seconds, 600, of the same settings with no fault), and the processes of the
+runs (the calibration's and the fault-free one's too) left on any host once their stop
+returned.
 
 Targets (2-core bed): a killed rank recorded within 5 s, a lost host within 15 s, a hang within
 25 s; fault → first new step within 60 s; effective training time ≥ 0.85 with one fault every
@@ -413,8 +414,8 @@ def _measured(bench: Bench, run_id: str, result: dict[str, Any]) -> dict[str, An
         # What the record says of it, kept to compare: the ratio printed is computed here.
         "record_ettr": shown.get("effective_training_time_ratio"),
     }
-    # When the run was first judged failed or hung: before the incident, which is recorded once
-    # the evidence is kept and the other ranks are ended.
+    # When the run was first judged failed or hung: what the incident's detected_at must say
+    # (a later one would be a judgement the record missed).
     measured["judged_s"] = next(
         (at for state, at in measured["states_after_fault"] if state in ("failed", "hung")), None
     )
@@ -428,7 +429,7 @@ def _measured(bench: Bench, run_id: str, result: dict[str, Any]) -> dict[str, An
     resumed = incident is not None and incident.get("first_step_at") is not None
     if incident is not None:
         # What ending the failed attempt took (signals, hosts not answering): where the time
-        # between judged and recorded goes.
+        # between the incident and the resume goes.
         measured["failed_attempt"] = next(
             (a.get("detail") for a in shown["attempts"] if a["number"] == incident["attempt"]),
             None,

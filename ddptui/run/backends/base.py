@@ -207,9 +207,10 @@ class RunBackend(abc.ABC):
             self.config, record, node, offsets=offsets, open_transport=self.open_transport
         )
 
-    async def take_stacks(self) -> StackDump:
-        """Every rank's stacks and flight recorders, read and bounded."""
-        return await dump.take(self.config, self.owner.record, self.remote)
+    async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:
+        """Every rank's stacks and flight recorders, read and bounded; the hosts in ``skip``
+        (silent) not asked."""
+        return await dump.take(self.config, self.owner.record, self.remote, skip)
 
     @staticmethod
     def settle(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -99,14 +99,22 @@ def _by_rank(stack: RankStack) -> int:
     return stack.rank
 
 
-async def take(config: Config, record: RunRecord, remote: Transport) -> StackDump:
+async def take(
+    config: Config, record: RunRecord, remote: Transport, skip: Collection[str] = ()
+) -> StackDump:
     """Ask every node of the run for its ranks' stacks, in parallel, through ``remote``'s
     connections (the supervisor's, or the run's kind's: :meth:`Kind.reaching
-    <ddptui.run.backends.kind.Kind.reaching>`)."""
+    <ddptui.run.backends.kind.Kind.reaching>`). The hosts in ``skip`` (known not to answer)
+    are not asked: each would cost a connect timeout, and say nothing."""
     taken_at = time.time()
     budget = _Budget(FLIGHT_BYTES)
     heard = await asyncio.gather(
-        *(_hear(config, record, remote, node, budget) for node in record.nodes)
+        *(
+            _hear(config, record, remote, node, budget)
+            if node.host not in skip
+            else _not_asked(node.host)
+            for node in record.nodes
+        )
     )
     stacks = [stack for host in heard for stack in host.stacks]
     dumps = {rank: data for host in heard for rank, data in host.flight.items()}
@@ -155,6 +163,10 @@ async def _hear(
     except Exception as error:  # one host's answer, whatever it does, costs that host's alone
         heard.unanswered = described(node.host, error)
     return heard
+
+
+async def _not_asked(host: str) -> _Heard:
+    return _Heard(unanswered=f"{host}: not asked, as it did not answer when the attempt ended")
 
 
 async def _ask(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 
 from ddptui.atomic import make_dirs, write_atomic
 from ddptui.layout import RunFiles
@@ -58,13 +59,15 @@ def hung_words(hang: Hang, summary: str, stacks: str) -> str:
     return f"hung {where}: {summary}" + (f"; {stacks}" if stacks else "")
 
 
-async def keep_flight_recorders(backend: RunBackend, files: RunFiles) -> str | None:
+async def keep_flight_recorders(
+    backend: RunBackend, files: RunFiles, silent: Collection[str]
+) -> str | None:
     """After a failure, the ranks' flight-recorder dumps (written by NCCL's watchdog on a
-    timeout, or by the trainer on a failed collective) to the head, read: what to add to the
-    attempt's detail, or None. Evidence lost is said; it never keeps the run from being
-    concluded."""
+    timeout, or by the trainer on a failed collective) to the head, read, but for the
+    ``silent`` hosts': what to add to the attempt's detail, or None. Evidence lost is said;
+    it never keeps the run from being concluded."""
     try:
-        taken = await backend.take_stacks()
+        taken = await backend.take_stacks(skip=silent)
         saved = stack_dump.save(taken, files.dumps) if taken.flight_dumps else None
     except Exception as error:
         log.exception("the flight recorders could not be kept")

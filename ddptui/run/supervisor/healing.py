@@ -42,27 +42,23 @@ class Healing(RunOwner, abc.ABC):
     async def _resume(self) -> None:
         """Start the next attempt from the newest checkpoint, as ``ddptui resume`` would."""
 
-    async def _recover(
+    def open_incident(
         self,
         cause: str,
         found: recovery.Blame | None,
         last: int | None,
         times: recovery.FaultTimes,
-        unended: Collection[str],
-        raised: str | None = None,
-    ) -> None:
-        """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``);
-        either way an incident of the run, dated by ``times``, and ``notify`` told."""
-        self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
-        now, record = self._wall(), self.record
-        spares = await self.backend.spares()
-        decision = recovery.decide(
-            self.config, record, found, now, last, raised, spares=spares, unreachable=unended
-        )
+        detected_at: float,
+    ) -> int:
+        """Record the latest attempt's failure, judged at ``detected_at``, as an incident of
+        the run at once (``status`` shows it while the others are ended); what recovery does
+        about it is added once decided (:meth:`_recover`). Its number."""
+        record = self.record
+        number = record.incidents[-1].number + 1 if record.incidents else 1
         incident = Incident(
-            number=record.incidents[-1].number + 1 if record.incidents else 1,
+            number=number,
             attempt=record.attempt.number,
-            detected_at=now,
+            detected_at=detected_at,
             cause=cause,
             blamed=found.hosts if found is not None else (),
             why=found.why if found is not None else "",
@@ -71,29 +67,51 @@ class Healing(RunOwner, abc.ABC):
             last_step_at=times.last_step_at,
             step_s=times.step_s,
         )
+        self.change(lambda record: record.incidents.append(incident))
+        return number
+
+    async def _recover(
+        self,
+        number: int,
+        cause: str,
+        found: recovery.Blame | None,
+        last: int | None,
+        unended: Collection[str],
+        raised: str | None = None,
+    ) -> None:
+        """Set the host at fault aside and resume on a spare, or say why not (``[recovery]``),
+        as incident ``number`` of the run, ``found`` to blame (known better now than when it was
+        opened: a host that did not answer as the others were ended); ``notify`` told."""
+        self.phases.move(Phase.RECOVERING, "the attempt failed and [recovery] is on")
+        now, record = self._wall(), self.record
+        spares = await self.backend.spares() if found is not None else None
+        decision = recovery.decide(
+            self.config, record, found, now, last, raised, spares=spares, unreachable=unended
+        )
+        blamed = found.hosts if found is not None else ()
+        why = found.why if found is not None else ""
         if isinstance(decision, recovery.GiveUp):
-            incident.action = f"not recovered: {decision.why}"
-            self.change(lambda record: record.incidents.append(incident))
-            self.note(incident.action)
-            self.say(incident.action)
-            self.notify_incident(incident.number)
+            action = f"not recovered: {decision.why}"
+            self.change(lambda record: self._decided(record, number, blamed, why, action))
+            self.note(action)
+            self.say(action)
+            self.notify_incident(number)
             await self.backend.release()
             self.phases.move(Phase.IDLE, "recovery gave up")
             self.tell_ended()
             return
-        incident.action = f"resuming on {decision.words}"
-        why = incident.why
+        action = f"resuming on {decision.words}"
         run_dirs = {node.host: node.run_dir for node in record.nodes}
 
         def set_aside(record: RunRecord) -> None:
-            record.incidents.append(incident)
+            self._decided(record, number, blamed, why, action)
             for host in (*decision.swaps, *decision.without):
                 left = LEFTOVERS if host in unended and self.backend.ends_set_aside else ""
                 record.set_aside.append(SetAside(host, why, now, run_dirs[host], left))
 
         self.change(set_aside)
-        self.say(f"recovering from {cause}: {incident.action}")
-        self.notify_incident(incident.number)
+        self.say(f"recovering from {cause}: {action}")
+        self.notify_incident(number)
         failed = await self.backend.replace(decision.swaps, decision.without)
         if failed is None:
             await self._resume()
@@ -102,7 +120,7 @@ class Healing(RunOwner, abc.ABC):
             self.phases.move(Phase.IDLE, "the spare could not take the host's place")
 
         def outcome(record: RunRecord) -> None:
-            entry = record.incident(incident.number)
+            entry = record.incident(number)
             if resumed:
                 entry.resumed_attempt = record.attempt.number
             else:
@@ -112,6 +130,13 @@ class Healing(RunOwner, abc.ABC):
         if not resumed:
             await self.backend.release()
             self.tell_ended()
+
+    @staticmethod
+    def _decided(
+        record: RunRecord, number: int, blamed: tuple[str, ...], why: str, action: str
+    ) -> None:
+        entry = record.incident(number)
+        entry.blamed, entry.why, entry.action = blamed, why, action
 
     async def sweep_leftovers(self) -> None:
         """End what is left of the run on the hosts set aside while they did not answer, once

@@ -325,6 +325,12 @@ class Supervisor(Healing):
         )
         raised = recovery.code_fault(model, last) if recovering and found is None else None
         times = recovery.fault_times(model, verdict, found, last)
+        judged_at = self.record.states[-1].time
+        number = (
+            self.open_incident(verdict.detail, found, last, times, judged_at)
+            if recovering
+            else None
+        )
         unended: set[str] = set()
         if verdict.state is RunState.FAILED:
             nodes = model.nodes
@@ -337,14 +343,14 @@ class Supervisor(Healing):
             if recovering and found is None and raised is None:
                 found = recovery.blame_unreachable(report.unreachable)
             self.doing("keeping the flight recorders' dumps")
-            kept = await evidence.keep_flight_recorders(self.backend, self.files)
+            kept = await evidence.keep_flight_recorders(self.backend, self.files, unended)
             if kept is not None:
                 self.note(kept)
         self.doing("taking the nodes' last lines")
         await self.following.end()
         self.ended(recovering=recovering)
-        if recovering:
-            await self._recover(verdict.detail, found, last, times, unended, raised)
+        if number is not None:
+            await self._recover(number, verdict.detail, found, last, unended, raised)
 
     async def _nodes_ended(self, job: NodesEnded) -> None:
         verdict = await self.backend.ending(job)
@@ -371,8 +377,14 @@ class Supervisor(Healing):
         if self.record.state is not RunState.HUNG or hang is None:
             return
         summary = hang.summary(self._wall())
-        found = recovery.blame_hang(hang) if self.config.recovery.on else None
+        recovering = self.config.recovery.on
+        found = recovery.blame_hang(hang) if recovering else None
         times = recovery.fault_times(self.following.model, hang, found, hang.step)
+        cause = f"hung: {summary}"
+        judged_at = self.record.states[-1].time
+        number = (
+            self.open_incident(cause, found, hang.step, times, judged_at) if recovering else None
+        )
         said = "recovery blames a host" if found is not None else "on_hang says"
         why = f"hung ({summary}): stopping, as {said}"
         self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
@@ -380,9 +392,9 @@ class Supervisor(Healing):
         self.end_attempt(RunState.FAILED, evidence.hung_words(hang, summary, self.hang_stacks))
         self.note(*report.lines())
         await self.following.end()
-        self.ended(recovering=self.config.recovery.on)
-        if self.config.recovery.on:
-            await self._recover(f"hung: {summary}", found, hang.step, times, report.may_live_on)
+        self.ended(recovering=recovering)
+        if number is not None:
+            await self._recover(number, cause, found, hang.step, report.may_live_on)
 
     # --- judging ---------------------------------------------------------------------------
 

@@ -176,11 +176,12 @@ def decide(
     last: int | None = None,
     raised: str | None = None,
     *,
-    spares: SparePool,
+    spares: SparePool | None,
     unreachable: Collection[str] = (),
 ) -> Replace | GiveUp:
     """What recovery does about the failed attempt ``record`` ended with, ``found`` to blame,
-    ``spares`` the backend's hosts that may take a place, ``unreachable`` the hosts that did
+    ``spares`` the backend's hosts that may take a place (None, not asked, when no host is
+    blamed), ``unreachable`` the hosts that did
     not answer when the others were ended, ``last`` the last step a rank made, ``raised`` what
     :func:`code_fault` says of it.
 
@@ -198,7 +199,11 @@ def decide(
         return GiveUp(f"{raised}: no host is to blame, and it would fail the same on any")
     if found is None:
         return GiveUp("no host is to blame: the fault is in the job's code or its data")
-    latest = record.incidents[-1] if record.incidents else None
+    # The failed attempt's own incident is recorded before this is decided.
+    earlier = [
+        incident for incident in record.incidents if incident.attempt < record.attempt.number
+    ]
+    latest = earlier[-1] if earlier else None
     if (
         latest is not None
         and latest.resumed_attempt == record.attempt.number
@@ -220,6 +225,7 @@ def decide(
         return GiveUp(
             f"node 0 ({head}) holds the checkpoints, and it did not answer when the run failed"
         )
+    assert spares is not None, "a host is blamed: its backend's spares are asked"
     free = record.spares_left(spares.names)
     swaps = dict(zip(found.hosts, free, strict=False))
     short = tuple(host for host in found.hosts if host not in swaps)

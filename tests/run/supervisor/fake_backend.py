@@ -219,8 +219,8 @@ class FakeBackend(RunBackend):
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         return FakeFollower(self.hosts[node.host])
 
-    async def take_stacks(self) -> StackDump:
-        self.asked.append("stacks")
+    async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:
+        self.asked.append(f"stacks skip={sorted(skip)}" if skip else "stacks")
         await self.stacks_gate.wait()
         return StackDump(self.owner.record.id, time.time(), ())
 

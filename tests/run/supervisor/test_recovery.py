@@ -100,7 +100,9 @@ def test_a_failure_that_comes_back_at_the_same_step_after_a_recovery_is_the_job_
     record.attempts.append(dataclasses.replace(record.attempts[-1], number=2))
     first = _resumed(1, ago_s=60)
     first.last_step = 40
-    record.incidents.append(first)
+    # Attempt 2's own incident is recorded as it is judged failed, before this is decided.
+    now = Incident(2, 2, NOW, "killed", ("c",), "killed", last_step=40)
+    record.incidents += [first, now]
     assert _decide(on, record, Blame(("c",), "killed"), NOW, 40) == GiveUp(
         "attempt 1 failed at step 40 too, before recovery resumed it on other hosts: the fault "
         "follows the job, not a host"
