@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ddptui.config.model import HostConfig
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
+from ddptui.run.store import RunStore
 from ddptui.run.supervising import holds_open
 from tests.testbed import TestBed, TestHost
 
@@ -66,6 +67,27 @@ class Cli:
         done = self.run(*args, "--json")
         assert done.stdout, done.stderr
         return json.loads(done.stdout)
+
+    def record(self, run_id: str) -> RunRecord:
+        """The run's record as its supervisor last wrote it, read from the store: what a test
+        polls. A ``ddptui status`` each quarter second would keep half a core busy starting
+        interpreters, slowing the very run it waits on."""
+        return RunStore(self.store).load(run_id)
+
+    def status_once(
+        self, what: str, run_id: str, ready: Callable[[RunRecord], object], timeout: float
+    ) -> dict[str, Any]:
+        """``ddptui status RUN --json`` once the run's record is ``ready`` (polled from the
+        store), or an AssertionError naming ``what`` and showing the record after
+        ``timeout`` seconds."""
+        wait_until(
+            what,
+            lambda: ready(self.record(run_id)),
+            timeout,
+            story=lambda: self.record(run_id).to_toml()[-6000:],
+        )
+        document: dict[str, Any] = self.json("status", run_id)
+        return document
 
 
 def write_hosts(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable
 
+from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from tests.run.bed import (
@@ -161,22 +162,12 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
 
     frozen_pid = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
     with frozen(frozen_pid) as frozen_at:
-        status = wait_until(
-            "hung",
-            lambda: (found := cli.json("status", run_id))["state"] == "hung" and found,
-            90,
-            every=0.5,
-        )
+        status = cli.status_once("hung", run_id, lambda run: run.state is RunState.HUNG, 90)
         hung_at = time.time()
     assert hung_at - frozen_at <= 35, (hung_at, frozen_at)
     odd = [(rank["rank"], rank["host"]) for rank in status["hang"]["ranks"] if rank["why"]]
     assert odd == [(PROCS, hosts[1].name)], status["hang"]
-    wait_until(
-        "stepping again",
-        lambda: cli.json("status", run_id)["state"] == "running",
-        90,
-        every=0.5,
-    )
+    wait_until("stepping again", lambda: cli.record(run_id).state is RunState.RUNNING, 90)
 
     # A checkpoint the framework saved, then the stop.
     wait_until(

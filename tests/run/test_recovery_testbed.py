@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ddptui.layout import RunFiles
+from ddptui.run.record import RunState
 from tests.run.bed import (
     RUN_ID,
     Cli,
@@ -84,18 +85,12 @@ def fault_free(testbed: TestBed, tmp_path_factory: pytest.TempPathFactory) -> di
     cli = Cli(tmp_path / "state")
     run_id = _launched(cli, _recovering_hosts_file(testbed, tmp_path, tmp_path / "told"), *STEPS)
     try:
-        wait_until("the fault-free run", lambda: _record(cli, run_id)["state"] == "completed", 180)
+        wait_until(
+            "the fault-free run", lambda: cli.record(run_id).state is RunState.COMPLETED, 180
+        )
     finally:
         kill_supervisors(cli.store)
     return _final_losses(testbed, testbed.hosts[:3], run_id)
-
-
-def _record(cli: Cli, run_id: str) -> dict[str, Any]:
-    shown = cli.run("status", run_id, "--json")
-    # Its exit status says how the run stands (1: failed, as it is between fault and resume).
-    assert shown.stdout, shown.stderr
-    document: dict[str, Any] = json.loads(shown.stdout)
-    return document
 
 
 def _past_step_30(
@@ -110,30 +105,24 @@ def _past_step_30(
 
 
 def _resumed_on_the_spare(cli: Cli, run_id: str) -> dict[str, Any]:
-    resumed: dict[str, Any] = wait_until(
+    return cli.status_once(
         "the run resumed on the spare",
-        lambda: (
-            (run := _record(cli, run_id))["state"] == "running"
-            and len(run["attempts"]) == 2
-            and run
-        ),
+        run_id,
+        lambda run: run.state is RunState.RUNNING and len(run.attempts) == 2,
         180,
     )
-    return resumed
+
+
+ENDED = (RunState.COMPLETED, RunState.FAILED)
 
 
 def _ended_on_its_second_attempt(cli: Cli, run_id: str) -> dict[str, Any]:
-    ended: dict[str, Any] = wait_until(
+    return cli.status_once(
         "the run's second attempt ended",
-        lambda: (
-            (run := _record(cli, run_id))["state"] in ("completed", "failed")
-            and len(run["attempts"]) == 2
-            and run
-        ),
+        run_id,
+        lambda run: run.state in ENDED and len(run.attempts) == 2,
         300,
-        story=lambda: json.dumps(_record(cli, run_id), indent=1)[:6000],
     )
-    return ended
 
 
 def _assert_completed(cli: Cli, run_id: str, done: dict[str, Any]) -> None:
@@ -171,11 +160,7 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
         damaged.truncate(newest.stat().st_size // 2)
     recovered = _resumed_on_the_spare(cli, run_id)
     assert [node["host"] for node in recovered["nodes"]] == [node0.name, spare.name, node2.name]
-    done = wait_until(
-        "the run completed",
-        lambda: (run := _record(cli, run_id))["state"] in ("completed", "failed") and run,
-        300,
-    )
+    done = cli.status_once("the run ended", run_id, lambda run: run.state in ENDED, 300)
     _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
     assert incident["blamed"] == [node1.name], incident
@@ -257,9 +242,10 @@ def test_a_fault_in_the_code_is_no_node_s_and_is_not_recovered(
     run_id = _launched(cli, hosts_file)
     # The failure is recorded first (status says failed at once); recovery's word on it, the
     # incident, once the others are ended and the last lines taken.
-    done = wait_until(
-        "the run failed and its incident",
-        lambda: (run := _record(cli, run_id))["state"] == "failed" and run["incidents"] and run,
+    done = cli.status_once(
+        "the run failed and recovery's word on it",
+        run_id,
+        lambda run: run.state is RunState.FAILED and run.incidents and run.incidents[-1].action,
         180,
     )
     assert len(done["attempts"]) == 1, done
@@ -366,7 +352,7 @@ def test_a_host_cut_off_is_replaced_by_the_spare_and_its_leftovers_ended_once_it
     _assert_completed(cli, run_id, done)
     wait_until(
         "the set-aside host's leftovers ended",
-        lambda: not _record(cli, run_id)["set_aside"][0]["leftovers"],
+        lambda: not cli.record(run_id).set_aside[0].leftovers,
         90,
     )
     assert not run_processes(testbed.hosts[:4], run_id)

@@ -25,6 +25,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+from ddptui.run.record import RunRecord, RunState
 from tests.run.bed import Cli, held_until_asked_to_stop, processes_marked
 from tests.testbed import sshd
 from tests.testbed.cluster import BED_TORCH_IMPORT_TIMEOUT_S
@@ -80,13 +81,12 @@ def _submitted(cli: Cli, hosts_file: Path) -> tuple[str, str, Path]:
 
 
 def _wait_state(cli: Cli, run_id: str, states: set[str], timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = cli.json("status", run_id, "--json")
-        if status["state"] in states:
-            return status
-        assert time.monotonic() < deadline, status
-        time.sleep(1)
+    return cli.status_once(
+        f"the run {' or '.join(sorted(states))}",
+        run_id,
+        lambda run: run.state.value in states,
+        timeout,
+    )
 
 
 def _wait_step(run_root: Path, step: int, timeout: float = 180) -> None:
@@ -352,17 +352,15 @@ def test_a_node_whose_slurmd_dies_is_set_aside_and_the_run_resumes_on_the_spare_
     assert slurm_bed.job(job_id)["NumNodes"] in ("3", "3-3")
     _wait_step(run_root, 25)
     slurm_bed.kill_node(slurm_bed.bed.host("node1"))
-    killed = time.monotonic()
+
     # Slurm takes the silent node out of the job's allocation, not the job away: recovery
     # blames the node Slurm lost and runs the next attempt on the spare, node ranks kept.
-    deadline = killed + 150
-    while (status := cli.json("status", run_id, "--json"))["state"] != "running" or len(
-        status["attempts"]
-    ) < 2:
-        gave_up = [each for each in status["incidents"] if "not recovered" in each["action"]]
-        assert not gave_up and status["state"] != "completed", status
-        assert time.monotonic() < deadline, status
-        time.sleep(1)
+    def resumed(run: RunRecord) -> bool:
+        gave_up = [each for each in run.incidents if "not recovered" in each.action]
+        assert not gave_up and run.state is not RunState.COMPLETED, run.to_toml()
+        return run.state is RunState.RUNNING and len(run.attempts) >= 2
+
+    status = cli.status_once("the run resumed on the spare node", run_id, resumed, 150)
     assert [node["host"] for node in status["nodes"]] == ["node0", "node2"]
     (incident,) = status["incidents"]
     assert incident["blamed"] == ["node1"], incident

@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from tests.fixtures.flight.hostile import evaluating_dump
@@ -119,11 +120,7 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
 
 
 def _hung(cli: Cli, run_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + QUIET_S + 40
-    while (status := cli.json("status", run_id))["state"] != "hung":
-        assert time.monotonic() < deadline, status
-        time.sleep(1)
-    return status
+    return cli.status_once("hung", run_id, lambda run: run.state is RunState.HUNG, QUIET_S + 40)
 
 
 async def _on_the_console(hosts_file: Path, cli: Cli, run_id: str) -> None:
