@@ -12,7 +12,7 @@ from ddptui.present.runs import COLUMNS, run_document, run_row
 from ddptui.run.control import RunControl
 from ddptui.untrusted import plain
 
-_WIDTHS = (29, 10, 11, 8, 3, 4, 5, 0)
+_WIDTHS = (29, 10, 11, 8, 3, 6, 4, 5, 0)
 
 
 def run(args: argparse.Namespace) -> int:

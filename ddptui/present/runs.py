@@ -16,8 +16,9 @@ from ddptui.run.training_time import effective_training_time_ratio
 from ddptui.run.view import scheduler_document
 from ddptui.untrusted import plain
 
-COLUMNS = ("run", "state", "started", "took", "try", "kept", "ranks", "hosts")
-"""``try``: the attempt the run is on (1 until a resume or a requeue); ``kept``: its effective
+COLUMNS = ("run", "state", "started", "took", "try", "healed", "kept", "ranks", "hosts")
+"""``try``: the attempt the run is on (1 until a resume or a requeue); ``healed``: how many of
+its attempts recovery started by itself after a fault (``[recovery]``); ``kept``: its effective
 training time ratio (:mod:`ddptui.run.training_time`)."""
 
 
@@ -28,6 +29,7 @@ class RunRow:
     started: Text
     took: Text
     attempt: Text
+    healed: Text
     kept: Text
     ranks: Text
     hosts: Text
@@ -39,6 +41,7 @@ class RunRow:
             self.started,
             self.took,
             self.attempt,
+            self.healed,
             self.kept,
             self.ranks,
             self.hosts,
@@ -82,6 +85,11 @@ def _where(record: RunRecord) -> str:
     return f"{named} on {hosts}" if hosts else named
 
 
+def restarts(record: RunRecord) -> int:
+    """The attempts recovery started by itself, each after an incident."""
+    return sum(incident.resumed for incident in record.incidents)
+
+
 def run_row(record: RunRecord, now: float) -> RunRow:
     demo = " (demo)" if record.demo else ""
     return RunRow(
@@ -90,6 +98,7 @@ def run_row(record: RunRecord, now: float) -> RunRow:
         started=Text(started(record)),
         took=Text(duration(duration_s(record, now))),
         attempt=Text(str(len(record.attempts))),
+        healed=Text(str(restarts(record))),
         kept=Text(ratio_text(effective_training_time_ratio(record, now))),
         ranks=Text(str(record.world_size)),
         hosts=Text(plain(_where(record), one_line=True)),
@@ -110,7 +119,7 @@ def run_document(record: RunRecord, now: float) -> dict[str, Any]:
         "entry": record.entry,
         "hosts": [node.host for node in record.nodes],
         "incidents": len(record.incidents),
-        "restarts": sum(incident.resumed for incident in record.incidents),
+        "restarts": restarts(record),
         "effective_training_time_ratio": effective_training_time_ratio(record, now),
         "set_aside": [aside.host for aside in record.set_aside],
         "scheduler_jobs": [

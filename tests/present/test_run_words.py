@@ -250,6 +250,8 @@ def test_the_runs_document_counts_a_run_s_incidents_restarts_and_hosts_set_aside
     record.set_aside = [SetAside("gpu2", "silent", 10.0)]
     document = run_document(record, 30.0)
     assert (document["incidents"], document["restarts"], document["set_aside"]) == (2, 1, ["gpu2"])
+    # The list says the restarts too: one incident resumed, one given up.
+    assert run_row(record, 30.0).healed.plain == "1"
 
 
 def test_the_runs_list_and_its_document_give_the_effective_training_time_ratio() -> None:
