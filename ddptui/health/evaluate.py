@@ -12,6 +12,7 @@ from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
 from ddptui.health.resources import present_gpus, procs_per_node
 from ddptui.health.workdir import workdir_findings
+from ddptui.health.xid import xid_findings
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import TRUST_ADVICE, Reach
 
@@ -68,6 +69,7 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
     yield from _disk_findings(config, host, facts)
     yield from workdir_findings(host, facts)
     yield from _process_findings(config, host, facts)
+    yield from xid_findings(host, facts)
     if check.workdir_shared_with:
         yield _shared_workdir(check, facts)
     if check.clock_offset_s is not None and abs(check.clock_offset_s) > (

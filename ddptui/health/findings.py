@@ -49,6 +49,8 @@ class Code(str, enum.Enum):
     NOT_ENOUGH_FREE_GPUS = "not_enough_free_gpus"
     GPU_BUSY = "gpu_busy"
     GPU_COUNT_IMPLAUSIBLE = "gpu_count_implausible"
+    GPU_XID = "gpu_xid"
+    KERNEL_LOG_UNREADABLE = "kernel_log_unreadable"
     HOSTNAME_LOOPBACK = "hostname_loopback"
     HOSTNAME_UNRESOLVABLE = "hostname_unresolvable"
     SOCKET_IFNAME_CHOSEN = "socket_ifname_chosen"

@@ -15,6 +15,7 @@ import sys
 import time
 
 from ddptui.onhost.probe_gpus import gpus_section
+from ddptui.onhost.probe_kernel import kernel_log_section
 from ddptui.onhost.probe_network import Lookup, host_section, interfaces_section, port_section
 from ddptui.onhost.probe_section import section
 from ddptui.onhost.probe_system import packages_section, python_section, system_section
@@ -53,6 +54,7 @@ def main(argv: list[str]) -> None:
         "interfaces": section(interfaces_section),
         "python": section(python_section),
         "gpus": section(gpus_section),
+        "kernel_log": section(kernel_log_section),
         "disk": section(lambda: disk_section(args.workdir)),
         "workdir": section(lambda: workdir_section(args.workdir)),
         # After the workdir's section, which reports the workdir as it was found: this one

@@ -116,6 +116,35 @@ class GpuInventory:
 
 
 @dataclass(frozen=True)
+class XidEvent:
+    """One line the NVIDIA driver wrote to the kernel log: ``NVRM: Xid (PCI:0000:3b:00): 79,
+    pid=…, GPU has fallen off the bus.``"""
+
+    pci: str
+    """The GPU's PCI bus id as the driver names it, lowercased: ``0000:3b:00``."""
+    code: int
+    """The Xid: what happened (NVIDIA's catalogue of Xid errors)."""
+    text: str
+    """What follows the code on the line, as one line of plain text."""
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    """The kernel log's Xid lines since boot, as far as the probe could read them."""
+
+    readable: bool | None = None
+    """``None``: the probe said nothing of the kernel log."""
+    why: str = ""
+    """Why it could not be read (``dmesg``'s own words)."""
+    restricted: bool | None = None
+    """Whether ``kernel.dmesg_restrict`` keeps it from users (``None``: not known)."""
+    xids: tuple[XidEvent, ...] = ()
+    """The newest Xid lines (at most 32 are sent), oldest first."""
+    xid_count: int = 0
+    """How many Xid lines the log held since boot: more than :attr:`xids` when it held many."""
+
+
+@dataclass(frozen=True)
 class DiskFacts:
     path: Maybe[str] = NA
     """The workdir, ``~`` expanded on the host."""
@@ -200,6 +229,7 @@ class HostFacts:
     python: PythonFacts = PythonFacts()
     torch: TorchFacts = TorchFacts(status="error", detail="not reported")
     gpus: GpuInventory = GpuInventory()
+    kernel_log: KernelLog = KernelLog()
     disk: DiskFacts = DiskFacts()
     workdir: Maybe[WorkdirSafety] = NA
     """``NA`` when the probe could not say (or is older than this fact)."""

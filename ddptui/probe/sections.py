@@ -18,6 +18,7 @@ from ddptui.probe.facts import (
     GpuInventory,
     GpuProcess,
     Interface,
+    KernelLog,
     MasterResolution,
     Maybe,
     PathEntry,
@@ -26,6 +27,7 @@ from ddptui.probe.facts import (
     PythonFacts,
     TorchFacts,
     WorkdirSafety,
+    XidEvent,
 )
 from ddptui.probe.fields import (
     address_or_none,
@@ -34,7 +36,7 @@ from ddptui.probe.fields import (
     text_or_empty,
     typed_field,
 )
-from ddptui.untrusted import count
+from ddptui.untrusted import count, plain
 
 MAX_GPU_MIB: Final = 2**30
 """More memory (MiB) than any GPU has, by far: a larger figure is not a GPU's."""
@@ -279,4 +281,57 @@ def read_master(value: Any) -> MasterResolution | None:
         name=value["name"],
         addresses=tuple(parsed_items(value.get("addresses"), address_or_none)),
         error=text_or_empty(value.get("error")),
+    )
+
+
+MAX_XID_EVENTS: Final = 32
+"""The Xid lines the probe sends at most (the newest): more are counted, not read."""
+MAX_XID_COUNT: Final = 10**9
+_XID_LINE: Final = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\)"
+    r": (?P<code>\d{1,4})\b,? ?(?P<text>.*)"
+)
+"""A driver's Xid line, older drivers' (``NVRM: Xid (0000:03:00): 14, Channel …``) and newer
+ones' (``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, GPU has fallen off the bus.``)."""
+
+
+def read_kernel_log(data: Any) -> KernelLog:
+    """The probe's ``kernel_log`` section; an older probe's answer without it is a log not
+    looked at (``readable`` None), a section that failed one that could not be read."""
+    if not isinstance(data, dict):
+        return KernelLog()
+    if isinstance(data.get("error"), str):
+        return KernelLog(readable=False, why=plain(data["error"], limit=300, one_line=True))
+    readable = data.get("readable")
+    if readable is not True:
+        restricted = data.get("restricted")
+        return KernelLog(
+            readable=False,
+            why=plain(text_or_empty(data.get("why")), limit=300, one_line=True),
+            restricted=restricted if isinstance(restricted, bool) else None,
+        )
+    lines = data.get("xid_lines")
+    events = [
+        event
+        for line in (lines[-MAX_XID_EVENTS:] if isinstance(lines, list) else [])
+        if (event := _xid_event(line)) is not None
+    ]
+    counted = count(data.get("xid_count"), MAX_XID_COUNT)
+    return KernelLog(
+        readable=True,
+        xids=tuple(events),
+        xid_count=max(counted if counted is not None else 0, len(events)),
+    )
+
+
+def _xid_event(line: Any) -> XidEvent | None:
+    if not isinstance(line, str):
+        return None
+    found = _XID_LINE.search(line[:1024])
+    if found is None:
+        return None
+    return XidEvent(
+        pci=found["pci"].lower(),
+        code=int(found["code"]),
+        text=plain(found["text"].strip(), limit=200, one_line=True),
     )

@@ -32,6 +32,7 @@ PROBE_MODULES = (
     "probe_network",
     "probe_system",
     "probe_gpus",
+    "probe_kernel",
     "probe_workdir",
     "probe_torch",
     "probe_torch_cache",

@@ -15,10 +15,12 @@ from ddptui.probe.facts import (
     NA,
     DiskFacts,
     GpuProcess,
+    KernelLog,
     PathEntry,
     PortFacts,
     TorchFacts,
     WorkdirSafety,
+    XidEvent,
 )
 from ddptui.remote.status import TRUST_ADVICE, Reach
 from tests.helpers import (
@@ -275,6 +277,25 @@ CASES = [
         B,
         Severity.WARNING,
         _busy_but_enough,
+    ),
+    Case(
+        Code.GPU_XID,
+        B,
+        Severity.WARNING,
+        lambda s: s.edit(
+            B,
+            kernel_log=KernelLog(
+                True, xids=(XidEvent("0000:86:00", 79, "GPU has fallen off the bus."),), xid_count=1
+            ),
+        ),
+        "gpu-b: the kernel logged Xid 79, the GPU fell off the bus, for the GPU at PCI 0000:86:00",
+    ),
+    Case(
+        Code.KERNEL_LOG_UNREADABLE,
+        A,
+        Severity.INFO,
+        lambda s: s.edit(A, kernel_log=KernelLog(False, "dmesg: Operation not permitted")),
+        "gpu-a's kernel log could not be read: dmesg: Operation not permitted",
     ),
     Case(
         Code.GPU_COUNT_IMPLAUSIBLE,
