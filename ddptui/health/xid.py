@@ -104,14 +104,14 @@ XIDS: dict[int, XidMeaning] = {
 """The Xids a training run meets, in ddptui's words; any other is named by its number."""
 
 
+UNLISTED = XidMeaning(
+    "an error NVIDIA's catalogue of Xid errors explains",
+    "look it up in NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors)",
+)
+
+
 def meaning(code: int) -> XidMeaning:
-    return XIDS.get(
-        code,
-        XidMeaning(
-            "an error NVIDIA's catalogue of Xid errors explains",
-            "look it up in NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors)",
-        ),
-    )
+    return XIDS.get(code, UNLISTED)
 
 
 def xid_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:

@@ -24,6 +24,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+from ddptui.layout import RunFiles
 from ddptui.run.control import RunControl
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
@@ -52,7 +53,7 @@ STATE_COLUMN = RANK_COLUMNS.index("state")
 
 
 def _record(cli: Cli, run_id: str) -> dict[str, Any]:
-    return tomllib.loads((cli.store / run_id / "run.toml").read_text())
+    return tomllib.loads(RunFiles(cli.store / run_id).record.read_text())
 
 
 def _launch(cli: Cli, hosts_file: Path, *args: str) -> str:

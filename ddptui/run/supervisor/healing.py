@@ -48,17 +48,17 @@ class Healing(RunOwner, abc.ABC):
         found: recovery.Blame | None,
         last: int | None,
         times: recovery.FaultTimes,
-        detected_at: float,
     ) -> int:
-        """Record the latest attempt's failure, judged at ``detected_at``, as an incident of
-        the run at once (``status`` shows it while the others are ended); what recovery does
-        about it is added once decided (:meth:`_recover`). Its number."""
+        """Record the latest attempt's failure as an incident of the run at once, detected when
+        the record last changed state (to failed, or hung): ``status`` shows it while the
+        others are ended; what recovery does about it is added once decided
+        (:meth:`_recover`). Its number."""
         record = self.record
         number = record.incidents[-1].number + 1 if record.incidents else 1
         incident = Incident(
             number=number,
             attempt=record.attempt.number,
-            detected_at=detected_at,
+            detected_at=record.states[-1].time,
             cause=cause,
             blamed=found.hosts if found is not None else (),
             why=found.why if found is not None else "",

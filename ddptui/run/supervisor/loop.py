@@ -325,12 +325,7 @@ class Supervisor(Healing):
         )
         raised = recovery.code_fault(model, last) if recovering and found is None else None
         times = recovery.fault_times(model, verdict, found, last)
-        judged_at = self.record.states[-1].time
-        number = (
-            self.open_incident(verdict.detail, found, last, times, judged_at)
-            if recovering
-            else None
-        )
+        number = self.open_incident(verdict.detail, found, last, times) if recovering else None
         unended: set[str] = set()
         if verdict.state is RunState.FAILED:
             nodes = model.nodes
@@ -381,10 +376,7 @@ class Supervisor(Healing):
         found = recovery.blame_hang(hang) if recovering else None
         times = recovery.fault_times(self.following.model, hang, found, hang.step)
         cause = f"hung: {summary}"
-        judged_at = self.record.states[-1].time
-        number = (
-            self.open_incident(cause, found, hang.step, times, judged_at) if recovering else None
-        )
+        number = self.open_incident(cause, found, hang.step, times) if recovering else None
         said = "recovery blames a host" if found is not None else "on_hang says"
         why = f"hung ({summary}): stopping, as {said}"
         self.change(lambda record: record.transition(RunState.STOPPING, why, now=self._wall()))
