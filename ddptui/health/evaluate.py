@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from ddptui.config.model import Config, HostConfig
 from ddptui.health.findings import Code, Finding, HostCheck, ProbeFailure, Severity
+from ddptui.health.gpu_health import gpu_health_findings
 from ddptui.health.gpus import gpu_findings
 from ddptui.health.network import network_findings, port_findings
 from ddptui.health.parity import package_findings, parity_findings
@@ -70,6 +71,7 @@ def _host_findings(config: Config, check: HostCheck) -> Iterator[Finding]:
     yield from workdir_findings(host, facts)
     yield from _process_findings(config, host, facts)
     yield from xid_findings(host, facts)
+    yield from gpu_health_findings(host, facts)
     if check.workdir_shared_with:
         yield _shared_workdir(check, facts)
     if check.clock_offset_s is not None and abs(check.clock_offset_s) > (

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 def plural(count: int, word: str, suffix: str = "s") -> str:
     """``plural(1, "GPU")`` → ``"1 GPU"``; ``plural(2, "GPU")`` → ``"2 GPUs"``."""
-    return f"{count} {word}{'' if count == 1 else suffix}"
+    return f"{count:,} {word}{'' if count == 1 else suffix}"
 
 
 def and_list(names: Sequence[str]) -> str:

@@ -114,6 +114,14 @@ def meaning(code: int) -> XidMeaning:
     return XIDS.get(code, UNLISTED)
 
 
+def gpu_at(facts: HostFacts, pci: str) -> str:
+    """The GPU at PCI bus id ``pci`` as the host's NVML numbers it, where it says."""
+    for gpu in facts.gpus.devices:
+        if gpu.health.pci_bus_id == pci:
+            return f"GPU {gpu.index} (PCI {pci})"
+    return f"the GPU at PCI {pci}"
+
+
 def xid_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
     """One finding per GPU and Xid the host's kernel log holds since boot; one saying the log
     could not be read, on a host with NVIDIA GPUs (where Xids would be)."""
@@ -146,8 +154,8 @@ def xid_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:
             Code.GPU_XID,
             Severity.INFO if said.program else Severity.WARNING,
             host.name,
-            f"{host.name}: the kernel logged Xid {code}, {said.words}, for the GPU at PCI "
-            f"{pci} {times} since boot" + (f" (last: {last})" if last else ""),
+            f"{host.name}: the kernel logged Xid {code}, {said.words}, for {gpu_at(facts, pci)} "
+            f"{times} since boot" + (f" (last: {last})" if last else ""),
             said.fix.format(pci=pci),
         )
     unread = log.xid_count - len(log.xids)

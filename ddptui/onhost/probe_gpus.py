@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ddptui.onhost.gpu_health import nvml_health, smi_field, smi_health, smi_number
 from ddptui.onhost.probe_section import COMMAND_TIMEOUT_S, SectionError, describe, maybe
 
 QUERY_GPU_FIELDS = "index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version"
@@ -74,6 +75,7 @@ def gpus_from_nvml() -> dict[str, Any]:
                     "memory_used_mib": None if memory is None else memory.used // MIB,
                     "utilization_pct": None if utilization is None else utilization.gpu,
                     "processes": processes,
+                    "health": nvml_health(pynvml, handle),
                 }
             )
         return {
@@ -114,20 +116,6 @@ def nvidia_smi(*args: str) -> str:
     return output
 
 
-def smi_value(field: str) -> str | None:
-    """``[N/A]``, ``[Not Supported]`` and friends all mean the driver will not say."""
-    field = field.strip()
-    return None if not field or field.startswith("[") or field == "N/A" else field
-
-
-def smi_int(field: str) -> int | None:
-    value = smi_value(field)
-    try:
-        return None if value is None else int(float(value))
-    except ValueError:
-        return None
-
-
 def gpus_from_smi() -> dict[str, Any]:
     csv = "--format=csv,noheader,nounits"
     gpu_lines = nvidia_smi("--query-gpu=" + QUERY_GPU_FIELDS, csv).strip().splitlines()
@@ -140,35 +128,37 @@ def gpus_from_smi() -> dict[str, Any]:
     processes: dict[str, list[dict[str, Any]]] = {}
     for line in apps or []:
         parts = line.split(", ")
-        pid = smi_int(parts[1]) if len(parts) >= 4 else None
+        pid = smi_number(parts[1]) if len(parts) >= 4 else None
         if pid is None:
             continue
         processes.setdefault(parts[0].strip(), []).append(
             {
                 "pid": pid,
-                "name": smi_value(", ".join(parts[2:-1])),
-                "used_memory_mib": smi_int(parts[-1]),
+                "name": smi_field(", ".join(parts[2:-1])),
+                "used_memory_mib": smi_number(parts[-1]),
             }
         )
+    health = smi_health(nvidia_smi)
     devices = []
     driver = None
     for line in gpu_lines:
         parts = line.split(", ")
-        index = smi_int(parts[0]) if len(parts) >= 7 else None
+        index = smi_number(parts[0]) if len(parts) >= 7 else None
         if index is None:
             continue
-        uuid = smi_value(parts[1])
+        uuid = smi_field(parts[1])
         total, used, utilization, driver_field = parts[-4:]
-        driver = driver or smi_value(driver_field)
+        driver = driver or smi_field(driver_field)
         devices.append(
             {
                 "index": index,
                 "uuid": uuid,
-                "name": smi_value(", ".join(parts[2:-4])),
-                "memory_total_mib": smi_int(total),
-                "memory_used_mib": smi_int(used),
-                "utilization_pct": smi_int(utilization),
+                "name": smi_field(", ".join(parts[2:-4])),
+                "memory_total_mib": smi_number(total),
+                "memory_used_mib": smi_number(used),
+                "utilization_pct": smi_number(utilization),
                 "processes": None if apps is None else processes.get(uuid or "", []),
+                "health": health.get(index, {}),
             }
         )
     return {

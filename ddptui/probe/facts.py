@@ -89,6 +89,38 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class GpuHealth:
+    """The GPU's own counters of its faults (NVML's, or nvidia-smi's): each ``NA`` where the
+    GPU or the driver would not say."""
+
+    pci_bus_id: Maybe[str] = NA
+    """As NVML names it: ``00000000:3B:00.0``."""
+    throttle_reasons: Maybe[int] = NA
+    """NVML's clocks event (throttle) reasons now, a bit mask (``ddptui.health.gpu_health``)."""
+    ecc_uncorrected: Maybe[int] = NA
+    """Uncorrected ECC errors since the driver last loaded (a boot or a reset)."""
+    retired_pages_pending: Maybe[bool] = NA
+    """A page retired after ECC errors waits for a reset to take effect (before the A100)."""
+    remapped_rows_uncorrectable: Maybe[int] = NA
+    remapped_rows_pending: Maybe[bool] = NA
+    """A row remapped after an ECC error waits for a reset to take effect (A100 and later)."""
+    remap_failed: Maybe[bool] = NA
+    """A row could not be remapped: the GPU's spare rows are used up."""
+    pcie_gen: Maybe[int] = NA
+    pcie_gen_max: Maybe[int] = NA
+    """The best generation this GPU and its slot can run at together."""
+    pcie_width: Maybe[int] = NA
+    pcie_width_max: Maybe[int] = NA
+    pcie_replays: Maybe[int] = NA
+    """PCIe packets sent again after errors, since boot."""
+    nvlinks: Maybe[int] = NA
+    """How many NVLink links the GPU has (0 where it has none)."""
+    nvlinks_down: tuple[int, ...] = ()
+    nvlink_errors: Maybe[int] = NA
+    """Replay, recovery and CRC errors of its links that are up, summed."""
+
+
+@dataclass(frozen=True)
 class GpuFacts:
     index: int
     uuid: Maybe[str] = NA
@@ -98,6 +130,7 @@ class GpuFacts:
     utilization_pct: Maybe[int] = NA
     processes: Maybe[tuple[GpuProcess, ...]] = NA
     """``NA`` when the driver would not list them, ``()`` when none hold the GPU."""
+    health: GpuHealth = GpuHealth()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from ddptui.probe.facts import (
     NA,
     DiskFacts,
     GpuFacts,
+    GpuHealth,
     GpuInventory,
     GpuProcess,
     Interface,
@@ -169,6 +170,60 @@ def _gpu(value: Any) -> GpuFacts | None:
         processes=tuple(parsed_items(processes, _gpu_process))
         if isinstance(processes, list)
         else NA,
+        health=_gpu_health(value.get("health")),
+    )
+
+
+MAX_LINKS: Final = 64
+"""More NVLink links than any GPU has (18 on a Blackwell)."""
+MAX_ERROR_COUNT: Final = 2**63 - 1
+"""NVML's counters are 64-bit unsigned; a count past that is no GPU's."""
+MAX_PCIE_GEN: Final = 16
+MAX_PCIE_WIDTH: Final = 64
+_PCI_BUS_ID: Final = re.compile(
+    r"(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<device>[0-9a-fA-F]{2})(?:\.[0-7])?"
+)
+
+
+def pci_slot(text: str) -> str | None:
+    """A PCI bus id as the kernel log names a GPU (``0000:3b:00``), from NVML's
+    (``00000000:3B:00.0``) or the log's own, so the two can be matched; None for no bus id."""
+    found = _PCI_BUS_ID.fullmatch(text)
+    if found is None:
+        return None
+    domain = int(found["domain"], 16)
+    return f"{domain:04x}:{found['bus'].lower()}:{found['device'].lower()}"
+
+
+def _gpu_health(value: Any) -> GpuHealth:
+    if not isinstance(value, dict):
+        return GpuHealth()
+    bus_id = value.get("pci_bus_id")
+    slot = pci_slot(bus_id) if isinstance(bus_id, str) else None
+    down = value.get("nvlinks_down")
+    links = bounded_count(value.get("nvlinks"), MAX_LINKS)
+    return GpuHealth(
+        pci_bus_id=NA if slot is None else slot,
+        throttle_reasons=bounded_count(value.get("throttle_reasons"), MAX_ERROR_COUNT),
+        ecc_uncorrected=bounded_count(value.get("ecc_uncorrected"), MAX_ERROR_COUNT),
+        retired_pages_pending=typed_field(value, "retired_pages_pending", bool),
+        remapped_rows_uncorrectable=bounded_count(
+            value.get("remapped_rows_uncorrectable"), MAX_ERROR_COUNT
+        ),
+        remapped_rows_pending=typed_field(value, "remapped_rows_pending", bool),
+        remap_failed=typed_field(value, "remap_failed", bool),
+        pcie_gen=bounded_count(value.get("pcie_gen"), MAX_PCIE_GEN),
+        pcie_gen_max=bounded_count(value.get("pcie_gen_max"), MAX_PCIE_GEN),
+        pcie_width=bounded_count(value.get("pcie_width"), MAX_PCIE_WIDTH),
+        pcie_width_max=bounded_count(value.get("pcie_width_max"), MAX_PCIE_WIDTH),
+        pcie_replays=bounded_count(value.get("pcie_replays"), MAX_ERROR_COUNT),
+        nvlinks=links,
+        nvlinks_down=tuple(
+            sorted({link for link in down[:MAX_LINKS] if count(link, MAX_LINKS - 1) is not None})
+        )
+        if isinstance(down, list) and links is not NA
+        else (),
+        nvlink_errors=bounded_count(value.get("nvlink_errors"), MAX_ERROR_COUNT),
     )
 
 
@@ -331,7 +386,7 @@ def _xid_event(line: Any) -> XidEvent | None:
     if found is None:
         return None
     return XidEvent(
-        pci=found["pci"].lower(),
+        pci=pci_slot(found["pci"]) or found["pci"].lower(),
         code=int(found["code"]),
         text=plain(found["text"].strip(), limit=200, one_line=True),
     )

@@ -31,6 +31,7 @@ PROBE_MODULES = (
     "probe_section",
     "probe_network",
     "probe_system",
+    "gpu_health",
     "probe_gpus",
     "probe_kernel",
     "probe_workdir",

@@ -4,8 +4,9 @@ orders them and leaves hosts it could not probe out of comparisons."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from ipaddress import ip_address
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from ddptui.health import Code, Finding, ProbeFailure, Severity
 from ddptui.probe.facts import (
     NA,
     DiskFacts,
+    GpuHealth,
     GpuProcess,
     KernelLog,
     PathEntry,
@@ -125,6 +127,14 @@ class Case:
     severity: Severity
     breaks: Callable[[Scenario], None]
     says: str = ""
+
+
+def _gpu_health(s: Scenario, **changes: Any) -> None:
+    """gpu-b's GPU 1 with its health counters changed."""
+    facts = s.facts[B]
+    assert facts is not None
+    first, second = facts.gpus.devices
+    s.part(B, "gpus", devices=(first, replace(second, health=GpuHealth(**changes))))
 
 
 CASES = [
@@ -289,6 +299,41 @@ CASES = [
             ),
         ),
         "gpu-b: the kernel logged Xid 79, the GPU fell off the bus, for the GPU at PCI 0000:86:00",
+    ),
+    Case(
+        Code.GPU_MEMORY_PENDING_RESET,
+        B,
+        Severity.ERROR,
+        lambda s: _gpu_health(s, remapped_rows_pending=True, remapped_rows_uncorrectable=1),
+        "gpu-b GPU 1: 1 row remapped after uncorrectable errors, waiting for a GPU reset",
+    ),
+    Case(
+        Code.GPU_ECC_UNCORRECTED,
+        B,
+        Severity.WARNING,
+        lambda s: _gpu_health(s, ecc_uncorrected=3),
+        "gpu-b GPU 1: 3 uncorrected ECC errors since the driver last loaded",
+    ),
+    Case(
+        Code.GPU_THROTTLED,
+        B,
+        Severity.WARNING,
+        lambda s: _gpu_health(s, throttle_reasons=0x80 | 0x8),
+        "gpu-b GPU 1 is slowed by a power brake from the system",
+    ),
+    Case(
+        Code.GPU_PCIE_DEGRADED,
+        B,
+        Severity.WARNING,
+        lambda s: _gpu_health(s, pcie_width=4, pcie_width_max=16),
+        "gpu-b GPU 1's PCIe link runs at x4 of x16",
+    ),
+    Case(
+        Code.GPU_NVLINK,
+        B,
+        Severity.WARNING,
+        lambda s: _gpu_health(s, nvlinks=18, nvlinks_down=(0, 1)),
+        "gpu-b GPU 1: NVLink links 0 and 1 of 18 down",
     ),
     Case(
         Code.KERNEL_LOG_UNREADABLE,
