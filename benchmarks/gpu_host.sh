@@ -8,7 +8,10 @@
 #   4. ddptui end to end on the GPU: check (NVML), launch, stop, resume, status, events, and the
 #      console's health screen and GPU pane (benchmarks/gpu_ddptui.py);
 #   5. a flight-recorder dump of an NCCL process group (tests/fixtures/flight/record.py), a
-#      recording for ddptui.run.evidence.flight's tests.
+#      recording for ddptui.run.evidence.flight's tests;
+#   6. the agent's GPU sample through the driver's NVML against nvidia-smi, per heartbeat
+#      (benchmarks/gpu_sample.py --real), and the host's NVML answers recorded in the shape of
+#      tests/fixtures/nvml (OUT_DIR/nvml.json).
 # A failing step does not stop the next; each prints its exit status and seconds.
 #
 # The host's Python needs torch (CUDA build) and ddptui's dependencies. On a machine without a
@@ -53,4 +56,5 @@ print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), torch.cu
         --width 2048 --depth 4 --batch-size 1024 --rounds 16
     step ddptui 300 "$py" benchmarks/gpu_ddptui.py "$out"
     step flight-recorder 90 "$py" -m tests.fixtures.flight.record nccl-one-gpu --to "$out/flight"
+    step gpu-sample 90 "$py" benchmarks/gpu_sample.py --real --samples 200 --record "$out/nvml.json"
 } 2>&1 | tee "$out/summary.txt"

@@ -68,12 +68,16 @@ ODD_FRAMES = (
 )
 
 
-def gpu_row(index: int, busy: bool) -> dict[str, str]:
+def gpu_row(index: int, busy: bool) -> dict[str, str | int]:
+    """A GPU's row as the agent sends it: the recorded H200's sample, then its health counters
+    as NVML gives them (at its power limit while busy, idle otherwise)."""
     cells = [cell.strip() for cell in RECORDED_GPU.split(",")]
-    row = dict(zip(GPU_FIELDS, cells, strict=True))
+    row: dict[str, str | int] = dict(zip(GPU_FIELDS[: len(cells)], cells, strict=True))
     row["index"] = str(index)
     if busy:
         row.update({"utilization.gpu": "97", "memory.used": "61440", "power.draw": "612.40"})
+    health = dict.fromkeys(GPU_FIELDS[len(cells) :], 0)
+    row.update(health, throttle_reasons=0x4 if busy else 0x1)
     return row
 
 

@@ -23,6 +23,7 @@ read on the head as text and sent, never imported there."""
 HOST_PACKAGES = {
     "ddptui/onhost/bench.py": {"torch"},
     "ddptui/onhost/probe_gpus.py": {"pynvml"},
+    "ddptui/onhost/follow.py": {"pynvml"},
     "ddptui/onhost/sitecustomize.py": {"ddptui_instrument"},
     "ddptui/onhost/instrument.py": {"ddptui_instrument_frameworks"},
     "ddptui/onhost/instrument_frameworks.py": {"ddptui_instrument"},

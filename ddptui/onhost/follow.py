@@ -22,6 +22,7 @@ from ddptui.onhost.common import (
     SETTLED_S,
     emit,
 )
+from ddptui.onhost.gpu_health import asked, nvml_health, smi_health, smi_number
 from ddptui.onhost.processes import attempts, rank_processes, run_processes
 
 
@@ -105,18 +106,13 @@ def emit_line(relative: str, offset: int, line: bytes, cut: bool) -> None:
 class Sampler:
     """The run's processes on this host (CPU, RSS) and, where there are any, its GPUs."""
 
-    GPU_QUERY = (
-        "index,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,utilization.gpu,"
-        "utilization.memory,memory.used,memory.total,pstate,ecc.errors.uncorrected.volatile.total"
-    )
-
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.ticks: dict[int, int] = {}
         self.last = time.monotonic()
         self.tick_hz = os.sysconf("SC_CLK_TCK")
         self.page_mib = os.sysconf("SC_PAGE_SIZE") / 2**20
-        self.smi = shutil.which("nvidia-smi")
+        self.gpus = GpuSampler()
 
     def sample(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -152,27 +148,143 @@ class Sampler:
             "rss_mib": round(rss, 1),
             "ranks": ranks,
         }
-        if self.smi:
-            sample["gpus"] = self.gpus(self.smi)
+        gpus = self.gpus.sample()
+        if gpus is not None:
+            sample["gpus"] = gpus
         return {"k": "hb", "time": time.time(), "groups": groups, "sample": sample}
 
-    def gpus(self, smi: str) -> list[dict[str, str]]:
+
+class GpuSampler:
+    """Each GPU's use and health every heartbeat: through NVML with its handles kept open, so a
+    sample costs calls into the driver and no process; else through ``nvidia-smi``, one process
+    a sample (and its health queries every :attr:`HEALTH_EVERY` samples)."""
+
+    SMI_QUERY = (
+        "index,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,utilization.gpu,"
+        "utilization.memory,memory.used,memory.total,pstate,ecc.errors.uncorrected.volatile.total"
+    )
+    """nvidia-smi's names, which NVML's samples use too."""
+    HEALTH_EVERY = 5
+    """Samples between the health counters that cost more: NVLink's (up to 90 calls a GPU)
+    through NVML, the health queries (two processes) through nvidia-smi."""
+    MAX_GPUS = 64
+
+    def __init__(self) -> None:
+        self.nvml: Any = None
+        self.handles: list[Any] = []
+        self.smi = shutil.which("nvidia-smi")
+        self.samples = 0
+        self.kept: dict[int, dict[str, Any]] = {}
+        """Each GPU's health counters of the costlier kind, sent with every sample between."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            count = min(pynvml.nvmlDeviceGetCount(), self.MAX_GPUS)
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
+            self.nvml = pynvml
+        except Exception:
+            self.handles = []
+
+    def sample(self) -> list[dict[str, Any]] | None:
+        """The GPUs' rows; None where the host has no way to ask."""
+        full = self.samples % self.HEALTH_EVERY == 0
+        self.samples += 1
+        if self.nvml is not None:
+            return [self.nvml_row(index, handle, full) for index, handle in enumerate(self.handles)]
+        if self.smi is None:
+            return None
+        rows = self.smi_rows(self.smi)
+        if full:
+            self.kept = {index: rows_health(health) for index, health in self.smi_health().items()}
+        for row in rows:
+            index = smi_number(str(row.get("index")))
+            if index is not None:
+                row.update(self.kept.get(index, {}))
+        return rows
+
+    def nvml_row(self, index: int, handle: Any, full: bool) -> dict[str, Any]:
+        nvml = self.nvml
+        row: dict[str, Any] = {"index": index}
+        memory = asked(nvml, "nvmlDeviceGetMemoryInfo", handle)
+        if memory is not None:
+            row["memory.used"] = memory.used // 2**20
+            row["memory.total"] = memory.total // 2**20
+        rates = asked(nvml, "nvmlDeviceGetUtilizationRates", handle)
+        if rates is not None:
+            row["utilization.gpu"] = rates.gpu
+            row["utilization.memory"] = rates.memory
+        row["temperature.gpu"] = asked(nvml, "nvmlDeviceGetTemperature", handle, 0)
+        for key, call in (
+            ("power.draw", "nvmlDeviceGetPowerUsage"),
+            ("power.limit", "nvmlDeviceGetEnforcedPowerLimit"),
+        ):
+            milliwatts = asked(nvml, call, handle)
+            row[key] = None if milliwatts is None else milliwatts / 1000
+        row["clocks.sm"] = asked(nvml, "nvmlDeviceGetClockInfo", handle, 1)
+        row["clocks.max.sm"] = asked(nvml, "nvmlDeviceGetMaxClockInfo", handle, 1)
+        state = asked(nvml, "nvmlDeviceGetPerformanceState", handle)
+        row["pstate"] = None if state is None else f"P{state}"
+        health = rows_health(nvml_health(nvml, handle, nvlink=full))
+        if full:
+            self.kept[index] = {
+                key: health[key] for key in ("nvlinks_down", "nvlink_errors") if key in health
+            }
+        row.update(health)
+        row.update(self.kept.get(index, {}))
+        return {key: value for key, value in row.items() if value is not None}
+
+    def smi_rows(self, smi: str) -> list[dict[str, Any]]:
         try:
             output = subprocess.run(
-                [smi, "--query-gpu=" + self.GPU_QUERY, "--format=csv,noheader,nounits"],
+                [smi, "--query-gpu=" + self.SMI_QUERY, "--format=csv,noheader,nounits"],
                 capture_output=True,
                 timeout=2,
                 check=False,
             ).stdout.decode("utf-8", "replace")
         except (OSError, subprocess.TimeoutExpired):
             return []
-        names = self.GPU_QUERY.split(",")
-        rows = []
-        for line in output.splitlines()[:64]:
+        names = self.SMI_QUERY.split(",")
+        rows: list[dict[str, Any]] = []
+        for line in output.splitlines()[: self.MAX_GPUS]:
             cells = [cell.strip() for cell in line.split(",")]
             if len(cells) == len(names):
                 rows.append(dict(zip(names, cells)))  # noqa: B905 (Python 3.8 hosts)
         return rows
+
+    def smi_health(self) -> dict[int, dict[str, Any]]:
+        smi = self.smi or "nvidia-smi"
+
+        def run(*args: str) -> str:
+            done = subprocess.run([smi, *args], capture_output=True, timeout=2, check=False)
+            if done.returncode != 0:
+                raise OSError(done.returncode)
+            return done.stdout.decode("utf-8", "replace")
+
+        try:
+            return smi_health(run)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+
+
+def rows_health(health: dict[str, Any]) -> dict[str, Any]:
+    """A sample's health fields from the counters :mod:`.gpu_health` reads: the throttle
+    reasons, whether memory waits for a reset, the PCIe replays and NVLink's errors."""
+    row: dict[str, Any] = {
+        key: health[key]
+        for key in ("throttle_reasons", "pcie_replays", "nvlink_errors")
+        if key in health
+    }
+    if "ecc_uncorrected" in health:
+        row["ecc.errors.uncorrected.volatile.total"] = health["ecc_uncorrected"]
+    if "nvlinks_down" in health:
+        row["nvlinks_down"] = len(health["nvlinks_down"])
+    pending = [health.get(key) for key in ("remapped_rows_pending", "retired_pages_pending")]
+    if any(flag is not None for flag in pending):
+        row["reset_pending"] = int(any(pending))
+    if health.get("remap_failed") is not None:
+        row["remap_failed"] = int(health["remap_failed"])
+    return row
 
 
 def reader_gone(fd: int) -> bool:

@@ -18,6 +18,7 @@ AGENT_MODULES = (
     "processes",
     "stacks",
     "cache",
+    "gpu_health",
     "follow",
     "sitecustomize",
     "instrument",

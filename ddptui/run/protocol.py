@@ -268,6 +268,7 @@ def judgement_document(judgement: Judgement) -> dict[str, Any]:
                 "host": straggler.host,
                 "slower_by": straggler.slower_by,
                 "since": straggler.since,
+                "cause": straggler.cause,
             }
             for straggler in judgement.stragglers
         ],
@@ -406,7 +407,11 @@ def _straggler(doc: Any) -> Straggler:
     if not isinstance(doc, dict):
         raise ValueError("not a straggler")
     return Straggler(
-        _int(doc["rank"]), _text(doc["host"]), _number(doc["slower_by"]), _number(doc["since"])
+        _int(doc["rank"]),
+        _text(doc["host"]),
+        _number(doc["slower_by"]),
+        _number(doc["since"]),
+        _text(doc.get("cause", "")),
     )
 
 

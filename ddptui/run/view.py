@@ -59,6 +59,8 @@ class RankView:
     """Its work per step over the running ranks' median, less 1 (0.45: 45% slower)."""
     slow_since: float | None = None
     """Since when (its clock) it has been over the straggler threshold."""
+    slow_cause: str | None = None
+    """What its host says slows it (its GPU throttled, and since when), where it says."""
     last_line: str | None = None
     """The rank's latest line of output (raw: sanitise to show)."""
     last_line_at: float | None = None
@@ -273,6 +275,7 @@ def _straggling(straggler: Straggler | None) -> dict[str, Any]:
         "straggler": True,
         "slower_by": _finite(straggler.slower_by),
         "slow_since": straggler.since,
+        "slow_cause": straggler.cause or None,
     }
 
 

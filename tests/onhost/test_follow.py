@@ -6,15 +6,17 @@ have sent, then feed that to the head's parser (HostFollower._parse) as the chan
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -24,6 +26,7 @@ from ddptui.onhost import common, processes
 from ddptui.onhost import follow as following
 from ddptui.remote.programs import agent_program
 from ddptui.run.following.files import MAX_GPUS, FileLine, Heartbeat, HostFollower
+from tests.fixtures.nvml import pynvml_double
 
 Sent = pytest.CaptureFixture[str]
 _CONFIG = Config(Path("hosts.toml"), ClusterConfig(), (HostConfig("a", "127.0.0.1"),), JobConfig())
@@ -183,7 +186,7 @@ def test_gpu_samples_arrive_typed_and_what_is_no_number_is_left_out() -> None:
     # The agent's row for the recorded H200 (tests/fixtures/gpu/h200_idle/query-gpu-extra.csv),
     # a GPU whose nvidia-smi printed no values, and a host's garbage.
     recorded = (FIXTURES / "gpu" / "h200_idle" / "query-gpu-extra.csv").read_text().strip()
-    names = following.Sampler.GPU_QUERY.split(",")
+    names = following.GpuSampler.SMI_QUERY.split(",")
     h200 = dict(zip(names, (cell.strip() for cell in recorded.split(",")), strict=True))
     unsupported = {**h200, "index": "1", "power.draw": "[N/A]", "clocks.sm": "[Not Supported]"}
     hostile = {"index": "x", "memory.used": "nan", "memory.total": "inf", "pstate": "P" * 99}
@@ -237,3 +240,82 @@ def _follower(
             yield follower, follower.stdout
         finally:
             follower.kill()
+
+
+class _CountedNvml:
+    """The pynvml double answering as ``machine``, counting the calls made into it."""
+
+    def __init__(self, machine: str) -> None:
+        self.module = types.ModuleType("pynvml")
+        exec(compile(pynvml_double(machine), "pynvml.py", "exec"), self.module.__dict__)
+        self.calls: collections.Counter[str] = collections.Counter()
+        for name in dir(self.module):
+            if name.startswith("nvml"):
+                setattr(self.module, name, self._counted(name, getattr(self.module, name)))
+
+    def _counted(self, name: str, call: Any) -> Any:
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return call(*args)
+
+        return counted
+
+
+def _heartbeat_gpus(row: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as the head reads them from a heartbeat."""
+    document = {"k": "hb", "time": 1.0, "groups": {}, "sample": {"gpus": row}}
+    follower = HostFollower(_CONFIG, HostConfig("a", "127.0.0.1"), "/r", _FILES)
+    beat = follower._parse(json.dumps(document).encode())
+    assert isinstance(beat, Heartbeat)
+    return list(beat.sample["gpus"])
+
+
+def test_nvml_samples_keep_their_handles_and_carry_each_gpu_s_health(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nvml = _CountedNvml("h100x8_faults")
+    monkeypatch.setitem(sys.modules, "pynvml", nvml.module)
+    sampler = following.GpuSampler()
+    samples = [sampler.sample() for _ in range(following.GpuSampler.HEALTH_EVERY + 1)]
+    # Opened once: a sample is calls into the driver, no process and no new handle.
+    assert (nvml.calls["nvmlInit"], nvml.calls["nvmlDeviceGetHandleByIndex"]) == (1, 8)
+    # NVLink's calls (18 links × 5 on each of 8 GPUs) only every HEALTH_EVERY samples.
+    assert nvml.calls["nvmlDeviceGetNvLinkState"] == 2 * 8 * 18
+    first, between = samples[0], samples[1]
+    assert first is not None and between is not None
+    assert [row["nvlink_errors"] for row in between] == [0, 0, 0, 0, 0, 0, 1234, 0]
+    gpus = _heartbeat_gpus(first)
+    assert gpus[1] == {
+        "index": 1,
+        "memory.used": 520,
+        "memory.total": 81559,
+        "utilization.gpu": 97,
+        "utilization.memory": 41,
+        "temperature.gpu": 91,
+        "power.draw": 455,
+        "power.limit": 700,
+        "clocks.sm": 1215,
+        "clocks.max.sm": 1980,
+        "pstate": "P0",
+        "ecc.errors.uncorrected.volatile.total": 0,
+        "throttle_reasons": 0x4C,
+        "reset_pending": 0,
+        "remap_failed": 0,
+        "pcie_replays": 0,
+        "nvlink_errors": 0,
+        "nvlinks_down": 0,
+    }
+    assert (gpus[2]["reset_pending"], gpus[2]["ecc.errors.uncorrected.volatile.total"]) == (1, 2)
+    assert (gpus[4]["nvlinks_down"], gpus[5]["remap_failed"], gpus[3]["pcie_replays"]) == (
+        1,
+        1,
+        117,
+    )
+
+
+def test_a_host_without_nvml_or_nvidia_smi_sends_no_gpu_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert following.GpuSampler().sample() is None

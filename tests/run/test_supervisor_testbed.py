@@ -26,10 +26,12 @@ else:
 
 from ddptui.layout import RunFiles
 from ddptui.run.control import RunControl
+from ddptui.run.following.state import clock_time
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.widgets.rank_table import RANK_COLUMNS, RankTable
+from tests.fixtures.nvml import machine, pynvml_double
 from tests.run.bed import (
     PHASES,
     Cli,
@@ -43,7 +45,14 @@ from tests.run.bed import (
     wait_until,
     write_hosts,
 )
-from tests.testbed import TestBed, TestHost, cpu_throttled, cut_link, restore_link
+from tests.testbed import (
+    TestBed,
+    TestHost,
+    cpu_throttled,
+    cut_link,
+    install_module,
+    restore_link,
+)
 from tests.ui.pilot import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("second-bed")]
@@ -247,15 +256,32 @@ def _named_stragglers(status: dict[str, Any]) -> list[tuple[int, str]]:
     return [(rank["rank"], rank["host"]) for rank in status["ranks"] if rank["straggler"]]
 
 
+def _gpu_of(host: TestHost, **changes: Any) -> None:
+    """``host``'s one GPU, at NVML's boundary: the recorded H200 with ``changes``, read by
+    the agent at its next heartbeat (written whole: it reads the file at every call)."""
+    recorded = machine("h200_idle")
+    recorded["devices"][0].update(changes)  # type: ignore[index]
+    install_module(host, {"pynvml.py": pynvml_double(), "pynvml.json.new": json.dumps(recorded)})
+    (host.python_dir / "pynvml.json.new").replace(host.python_dir / "pynvml.json")
+
+
+HOT = 0x4 | 0x8 | 0x40
+"""NVML's reasons for a GPU its own heat holds down (at its power limit too)."""
+
+
 def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recovers(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:3]
+    _gpu_of(hosts[1])
     job = {"args": [*HEAVIER, "--epochs", "100000"]}
     run_id = _launch(cli, write_hosts(testbed, tmp_path, job=job), *ENDLESS)
     wait_for_step(testbed, hosts, run_id, 20)
     assert _stragglers(cli, run_id) == []
     rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
+    # Its GPU runs hot as the rank slows: the straggler is named with that cause.
+    hot_from = time.time()
+    _gpu_of(hosts[1], clocks_event_reasons=HOT, temperature_c=91)
     # A twentieth of a core for node1's rank. Half a core, as on a host of many cores, would hold
     # it to about what it gets on the bed anyway (three ranks, their torchruns and agents share
     # two cores), and a fifth was not named in 150 s with the whole suite beside it.
@@ -273,6 +299,13 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
     # Named once 10% slower; it stays named until under 5%.
     assert rank["slower_by"] >= 0.05 and rank["compute_s"] > 0, rank
     assert "straggler rank 1 on node1 +" in status["progress"]
+    heat = "its GPU 0 has been slowed by its own heat (hardware thermal slowdown) since "
+    assert rank["slow_cause"].startswith(heat), rank
+    # Dated by the first heartbeat that said so: within two heartbeats (and a second's
+    # rounding) of the change.
+    dated = {clock_time(hot_from + seconds) for seconds in range(6)}
+    assert rank["slow_cause"].removeprefix(heat) in dated, (rank, dated)
+    _gpu_of(hosts[1])
     wait_until("no straggler", lambda: not _stragglers(cli, run_id), 150, every=2.0)
 
     def recorded() -> str | None:
@@ -283,6 +316,7 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
     # up to half a second later.
     detail = wait_until("the recovery in the record", recorded, 10)
     assert "straggler: rank 1 on node1 +" in detail and "rank 1 no longer a straggler" in detail
+    assert f": {heat}" in detail
     kill_run(cli, hosts, run_id)
 
 

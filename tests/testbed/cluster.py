@@ -338,7 +338,7 @@ def _describe_hosts(
     hosts = []
     for i, (name, hostname, address) in enumerate(names):
         directory = root / "hosts" / name
-        for sub in ("work", "bin", "home"):
+        for sub in ("work", "bin", "home", "python"):
             (directory / sub).mkdir(parents=True)
         netns = f"{prefix}-{name}"
         hosts.append(

@@ -180,6 +180,13 @@ def install_double(host: TestHost, name: str, script_text: str) -> Path:
     return path
 
 
+def install_module(host: TestHost, files: dict[str, str]) -> None:
+    """Put Python modules (and what they read beside them) first on this host's PYTHONPATH:
+    ``{"pynvml.py": …}``, a recorded NVML in place of the GPU driver's."""
+    for name, text in files.items():
+        (host.python_dir / name).write_text(text)
+
+
 def remove_double(host: TestHost, name: str) -> None:
     (host.bin_dir / name).unlink(missing_ok=True)
 
@@ -201,8 +208,9 @@ def restore(hosts: Sequence[TestHost]) -> None:
     """Undo every fault and clear per-test state: the hosts as they were after bring-up.
 
     Links up at full speed, nothing frozen, no held ports, original host keys, sshd running,
-    normal name resolution, no processes but sshd's listener, empty ``bin_dir``, ``workdir``
-    (but for the probe's kept torch facts, as a real host keeps them) and ``home``.
+    normal name resolution, no processes but sshd's listener, empty ``bin_dir``,
+    ``python_dir``, ``workdir`` (but for the probe's kept torch facts, as a real host keeps
+    them) and ``home``.
     """
     for host in hosts:
         thaw(host)
@@ -228,7 +236,7 @@ def restore(hosts: Sequence[TestHost]) -> None:
             sshd.spawn(host)
         if host.etc_hosts.read_text() != host.etc_hosts_text("normal"):
             set_name_resolution(host, "normal")
-        for directory in (host.bin_dir, host.home):
+        for directory in (host.bin_dir, host.python_dir, host.home):
             _empty(directory)
         _empty(host.workdir, keep=TORCH_CACHE_DIR)
     sshd.wait_ready(hosts)

@@ -76,6 +76,12 @@ class TestHost:
         return self.directory / "home"
 
     @property
+    def python_dir(self) -> Path:
+        """First on PYTHONPATH in SSH sessions on this host and in :func:`run_on`: where
+        doubles of Python modules go (a recorded ``pynvml``)."""
+        return self.directory / "python"
+
+    @property
     def ssh_path(self) -> str:
         """PATH of SSH sessions on this host."""
         return f"{self.bin_dir}:{STANDARD_PATH}"
@@ -111,7 +117,12 @@ def run_on(
 
     For setting up and asserting; a non-zero exit raises only with ``check``.
     """
-    env = {**os.environ, "PATH": host.ssh_path, "HOME": str(host.home)}
+    env = {
+        **os.environ,
+        "PATH": host.ssh_path,
+        "HOME": str(host.home),
+        "PYTHONPATH": str(host.python_dir),
+    }
     proc = subprocess.run(
         [*host.exec_prefix(), *argv],
         input=input,

@@ -14,6 +14,7 @@ from tests.testbed import (
     firewall_port,
     freeze,
     install_double,
+    install_module,
     network,
     occupy_port,
     restore_host_key,
@@ -202,6 +203,7 @@ def test_restore_undoes_every_fault_at_once(testbed: TestBed) -> None:
     occupy_port(node3, 29500)
     set_name_resolution(node3, "missing")
     install_double(node3, "nvidia-smi", "#!/bin/sh\nexit 9\n")
+    install_module(node3, {"pynvml.py": "raise ImportError\n"})
     limit_link(node3, "50mbit")
     (node3.workdir / "run-state").write_text("old")
     testbed.restore()
@@ -209,7 +211,7 @@ def test_restore_undoes_every_fault_at_once(testbed: TestBed) -> None:
         assert _ssh_ok(testbed, host), host.name
         assert _resolve_self(testbed, host).returncode == 0
     assert tcp.outcome(node3.address, 29500, 2) == "refused"
-    assert list(node3.bin_dir.iterdir()) == []
+    assert list(node3.bin_dir.iterdir()) == list(node3.python_dir.iterdir()) == []
     # The probe's torch facts stay, as on a real host; nothing else does.
     assert {path.name for path in node3.workdir.iterdir()} <= {TORCH_CACHE_DIR}
     qdisc = run_on(node3, ["tc", "qdisc", "show", "dev", node3.ifname]).stdout

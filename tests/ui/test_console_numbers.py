@@ -52,6 +52,10 @@ HOSTILE_GPUS = [
         "utilization.gpu": "-1e308",
         "temperature.gpu": "5e-324",
         "power.draw": "-" + LARGEST,
+        "throttle_reasons": "-64",
+        "reset_pending": "2",
+        "nvlinks_down": "1e308",
+        "ecc.errors.uncorrected.volatile.total": "-1",
     },
     {"index": "1e308", "memory.used": "5e-324", "memory.total": "1e308", "utilization.gpu": "50"},
 ]

@@ -394,8 +394,17 @@ GPU_FIELDS = (
     "memory.total",
     "pstate",
     "ecc.errors.uncorrected.volatile.total",
+    "throttle_reasons",
+    "reset_pending",
+    "remap_failed",
+    "pcie_replays",
+    "nvlink_errors",
+    "nvlinks_down",
 )
-"""What the agent samples of each GPU every 2 s (nvidia-smi's names and its printed values)."""
+"""What the agent samples of each GPU every 2 s: nvidia-smi's names and its printed values (or
+NVML's, by the same names), then the GPU's health counters (``ddptui.onhost.follow``'s
+``rows_health``: NVML's throttle reasons as a bit mask, 1 for a memory reset pending or a
+failed remap, the counts of PCIe replays, NVLink errors and links down)."""
 GPU_TEXT_FIELDS = frozenset({"pstate"})
 """Kept as text (``P0``); every other field is a number, or left out when nvidia-smi printed
 none (``[N/A]``, ``[Not Supported]``)."""

@@ -164,9 +164,7 @@ class RunModel:
         self.progress.keep_only(range(record.world_size))
         for node in record.nodes:
             ranks = record.ranks_of(node)
-            self.nodes[node.host] = NodeState(
-                node.host, node.node_rank, node.nproc, ranks.start, record.host_files(node)
-            )
+            self.nodes[node.host] = NodeState.planned(record, node)
             for local, global_rank in enumerate(ranks):
                 self.progress.expect(node.host, node.node_rank, local, global_rank)
         self.logs: dict[int, deque[RankLog]] = {}
@@ -205,7 +203,8 @@ class RunModel:
         elif isinstance(update, Heartbeat):
             node = self.nodes.get(update.host)
             if node is not None:
-                self.refused += node.beat(update.groups.get(self.attempt), update.sample)
+                alive = update.groups.get(self.attempt)
+                self.refused += node.beat(alive, update.sample, update.time)
                 if node.alive:
                     node.alive_at = self._clock()
                     for rank in node.sample.get("ranks") or ():

@@ -16,8 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.health.gpu_health import throttled_by
+from ddptui.health.wording import and_list
 from ddptui.layout import HostFiles
-from ddptui.run.record import RunRecord, RunState
+from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.untrusted import plain
 
 LOG_TAIL_LINES = 2000
@@ -56,6 +58,15 @@ class Silence(enum.Enum):
     may be going too)."""
 
 
+def visible_devices(value: str | None) -> tuple[int, ...]:
+    """``CUDA_VISIBLE_DEVICES`` as the plan wrote it (``"2,3"``), as GPU indices; () for none
+    or for one that is not the plan's (UUIDs, written by a user's own environment)."""
+    parts = (value or "").split(",")
+    if not all(part.isdigit() and len(part) <= 2 for part in parts):
+        return ()
+    return tuple(int(part) for part in parts)
+
+
 @dataclass
 class NodeState:
     """One host's part of the current attempt."""
@@ -80,15 +91,43 @@ class NodeState:
     sample: Mapping[str, Any] = field(default_factory=dict)
     """The latest heartbeat's sample; its ``ranks`` only this node's."""
     torchrun_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+    devices: tuple[int, ...] = ()
+    """The GPUs its ranks were given (``CUDA_VISIBLE_DEVICES``), local rank 0's first."""
+    slowed: dict[int, tuple[float, str]] = field(default_factory=dict)
+    """GPU index → since when (the host's clock) its heartbeats have said a fault slows it,
+    and what (:func:`~ddptui.health.gpu_health.throttled_by`'s words)."""
+
+    @classmethod
+    def planned(cls, record: RunRecord, node: NodeRecord) -> NodeState:
+        """``node``'s part of ``record``'s attempt as planned, before anything of it is heard."""
+        devices = visible_devices(node.env.get("CUDA_VISIBLE_DEVICES"))
+        start, files = record.ranks_of(node).start, record.host_files(node)
+        return cls(node.host, node.node_rank, node.nproc, start, files, devices=devices)
 
     def holds(self, rank: int) -> bool:
         """Whether global rank ``rank`` runs on this node, as planned."""
         return self.base_rank <= rank < self.base_rank + self.nproc
 
-    def beat(self, alive: bool | None, sample: Mapping[str, Any]) -> int:
-        """Take a heartbeat: whether the attempt's processes live, and the host's sample of
-        them, of which only this node's ranks are kept (a host's word on others' is not
-        taken); how many other ranks it named."""
+    def gpu_of(self, rank: int) -> int:
+        """The GPU global rank ``rank`` of this node uses: its local rank's, among those it
+        was given (with none given, the GPU numbered as its local rank)."""
+        local = rank - self.base_rank
+        return self.devices[local] if local < len(self.devices) else local
+
+    def slowed_cause(self, rank: int) -> str:
+        """What slows rank ``rank``'s GPU, as its host's heartbeats say; "" when nothing."""
+        gpu = self.gpu_of(rank)
+        slowed = self.slowed.get(gpu)
+        if slowed is None:
+            return ""
+        since, words = slowed
+        return f"its GPU {gpu} has been slowed by {words} since {clock_time(since)}"
+
+    def beat(self, alive: bool | None, sample: Mapping[str, Any], at: float = 0.0) -> int:
+        """Take a heartbeat (sent at ``at``, the host's clock): whether the attempt's processes
+        live, and the host's sample of them, of which only this node's ranks are kept (a
+        host's word on others' is not taken); how many other ranks it named."""
+        self._watch_gpus(sample.get("gpus") or (), at)
         self.alive = alive
         ranks = sample.get("ranks")
         refused = 0
@@ -103,6 +142,19 @@ class NodeState:
         if self.exit is None and self.gone_beats >= 2:
             self.vanished = True
         return refused
+
+    def _watch_gpus(self, gpus: Any, at: float) -> None:
+        slowed: dict[int, tuple[float, str]] = {}
+        for gpu in gpus:
+            index, mask = gpu.get("index"), gpu.get("throttle_reasons")
+            if not isinstance(index, int) or not isinstance(mask, int):
+                continue
+            reasons = throttled_by(mask)
+            if reasons:
+                was = self.slowed.get(index)
+                words = and_list([reason.words for reason in reasons])
+                slowed[index] = (was[0] if was is not None else at, words)
+        self.slowed = slowed
 
 
 @dataclass(frozen=True)
@@ -146,18 +198,26 @@ class Straggler:
     host: str
     slower_by: float
     since: float
+    cause: str = ""
+    """What its host says slows it, where it says: ``its GPU 3 has been slowed by its own
+    heat (hardware thermal slowdown) since 14:02:05``."""
 
     def words(self) -> str:
-        """``rank 3 on node1 +45% since 14:02:11``."""
-        try:
-            since = time.strftime("%H:%M:%S", time.localtime(self.since))
-        except (OverflowError, OSError, ValueError):
-            # Any code may build a Straggler: its words must not end the judging that names it.
-            since = "?"
+        """``rank 3 on node1 +45% since 14:02:11``, then its cause where one is known."""
+        cause = f": {plain(self.cause, limit=200, one_line=True)}" if self.cause else ""
         return (
             f"rank {self.rank} on {plain(self.host, limit=64, one_line=True)} "
-            f"+{self.slower_by:.0%} since {since}"
+            f"+{self.slower_by:.0%} since {clock_time(self.since)}{cause}"
         )
+
+
+def clock_time(at: float) -> str:
+    """``14:02:11``, or ``?`` for a time no clock shows: any code may build a value that is
+    said with one (a host's time), and saying it must not end the judging that names it."""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(at))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 STUCK = "stuck"

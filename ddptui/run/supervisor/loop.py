@@ -401,7 +401,7 @@ class Supervisor(Healing):
             return
         self.faults.guarded(
             "naming stragglers",
-            lambda: self.note(*self.stragglers.changes(model.attempt, model.progress)),
+            lambda: self.note(*self.stragglers.changes(model.attempt, model.progress, model.nodes)),
         )
         self.faults.guarded("judging", lambda: self._verdict(model))
 

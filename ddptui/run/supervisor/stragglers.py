@@ -9,10 +9,12 @@ same ranks."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Mapping
 
 from ddptui.run.following.progress import RunProgress
-from ddptui.run.following.state import Straggler
+from ddptui.run.following.state import NodeState, Straggler
 from ddptui.run.supervisor import judging
 
 MAX_NOTES = 20
@@ -32,22 +34,28 @@ class StragglerNotes:
         slowest first; none in an attempt not judged yet."""
         return self._named if attempt == self._attempt else ()
 
-    def changes(self, attempt: int, progress: RunProgress) -> list[str]:
-        """Judge attempt ``attempt``'s stragglers from its ranks' ``progress``; the lines to add
-        to its detail for what changed since the last call: ranks named stragglers, ranks that
-        are none any more."""
+    def changes(
+        self, attempt: int, progress: RunProgress, nodes: Mapping[str, NodeState] | None = None
+    ) -> list[str]:
+        """Judge attempt ``attempt``'s stragglers from its ranks' ``progress``, each with what
+        its host's heartbeats say slows its GPU (``nodes``: the attempt's, by host); the lines
+        to add to its detail for what changed since the last call: ranks named stragglers or
+        slowed by a new cause, ranks that are none any more."""
         if attempt != self._attempt:
             self._attempt, self._slow, self._named, self._noted = attempt, {}, (), 0
-        was = {straggler.rank for straggler in self._named}
+        was = {straggler.rank: straggler.cause for straggler in self._named}
         self._slow = judging.slow_ranks(progress, self._slow)
-        self._named = judging.stragglers(self._slow)
+        self._named = tuple(
+            dataclasses.replace(straggler, cause=_cause(straggler, nodes or {}))
+            for straggler in judging.stragglers(self._slow)
+        )
         now = {straggler.rank: straggler for straggler in self._named}
         lines = [
             f"straggler: {straggler.words()}"
             for rank, straggler in sorted(now.items())
-            if rank not in was
+            if rank not in was or (straggler.cause and straggler.cause != was[rank])
         ]
-        recovered = sorted(was - set(now))
+        recovered = sorted(set(was) - set(now))
         if recovered:
             at = time.strftime("%H:%M:%S")
             ranks = ", ".join(map(str, recovered))
@@ -55,3 +63,8 @@ class StragglerNotes:
         room = max(0, MAX_NOTES - self._noted)
         self._noted += min(room, len(lines))
         return lines[:room]
+
+
+def _cause(straggler: Straggler, nodes: Mapping[str, NodeState]) -> str:
+    node = nodes.get(straggler.host)
+    return node.slowed_cause(straggler.rank) if node is not None else ""

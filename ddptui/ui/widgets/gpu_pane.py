@@ -19,6 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ddptui.present.gpus import gpu_faults
 from ddptui.run.following.state import NodeState
 from ddptui.ui.widgets.cells import bar, figure, percent, share
 from ddptui.untrusted import finite, plain
@@ -124,6 +125,9 @@ class GpuPane(VerticalScroll):
             memory = self._memory.get((host, index))
             if memory:
                 text.append("  mem " + _spark(memory), "magenta")
+        faults = gpu_faults(gpu)
+        if faults:
+            text.append("  ⚠ " + "; ".join(faults), "bold red")
         text.append("\n")
 
     def _node(self, text: Text, host: str, gpus: Sequence[Mapping[str, Any]]) -> None:
@@ -152,6 +156,12 @@ class GpuPane(VerticalScroll):
         history = self._node_utilisation.get(host)
         if history:
             text.append("  mean util " + _spark(history), "cyan")
+        faulty = [(_index(gpu), faults) for gpu in gpus if (faults := gpu_faults(gpu))]
+        if faulty:
+            index, faults = faulty[0]
+            first = f"GPU {'?' if index is None else index}: {'; '.join(faults)}"
+            more = f" and {len(faulty) - 1} more" if len(faulty) > 1 else ""
+            text.append(f"  ⚠ {first}{more}", "bold red")
         text.append("\n")
 
 

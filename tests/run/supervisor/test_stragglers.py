@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from ddptui.run.following.events import DoneEvent, StartEvent, StepEvent
+from ddptui.run.following.files import Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
-from ddptui.run.following.state import Straggler
+from ddptui.run.following.state import NodeState, Straggler, clock_time
 from ddptui.run.protocol import Judged, decode, message
 from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S
@@ -35,6 +36,8 @@ class _Run:
     def __init__(self) -> None:
         self.progress, self.notes, self.attempt = RunProgress(), StragglerNotes(), 1
         self.n, self.at, self.said = 0, 1000.0, list[str]()
+        self.nodes: dict[str, NodeState] = {}
+        """The attempt's nodes, by host, whose heartbeats say what slows a GPU."""
         for rank, host in enumerate(HOSTS):
             self.progress.apply(host, StartEvent(**_ids(rank), time=self.at, total_steps=10**6))
 
@@ -47,7 +50,7 @@ class _Run:
                     values["step_time_s"] = own
                 event = StepEvent(**_ids(rank), time=self.at, step=self.n, **values)
                 self.progress.apply(HOSTS[rank], event)
-            self.said += self.notes.changes(self.attempt, self.progress)
+            self.said += self.notes.changes(self.attempt, self.progress, self.nodes)
 
     @property
     def named(self) -> list[tuple[int, str, float, float]]:
@@ -218,3 +221,66 @@ def test_the_judgement_names_what_judging_named_and_nothing_of_its_own() -> None
     assert decode(message(Judged(judgement))) == Judged(judgement)
     unjudged = model.judgement(record)
     assert unjudged.stragglers == () and "straggler" not in unjudged.progress
+
+
+HOT = 0x4 | 0x8 | 0x40
+"""NVML's reasons for a GPU held down by its own heat (and at its power limit)."""
+
+
+def _beat(model: RunModel, host: str, at: float, *gpus: dict[str, Any]) -> None:
+    model.apply(Heartbeat(host, at, {1: True}, {"gpus": list(gpus)}))
+
+
+def test_a_straggler_whose_gpu_is_throttled_is_named_with_that_cause() -> None:
+    record = two_host_record()
+    # Node b's ranks were given GPUs 6 and 3: rank 3 (its local rank 1) runs on GPU 3.
+    record.nodes[1].env["CUDA_VISIBLE_DEVICES"] = "6,3"
+    model = RunModel(record)
+    run = _Run()
+    run.nodes = {"gpu-b": model.nodes["b"]}
+    hot_since = 1796077338.0
+    # At its power limit only: no fault. Then hot, and dated by its first hot heartbeat.
+    _beat(model, "b", hot_since - 2, {"index": 3, "throttle_reasons": 0x4})
+    _beat(
+        model,
+        "b",
+        hot_since,
+        {"index": 6, "throttle_reasons": 0},
+        {"index": 3, "throttle_reasons": HOT},
+    )
+    _beat(model, "b", hot_since + 2, {"index": 3, "throttle_reasons": HOT})
+    run(SLOW, STRAGGLER_EVENTS + 2 * int(STRAGGLER_WINDOW_S))
+    (straggler,) = run.notes.named(run.attempt)
+    heat = "its own heat (hardware thermal slowdown)"
+    assert straggler.cause == f"its GPU 3 has been slowed by {heat} since {clock_time(hot_since)}"
+    (said,) = run.said
+    assert said.startswith("straggler: rank 3 on gpu-b +45% since ")
+    assert said.endswith(f": {straggler.cause}")
+    # The judgement every viewer is sent, and `status --json`, carry it.
+    judgement = model.judgement(record, None, (straggler,))
+    assert decode(message(Judged(judgement))) == Judged(judgement)
+    assert judgement.stragglers[0].words().endswith(f": {straggler.cause}")
+    # Cool again: no cause, and the rank is still the straggler it is.
+    _beat(model, "b", hot_since + 4, {"index": 3, "throttle_reasons": 0x4})
+    run(SLOW)
+    assert [s.cause for s in run.notes.named(run.attempt)] == [""]
+
+
+def test_a_cause_that_comes_after_the_naming_is_noted_then() -> None:
+    record = two_host_record()
+    model = RunModel(record)
+    run = _Run()
+    run.nodes = {"gpu-b": model.nodes["b"]}
+    run(SLOW, STRAGGLER_EVENTS + 2 * int(STRAGGLER_WINDOW_S))
+    (named,) = run.said
+    assert ": its GPU" not in named
+    # No CUDA_VISIBLE_DEVICES (gloo on the host's CPUs): local rank 1's GPU is GPU 1.
+    _beat(model, "b", 1796077338.0, {"index": 1, "throttle_reasons": 0x80 | 0x8})
+    run(SLOW)
+    assert len(run.said) == 2
+    assert run.said[1].endswith(
+        ": its GPU 1 has been slowed by a power brake from the system "
+        f"since {clock_time(1796077338.0)}"
+    )
+    run(SLOW, 3)
+    assert len(run.said) == 2
