@@ -60,6 +60,10 @@ ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.(pgid|exit)$")
 FLIGHT_FILE = re.compile(r"^flight_(\d{1,6})$")
 
 
+XID_MARK = "NVRM: Xid"
+"""What marks the NVIDIA driver's Xid lines in the kernel's log."""
+
+
 def emit(document: dict[str, Any]) -> None:
     # Flushed at exit, or by ``follow`` once per round: a flush per line was a packet per line
     # on the SSH channel, which the head node pays for in CPU.

@@ -20,6 +20,7 @@ from ddptui.onhost.common import (
     POLL_S,
     READ_CHUNK,
     SETTLED_S,
+    XID_MARK,
     emit,
 )
 from ddptui.onhost.gpu_health import asked, nvml_health, smi_health, smi_number
@@ -113,6 +114,7 @@ class Sampler:
         self.tick_hz = os.sysconf("SC_CLK_TCK")
         self.page_mib = os.sysconf("SC_PAGE_SIZE") / 2**20
         self.gpus = GpuSampler()
+        self.kernel_log = KernelLogWatch() if self.gpus.handles or self.gpus.smi else None
 
     def sample(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -151,6 +153,8 @@ class Sampler:
         gpus = self.gpus.sample()
         if gpus is not None:
             sample["gpus"] = gpus
+        if self.kernel_log is not None:
+            sample.update(self.kernel_log.sample())
         return {"k": "hb", "time": time.time(), "groups": groups, "sample": sample}
 
 
@@ -267,12 +271,58 @@ class GpuSampler:
             return {}
 
 
+class KernelLogWatch:
+    """The NVIDIA driver's Xid lines the kernel logs from now on, read as they come: the
+    kernel's log device is opened once, at its end, and read without waiting at each
+    heartbeat (no ``dmesg`` a sample). Where this user may not read it
+    (``kernel.dmesg_restrict``), the heartbeat says why instead.
+
+    ``DDPTUI_KERNEL_LOG`` names another file to read as the kernel's log: a test bed's hosts
+    share one kernel, so each is given its own."""
+
+    MAX_LINES = 8
+    """Xid lines a heartbeat carries at most, the first: a GPU in trouble logs one a second or
+    more, and the first says what went wrong first."""
+
+    def __init__(self) -> None:
+        self.why = ""
+        self.fd: int | None = None
+        self.rest = b""
+        path = os.environ.get("DDPTUI_KERNEL_LOG") or "/dev/kmsg"
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError as error:
+            self.why = f"{path}: {error.strerror or error}"
+
+    def sample(self) -> dict[str, Any]:
+        if self.fd is None:
+            return {"kernel_log": self.why}
+        lines: list[str] = []
+        for _ in range(1024):
+            try:
+                data = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError:
+                # EPIPE: the kernel's ring wrapped past what was read; the next read goes on.
+                continue
+            if not data:
+                break
+            *whole, self.rest = (self.rest + data).split(b"\n")
+            self.rest = self.rest[-MAX_LINE:]
+            lines += [
+                line.decode("utf-8", "replace")[:512] for line in whole if XID_MARK.encode() in line
+            ]
+        return {"xids": lines[: self.MAX_LINES]} if lines else {}
+
+
 def rows_health(health: dict[str, Any]) -> dict[str, Any]:
     """A sample's health fields from the counters :mod:`.gpu_health` reads: the throttle
     reasons, whether memory waits for a reset, the PCIe replays and NVLink's errors."""
     row: dict[str, Any] = {
         key: health[key]
-        for key in ("throttle_reasons", "pcie_replays", "nvlink_errors")
+        for key in ("pci_bus_id", "throttle_reasons", "pcie_replays", "nvlink_errors")
         if key in health
     }
     if "ecc_uncorrected" in health:

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ddptui.onhost.common import XID_MARK
 from ddptui.onhost.probe_section import COMMAND_TIMEOUT_S
 
-XID_MARK = "NVRM: Xid"
 MAX_XID_LINES = 32
 MAX_LINE_CHARS = 512
 RESTRICT = Path("/proc/sys/kernel/dmesg_restrict")

@@ -369,7 +369,7 @@ def read_kernel_log(data: Any) -> KernelLog:
     events = [
         event
         for line in (lines[-MAX_XID_EVENTS:] if isinstance(lines, list) else [])
-        if (event := _xid_event(line)) is not None
+        if (event := xid_event(line)) is not None
     ]
     counted = count(data.get("xid_count"), MAX_XID_COUNT)
     return KernelLog(
@@ -379,7 +379,7 @@ def read_kernel_log(data: Any) -> KernelLog:
     )
 
 
-def _xid_event(line: Any) -> XidEvent | None:
+def xid_event(line: Any) -> XidEvent | None:
     if not isinstance(line, str):
         return None
     found = _XID_LINE.search(line[:1024])

@@ -34,6 +34,9 @@ class NodeView:
     note: str | None
     """Why the host does not answer and what that means for the run, while it does not."""
     sample: Mapping[str, Any] = field(default_factory=dict)
+    xids: tuple[str, ...] = ()
+    """The Xid lines its kernel logged during the attempt, in words (``node1 GPU 0 (PCI …)
+    logged Xid 79, the GPU fell off the bus, at 14:02:11``)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class RunView:
                     exit=model.nodes[node.host].exit,
                     note=judgement.notes.get(node.host),
                     sample=dict(model.nodes[node.host].sample),
+                    xids=tuple(seen.words(node.host) for seen in model.nodes[node.host].xids),
                 )
                 for node in record.nodes
             ),
@@ -135,6 +139,7 @@ class RunView:
                     "exit": node.exit,
                     "not_answering": node.note,
                     "sample": sample_document(node.sample),
+                    "xids": list(node.xids),
                 }
                 for node in self.nodes
             ],
@@ -175,6 +180,7 @@ class RunView:
                         exit=_optional(nodes.get(node.host, {}).get("exit"), int),
                         note=_optional(nodes.get(node.host, {}).get("not_answering"), str),
                         sample=sample_of(nodes.get(node.host, {}).get("sample")),
+                        xids=_texts(nodes.get(node.host, {}).get("xids")),
                     )
                     for node in record.nodes
                 ),
@@ -283,6 +289,13 @@ def _last_line(lines: Sequence[RankLog] | None) -> dict[str, Any]:
     if not lines:
         return {}
     return {"last_line": lines[-1].text, "last_line_at": lines[-1].at}
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    """A list of texts as the supervisor sent it; () for anything else."""
+    if not isinstance(value, list) or not all(isinstance(text, str) for text in value):
+        return ()
+    return tuple(value)
 
 
 def _finite(value: float | None) -> float | None:

@@ -298,6 +298,7 @@ def test_nvml_samples_keep_their_handles_and_carry_each_gpu_s_health(
         "clocks.max.sm": 1980,
         "pstate": "P0",
         "ecc.errors.uncorrected.volatile.total": 0,
+        "pci_bus_id": "0000:2a:00",
         "throttle_reasons": 0x4C,
         "reset_pending": 0,
         "remap_failed": 0,
@@ -319,3 +320,33 @@ def test_a_host_without_nvml_or_nvidia_smi_sends_no_gpu_rows(
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setenv("PATH", "/nonexistent")
     assert following.GpuSampler().sample() is None
+
+
+def test_the_kernel_log_is_read_from_its_end_for_xid_lines_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "kmsg"
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off"
+    log.write_text(f"4,100,5000,-;{xid} (before the watch)\n")
+    monkeypatch.setenv("DDPTUI_KERNEL_LOG", str(log))
+    watch = following.KernelLogWatch()
+    assert watch.sample() == {}
+    with log.open("a") as kernel:
+        kernel.write("6,101,5001,-;eth0: link up\n")
+        kernel.write(f"4,102,5002,-;{xid} the bus.\n4,103,5003,-;{xid}")
+        kernel.flush()
+        assert watch.sample() == {"xids": [f"4,102,5002,-;{xid} the bus."]}
+        # A line is sent once it is whole.
+        kernel.write(" the bus.\n" + f"4,104,5004,-;{xid}\n" * 20)
+    assert watch.sample() == {
+        "xids": [f"4,103,5003,-;{xid} the bus."] + [f"4,104,5004,-;{xid}"] * 7
+    }
+    assert watch.sample() == {}
+
+
+def test_a_kernel_log_this_user_may_not_read_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DDPTUI_KERNEL_LOG", str(tmp_path / "missing"))
+    said = following.KernelLogWatch().sample()
+    assert said == {"kernel_log": f"{tmp_path / 'missing'}: No such file or directory"}

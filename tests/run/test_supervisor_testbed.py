@@ -51,6 +51,7 @@ from tests.testbed import (
     cpu_throttled,
     cut_link,
     install_module,
+    log_kernel,
     restore_link,
 )
 from tests.ui.pilot import until
@@ -318,6 +319,39 @@ def test_a_throttled_host_s_rank_is_named_a_straggler_and_unnamed_when_it_recove
     assert "straggler: rank 1 on node1 +" in detail and "rank 1 no longer a straggler" in detail
     assert f": {heat}" in detail
     kill_run(cli, hosts, run_id)
+
+
+FELL_OFF_THE_BUS = (
+    "NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+)
+"""The driver's line for the recorded H200 (PCI 00000000:00:06.0) gone from the bus."""
+
+
+def test_a_gpu_that_falls_off_the_bus_is_named_first_in_the_run_s_failure(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:3]
+    _gpu_of(hosts[1])
+    run_id = _launch(cli, write_hosts(testbed, tmp_path), *ENDLESS)
+    wait_for_step(testbed, hosts, run_id, 5)
+    rank1 = run_pid(hosts[1], run_id, b"LOCAL_RANK=0", b"trainer")
+    log_kernel(hosts[1], FELL_OFF_THE_BUS)
+    said = "node1 GPU 0 (PCI 0000:00:06) logged Xid 79, the GPU fell off the bus, at "
+
+    def node1_xids() -> list[str]:
+        nodes = cli.json("status", run_id)["nodes"]
+        return list(next(node for node in nodes if node["host"] == "node1")["xids"])
+
+    (xid,) = wait_until("the Xid in status --json", node1_xids, 20, every=2.0)
+    assert xid.startswith(said), xid
+    # Its rank dies with the GPU, as a rank on a GPU gone from the bus does.
+    os.kill(rank1, signal.SIGKILL)
+    wait_until("the failure", lambda: cli.record(run_id).state.final, 60)
+    record = cli.record(run_id)
+    detail = record.states[-1].detail
+    assert record.state.value == "failed" and detail.startswith(said), detail
+    assert "; torchrun on node" in detail, detail
+    wait_until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
 
 
 def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(

@@ -340,6 +340,7 @@ def _describe_hosts(
         directory = root / "hosts" / name
         for sub in ("work", "bin", "home", "python"):
             (directory / sub).mkdir(parents=True)
+        (directory / "kmsg").touch()
         netns = f"{prefix}-{name}"
         hosts.append(
             TestHost(

@@ -187,6 +187,12 @@ def install_module(host: TestHost, files: dict[str, str]) -> None:
         (host.python_dir / name).write_text(text)
 
 
+def log_kernel(host: TestHost, message: str) -> None:
+    """The host's kernel logs ``message``, as ``/dev/kmsg`` gives a record to its readers."""
+    with host.kernel_log.open("a") as log:
+        log.write(f"4,{time.monotonic_ns()},{time.monotonic_ns() // 1000},-;{message}\n")
+
+
 def remove_double(host: TestHost, name: str) -> None:
     (host.bin_dir / name).unlink(missing_ok=True)
 
@@ -209,8 +215,8 @@ def restore(hosts: Sequence[TestHost]) -> None:
 
     Links up at full speed, nothing frozen, no held ports, original host keys, sshd running,
     normal name resolution, no processes but sshd's listener, empty ``bin_dir``,
-    ``python_dir``, ``workdir`` (but for the probe's kept torch facts, as a real host keeps
-    them) and ``home``.
+    ``python_dir``, ``kernel_log``, ``workdir`` (but for the probe's kept torch facts, as a
+    real host keeps them) and ``home``.
     """
     for host in hosts:
         thaw(host)
@@ -238,6 +244,7 @@ def restore(hosts: Sequence[TestHost]) -> None:
             set_name_resolution(host, "normal")
         for directory in (host.bin_dir, host.python_dir, host.home):
             _empty(directory)
+        host.kernel_log.write_text("")
         _empty(host.workdir, keep=TORCH_CACHE_DIR)
     sshd.wait_ready(hosts)
 

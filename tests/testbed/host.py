@@ -82,6 +82,12 @@ class TestHost:
         return self.directory / "python"
 
     @property
+    def kernel_log(self) -> Path:
+        """What the node agent reads as this host's kernel log (``DDPTUI_KERNEL_LOG``): the
+        bed's hosts share one kernel, and a test writes a GPU's Xid into one host's alone."""
+        return self.directory / "kmsg"
+
+    @property
     def ssh_path(self) -> str:
         """PATH of SSH sessions on this host."""
         return f"{self.bin_dir}:{STANDARD_PATH}"
@@ -122,6 +128,7 @@ def run_on(
         "PATH": host.ssh_path,
         "HOME": str(host.home),
         "PYTHONPATH": str(host.python_dir),
+        "DDPTUI_KERNEL_LOG": str(host.kernel_log),
     }
     proc = subprocess.run(
         [*host.exec_prefix(), *argv],

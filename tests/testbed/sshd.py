@@ -39,7 +39,8 @@ def config_text(host: TestHost, authorized_keys: Path) -> str:
             "AcceptEnv LANG LC_*",
             # A per-host HOME keeps the machine's own ~/.bashrc (which prepends to PATH) out of
             # the sessions, and gives each host its own "~" as separate machines have.
-            f"SetEnv PATH={host.ssh_path} HOME={host.home} PYTHONPATH={host.python_dir}",
+            f"SetEnv PATH={host.ssh_path} HOME={host.home} PYTHONPATH={host.python_dir} "
+            f"DDPTUI_KERNEL_LOG={host.kernel_log}",
             # No SFTP, as on hardened sites and dropbear: ddptui needs only sessions.
             "LogLevel VERBOSE",
             "",

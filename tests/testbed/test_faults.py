@@ -15,6 +15,7 @@ from tests.testbed import (
     freeze,
     install_double,
     install_module,
+    log_kernel,
     network,
     occupy_port,
     restore_host_key,
@@ -204,6 +205,7 @@ def test_restore_undoes_every_fault_at_once(testbed: TestBed) -> None:
     set_name_resolution(node3, "missing")
     install_double(node3, "nvidia-smi", "#!/bin/sh\nexit 9\n")
     install_module(node3, {"pynvml.py": "raise ImportError\n"})
+    log_kernel(node3, "NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus.")
     limit_link(node3, "50mbit")
     (node3.workdir / "run-state").write_text("old")
     testbed.restore()
@@ -212,6 +214,7 @@ def test_restore_undoes_every_fault_at_once(testbed: TestBed) -> None:
         assert _resolve_self(testbed, host).returncode == 0
     assert tcp.outcome(node3.address, 29500, 2) == "refused"
     assert list(node3.bin_dir.iterdir()) == list(node3.python_dir.iterdir()) == []
+    assert node3.kernel_log.read_text() == ""
     # The probe's torch facts stay, as on a real host; nothing else does.
     assert {path.name for path in node3.workdir.iterdir()} <= {TORCH_CACHE_DIR}
     qdisc = run_on(node3, ["tc", "qdisc", "show", "dev", node3.ifname]).stdout

@@ -38,6 +38,7 @@ from ddptui.aio import QueueReader, SizedQueue
 from ddptui.config.model import Config, HostConfig
 from ddptui.layout import HostFiles
 from ddptui.probe.facts import MAX_GPUS
+from ddptui.probe.sections import pci_slot
 from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.target import Keepalive
@@ -394,6 +395,7 @@ GPU_FIELDS = (
     "memory.total",
     "pstate",
     "ecc.errors.uncorrected.volatile.total",
+    "pci_bus_id",
     "throttle_reasons",
     "reset_pending",
     "remap_failed",
@@ -403,13 +405,17 @@ GPU_FIELDS = (
 )
 """What the agent samples of each GPU every 2 s: nvidia-smi's names and its printed values (or
 NVML's, by the same names), then the GPU's health counters (``ddptui.onhost.follow``'s
-``rows_health``: NVML's throttle reasons as a bit mask, 1 for a memory reset pending or a
-failed remap, the counts of PCIe replays, NVLink errors and links down)."""
+``rows_health``: its PCI bus id, kept as the kernel log names it; NVML's throttle reasons as a
+bit mask; 1 for a memory reset pending or a failed remap; the counts of PCIe replays, NVLink
+errors and links down)."""
 GPU_TEXT_FIELDS = frozenset({"pstate"})
 """Kept as text (``P0``); every other field is a number, or left out when nvidia-smi printed
 none (``[N/A]``, ``[Not Supported]``)."""
 
 
+MAX_XIDS = 8
+"""New Xid lines a heartbeat may carry (the agent sends its newest 8)."""
+MAX_XID_CHARS = 512
 MAX_SAMPLED_RANKS = 1024
 PROCESS_STATE_LETTERS = frozenset("RSDZTtWXxKPI")
 """The states ``/proc/PID/stat`` shows (``ps``'s STAT letters)."""
@@ -430,6 +436,12 @@ def sample_of(value: Any) -> dict[str, Any]:
     ranks = value.get("ranks")
     if isinstance(ranks, dict):
         sample["ranks"] = _ranks(ranks)
+    xids = value.get("xids")
+    if isinstance(xids, list):
+        sample["xids"] = [line[:MAX_XID_CHARS] for line in xids[:MAX_XIDS] if isinstance(line, str)]
+    kernel_log = value.get("kernel_log")
+    if isinstance(kernel_log, str):
+        sample["kernel_log"] = plain(kernel_log, limit=200, one_line=True)
     return sample
 
 
@@ -460,6 +472,11 @@ def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
             index = whole(text, digits=2) if text is not None else count(value, MAX_GPUS - 1)
             if index is not None and index < MAX_GPUS:
                 gpu[key] = index
+            continue
+        if key == "pci_bus_id":
+            slot = pci_slot(text) if text is not None else None
+            if slot is not None:
+                gpu[key] = slot
             continue
         if key in GPU_TEXT_FIELDS:
             if text is not None:

@@ -18,7 +18,10 @@ from typing import Any
 
 from ddptui.health.gpu_health import throttled_by
 from ddptui.health.wording import and_list
+from ddptui.health.xid import meaning
 from ddptui.layout import HostFiles
+from ddptui.probe.facts import XidEvent
+from ddptui.probe.sections import xid_event
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.untrusted import plain
 
@@ -56,6 +59,34 @@ class Silence(enum.Enum):
     """Nothing tells yet: no host answers (the head node's own network?), every one that does
     has finished, or none has been heard from since a whole window without a step (their links
     may be going too)."""
+
+
+MAX_NEW_XIDS = 16
+
+
+@dataclass(frozen=True)
+class NewXid:
+    """An Xid line a host's kernel logged while the attempt ran."""
+
+    at: float
+    """When the heartbeat that carried it was sent (the host's clock)."""
+    event: XidEvent
+    gpu: int | None
+    """The GPU at its bus id, where the host's samples name one there."""
+
+    def words(self, host: str) -> str:
+        """``node1 GPU 0 (PCI 0000:3b:00) logged Xid 79, the GPU fell off the bus, at
+        14:02:11``."""
+        gpu = (
+            f"GPU {self.gpu} (PCI {self.event.pci})"
+            if self.gpu is not None
+            else (f"the GPU at PCI {self.event.pci}")
+        )
+        said = meaning(self.event.code).words
+        return (
+            f"{plain(host, limit=64, one_line=True)} {gpu} logged Xid {self.event.code}, "
+            f"{said}, at {clock_time(self.at)}"
+        )
 
 
 def visible_devices(value: str | None) -> tuple[int, ...]:
@@ -96,6 +127,9 @@ class NodeState:
     slowed: dict[int, tuple[float, str]] = field(default_factory=dict)
     """GPU index → since when (the host's clock) its heartbeats have said a fault slows it,
     and what (:func:`~ddptui.health.gpu_health.throttled_by`'s words)."""
+    xids: list[NewXid] = field(default_factory=list)
+    """The Xid lines the host's kernel logged during the attempt, as its heartbeats sent them
+    (at most :data:`MAX_NEW_XIDS`: the first, which tell what went wrong first)."""
 
     @classmethod
     def planned(cls, record: RunRecord, node: NodeRecord) -> NodeState:
@@ -128,6 +162,7 @@ class NodeState:
         live, and the host's sample of them, of which only this node's ranks are kept (a
         host's word on others' is not taken); how many other ranks it named."""
         self._watch_gpus(sample.get("gpus") or (), at)
+        self._take_xids(sample.get("xids") or (), sample.get("gpus") or (), at)
         self.alive = alive
         ranks = sample.get("ranks")
         refused = 0
@@ -142,6 +177,19 @@ class NodeState:
         if self.exit is None and self.gone_beats >= 2:
             self.vanished = True
         return refused
+
+    def _take_xids(self, lines: Any, gpus: Any, at: float) -> None:
+        on_bus = {gpu.get("pci_bus_id"): gpu.get("index") for gpu in gpus}
+        for line in lines:
+            event = xid_event(line)
+            if event is None or len(self.xids) >= MAX_NEW_XIDS:
+                continue
+            index = on_bus.get(event.pci)
+            self.xids.append(NewXid(at, event, index if isinstance(index, int) else None))
+
+    def gpu_fault(self) -> NewXid | None:
+        """The first Xid of the attempt that the GPU's fault causes (not a program's)."""
+        return next((seen for seen in self.xids if not meaning(seen.event.code).program), None)
 
     def _watch_gpus(self, gpus: Any, at: float) -> None:
         slowed: dict[int, tuple[float, str]] = {}

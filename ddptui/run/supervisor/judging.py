@@ -30,7 +30,14 @@ from typing import Any, Final
 from ddptui.config.model import JobConfig
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import RankProgress, RunProgress
-from ddptui.run.following.state import Hang, RankAtHang, Silence, Straggler, Verdict
+from ddptui.run.following.state import (
+    Hang,
+    NewXid,
+    RankAtHang,
+    Silence,
+    Straggler,
+    Verdict,
+)
 from ddptui.run.record import RunState
 
 EXIT_SETTLE_S = 3.0
@@ -276,6 +283,27 @@ def _failed_exit(model: RunModel, stopping: bool) -> Verdict | None:
 
 
 def verdict(model: RunModel, *, stopping: bool = False) -> Verdict | None:
+    """How the attempt ended, or None while it goes on (:func:`_ended`); a failure on a run
+    where a GPU logged an Xid of its own fault is said with that Xid first, and its host is
+    the one named: a GPU off the bus takes its rank down, and the peers' "connection reset"
+    follows."""
+    found = _ended(model, stopping=stopping)
+    if found is None or found.state is not RunState.FAILED:
+        return found
+    first = gpu_fault(model)
+    if first is None:
+        return found
+    host, xid = first
+    return Verdict(RunState.FAILED, f"{xid.words(host)}; {found.detail}", host)
+
+
+def gpu_fault(model: RunModel) -> tuple[str, NewXid] | None:
+    """The host and the first Xid of a GPU's own fault logged during the attempt, if any."""
+    faults = [(host, xid) for host, node in model.nodes.items() if (xid := node.gpu_fault())]
+    return min(faults, key=lambda found: found[1].at, default=None)
+
+
+def _ended(model: RunModel, *, stopping: bool) -> Verdict | None:
     """How the attempt ended, or None while it goes on.
 
     A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then

@@ -319,7 +319,11 @@ class Supervisor(Healing):
         # the scheduler lost is at fault, whichever rank said the failure first.
         found = None
         if recovering:
-            found = recovery.blame_lost(await self.backend.lost()) or recovery.blame(verdict, model)
+            found = (
+                recovery.blame_lost(await self.backend.lost())
+                or recovery.blame_gpu(model)
+                or recovery.blame(verdict, model)
+            )
         last = max(
             (rank.step for rank in model.progress.ranks if rank.step is not None), default=None
         )
@@ -373,7 +377,8 @@ class Supervisor(Healing):
             return
         summary = hang.summary(self._wall())
         recovering = self.config.recovery.on
-        found = recovery.blame_hang(hang) if recovering else None
+        model = self.following.model
+        found = recovery.blame_gpu(model) or recovery.blame_hang(hang) if recovering else None
         times = recovery.fault_times(self.following.model, hang, found, hang.step)
         cause = f"hung: {summary}"
         number = self.open_incident(cause, found, hang.step, times) if recovering else None
@@ -423,12 +428,18 @@ class Supervisor(Healing):
                 self.hang = hang
                 if newly:
                     summary = hang.summary(self._wall())
+                    first = judging.gpu_fault(model)
+                    if first is not None:
+                        summary = f"{first[1].words(first[0])}; {summary}"
                     log.warning("hung: %s", summary)
                     self.change(
                         lambda record: record.transition(RunState.HUNG, summary, now=self._wall())
                     )
                     self.enqueue(DumpHang())
-                heals = self.config.recovery.on and recovery.blame_hang(hang) is not None
+                heals = (
+                    self.config.recovery.on
+                    and (recovery.blame_gpu(model) or recovery.blame_hang(hang)) is not None
+                )
                 if stop or heals:
                     why = 'on_hang = "stop"' if stop else "recovery blames a host"
                     self.phases.move(Phase.STOPPING, f"hung, and {why}")

@@ -7,7 +7,8 @@ CUDA out-of-memory on a model that does not fit, a peer's "remote process exited
 same on any host, and resuming on another would fail again. Only what a host did blames it:
 its processes gone without an exit status, it stopped answering, a rank or its torchrun
 killed by a signal (SIGKILL: the OOM killer, or a person), an NCCL system or CUDA error (the
-host's network or GPU), a hang held up by a rank whose process is stopped.
+host's network or GPU), a hang held up by a rank whose process is stopped, a GPU that
+logged an Xid of its own fault or whose memory waits for a reset.
 """
 
 from __future__ import annotations
@@ -35,6 +36,27 @@ class Blame:
 
     hosts: tuple[str, ...]
     why: str
+
+
+GPU_BLAMED_XIDS = frozenset({48, 62, 63, 64, 74, 79, 94, 95, 119, 120})
+"""Xids that set their host aside: the GPU's memory, its bus, its links or its processor
+failed (:data:`ddptui.health.xid.XIDS`), not the program that ran on it."""
+
+
+def blame_gpu(model: RunModel) -> Blame | None:
+    """The host whose GPU logged an Xid of :data:`GPU_BLAMED_XIDS` during the attempt, or
+    whose memory waits for a reset (a row remap or page retirement pending): whatever the
+    ranks said, resuming there would meet the same GPU."""
+    for host, node in model.nodes.items():
+        for seen in node.xids:
+            if seen.event.code in GPU_BLAMED_XIDS:
+                return Blame((host,), seen.words(host))
+    for host, node in model.nodes.items():
+        for gpu in node.sample.get("gpus") or ():
+            if gpu.get("reset_pending") == 1 or gpu.get("remap_failed") == 1:
+                index = gpu.get("index")
+                return Blame((host,), f"{host} GPU {index}'s memory waits for a reset")
+    return None
 
 
 def blame(verdict: Verdict, model: RunModel) -> Blame | None:
