@@ -297,6 +297,14 @@ def verdict(model: RunModel, *, stopping: bool = False) -> Verdict | None:
     return Verdict(RunState.FAILED, f"{xid.words(host)}; {found.detail}", host)
 
 
+def hang_words(model: RunModel, hang: Hang, now: float) -> str:
+    """What the record says of ``hang`` as it is judged: a GPU's own Xid first, as for a
+    failure (:func:`verdict`), then the hang's summary."""
+    first = gpu_fault(model)
+    summary = hang.summary(now)
+    return summary if first is None else f"{first[1].words(first[0])}; {summary}"
+
+
 def gpu_fault(model: RunModel) -> tuple[str, NewXid] | None:
     """The host and the first Xid of a GPU's own fault logged during the attempt, if any."""
     faults = [(host, xid) for host, node in model.nodes.items() if (xid := node.gpu_fault())]

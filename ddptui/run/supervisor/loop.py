@@ -427,10 +427,7 @@ class Supervisor(Healing):
             case judging.Hung(hang=hang, newly=newly, stop=stop):
                 self.hang = hang
                 if newly:
-                    summary = hang.summary(self._wall())
-                    first = judging.gpu_fault(model)
-                    if first is not None:
-                        summary = f"{first[1].words(first[0])}; {summary}"
+                    summary = judging.hang_words(model, hang, self._wall())
                     log.warning("hung: %s", summary)
                     self.change(
                         lambda record: record.transition(RunState.HUNG, summary, now=self._wall())

@@ -8,7 +8,7 @@ from typing import Any
 
 from ddptui.run.following.files import Heartbeat, sample_of
 from ddptui.run.following.model import RunModel
-from ddptui.run.following.state import clock_time
+from ddptui.run.following.state import Hang, clock_time
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import judging, recovery
 from tests.run.bed import two_host_record
@@ -76,3 +76,15 @@ def test_a_host_s_flood_of_xid_lines_is_bounded() -> None:
     assert len(model.nodes["a"].xids) == 16
     # The first is what tells what went wrong first.
     assert model.nodes["a"].xids[0].at == AT
+
+
+def test_a_hang_after_a_gpu_s_xid_says_the_xid_first() -> None:
+    model = started(RunModel(two_host_record()))
+    hang = Hang(since=AT - 30, window_s=20.0, step=41, ranks=())
+    assert judging.hang_words(model, hang, AT) == hang.summary(AT)
+    _beat(model, "a", AT, xids=[FELL_OFF.replace("79", "48", 1)])
+    said = judging.hang_words(model, hang, AT)
+    assert said == (
+        f"a GPU 0 (PCI 0000:00:06) logged Xid 48, a double-bit ECC error in the GPU's memory, "
+        f"at {clock_time(AT)}; {hang.summary(AT)}"
+    )
