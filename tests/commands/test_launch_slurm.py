@@ -53,11 +53,10 @@ def test_commands_for_ssh_hosts_refuse_a_slurm_cluster_naming_what_works(
     assert "trusting host keys needs [[hosts]]" in err
 
 
-def test_the_readme_shows_what_dry_run_prints_for_its_example(
+def test_the_docs_show_what_dry_run_prints_for_their_example(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## Slurm clusters", 1)[1]
+    section = (Path(__file__).parents[2] / "docs" / "slurm.md").read_text()
     example = tmp_path / "slurm.toml"
     example.write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
     shown = section.split("```bash\n", 1)[1].split("```", 1)[0]

@@ -120,7 +120,7 @@ def test_keys_launch_stop_and_resume_on_the_demo_and_quitting_ends_it(
     terminal.keys("y")
     text = terminal.wait_for("losses", lambda t: len(RANK_ROW.findall(t)) == 4, 180)
 
-    # 80×24, the size the README promises, redrawn in place (not from scratch): the chart takes
+    # 80×24, the size the docs promise, redrawn in place (not from scratch): the chart takes
     # the room an empty errors pane gives up, its step ticks stay apart, and switching the scale
     # leaves nothing of the old title behind.
     terminal.tmux("resize-window", "-t", "console", "-x", "80", "-y", "24")

@@ -1,4 +1,4 @@
-"""Write the README's console screenshots (SVG): ``python -m tests.ui.screenshots``, at 160×48
+"""Write the docs' console screenshots (SVG): ``python -m tests.ui.screenshots``, at 160×48
 and at 80×24.
 
 The health and run screens come from the recorded H200 data (the run at 1,024 ranks too, each
@@ -26,7 +26,7 @@ from tests.ui.pilot import kill_live_runs, launch_from_health
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SIZE = (160, 48)
 SMALL = (80, 24)
-"""The size the README promises the console reads well at."""
+"""The size the docs promise the console reads well at."""
 DEMO_STEPS = 60
 
 

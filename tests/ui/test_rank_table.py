@@ -1,4 +1,4 @@
-"""The rank table's rows as the console shows them: the marks the README promises."""
+"""The rank table's rows as the console shows them: the marks the docs promise (docs/console.md)."""
 
 from __future__ import annotations
 

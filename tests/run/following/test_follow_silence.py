@@ -42,11 +42,11 @@ def test_a_channel_that_ends_before_it_says_anything_leaves_the_host_silent(
 
 
 DOCUMENTED_SECONDS = 12.0
-"""How long a host may send nothing, not even a heartbeat, before it is lost: README's "a host
+"""How long a host may send nothing, not even a heartbeat, before it is lost: the docs' "a host
 that stops answering for 12 s fails the run"."""
 DOCUMENTED_SILENCE = (
-    (Path("README.md"), r"A host that stops answering for (\d+) s fails the run"),
-    (Path("README.md"), r"the host did not answer for (\d+) s"),
+    (Path("docs/running.md"), r"A host that stops answering for (\d+) s fails the run"),
+    (Path("docs/troubleshooting.md"), r"the host did not answer for (\d+) s"),
     (Path("docs/architecture.md"), r"A node that stops answering for (\d+) s is"),
 )
 """Where the user is told how long a host may say nothing before it is lost."""
