@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.config import load
 from ddptui.health.findings import Code
 from tests.helpers.docs import DOCS, GENERATED, generated
 
@@ -127,3 +128,17 @@ def test_the_docs_have_a_hosts_file_for_ssh_hosts_and_one_for_slurm() -> None:
     texts = [text for _, text in _hosts_files()]
     assert any("[[hosts]]" in text for text in texts)
     assert any("[slurm]" in text for text in texts)
+
+
+@pytest.mark.parametrize(
+    "table", ["CLUSTER_KEYS", "HOST_KEYS", "JOB_KEYS", "SLURM_KEYS", "RECOVERY_KEYS"]
+)
+def test_every_key_of_the_hosts_file_is_documented(table: str) -> None:
+    keys = getattr(load, table)
+    example = (ROOT / "hosts.example.toml").read_text()
+    pages = "".join(
+        (DOCS / page).read_text() for page in ("hosts-file.md", "slurm.md", "recovery.md")
+    )
+    assert [key for key in keys if not re.search(rf"^#? ?{key} =", example, re.M)] == []
+    said = [key for key in keys if re.search(rf"`{key}( = [^`]*)?`|^{key} =", pages, re.M)]
+    assert [key for key in keys if key not in said] == []

@@ -153,7 +153,11 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
 
     os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
     # And the newest checkpoint damaged (a disk that filled, a copy cut short): the resume
-    # passes over it to the one before. No newer one comes: saving one takes every rank.
+    # passes over it to the one before. Chosen once the attempt is judged failed: rank 0 saves
+    # the checkpoint of a step every rank finished without waiting for the others, so one may
+    # still be written just after the kill; none after the judgement, when rank 0 waits in the
+    # next step's collective, and the resumed attempt reads them only seconds later.
+    wait_until("the failure judged", lambda: cli.record(run_id).incidents, 60)
     checkpoints = host_run_dir(node0, run_id) / "checkpoints"
     newest = max(checkpoints.glob("ckpt-*.pt"))
     with newest.open("r+b") as damaged:
