@@ -4,6 +4,7 @@ error the diagnosis names (both generated: tests/helpers/docs.py), every finding
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -142,3 +143,22 @@ def test_every_key_of_the_hosts_file_is_documented(table: str) -> None:
     assert [key for key in keys if not re.search(rf"^#? ?{key} =", example, re.M)] == []
     said = [key for key in keys if re.search(rf"`{key}( = [^`]*)?`|^{key} =", pages, re.M)]
     assert [key for key in keys if key not in said] == []
+
+
+SHOWN_AS = {"question_mark": "?", "slash": "/", "colon": ":", "escape": "esc", "f5": "F5"}
+"""A binding's key as the console's footer and the docs show it."""
+
+
+def test_every_key_of_the_console_is_on_its_page() -> None:
+    keys = set()
+    for path in (ROOT / "ddptui" / "ui").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Binding":
+                first = node.args[0]
+                assert isinstance(first, ast.Constant), ast.dump(first)
+                keys |= {(key, path.name) for key in str(first.value).split(",")}
+    page = (DOCS / "console.md").read_text()
+    missing = sorted(
+        (key, where) for key, where in keys if f"`{SHOWN_AS.get(key, key)}`" not in page
+    )
+    assert missing == []
