@@ -114,12 +114,15 @@ def meaning(code: int) -> XidMeaning:
     return XIDS.get(code, UNLISTED)
 
 
+def gpu_named(index: int | None, pci: str) -> str:
+    """The GPU at PCI bus id ``pci``: ``GPU 3 (PCI 0000:3b:00)`` where its index is known."""
+    return f"the GPU at PCI {pci}" if index is None else f"GPU {index} (PCI {pci})"
+
+
 def gpu_at(facts: HostFacts, pci: str) -> str:
     """The GPU at PCI bus id ``pci`` as the host's NVML numbers it, where it says."""
-    for gpu in facts.gpus.devices:
-        if gpu.health.pci_bus_id == pci:
-            return f"GPU {gpu.index} (PCI {pci})"
-    return f"the GPU at PCI {pci}"
+    found = (gpu.index for gpu in facts.gpus.devices if gpu.health.pci_bus_id == pci)
+    return gpu_named(next(found, None), pci)
 
 
 def xid_findings(host: HostConfig, facts: HostFacts) -> Iterator[Finding]:

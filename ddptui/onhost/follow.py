@@ -200,7 +200,8 @@ class GpuSampler:
             return None
         rows = self.smi_rows(self.smi)
         if full:
-            self.kept = {index: rows_health(health) for index, health in self.smi_health().items()}
+            health = self.smi_health(self.smi)
+            self.kept = {index: rows_health(counters) for index, counters in health.items()}
         for row in rows:
             index = smi_number(str(row.get("index")))
             if index is not None:
@@ -256,9 +257,7 @@ class GpuSampler:
                 rows.append(dict(zip(names, cells)))  # noqa: B905 (Python 3.8 hosts)
         return rows
 
-    def smi_health(self) -> dict[int, dict[str, Any]]:
-        smi = self.smi or "nvidia-smi"
-
+    def smi_health(self, smi: str) -> dict[int, dict[str, Any]]:
         def run(*args: str) -> str:
             done = subprocess.run([smi, *args], capture_output=True, timeout=2, check=False)
             if done.returncode != 0:
@@ -269,6 +268,9 @@ class GpuSampler:
             return smi_health(run)
         except (OSError, subprocess.TimeoutExpired):
             return {}
+
+
+XID_MARK_BYTES = XID_MARK.encode()
 
 
 class KernelLogWatch:
@@ -312,7 +314,7 @@ class KernelLogWatch:
             *whole, self.rest = (self.rest + data).split(b"\n")
             self.rest = self.rest[-MAX_LINE:]
             lines += [
-                line.decode("utf-8", "replace")[:512] for line in whole if XID_MARK.encode() in line
+                line.decode("utf-8", "replace")[:512] for line in whole if XID_MARK_BYTES in line
             ]
         return {"xids": lines[: self.MAX_LINES]} if lines else {}
 

@@ -166,11 +166,10 @@ def smi_health(run: Callable[..., str]) -> dict[int, dict[str, Any]]:
         remapped = by_bus.get(cells[0].strip().lower()) if len(cells) == 5 else None
         if remapped is None:
             continue
-        health = remapped
-        health["remapped_rows_correctable"] = smi_number(cells[1])
-        health["remapped_rows_uncorrectable"] = smi_number(cells[2])
-        health["remapped_rows_pending"] = smi_flag(cells[3])
-        health["remap_failed"] = smi_flag(cells[4])
+        remapped["remapped_rows_correctable"] = smi_number(cells[1])
+        remapped["remapped_rows_uncorrectable"] = smi_number(cells[2])
+        remapped["remapped_rows_pending"] = smi_flag(cells[3])
+        remapped["remap_failed"] = smi_flag(cells[4])
     return {
         index: {key: value for key, value in health.items() if value is not None}
         for index, health in found.items()

@@ -8,16 +8,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ddptui.onhost.gpu_health import nvml_health, smi_field, smi_health, smi_number
+from ddptui.onhost.gpu_health import nvml_health, smi_field, smi_health, smi_number, text
 from ddptui.onhost.probe_section import COMMAND_TIMEOUT_S, SectionError, describe, maybe
 
 QUERY_GPU_FIELDS = "index,uuid,name,memory.total,memory.used,utilization.gpu,driver_version"
 QUERY_APPS_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 MIB = 1024 * 1024
-
-
-def decoded(value: Any) -> Any:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def gpus_section() -> dict[str, Any]:
@@ -58,7 +54,7 @@ def gpus_from_nvml() -> dict[str, Any]:
                 processes = [
                     {
                         "pid": proc.pid,
-                        "name": decoded(maybe(pynvml.nvmlSystemGetProcessName, proc.pid))
+                        "name": text(maybe(pynvml.nvmlSystemGetProcessName, proc.pid))
                         or process_name(proc.pid),
                         "used_memory_mib": None
                         if proc.usedGpuMemory is None
@@ -69,8 +65,8 @@ def gpus_from_nvml() -> dict[str, Any]:
             devices.append(
                 {
                     "index": index,
-                    "uuid": decoded(maybe(pynvml.nvmlDeviceGetUUID, handle)),
-                    "name": decoded(maybe(pynvml.nvmlDeviceGetName, handle)),
+                    "uuid": text(maybe(pynvml.nvmlDeviceGetUUID, handle)),
+                    "name": text(maybe(pynvml.nvmlDeviceGetName, handle)),
                     "memory_total_mib": None if memory is None else memory.total // MIB,
                     "memory_used_mib": None if memory is None else memory.used // MIB,
                     "utilization_pct": None if utilization is None else utilization.gpu,
@@ -80,7 +76,7 @@ def gpus_from_nvml() -> dict[str, Any]:
             )
         return {
             "source": "nvml",
-            "driver_version": decoded(maybe(pynvml.nvmlSystemGetDriverVersion)),
+            "driver_version": text(maybe(pynvml.nvmlSystemGetDriverVersion)),
             "cuda_driver_version": None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}",
             "devices": devices,
         }

@@ -8,6 +8,8 @@ from typing import Any
 
 from ddptui.health.gpu_health import throttled_by
 from ddptui.health.wording import and_list, plural
+from ddptui.probe.sections import MAX_ERROR_COUNT
+from ddptui.untrusted import count
 
 
 def gpu_faults(gpu: Mapping[str, Any]) -> list[str]:
@@ -15,7 +17,7 @@ def gpu_faults(gpu: Mapping[str, Any]) -> list[str]:
     for a GPU's typed sample (:func:`ddptui.run.following.files.sample_of`'s); [] for a healthy
     one, or one whose host did not say."""
     said = []
-    mask = _count(gpu.get("throttle_reasons"))
+    mask = count(gpu.get("throttle_reasons"), MAX_ERROR_COUNT)
     reasons = throttled_by(mask) if mask is not None else ()
     if reasons:
         said.append("slowed by " + and_list([reason.words for reason in reasons]))
@@ -23,17 +25,13 @@ def gpu_faults(gpu: Mapping[str, Any]) -> list[str]:
         said.append("a memory row could not be remapped: replace it")
     elif gpu.get("reset_pending") == 1:
         said.append("memory waits for a GPU reset")
-    ecc = _count(gpu.get("ecc.errors.uncorrected.volatile.total"))
+    ecc = count(gpu.get("ecc.errors.uncorrected.volatile.total"), MAX_ERROR_COUNT)
     if ecc:
         said.append(plural(ecc, "uncorrected ECC error"))
-    down = _count(gpu.get("nvlinks_down"))
+    down = count(gpu.get("nvlinks_down"), MAX_ERROR_COUNT)
     if down:
         said.append(f"{plural(down, 'NVLink link')} down")
-    errors = _count(gpu.get("nvlink_errors"))
+    errors = count(gpu.get("nvlink_errors"), MAX_ERROR_COUNT)
     if errors:
-        said.append(f"{plural(errors, 'NVLink error')}")
+        said.append(plural(errors, "NVLink error"))
     return said
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

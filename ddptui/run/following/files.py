@@ -414,7 +414,7 @@ none (``[N/A]``, ``[Not Supported]``)."""
 
 
 MAX_XIDS = 8
-"""New Xid lines a heartbeat may carry (the agent sends its newest 8)."""
+"""New Xid lines a heartbeat may carry (the agent sends the first 8 it read since the last)."""
 MAX_XID_CHARS = 512
 MAX_SAMPLED_RANKS = 1024
 PROCESS_STATE_LETTERS = frozenset("RSDZTtWXxKPI")

@@ -18,7 +18,7 @@ from typing import Any
 
 from ddptui.health.gpu_health import throttled_by
 from ddptui.health.wording import and_list
-from ddptui.health.xid import meaning
+from ddptui.health.xid import gpu_named, meaning
 from ddptui.layout import HostFiles
 from ddptui.probe.facts import XidEvent
 from ddptui.probe.sections import xid_event
@@ -77,11 +77,7 @@ class NewXid:
     def words(self, host: str) -> str:
         """``node1 GPU 0 (PCI 0000:3b:00) logged Xid 79, the GPU fell off the bus, at
         14:02:11``."""
-        gpu = (
-            f"GPU {self.gpu} (PCI {self.event.pci})"
-            if self.gpu is not None
-            else (f"the GPU at PCI {self.event.pci}")
-        )
+        gpu = gpu_named(self.gpu, self.event.pci)
         said = meaning(self.event.code).words
         return (
             f"{plain(host, limit=64, one_line=True)} {gpu} logged Xid {self.event.code}, "

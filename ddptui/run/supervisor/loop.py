@@ -379,7 +379,7 @@ class Supervisor(Healing):
         recovering = self.config.recovery.on
         model = self.following.model
         found = recovery.blame_gpu(model) or recovery.blame_hang(hang) if recovering else None
-        times = recovery.fault_times(self.following.model, hang, found, hang.step)
+        times = recovery.fault_times(model, hang, found, hang.step)
         cause = f"hung: {summary}"
         number = self.open_incident(cause, found, hang.step, times) if recovering else None
         said = "recovery blames a host" if found is not None else "on_hang says"
