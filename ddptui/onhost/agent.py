@@ -85,9 +85,12 @@ def main(argv: list[str], sent: Any = None) -> int:
         return 2
     command, args = argv[0], argv[1:]
     if command == "start":
-        return start(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
+        # The environment comes as the sent document, never in argv: its values may be
+        # tokens, and a process's argv is anyone's to read in ps.
+        env = sent if isinstance(sent, dict) else {}
+        return start(Path(args[0]), Path(args[1]), args[2], env, args[3:])
     if command == "run":
-        return run(Path(args[0]), Path(args[1]), args[2], args[3], args[4:])
+        return run(Path(args[0]), Path(args[1]), args[2], args[3:])
     if command == "status":
         return status(Path(args[0]))
     if command == "signal":

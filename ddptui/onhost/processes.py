@@ -3,12 +3,12 @@ wait for them to be gone; the trainer's control files; a free port."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ddptui.onhost.common import (
@@ -39,17 +39,19 @@ exit "$status"
 """
 
 
-def start(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
-    """Start ``command`` detached (a session of its own) and answer its process group: how an
-    SSH host's node starts."""
-    child = _begin(run_dir, code_dir, attempt, env_json, command, detached=True)
+def start(
+    run_dir: Path, code_dir: Path, attempt: str, env: Mapping[str, str], command: list[str]
+) -> int:
+    """Start ``command`` detached (a session of its own) with ``env`` over this process's
+    environment, and answer its process group: how an SSH host's node starts."""
+    child = _begin(run_dir, code_dir, attempt, env, command, detached=True)
     if child is None:
         return 1
     emit({"pgid": child.pid})
     return 0
 
 
-def run(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: list[str]) -> int:
+def run(run_dir: Path, code_dir: Path, attempt: str, command: list[str]) -> int:
     """Start ``command`` as :func:`start` does, but in this process's session, and wait for it:
     how a Slurm step runs a node, so the step lives as long as torchrun and Slurm's signals
     reach it. Exits with the command's status; the signals that end the command do not end
@@ -66,7 +68,8 @@ def run(run_dir: Path, code_dir: Path, attempt: str, env_json: str, command: lis
     for step_signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         # A handler, not SIG_IGN: the command gets the default disposition back at exec.
         signal.signal(step_signal, held)
-    child = _begin(run_dir, code_dir, attempt, env_json, command, detached=False)
+    # The batch script exported the run's environment: nothing to add.
+    child = _begin(run_dir, code_dir, attempt, {}, command, detached=False)
     if child is None:
         return 1
     for passed_on in early:
@@ -81,7 +84,7 @@ def _begin(
     run_dir: Path,
     code_dir: Path,
     attempt: str,
-    env_json: str,
+    env: Mapping[str, str],
     command: list[str],
     *,
     detached: bool,
@@ -92,8 +95,7 @@ def _begin(
         return None
     for made in (pgid_file.parent, *(run_dir / name for name in RANKS_WRITE)):
         make_dirs(made)
-    env = dict(os.environ)
-    env.update(json.loads(env_json))
+    env = {**os.environ, **env}
     # Every process of the run inherits these (torchrun starts its workers in sessions of
     # their own, so a process group would miss them): they are how the run's processes are
     # found, signalled and counted.

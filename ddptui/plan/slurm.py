@@ -307,7 +307,7 @@ def _script(
         "if (( attempt == 1 )); then resume=(); fi",
         "# The node agent starts the attempt as on an SSH host (the marks its processes are found",
         "# by, the ranks' stack handler, torchrun's exit status) and waits for it.",
-        f"exec {' '.join(shell_word(word) for word in agent)} \"$attempt\" '{{}}' {command} "
+        f'exec {" ".join(shell_word(word) for word in agent)} "$attempt" {command} '
         '"${resume[@]}"',
         "NODE",
         "",

@@ -51,7 +51,7 @@ def _foreground(run_dir: Path, code: Path, attempt: str, umask: int, *command: s
     # As Python does by default: the rank writes the bytecode of what it imports.
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run(
-        [sys.executable, "-", "run", str(run_dir), str(code), attempt, '{"RANK": "0"}', *command],
+        [sys.executable, "-", "run", str(run_dir), str(code), attempt, *command],
         input=agent_program(),
         text=True,
         capture_output=True,
@@ -76,8 +76,9 @@ def _host_run(workdir: Path, umask: int) -> Path:
     record = str(run_dir / "run.toml")
     staged = agent("stage", str(code_cache), str(code), record, sent=sent, umask=umask)
     assert staged["staged"] == len(MANIFEST)
-    _foreground(run_dir, code, "1", umask, sys.executable, "-c", "import train")
-    assert "pgid" in agent("start", str(run_dir), str(code), "2", "{}", "true", umask=umask)
+    # A rank as torchrun makes one: RANK set for it, not for its parent.
+    _foreground(run_dir, code, "1", umask, "env", "RANK=0", sys.executable, "-c", "import train")
+    assert "pgid" in agent("start", str(run_dir), str(code), "2", "true", umask=umask)
     deadline = time.monotonic() + 30
     while not (run_dir / "node" / "attempt-2.exit").exists():
         assert time.monotonic() < deadline, "the detached attempt never ended"

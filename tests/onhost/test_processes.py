@@ -3,7 +3,6 @@ foreground, ending with its command) and its ``wait`` for a run's processes to e
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,9 @@ def _run(tmp_path: Path, *command: str) -> subprocess.Popen[str]:
     (tmp_path / "code").mkdir(exist_ok=True)
     argv = [sys.executable, "-", "run", str(tmp_path / "run"), str(tmp_path / "code"), "2"]
     process = subprocess.Popen(
-        [*argv, json.dumps({"FROM_HEAD": "yes"}), *command],
+        [*argv, *command],
+        # As a Slurm step's batch script exports the run's environment before the agent runs.
+        env={**os.environ, "FROM_HEAD": "yes"},
         stdin=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -74,7 +75,7 @@ def test_a_step_s_sigterm_before_the_command_exists_still_ends_it(
     before = {number: signal.getsignal(number) for number in STEP_SIGNALS}
     (tmp_path / "code").mkdir()
     try:
-        status = processes.run(tmp_path / "run", tmp_path / "code", "1", "{}", ["sleep", "20"])
+        status = processes.run(tmp_path / "run", tmp_path / "code", "1", ["sleep", "20"])
     finally:
         for number, handler in before.items():
             signal.signal(number, handler)
@@ -99,7 +100,7 @@ def test_wait_with_linger_returns_once_only_launchers_are_left(
     launcher = f"RANK=0 {rank} & sleep 600"
     run_dir, code = tmp_path / "run", tmp_path / "code"
     code.mkdir()
-    started = agent("start", str(run_dir), str(code), "1", "{}", "sh", "-c", launcher)
+    started = agent("start", str(run_dir), str(code), "1", "sh", "-c", launcher)
     pgid = started["pgid"]
     assert isinstance(pgid, int)
     try:

@@ -4,7 +4,6 @@ its ``dump`` asks each for its stacks."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -67,18 +66,17 @@ def ranks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     theirs.mkdir()
     marks.mkdir()
     (theirs / "sitecustomize.py").write_text(THEIR_SITE)
-    env = json.dumps({"PYTHONPATH": str(theirs), "THEIR_MARKS": str(marks)})
     started = agent(
         "start",
         str(run_dir),
         str(code),
         "1",
-        env,
         sys.executable,
         "launcher.py",
         "rank.py",
         "rank.py",
         "sleep",
+        sent={"PYTHONPATH": str(theirs), "THEIR_MARKS": str(marks)},
     )
     pgid = started["pgid"]
     assert isinstance(pgid, int)
@@ -141,7 +139,7 @@ def test_a_rank_past_its_interpreter_s_exit_is_not_killed_by_a_dump(tmp_path: Pa
     (code / "launcher.py").write_text(LAUNCHER)
     (code / "lingering.py").write_text(LINGERING)
     started = agent(
-        "start", str(run_dir), str(code), "1", "{}", sys.executable, "launcher.py", "lingering.py"
+        "start", str(run_dir), str(code), "1", sys.executable, "launcher.py", "lingering.py"
     )
     pgid = started["pgid"]
     assert isinstance(pgid, int)

@@ -8,7 +8,6 @@ other exception. The code's way to a host is :mod:`ddptui.run.code.upload`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,8 +52,8 @@ async def start(
         run_dir,
         code_dir(run_dir),
         str(attempt),
-        json.dumps(dict(env)),
         *argv,
+        sent=dict(env),
     )
     return answer.take("pgid", answers.pid)
 

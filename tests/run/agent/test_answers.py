@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +219,37 @@ def test_the_real_agents_answers_pass_the_checks(
             assert not ended.alive and not ended.processes
 
     asyncio.run(scenario())
+
+
+def test_the_environment_reaches_the_command_but_never_a_command_line(
+    local_ssh_server: LocalSshServer, tmp_path: Path
+) -> None:
+    # Its values may be tokens (WANDB_API_KEY, HF_TOKEN), and any user of the host reads
+    # every process's command line in ps.
+    host = local_host(local_ssh_server)
+    run_dir = tmp_path / "run"
+    Path(run_dir, "code").mkdir(parents=True)
+    token = "tok-8f3a61c2"
+    command_lines: list[str] = []
+
+    async def scenario() -> None:
+        async with RemoteCluster([host], connect_timeout=CONNECT_TIMEOUT_S) as remote:
+            run = remote.run
+
+            async def recorded(host: HostConfig, argv: Sequence[str], **options: Any) -> Any:
+                command_lines.append(" ".join(argv))
+                return await run(host, argv, **options)
+
+            remote.run = recorded  # type: ignore[method-assign]
+            said = 'printf %s "$DDPTUI_TEST_TOKEN" > ../said'
+            await nodes.start(
+                remote, host, str(run_dir), 1, {"DDPTUI_TEST_TOKEN": token}, ["sh", "-c", said]
+            )
+            await nodes.status(remote, host, str(run_dir), wait=10, attempts=1)
+
+    asyncio.run(scenario())
+    assert (run_dir / "said").read_text() == token
+    assert command_lines and not [line for line in command_lines if token in line]
 
 
 # --- one hostile host among healthy ones ---------------------------------------------------
