@@ -20,7 +20,7 @@ from ddptui.remote.status import Reach, Reachability
 from ddptui.run.control import RunControl
 from ddptui.run.record import Attempt, RunRecord, RunState
 from ddptui.run.store import RunStore
-from tests.helpers.probe import CUDA_TORCH, probe_output
+from tests.helpers.probe import probe_output, recorded_torch
 from tests.run.bed import two_host_record
 
 
@@ -29,7 +29,7 @@ def output(tmp_path_factory: pytest.TempPathFactory) -> str:
     """What the real probe prints on this machine (torch and nvidia-smi stood in for)."""
     return probe_output(
         tmp_path_factory.mktemp("probe"),
-        python_path={"torch/__init__.py": CUDA_TORCH},
+        python_path={"torch/__init__.py": recorded_torch()},
         smi_fixture="h200_idle",
     )
 

@@ -28,7 +28,7 @@ from ddptui.probe.facts import NA, HostFacts, Maybe, PathEntry, WorkdirSafety
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.transport import Command
-from tests.helpers import CUDA_TORCH, run_probe, write_package
+from tests.helpers import recorded_torch, run_probe, write_package
 from tests.remote.doubles import CommandsOnly
 
 HOST = HostConfig("gpu-b", "10.0.0.2")
@@ -305,7 +305,7 @@ def _probed_workdir(tmp_path: Path, mode: int, gid: int | None = None) -> HostFa
     if gid is not None:
         os.chown(work, -1, gid)
     work.chmod(mode)
-    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": CUDA_TORCH})
+    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": recorded_torch()})
     return facts
 
 
@@ -334,7 +334,7 @@ def test_the_probe_finds_a_group_writable_directory_ddptui_makes_in_a_private_wo
     made.mkdir()
     os.chown(made, -1, _a_shared_group())
     made.chmod(0o775)
-    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": CUDA_TORCH})
+    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": recorded_torch()})
     assert isinstance(facts.workdir, WorkdirSafety)
     found = finding(facts.workdir)
     assert f"{made} (which ddptui makes in the workdir) is writable by its group" in found.message
@@ -367,7 +367,7 @@ def test_the_check_inside_a_slurm_allocation_stops_on_it(tmp_path: Path) -> None
     work = tmp_path / "work"
     work.mkdir()
     work.chmod(0o777)
-    fakes = write_package(tmp_path / "site", {"torch/__init__.py": CUDA_TORCH})
+    fakes = write_package(tmp_path / "site", {"torch/__init__.py": recorded_torch()})
     node = HostConfig("node07", "127.0.0.1", workdir=str(work))
     slurm = SlurmConfig(nodes=1)
     config = Config(Path("hosts.toml"), ClusterConfig(), (node,), JobConfig(), slurm=slurm)

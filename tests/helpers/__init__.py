@@ -29,7 +29,7 @@ from tests.helpers.health import (
     named_master,
 )
 from tests.helpers.hostile_server import Behaviour, HostileSshServer, served
-from tests.helpers.probe import CUDA_TORCH, run_probe, write_package
+from tests.helpers.probe import recorded_torch, run_probe, torch_recording, write_package
 from tests.helpers.shells import (
     FIELDS,
     HOSTS_FILE,
@@ -50,7 +50,6 @@ from tests.helpers.users import (
 
 __all__ = [
     "ADDRESSES",
-    "CUDA_TORCH",
     "FIELDS",
     "HOSTS_FILE",
     "OTHER",
@@ -77,11 +76,13 @@ __all__ = [
     "named_master",
     "nasty",
     "owned_dir",
+    "recorded_torch",
     "remote_values",
     "replay",
     "run_probe",
     "served",
     "shared_tmp",
     "top_diagnosis",
+    "torch_recording",
     "write_package",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,17 +16,44 @@ from ddptui.probe.facts import HostFacts
 from ddptui.probe.parse import parse_facts
 from tests.fixtures.gpu import nvidia_smi_double
 
-# Stand-ins that import instantly, so only one test pays for the real `import torch`.
-CUDA_TORCH = """
+PROBE_RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "probe"
+
+
+def torch_recording(fixture: str = "h200_idle_nvml") -> dict[str, Any]:
+    """The torch section of a real GPU host's probe output, ``fixtures/probe/<fixture>.json``."""
+    document = json.loads((PROBE_RECORDINGS / f"{fixture}.json").read_text())
+    section: dict[str, Any] = document["torch"]
+    return section
+
+
+def recorded_torch(fixture: str = "h200_idle_nvml", *, device_count: int | None = None) -> str:
+    """A stand-in ``torch/__init__.py`` giving the probe the answers torch gave on the host
+    recorded in ``fixture``; ``device_count``, where given, is the number of GPUs the test's
+    nvidia-smi or NVML double lists, so torch and the driver agree as they do on one host.
+
+    A CUDA build of torch cannot be installed here, and the real ``import torch`` costs seconds:
+    this one imports instantly, so only one test pays for the real import.
+    """
+    section = torch_recording(fixture)
+    count = section["device_count"] if device_count is None else device_count
+    # torch's is_available is whether it counts a device: none where the driver lists none.
+    available = section["cuda_available"] and count > 0
+    # torch.cuda.nccl.version() gives a tuple; the probe joined it with dots.
+    nccl = tuple(int(part) for part in section["nccl"].split("."))
+    version, cuda = section["version"], section["cuda"]
+    nccl_available, gloo_available = section["nccl_available"], section["gloo_available"]
+    return f"""
 import types
-__version__ = "2.4.1+cu121"
-version = types.SimpleNamespace(cuda="12.1")
+__version__ = {version!r}
+version = types.SimpleNamespace(cuda={cuda!r})
 cuda = types.SimpleNamespace(
-    is_available=lambda: True,
-    device_count=lambda: 2,
-    nccl=types.SimpleNamespace(version=lambda: (2, 20, 5)),
+    is_available=lambda: {available!r},
+    device_count=lambda: {count!r},
+    nccl=types.SimpleNamespace(version=lambda: {nccl!r}),
 )
-distributed = types.SimpleNamespace(is_nccl_available=lambda: True, is_gloo_available=lambda: True)
+distributed = types.SimpleNamespace(
+    is_nccl_available=lambda: {nccl_available!r}, is_gloo_available=lambda: {gloo_available!r}
+)
 """
 
 

@@ -9,12 +9,15 @@ import pytest
 
 from ddptui.onhost.gpu_health import SMI_HEALTH_FIELDS, SMI_REMAPPED_ROWS, smi_health
 from ddptui.probe.facts import NA, GpuHealth, HostFacts
-from tests.fixtures.nvml import pynvml_double
-from tests.helpers import CUDA_TORCH, run_probe
+from tests.fixtures.nvml import gpu_count, pynvml_double
+from tests.helpers import recorded_torch, run_probe
 
 
 def _probed(tmp_path: Path, machine: str) -> HostFacts:
-    files = {"torch/__init__.py": CUDA_TORCH, "pynvml.py": pynvml_double(machine)}
+    files = {
+        "torch/__init__.py": recorded_torch(device_count=gpu_count(machine)),
+        "pynvml.py": pynvml_double(machine),
+    }
     return run_probe(tmp_path, python_path=files, keep_path=False)[0]
 
 

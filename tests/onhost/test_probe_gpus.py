@@ -14,8 +14,8 @@ from ddptui.health import Code, HostCheck, evaluate
 from ddptui.onhost.probe_gpus import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import Reach, Reachability
-from tests.fixtures.gpu import DOUBLE, FIXTURES
-from tests.helpers import CUDA_TORCH, run_probe
+from tests.fixtures.gpu import DOUBLE, FIXTURES, gpu_count
+from tests.helpers import recorded_torch, run_probe
 
 # Mirrors pynvml's API for the calls the probe makes; bytes where pynvml returns bytes.
 FAKE_PYNVML = """
@@ -56,7 +56,10 @@ def test_fixtures_were_recorded_with_the_probes_queries() -> None:
 def test_pynvml_is_preferred_and_its_gaps_are_not_available(tmp_path: Path) -> None:
     facts, _ = run_probe(
         tmp_path,
-        python_path={"torch/__init__.py": CUDA_TORCH, "pynvml.py": FAKE_PYNVML},
+        python_path={
+            "torch/__init__.py": recorded_torch(device_count=gpu_count("a100x2_busy")),
+            "pynvml.py": FAKE_PYNVML,
+        },
         smi_fixture="a100x2_busy",
     )
     gpus = facts.gpus
@@ -81,8 +84,9 @@ def smi_facts(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], HostF
     def probe(fixture: str) -> HostFacts:
         if fixture not in cache:
             tmp = tmp_path_factory.mktemp(fixture)
+            torch = recorded_torch(device_count=gpu_count(fixture))
             cache[fixture] = run_probe(
-                tmp, python_path={"torch/__init__.py": CUDA_TORCH}, smi_fixture=fixture
+                tmp, python_path={"torch/__init__.py": torch}, smi_fixture=fixture
             )[0]
         return cache[fixture]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.onhost import probe_network
-from tests.helpers import CUDA_TORCH, run_probe
+from tests.helpers import recorded_torch, run_probe
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,9 @@ from tests.helpers import CUDA_TORCH, run_probe
 )
 def test_master_address_is_resolved_on_the_host(tmp_path: Path, name: str, resolves: bool) -> None:
     facts, elapsed = run_probe(
-        tmp_path, python_path={"torch/__init__.py": CUDA_TORCH}, extra_args=("--master-addr", name)
+        tmp_path,
+        python_path={"torch/__init__.py": recorded_torch()},
+        extra_args=("--master-addr", name),
     )
     master = facts.master
     assert master is not None and master.name == name
@@ -38,7 +40,7 @@ def test_master_address_is_resolved_on_the_host(tmp_path: Path, name: str, resol
 
 
 def test_without_master_address_there_is_no_lookup(tmp_path: Path) -> None:
-    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": CUDA_TORCH})
+    facts, _ = run_probe(tmp_path, python_path={"torch/__init__.py": recorded_torch()})
     assert facts.master is None
 
 

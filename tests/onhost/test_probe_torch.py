@@ -12,7 +12,10 @@ import pytest
 
 from ddptui.onhost.probe_torch_cache import TORCH_CACHE_DIR, cached_torch, torch_cache_path
 from ddptui.probe.facts import HostFacts
-from tests.helpers import CUDA_TORCH, run_probe
+from ddptui.probe.parse import parse_facts
+from tests.fixtures.gpu import gpu_count
+from tests.helpers import recorded_torch, run_probe
+from tests.helpers.probe import PROBE_RECORDINGS
 
 HANGING_TORCH = """
 import os, sys, time
@@ -34,24 +37,34 @@ def test_hanging_torch_is_a_timeout_and_is_killed(tmp_path: Path) -> None:
         os.kill(pid, 0)
 
 
+def test_the_stand_in_answers_as_the_recorded_host(tmp_path: Path) -> None:
+    torch = {"torch/__init__.py": recorded_torch("h200_idle_nvml")}
+    facts, _ = run_probe(tmp_path, python_path=torch, smi_fixture="h200_idle")
+    recorded = parse_facts((PROBE_RECORDINGS / "h200_idle_nvml.json").read_text())
+    assert facts.torch == recorded.torch
+
+
 COUNTED = 'open(__import__("os").environ["TORCH_IMPORTS"], "a").write("import\\n")\n'
 """Prepended to a stand-in torch: each import leaves a line in the file $TORCH_IMPORTS names."""
 
 
 def test_torch_facts_are_kept_until_what_they_depend_on_changes(tmp_path: Path) -> None:
     imports = tmp_path / "imports"
+    gpus = gpu_count("a100x2_busy")
+    # One text throughout: rewriting it would be an upgrade of torch.
+    torch = COUNTED + recorded_torch(device_count=gpus)
 
     def probe(fixture: str = "a100x2_busy", **env: str) -> tuple[HostFacts, int]:
         facts, _ = run_probe(
             tmp_path,
-            python_path={"torch/__init__.py": COUNTED + CUDA_TORCH},
+            python_path={"torch/__init__.py": torch},
             smi_fixture=fixture,
             extra_env={"TORCH_IMPORTS": str(imports), **env},
         )
         return facts, imports.read_text().count("import")
 
     first, imported = probe()
-    assert imported == 1 and first.torch.ok and first.torch.device_count == 2
+    assert imported == 1 and first.torch.ok and first.torch.device_count == gpus
     kept = tmp_path / "work" / TORCH_CACHE_DIR / f"torch-{socket.gethostname()}.json"
     assert kept.is_file()
     again, imported = probe()

@@ -14,7 +14,7 @@ import pytest
 from ddptui.probe import PROBE_SOURCE, probe_args
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.programs import AGENT_MODULES, ONHOST, PROBE_MODULES, agent_program
-from tests.helpers import CUDA_TORCH, write_package
+from tests.helpers import recorded_torch, torch_recording, write_package
 
 PROGRAMS = {"agent": AGENT_MODULES, "probe": PROBE_MODULES}
 
@@ -52,7 +52,7 @@ def _isolated(program: str, *args: str, cwd: Path, env: dict[str, str] | None = 
 
 def test_the_probe_runs_where_ddptui_is_not_installed(tmp_path: Path) -> None:
     # The parent ignores PYTHONPATH (-I); torch's child, started without -I, finds the stand-in.
-    site = write_package(tmp_path / "site", {"torch/__init__.py": CUDA_TORCH})
+    site = write_package(tmp_path / "site", {"torch/__init__.py": recorded_torch()})
     out = _isolated(
         PROBE_SOURCE,
         *probe_args(str(tmp_path / "work")),
@@ -61,7 +61,7 @@ def test_the_probe_runs_where_ddptui_is_not_installed(tmp_path: Path) -> None:
     )
     facts = parse_facts(out)
     assert facts.section_errors == {}
-    assert facts.torch.ok and facts.torch.version == "2.4.1+cu121"
+    assert facts.torch.ok and facts.torch.version == torch_recording()["version"]
 
 
 def test_the_agent_gets_its_document_where_ddptui_is_not_installed(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from tests.run.bed import (
 from tests.testbed import TestBed, TestHost
 from tests.ui.pilot import open_from_runs, until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("frameworks-bed")]
 
 FRAMEWORKS = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
 CASES = {
@@ -55,6 +55,18 @@ def _events(hosts: list[TestHost], run_id: str) -> dict[int, list[dict[str, Any]
                 json.loads(line) for line in lines if line.endswith("}")
             ]
     return found
+
+
+def _saved(events: list[dict[str, Any]]) -> bool:
+    """Whether the rank stepped after the last checkpoint it began: the framework's save, which
+    the training loop waits for, is whole on disk. A step of rank 0 takes every rank's
+    gradients, so every rank's own part of the save (its RNG state) is whole too."""
+    began = [
+        index
+        for index, event in enumerate(events)
+        if event["type"] == "checkpoint" or event.get("phase") == "checkpoint"
+    ]
+    return bool(began) and any(event["type"] == "step" for event in events[began[-1] + 1 :])
 
 
 def _told(hosts: list[TestHost], run_id: str) -> str:
@@ -171,16 +183,7 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
     wait_until("stepping again", lambda: cli.record(run_id).state is RunState.RUNNING, 90)
 
     # A checkpoint the framework saved, then the stop.
-    wait_until(
-        "a checkpoint",
-        lambda: any(
-            event["type"] == "checkpoint" or event.get("phase") == "checkpoint"
-            for event in _events(hosts, run_id)[0]
-        ),
-        120,
-        every=0.5,
-    )
-    time.sleep(3)
+    wait_until("a whole checkpoint", lambda: _saved(_events(hosts, run_id)[0]), 120, every=0.5)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr + _told(hosts, run_id)
     assert not run_processes(hosts, run_id)

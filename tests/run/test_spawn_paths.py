@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from ddptui.run.control import RunControl
 from ddptui.run.standby import Standby
 from ddptui.run.store import RunStore
 from ddptui.run.supervising import holds_open
+from tests.run.bed import wait_until
 
 PLANTED = ("json.py", "argparse.py", "ddptui/__init__.py", "ddptui/run/supervisor/__init__.py")
 
@@ -42,14 +42,10 @@ def test_the_supervisor_starts_from_ddptui_s_own_files(hostile_cwd: Path, tmp_pa
     # A store whose path has a space in it: told whole, not split.
     store = RunStore(tmp_path / "state dir" / "runs")
     (store.root / "20990101-000000-none").mkdir(parents=True)
-    RunControl(store)._spawn("20990101-000000-none")
-    # The real supervisor finds no run and ends; wait for it, then for any planted import.
-    log = store.files("20990101-000000-none").supervisor_log
-    deadline = time.monotonic() + 20
-    while not log.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    assert log.exists(), "the supervisor never started"
+    control = RunControl(store)
+    control._spawn("20990101-000000-none")
+    # The real supervisor finds no run and ends: whatever it imported, it has imported.
+    _wait_for_the_end(control, store, "20990101-000000-none")
     assert not hostile_cwd.exists(), hostile_cwd.read_text()
 
 
@@ -66,10 +62,17 @@ def test_the_node_agent_run_here_for_an_ended_job_imports_the_standard_library(
     assert not hostile_cwd.exists(), hostile_cwd.read_text()
 
 
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + 20
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+def _wait_for_the_end(control: RunControl, store: RunStore, run_id: str) -> None:
+    """Until ``run_id``'s supervisor has started and ended: its log is written once it holds
+    the run's lock, which it lets go of only as it exits."""
+    log = store.files(run_id).supervisor_log
+    wait_until(
+        "the supervisor to start and end",
+        lambda: log.exists() and not control.supervised(run_id),
+        60,
+        every=0.1,
+        story=lambda: log.read_text() if log.exists() else "it never wrote its log",
+    )
 
 
 def test_a_standby_supervisor_told_its_run_supervises_it(
@@ -87,8 +90,7 @@ def test_a_standby_supervisor_told_its_run_supervises_it(
     monkeypatch.setattr(control.supervisors, "spawn", spawn)
     control._start_supervisor("20990101-000000-none")
     log = store.files("20990101-000000-none").supervisor_log
-    _wait_for(log)
-    time.sleep(0.5)
+    _wait_for_the_end(control, store, "20990101-000000-none")
     # It found no record, as a spawned one does, and said so in the run's log.
     assert "cannot supervise run 20990101-000000-none" in log.read_text()
     assert not hostile_cwd.exists(), hostile_cwd.read_text()

@@ -438,7 +438,8 @@ def sample_of(value: Any) -> dict[str, Any]:
         sample["ranks"] = _ranks(ranks)
     xids = value.get("xids")
     if isinstance(xids, list):
-        sample["xids"] = [line[:MAX_XID_CHARS] for line in xids[:MAX_XIDS] if isinstance(line, str)]
+        lines = [line for line in xids[:MAX_XIDS] if isinstance(line, str)]
+        sample["xids"] = [plain(line, limit=MAX_XID_CHARS, one_line=True) for line in lines]
     kernel_log = value.get("kernel_log")
     if isinstance(kernel_log, str):
         sample["kernel_log"] = plain(kernel_log, limit=200, one_line=True)

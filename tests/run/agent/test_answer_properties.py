@@ -8,8 +8,12 @@ and supervisor protocol), the trainer's event lines, Python stack dumps, the ban
 benchmark's output and the probe's document. Each kind has its own test below; the strategies
 above them are shared.
 
-Every test is derandomized with no example database, so CI sees the same examples on every run;
-``deadline`` is the time bound of one example.
+A parser that refused everything would pass those tests, so each kind has a second one: it draws
+only what a correct host sends, every field its parser reads, and holds the parser to the typed
+value that says the same.
+
+Every test is derandomized with no example database, so CI sees the same examples on every run,
+and has no deadline (:func:`~tests.run.hostile_answers.hostile` says why).
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import asyncio
 import dataclasses
 import hashlib
 import io
+import ipaddress
 import json
 import math
+import stat
+import string
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,10 +39,34 @@ from rich.console import Console
 
 import ddptui
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
-from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
+from ddptui.health.bandwidth import (
+    BandwidthReport,
+    BenchError,
+    PairRow,
+    SweepRow,
+    read_result,
+)
 from ddptui.present.bandwidth import bandwidth_lines, bandwidth_matrix
-from ddptui.probe.facts import NA, HostFacts
-from ddptui.probe.parse import ProbeError, parse_facts
+from ddptui.probe.facts import (
+    MAX_GPUS,
+    NA,
+    DiskFacts,
+    GpuFacts,
+    GpuHealth,
+    GpuInventory,
+    GpuProcess,
+    HostFacts,
+    Interface,
+    KernelLog,
+    MasterResolution,
+    PathEntry,
+    PortFacts,
+    PythonFacts,
+    TorchFacts,
+    WorkdirSafety,
+    XidEvent,
+)
+from ddptui.probe.parse import PROBE_VERSION, ProbeError, parse_facts
 from ddptui.remote.commands import CommandResult
 from ddptui.run import protocol
 from ddptui.run.agent import client as nodes
@@ -50,14 +81,38 @@ from ddptui.run.evidence.stacks import (
     MAX_FRAMES,
     MAX_NAME_CHARS,
     MAX_THREADS,
+    MODULE_FRAME,
+    Frame,
     RankStack,
     ThreadStack,
     group,
     parse_stacks,
     rank_spans,
 )
-from ddptui.run.following.events import EVENT_TYPES, EventReader, RankEvent
-from ddptui.run.following.files import MAX_OFFSET, MAX_TEXT_CHARS, FileLine, Heartbeat, HostFollower
+from ddptui.run.following.event_fields import LAUNCH_STAMPS
+from ddptui.run.following.events import (
+    EVENT_TYPES,
+    EVENT_VERSION,
+    MAX_EVENT_TIME,
+    MAX_EXPECT_S,
+    MAX_MIB,
+    MAX_SAMPLES_PER_S,
+    MAX_STEP_S,
+    EventReader,
+    RankEvent,
+    SkippedCheckpoint,
+)
+from ddptui.run.following.files import (
+    GPU_FIELDS,
+    MAX_OFFSET,
+    MAX_TEXT_CHARS,
+    MAX_XID_CHARS,
+    MAX_XIDS,
+    PROCESS_STATE_LETTERS,
+    FileLine,
+    Heartbeat,
+    HostFollower,
+)
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import MAX_RANKS, RunProgress
 from ddptui.run.following.state import Steps
@@ -443,6 +498,56 @@ def test_stack_texts(text: str) -> None:
     stacks_are_safe(threads)
 
 
+# A parser that found no thread in any text would pass the test above: these texts are what
+# py-spy and faulthandler print, and every thread and frame drawn must be read back.
+
+IDENTIFIERS = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,11}", fullmatch=True)
+FUNCTION_NAMES = st.one_of(
+    st.just(MODULE_FRAME),
+    IDENTIFIERS,
+    # py-spy's qualified names.
+    st.builds(lambda outer, inner: f"{outer}.<locals>.{inner}", IDENTIFIERS, IDENTIFIERS),
+)
+SOURCE_FILES = st.from_regex(r"/?([a-z0-9_-]{1,8}/){0,3}[a-z_][a-z0-9_]{0,8}\.py", fullmatch=True)
+FRAMES = st.builds(Frame, FUNCTION_NAMES, SOURCE_FILES, st.integers(0, 10**12 - 1))
+THREAD_NAMES = st.text(string.ascii_letters + string.digits + "_-", min_size=1, max_size=16)
+
+
+@st.composite
+def valid_stack_texts(draw: st.DrawFn) -> tuple[str, tuple[ThreadStack, ...]]:
+    """One process's threads as ``py-spy dump`` or faulthandler prints them, and those threads."""
+    py_spy = draw(st.booleans())
+    # py-spy names the process first; faulthandler starts at the first thread, and names
+    # threads by their ids alone.
+    lines = ["Process 4242: python3 train.py", "Python v3.11.9 (/usr/bin/python3.11)", ""]
+    lines = lines if py_spy else []
+    threads = []
+    for thread_id in draw(st.lists(st.integers(1, 2**48), unique=True, max_size=3)):
+        frames = draw(st.lists(FRAMES, max_size=4))
+        if py_spy:
+            name = draw(THREAD_NAMES)
+            state = draw(st.sampled_from(["idle", "active", "gil"]))
+            lines.append(f'Thread {thread_id} ({state}): "{name}"')
+            lines += [f"    {frame.function} ({frame.file}:{frame.line})" for frame in frames]
+        else:
+            name = f"0x{thread_id:016x}"
+            which = draw(st.sampled_from(["Thread", "Current thread"]))
+            lines.append(f"{which} {name} (most recent call first):")
+            lines += [f'  File "{f.file}", line {f.line} in {f.function}' for f in frames]
+            lines.append("")
+        threads.append(ThreadStack(name, tuple(frames)))
+    return "\n".join(lines) + "\n", tuple(threads)
+
+
+@hostile(100)
+@given(dump=valid_stack_texts())
+def test_the_stack_texts_py_spy_and_faulthandler_print_are_read(
+    dump: tuple[str, tuple[ThreadStack, ...]],
+) -> None:
+    text, threads = dump
+    assert parse_stacks(text) == threads
+
+
 # --- node agent answers: dump (stacks and the flight recorder's files) ------------------------
 
 RANK_STACK = st.fixed_dictionaries(
@@ -684,14 +789,6 @@ def test_the_agents_code_upload_answers_are_read(
     assert remote.asked == (["stage", "put", "stage"] if missing else ["stage"])
 
 
-STACK_TEXT_SAMPLES = (
-    "",
-    'Thread 4242 (active): "MainThread"\n    step (train.py:12)\n    <module> (train.py:40)\n',
-    "Current thread 0x00007f3a2b4c5700 (most recent call first):\n"
-    '  File "train.py", line 12 in step\n  File "train.py", line 40 in <module>\n',
-)
-
-
 @st.composite
 def valid_dumps(draw: st.DrawFn, attempts: int, node_rank: int) -> tuple[dict[str, Any], HostDump]:
     """The agent's dump answer (attempt up to ``attempts``), and what it says, typed."""
@@ -699,17 +796,17 @@ def valid_dumps(draw: st.DrawFn, attempts: int, node_rank: int) -> tuple[dict[st
     ranks = draw(st.lists(st.integers(0, MAX_RANKS - 1), unique=True, max_size=3))
     reports, stacks = [], []
     for rank in sorted(ranks):
+        text, threads = draw(valid_stack_texts())
         report = {
             "rank": rank,
             "pid": draw(VALID_PIDS),
             "name": draw(NAMES),
             "via": draw(st.sampled_from(["", "py-spy", "faulthandler"])),
-            "text": draw(st.one_of(any_of(STACK_TEXT_SAMPLES), NAMES)),
+            "text": text,
             "error": draw(NAMES),
             "note": draw(NAMES),
         }
         reports.append(report)
-        text = plain(report["text"])
         stacks.append(
             RankStack(
                 HOST.name,
@@ -717,7 +814,7 @@ def valid_dumps(draw: st.DrawFn, attempts: int, node_rank: int) -> tuple[dict[st
                 rank,
                 report["pid"],
                 report["via"],
-                parse_stacks(text),
+                threads,
                 plain(report["error"], limit=500, one_line=True),
                 plain(report["note"], limit=500, one_line=True),
                 text,
@@ -839,6 +936,13 @@ LINE_TEXTS = st.one_of(
     ),
     HOSTILE_TEXT,
 )
+XID_TEXTS = st.builds(
+    lambda pci, code, text: f"NVRM: Xid (PCI:{pci}): {code}, {text}",
+    st.one_of(st.sampled_from(["0000:3b:00", "00000000:3B:00.0", "3b:00"]), HOSTILE_TEXT),
+    LINE_NUMBERS,
+    HOSTILE_TEXT,
+)
+"""A driver's Xid lines, as the kernel logs them, with anything in their parts."""
 SAMPLES = st.fixed_dictionaries(
     {},
     optional={
@@ -850,28 +954,28 @@ SAMPLES = st.fixed_dictionaries(
                 maybe(
                     st.fixed_dictionaries(
                         {},
+                        # nvidia-smi's text, or NVML's numbers.
                         optional={
                             key: maybe(
                                 st.one_of(
                                     st.sampled_from(
                                         ["0", "63", "64", "81559", "[N/A]", "nan", "1e999", " 7 "]
                                     ),
+                                    st.sampled_from(["00000000:3B:00.0", "0000:3b:00", "3B:00.0"]),
                                     HOSTILE_TEXT,
+                                    INTS,
+                                    FLOATS,
                                 )
                             )
-                            for key in (
-                                "index",
-                                "memory.used",
-                                "memory.total",
-                                "pstate",
-                                "power.draw",
-                            )
+                            for key in GPU_FIELDS
                         },
                     )
                 ),
                 max_size=3,
             )
         ),
+        "xids": maybe(st.lists(maybe(st.one_of(XID_TEXTS, HOSTILE_TEXT)), max_size=MAX_XIDS + 1)),
+        "kernel_log": maybe(HOSTILE_TEXT),
         "ranks": maybe(
             st.dictionaries(
                 st.one_of(st.sampled_from(["0", "2", "3", "9999999", "٣"]), HOSTILE_TEXT),
@@ -976,14 +1080,30 @@ def followed_update(update: FileLine | Heartbeat) -> None:
     assert type(update) is Heartbeat and update.host == "b"
     assert type(update.time) is float and math.isfinite(update.time)
     assert all(type(k) is int and type(v) is bool for k, v in update.groups.items())
-    assert set(update.sample) <= {"procs", "cpu_pct", "rss_mib", "gpus", "ranks"}
+    assert set(update.sample) <= {
+        "procs",
+        "cpu_pct",
+        "rss_mib",
+        "gpus",
+        "ranks",
+        "xids",
+        "kernel_log",
+    }
     for key in ("procs", "cpu_pct", "rss_mib"):
         if key in update.sample:
             assert math.isfinite(update.sample[key])
+    assert len(update.sample.get("gpus", ())) <= MAX_GPUS
     for gpu in update.sample.get("gpus", ()):
+        assert set(gpu) <= set(GPU_FIELDS)
         for key, value in gpu.items():
             assert isinstance(value, int | float | str), (key, value)
             assert not isinstance(value, float) or math.isfinite(value)
+            if isinstance(value, str):
+                shown_safely(value, one_line=True, limit=32)
+    xids = update.sample.get("xids", [])
+    assert len(xids) <= MAX_XIDS
+    assert all(type(line) is str and len(line) <= MAX_XID_CHARS for line in xids)
+    shown_safely(update.sample.get("kernel_log", ""), one_line=True, limit=200)
     for rank, seen in update.sample.get("ranks", {}).items():
         assert type(rank) is int and 0 <= rank < 10**6
         assert seen["cpu_pct"] is None or (math.isfinite(seen["cpu_pct"]) and seen["cpu_pct"] >= 0)
@@ -1015,6 +1135,147 @@ def test_followed_lines(lines: list[bytes], steps: Steps) -> None:
     assert protocol.decode(protocol.message(protocol.Judged(judgement))) == protocol.Judged(
         judgement
     )
+
+
+# A follower that dropped every document would pass the test above: these are what the agent's
+# follow streams, and each must be read as the update it says, field by field.
+
+SHOWN_TEXT = st.text(st.characters(categories=["L", "N", "P", "S", "Zs"]), max_size=16)
+"""Text with nothing a terminal acts on: what the readers that make a host's text plain give back
+unchanged."""
+CPU_SHARES = st.floats(0, 6400).map(lambda share: round(share, 1))
+
+
+@st.composite
+def pci_bus_ids(draw: st.DrawFn) -> tuple[str, str]:
+    """A GPU's PCI bus id as NVML gives it, and the slot the kernel log names the GPU by."""
+    domain, bus, device = draw(
+        st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F))
+    )
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0", f"{domain:04x}:{bus:02x}:{device:02x}"
+
+
+@st.composite
+def valid_gpu_rows(draw: st.DrawFn, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """GPU ``index``'s row in a heartbeat, as NVML's numbers or nvidia-smi's text, and the row
+    typed."""
+    printed = draw(st.booleans())
+    bus_id, slot = draw(pci_bus_ids())
+    pstate = f"P{draw(st.integers(0, 15))}"
+    row = {"index": str(index) if printed else index, "pstate": pstate, "pci_bus_id": bus_id}
+    typed: dict[str, Any] = {"index": index, "pstate": pstate, "pci_bus_id": slot}
+    for key in GPU_FIELDS:
+        if key in row:
+            continue
+        # NVML's power is in milliwatts, sent in watts.
+        number = draw(
+            st.one_of(
+                st.none(),
+                st.integers(0, 10**6),
+                st.integers(0, 10**6).map(lambda milli: milli / 1000),
+            )
+        )
+        if number is None:
+            # What the GPU did not say: nvidia-smi prints so, NVML's row leaves it out.
+            if printed:
+                row[key] = "[N/A]"
+            continue
+        row[key] = str(number) if printed else number
+        typed[key] = int(number) if float(number).is_integer() else number
+    return row, typed
+
+
+XID_LINES = st.builds(
+    lambda stamp, slot, code, words: f"[{stamp:.6f}] NVRM: Xid (PCI:{slot}): {code}, {words}",
+    st.floats(0, 10**6),
+    pci_bus_ids().map(lambda ids: ids[1]),
+    st.integers(0, 9999),
+    SHOWN_TEXT,
+)
+"""New Xid lines, as the kernel logs them."""
+
+
+@st.composite
+def valid_heartbeats(draw: st.DrawFn) -> tuple[dict[str, Any], Heartbeat]:
+    """A heartbeat as the agent's sampler sends it, and the heartbeat it says."""
+    groups = draw(st.dictionaries(st.integers(1, 20), st.booleans(), max_size=3))
+    ranks = draw(
+        st.dictionaries(
+            st.integers(0, 10**6 - 1),
+            st.fixed_dictionaries(
+                {"state": st.sampled_from(sorted(PROCESS_STATE_LETTERS)), "cpu_pct": CPU_SHARES}
+            ),
+            max_size=3,
+        )
+    )
+    sample: dict[str, Any] = {
+        "procs": draw(st.integers(0, 512)),
+        "cpu_pct": draw(CPU_SHARES),
+        "rss_mib": draw(st.floats(0, 2**20).map(lambda mib: round(mib, 1))),
+        "ranks": {str(rank): seen for rank, seen in ranks.items()},
+    }
+    typed = {**sample, "ranks": ranks}
+    # No GPU sample where the host has no way to ask.
+    if draw(st.booleans()):
+        indexes = draw(st.lists(st.integers(0, MAX_GPUS - 1), unique=True, max_size=3))
+        rows = [draw(valid_gpu_rows(index)) for index in indexes]
+        sample["gpus"] = [row for row, _ in rows]
+        typed["gpus"] = [row for _, row in rows]
+    # The kernel's log: new Xid lines, or why it cannot be read, or nothing new.
+    kernel = draw(
+        st.one_of(
+            st.fixed_dictionaries({"xids": st.lists(XID_LINES, min_size=1, max_size=MAX_XIDS)}),
+            st.fixed_dictionaries({"kernel_log": SHOWN_TEXT}),
+            st.just({}),
+        )
+    )
+    sample |= kernel
+    typed |= kernel
+    stamp, behind = draw(st.floats(0, 4e9)), draw(st.booleans())
+    document = {
+        "k": "hb",
+        "time": stamp,
+        "groups": {str(attempt): alive for attempt, alive in groups.items()},
+        "sample": sample,
+        "behind": behind,
+    }
+    return document, Heartbeat("b", stamp, groups, typed, behind)
+
+
+@st.composite
+def valid_follows(draw: st.DrawFn) -> tuple[list[bytes], list[FileLine | Heartbeat]]:
+    """What the agent's follow streams of host b, its own files' new lines and heartbeats, and
+    the updates it says."""
+    ends: dict[str, int] = {}
+    sent, updates = [], []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            document, update = draw(valid_heartbeats())
+        else:
+            path = draw(OWN_PATHS)
+            ends[path] = ends.get(path, 0) + draw(st.integers(1, 10**6))
+            text = draw(st.text(st.characters(exclude_characters="\n"), max_size=40))
+            document = {"k": "line", "f": path, "o": ends[path], "t": text}
+            cut = draw(st.booleans())
+            if cut:
+                document["cut"] = True
+            update = FileLine("b", path, ends[path], text, cut)
+        sent.append(json.dumps(document, separators=(",", ":")).encode())
+        updates.append(update)
+    return sent, updates
+
+
+@hostile(60)
+@given(followed=valid_follows())
+def test_the_agents_followed_lines_are_read(
+    followed: tuple[list[bytes], list[FileLine | Heartbeat]],
+) -> None:
+    sent, updates = followed
+    record = two_host_record()
+    [node] = [node for node in record.nodes if node.host == "b"]
+    follower = HostFollower.of_node(_CONFIG, record, node)
+    assert [follower._parse(raw) for raw in sent] == updates
+    assert (follower.garbled, follower.unknown) == (0, 0)
 
 
 # --- the trainer's event lines ----------------------------------------------------------------
@@ -1085,8 +1346,125 @@ def test_event_lines(lines: list[str | bytes]) -> None:
     assert reader.events + reader.garbled <= len(lines)
 
 
+# A reader that took no line for an event would pass the test above: these are the events a
+# trainer writes, every field of every type, and each must be read as written.
+
+COUNTS = st.integers(0, 2**63 - 1)
+TIMES = st.floats(0, MAX_EVENT_TIME, exclude_max=True)
+TEXT_LINES = st.text(
+    st.characters(categories=["L", "N", "P", "S", "Zs"], include_characters="\n\t"), max_size=40
+)
+"""A message or a traceback: newlines and tabs are kept in them."""
+EVENT_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "config": st.dictionaries(
+        SHOWN_TEXT,
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(),
+            st.floats(allow_nan=False, allow_infinity=False),
+            SHOWN_TEXT,
+        ),
+        max_size=4,
+    ),
+    "versions": st.dictionaries(st.sampled_from(["python", "torch", "cuda", "nccl"]), SHOWN_TEXT),
+    "device": st.sampled_from(["cpu", "cuda:0", "cuda:7"]),
+    "backend": st.sampled_from(["gloo", "nccl"]),
+    "fsdp": st.booleans(),
+    "task": SHOWN_TEXT,
+    "parameters": COUNTS,
+    "global_batch": COUNTS,
+    "steps_per_epoch": COUNTS,
+    "total_steps": COUNTS,
+    "start_step": COUNTS,
+    "start_epoch": COUNTS,
+    "resumed_from": SHOWN_TEXT,
+    "exact_resume": st.booleans(),
+    "skipped_checkpoints": st.lists(
+        st.fixed_dictionaries({"path": SHOWN_TEXT, "reason": SHOWN_TEXT}), max_size=3
+    ),
+    "hostname": SHOWN_TEXT,
+    "pid": COUNTS,
+    "launch": st.fixed_dictionaries({}, optional=dict.fromkeys(LAUNCH_STAMPS, TIMES)),
+    "control": st.lists(st.sampled_from(["stop", "save"]), unique=True),
+    "step": COUNTS,
+    "epoch": COUNTS,
+    "loss": st.floats(allow_nan=False, allow_infinity=False),
+    "lr": st.floats(allow_nan=False, allow_infinity=False),
+    "samples_per_s": st.floats(0, MAX_SAMPLES_PER_S),
+    "step_time_s": st.floats(0, MAX_STEP_S),
+    "compute_s": st.floats(0, MAX_STEP_S),
+    "cuda_allocated_mib": st.floats(0, MAX_MIB),
+    "cuda_reserved_mib": st.floats(0, MAX_MIB),
+    "cuda_peak_mib": st.floats(0, MAX_MIB),
+    "rss_mib": st.floats(0, MAX_MIB),
+    "path": SHOWN_TEXT,
+    "seconds": st.floats(0, MAX_EXPECT_S),
+    "bytes": COUNTS,
+    "phase": SHOWN_TEXT.filter(bool),
+    "expect_s": st.floats(0, MAX_EXPECT_S, exclude_min=True),
+    "source": st.sampled_from(["SIGTERM", "SIGINT", "control/stop", "peer"]),
+    "reason": st.sampled_from(["completed", "stopped"]),
+    "message": TEXT_LINES,
+    "traceback": TEXT_LINES,
+}
+"""What a trainer writes in each field of an event, by name: a field an event gains fails
+:func:`valid_events` until it is here."""
+
+
+def typed_value(name: str, value: Any) -> Any:
+    """What the reader makes of a field's valid ``value``: itself, unless JSON has no such type."""
+    if name == "control":
+        return frozenset(value)
+    if name == "skipped_checkpoints":
+        return tuple(SkippedCheckpoint(**item) for item in value)
+    return value
+
+
+@st.composite
+def valid_events(draw: st.DrawFn) -> tuple[dict[str, Any], RankEvent]:
+    """An event as a trainer writes it, and the event it is."""
+    kind = draw(st.sampled_from(sorted(EVENT_TYPES)))
+    world_size = draw(st.integers(1, 4096))
+    common = {
+        "rank": draw(st.integers(0, world_size - 1)),
+        "local_rank": draw(st.integers(0, 7)),
+        "node_rank": draw(st.integers(0, 511)),
+        "world_size": world_size,
+        "time": draw(TIMES),
+    }
+    written, fields = {}, {}
+    for field in dataclasses.fields(EVENT_TYPES[kind]):
+        if field.name in common:
+            continue
+        # A field with a default may go unsaid; the others make the event.
+        optional = (
+            field.default is not dataclasses.MISSING
+            or field.default_factory is not dataclasses.MISSING
+        )
+        if optional and not draw(weighted((3, st.just(True)), (1, st.just(False)))):
+            continue
+        written[field.name] = draw(EVENT_VALUES[field.name])
+        fields[field.name] = typed_value(field.name, written[field.name])
+    document = {"v": EVENT_VERSION, "type": kind, **common, **written}
+    return document, EVENT_TYPES[kind](**common, **fields)
+
+
+@hostile(100)
+@given(events=st.lists(valid_events(), min_size=1, max_size=4), data=st.data())
+def test_the_trainers_event_lines_are_read(
+    events: list[tuple[dict[str, Any], RankEvent]], data: st.DataObject
+) -> None:
+    reader = EventReader()
+    for document, event in events:
+        line = json.dumps(document) + data.draw(st.sampled_from(["", "\n"]))
+        assert reader.feed(data.draw(st.sampled_from([line, line.encode()]))) == event
+    assert (reader.events, reader.garbled) == (len(events), 0)
+
+
 # --- the bandwidth benchmark's output ---------------------------------------------------------
 
+PAIR_BYTES = 4 << 20
 SECONDS = st.one_of(st.floats(1e-9, 10), st.just(5e-324), FLOATS)
 """Down to the smallest float above 0, which no size divides into a finite bandwidth."""
 
@@ -1143,7 +1521,7 @@ def test_bandwidth_outputs(printed: tuple[int, str]) -> None:
     interfaces = [f"{name}=eth0" for name in names]
     try:
         with NothingEvaluated():
-            report = read_result(output, names, 4 << 20, interfaces)
+            report = read_result(output, names, PAIR_BYTES, interfaces)
     except BenchError as error:
         shown_safely(str(error), one_line=True)
         return
@@ -1160,6 +1538,51 @@ def test_bandwidth_outputs(printed: tuple[int, str]) -> None:
     console.print(*bandwidth_lines(report), bandwidth_matrix(report))
 
 
+# A reader that found no result in any output would pass the test above: this is what the
+# benchmark prints on node 0, after torchrun's own lines, and every row must be read back.
+
+TORCHRUN_LINES = st.sampled_from(
+    [
+        "W0101 00:00:00.000000 4242 torch/distributed/run.py:793] ",
+        "W0101 00:00:00.000000 4242 torch/distributed/run.py:793] *****",
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect.",
+    ]
+)
+BENCH_SECONDS = st.floats(0, 60, exclude_min=True)
+
+
+@st.composite
+def valid_bench_outputs(draw: st.DrawFn) -> tuple[list[str], str, BandwidthReport]:
+    """The hosts a benchmark ran on, what node 0 printed, and the report it says."""
+    names = [f"h{index}" for index in range(draw(st.integers(2, 4)))]
+    interfaces = [f"{name}=eth0" for name in names]
+    backend = draw(st.sampled_from(["gloo", "nccl"]))
+    sweep = draw(st.lists(st.tuples(st.integers(0, 1 << 40), BENCH_SECONDS), max_size=4))
+    pair = st.tuples(*[st.integers(0, len(names) - 1)] * 2, BENCH_SECONDS)
+    pairs = draw(st.lists(pair.filter(lambda pair: pair[0] != pair[1]), max_size=2 * len(names)))
+    document = {
+        "backend": backend,
+        "world_size": len(names),
+        "sweep": [list(row) for row in sweep],
+        "pairs": [list(pair) for pair in pairs],
+    }
+    before = draw(st.lists(TORCHRUN_LINES, max_size=2))
+    report = BandwidthReport(
+        backend,
+        tuple(interfaces),
+        tuple(SweepRow(size, seconds, len(names)) for size, seconds in sweep),
+        tuple(PairRow(names[a], names[b], PAIR_BYTES, seconds) for a, b, seconds in pairs),
+    )
+    return names, "\n".join([*before, json.dumps(document)]) + "\n", report
+
+
+@hostile(60)
+@given(printed=valid_bench_outputs())
+def test_the_benchmarks_results_are_read(printed: tuple[list[str], str, BandwidthReport]) -> None:
+    names, output, report = printed
+    assert read_result(output, names, PAIR_BYTES, report.interfaces) == report
+
+
 # --- the probe's document ---------------------------------------------------------------------
 
 TEXTS = maybe(HOSTILE_TEXT)
@@ -1169,13 +1592,47 @@ ADDRESSES = maybe(
         max_size=3,
     )
 )
+GPU_HEALTH = st.fixed_dictionaries(
+    {},
+    optional={
+        "pci_bus_id": maybe(
+            st.one_of(st.sampled_from(["00000000:3B:00.0", "0000:3b:00", "3B:00.0"]), TEXTS)
+        ),
+        "nvlinks_down": maybe(st.lists(maybe(st.integers(-1, 65)), max_size=4)),
+    }
+    | {
+        key: maybe(st.booleans())
+        for key in ("retired_pages_pending", "remapped_rows_pending", "remap_failed")
+    }
+    | {
+        key: maybe(INTS)
+        for key in (
+            "throttle_reasons",
+            "ecc_uncorrected",
+            "remapped_rows_uncorrectable",
+            "pcie_gen",
+            "pcie_gen_max",
+            "pcie_width",
+            "pcie_width_max",
+            "pcie_replays",
+            "nvlinks",
+            "nvlink_errors",
+        )
+    },
+)
 PROBE = st.fixed_dictionaries(
     {"probe_version": weighted((9, st.just(1)), (1, SCALARS))},
     optional={
         "host": maybe(
             st.fixed_dictionaries(
                 {},
-                optional={"hostname": TEXTS, "fqdn": TEXTS, "addresses": ADDRESSES, "error": TEXTS},
+                optional={
+                    "hostname": TEXTS,
+                    "fqdn": TEXTS,
+                    "addresses": ADDRESSES,
+                    "resolve_error": TEXTS,
+                    "error": TEXTS,
+                },
             )
         ),
         "interfaces": maybe(
@@ -1235,6 +1692,7 @@ PROBE = st.fixed_dictionaries(
                     "nccl": TEXTS,
                     "gloo_available": maybe(st.booleans()),
                     "detail": TEXTS,
+                    "error": TEXTS,
                     "flight_recorder": maybe(
                         st.dictionaries(
                             st.sampled_from(["buffer", "dump_on_timeout", "file"]),
@@ -1249,6 +1707,7 @@ PROBE = st.fixed_dictionaries(
                 {"source": maybe(st.sampled_from(["nvml", "nvidia-smi", "none"]))},
                 optional={
                     "driver_version": TEXTS,
+                    "cuda_driver_version": TEXTS,
                     "problem": TEXTS,
                     "devices": maybe(
                         st.one_of(
@@ -1267,11 +1726,15 @@ PROBE = st.fixed_dictionaries(
                                         | {
                                             "name": TEXTS,
                                             "uuid": TEXTS,
+                                            "health": maybe(GPU_HEALTH),
                                             "processes": maybe(
                                                 st.lists(
                                                     maybe(
                                                         st.fixed_dictionaries(
-                                                            {"pid": maybe(PIDS), "name": TEXTS}
+                                                            {"pid": maybe(PIDS), "name": TEXTS},
+                                                            optional={
+                                                                "used_memory_mib": maybe(INTS)
+                                                            },
                                                         )
                                                     ),
                                                     max_size=2,
@@ -1293,6 +1756,7 @@ PROBE = st.fixed_dictionaries(
                 {},
                 optional={
                     "path": TEXTS,
+                    "checked_path": TEXTS,
                     "free_bytes": maybe(INTS),
                     "total_bytes": maybe(INTS),
                 },
@@ -1311,6 +1775,7 @@ PROBE = st.fixed_dictionaries(
                                     {
                                         "path": maybe(st.sampled_from(["/", "/home", "x"])),
                                         "uid": maybe(INTS),
+                                        "gid": maybe(INTS),
                                         "mode": maybe(
                                             st.sampled_from([0o40755, 0o41777, 0o120777, 0o100644])
                                         ),
@@ -1321,7 +1786,12 @@ PROBE = st.fixed_dictionaries(
                         )
                     ),
                 },
-                optional={"target": maybe(st.integers(-1, 3))},
+                optional={
+                    "target": maybe(st.integers(-1, 3)),
+                    "made": maybe(st.lists(maybe(st.integers(-1, 3)), max_size=3)),
+                    "private_gid": maybe(st.one_of(st.none(), INTS)),
+                    "error": TEXTS,
+                },
             )
         ),
         "system": maybe(
@@ -1345,11 +1815,33 @@ PROBE = st.fixed_dictionaries(
         ),
         "port": maybe(
             st.fixed_dictionaries(
-                {"port": maybe(INTS)}, optional={"in_use": maybe(st.booleans()), "detail": TEXTS}
+                {"port": maybe(INTS)},
+                optional={"in_use": maybe(st.booleans()), "detail": TEXTS, "error": TEXTS},
             )
         ),
         "master": maybe(
             st.fixed_dictionaries({"name": TEXTS, "addresses": ADDRESSES, "error": TEXTS})
+        ),
+        "kernel_log": maybe(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "readable": maybe(st.booleans()),
+                    "restricted": maybe(st.booleans()),
+                    "why": TEXTS,
+                    "error": TEXTS,
+                    "xid_lines": maybe(st.lists(maybe(XID_TEXTS), max_size=3)),
+                    "xid_count": maybe(INTS),
+                },
+            )
+        ),
+        "workdir_id": maybe(
+            st.fixed_dictionaries(
+                {
+                    "id": maybe(st.one_of(st.just("0123456789abcdef" * 2), HOSTILE_TEXT)),
+                    "inode": maybe(INTS),
+                }
+            )
         ),
         "time": maybe(st.one_of(FLOATS, INTS)),
     },
@@ -1381,8 +1873,367 @@ def test_probe_outputs(output: str) -> None:
     for gpu in facts.gpus.devices:
         assert type(gpu.index) is int and 0 <= gpu.index < 64
     assert isinstance(facts.loopback_addresses, tuple)
+    shown_safely(facts.kernel_log.why, one_line=True, limit=300)
+    for xid in facts.kernel_log.xids:
+        shown_safely(xid.text, one_line=True, limit=200)
     # `check --json` prints every fact: it must be JSON, and finite.
     json.dumps(facts.to_json(), allow_nan=False)
+
+
+# A parser that refused every document would pass the test above: these are what the probe
+# prints on a host where every section could be read, and each fact must be read back.
+
+PATHS = st.lists(
+    st.text(string.ascii_lowercase + string.digits + "_.-", min_size=1, max_size=8), max_size=3
+).map(lambda names: "/" + "/".join(names))
+UIDS = st.integers(0, 2**32 - 1)
+SMALL_COUNTS = st.integers(0, 2**40)
+MAYBE_TEXT = st.one_of(st.none(), SHOWN_TEXT)
+"""A name the probe may have found none of (an FQDN, a CUDA build, a conda env)."""
+
+
+@st.composite
+def valid_gpu_health(draw: st.DrawFn) -> tuple[dict[str, Any], GpuHealth]:
+    """One GPU's health counters as the probe reads them from NVML, and the health they say."""
+    bus_id, slot = draw(pci_bus_ids())
+    links = draw(st.integers(0, 18))
+    down = draw(st.lists(st.integers(0, max(links - 1, 0)), max_size=links, unique=True))
+    counters = {
+        key: draw(SMALL_COUNTS)
+        for key in (
+            "throttle_reasons",
+            "ecc_uncorrected",
+            "remapped_rows_uncorrectable",
+            "pcie_replays",
+            "nvlink_errors",
+        )
+    }
+    links_of = {
+        "pcie_gen": draw(st.integers(1, 6)),
+        "pcie_gen_max": draw(st.integers(1, 6)),
+        "pcie_width": draw(st.integers(1, 16)),
+        "pcie_width_max": draw(st.integers(1, 16)),
+        "nvlinks": links,
+    }
+    flags = {
+        key: draw(st.booleans())
+        for key in ("retired_pages_pending", "remapped_rows_pending", "remap_failed")
+    }
+    document = {"pci_bus_id": bus_id, **counters, **links_of, **flags, "nvlinks_down": down}
+    return document, GpuHealth(
+        pci_bus_id=slot, **counters, **links_of, **flags, nvlinks_down=tuple(sorted(down))
+    )
+
+
+@st.composite
+def valid_gpus(draw: st.DrawFn) -> tuple[dict[str, Any], GpuInventory]:
+    """The probe's GPU section, from NVML, nvidia-smi or neither, and the inventory it says."""
+    source = draw(st.sampled_from(["nvml", "nvidia-smi", "none"]))
+    problem = draw(SHOWN_TEXT)
+    if source == "none":
+        return {"source": source, "problem": problem}, GpuInventory(problem=problem)
+    devices, facts = [], []
+    for index in draw(st.lists(st.integers(0, MAX_GPUS - 1), unique=True, max_size=3)):
+        processes = draw(
+            st.lists(
+                st.tuples(st.integers(0, 2**22), SHOWN_TEXT, st.integers(0, 2**30)), max_size=2
+            )
+        )
+        health, health_facts = draw(valid_gpu_health())
+        device = {
+            "index": index,
+            "uuid": draw(SHOWN_TEXT),
+            "name": draw(SHOWN_TEXT),
+            "memory_total_mib": draw(st.integers(0, 2**30)),
+            "memory_used_mib": draw(st.integers(0, 2**30)),
+            "utilization_pct": draw(st.integers(0, 100)),
+            "processes": [
+                {"pid": pid, "name": name, "used_memory_mib": used} for pid, name, used in processes
+            ],
+            "health": health,
+        }
+        devices.append(device)
+        facts.append(
+            GpuFacts(
+                **{
+                    key: device[key]
+                    for key in (
+                        "index",
+                        "uuid",
+                        "name",
+                        "memory_total_mib",
+                        "memory_used_mib",
+                        "utilization_pct",
+                    )
+                },
+                processes=tuple(GpuProcess(*process) for process in processes),
+                health=health_facts,
+            )
+        )
+    versions = {key: draw(SHOWN_TEXT) for key in ("driver_version", "cuda_driver_version")}
+    document = {"source": source, **versions, "devices": devices, "problem": problem}
+    return document, GpuInventory(source, **versions, devices=tuple(facts), problem=problem)
+
+
+@st.composite
+def valid_torch(draw: st.DrawFn) -> tuple[dict[str, Any], TorchFacts]:
+    """What the probe found of torch, imported or not, and the facts it says."""
+    status = draw(st.sampled_from(["ok", "missing", "timeout", "error"]))
+    if status != "ok":
+        detail = draw(SHOWN_TEXT.filter(bool))
+        return {"status": status, "detail": detail}, TorchFacts(status=status, detail=detail)
+    document = {
+        "status": status,
+        "version": draw(SHOWN_TEXT),
+        "cuda": draw(MAYBE_TEXT),
+        "cuda_available": draw(st.booleans()),
+        "device_count": draw(st.integers(0, 64)),
+        "nccl": draw(SHOWN_TEXT),
+        "gloo_available": draw(st.booleans()),
+        "flight_recorder": draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "buffer": st.just("TORCH_NCCL_TRACE_BUFFER_SIZE"),
+                    "dump_on_timeout": st.just("TORCH_NCCL_DUMP_ON_TIMEOUT"),
+                    "file": st.just("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+                },
+            )
+        ),
+    }
+    return document, TorchFacts(
+        status=status,
+        version=document["version"],
+        cuda_build=document["cuda"],
+        cuda_available=document["cuda_available"],
+        device_count=document["device_count"],
+        nccl_version=document["nccl"],
+        gloo_available=document["gloo_available"],
+        flight_recorder=document["flight_recorder"],
+    )
+
+
+@st.composite
+def valid_kernel_logs(draw: st.DrawFn) -> tuple[dict[str, Any], KernelLog]:
+    """The kernel log's Xid lines as the probe read them, or why it could not, and the log."""
+    if not draw(st.booleans()):
+        why, restricted = draw(SHOWN_TEXT), draw(st.booleans())
+        document = {"readable": False, "why": why, "restricted": restricted}
+        return document, KernelLog(readable=False, why=why, restricted=restricted)
+    events = draw(
+        st.lists(
+            st.tuples(pci_bus_ids(), st.integers(0, 9999), SHOWN_TEXT.map(str.strip)), max_size=3
+        )
+    )
+    lines = [
+        f"[{index}.0] NVRM: Xid (PCI:{slot}): {code}, {text}"
+        for index, ((_, slot), code, text) in enumerate(events)
+    ]
+    # The probe sends the newest lines and counts them all.
+    counted = len(lines) + draw(st.integers(0, 100))
+    document = {"readable": True, "xid_lines": lines, "xid_count": counted}
+    xids = tuple(XidEvent(slot, code, text) for (_, slot), code, text in events)
+    return document, KernelLog(readable=True, xids=xids, xid_count=counted)
+
+
+@st.composite
+def valid_workdirs(draw: st.DrawFn) -> tuple[dict[str, Any], WorkdirSafety]:
+    """The way to the workdir as the probe walks it, and its safety facts."""
+    rows = draw(
+        st.lists(
+            st.tuples(
+                PATHS,
+                UIDS,
+                UIDS,
+                st.sampled_from([stat.S_IFDIR, stat.S_IFLNK, stat.S_IFREG]),
+                st.integers(0, 0o7777),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    entries = tuple(
+        PathEntry(
+            path,
+            uid,
+            gid,
+            mode,
+            "directory" if kind == stat.S_IFDIR else "link" if kind == stat.S_IFLNK else "other",
+        )
+        for path, uid, gid, kind, mode in rows
+    )
+    target = draw(st.one_of(st.none(), st.integers(0, len(rows) - 1)))
+    made = draw(st.lists(st.integers(0, len(rows) - 1), max_size=len(rows)))
+    document = {
+        "path": draw(PATHS),
+        "uid": draw(UIDS),
+        "private_gid": draw(st.one_of(st.none(), UIDS)),
+        "exists": draw(st.booleans()),
+        "target": target,
+        "entries": [
+            {"path": path, "uid": uid, "gid": gid, "mode": kind | mode}
+            for path, uid, gid, kind, mode in rows
+        ],
+        "made": made,
+    }
+    return document, WorkdirSafety(
+        path=document["path"],
+        uid=document["uid"],
+        private_gid=document["private_gid"],
+        exists=document["exists"],
+        entries=entries,
+        target=None if target is None else entries[target],
+        made=tuple(entries[at] for at in made),
+    )
+
+
+@st.composite
+def valid_probes(draw: st.DrawFn) -> tuple[str, HostFacts]:
+    """What the probe prints (after a login script's lines), and the facts it says."""
+    resolved = draw(st.lists(st.ip_addresses(), max_size=3))
+    host = {
+        "hostname": draw(SHOWN_TEXT),
+        "fqdn": draw(MAYBE_TEXT),
+        "addresses": [str(address) for address in resolved],
+        "resolve_error": draw(SHOWN_TEXT),
+    }
+    interfaces = draw(
+        st.lists(
+            st.tuples(
+                SHOWN_TEXT,
+                st.lists(st.tuples(st.ip_addresses(v=4), st.integers(0, 32)), max_size=2),
+            ),
+            max_size=3,
+        )
+    )
+    python = {
+        "version": draw(SHOWN_TEXT),
+        "executable": draw(PATHS),
+        "is_conda": draw(st.booleans()),
+        "conda_env": draw(MAYBE_TEXT),
+    }
+    torch, torch_facts = draw(valid_torch())
+    gpus, gpu_facts = draw(valid_gpus())
+    kernel_log, kernel_facts = draw(valid_kernel_logs())
+    disk = {
+        "path": draw(PATHS),
+        "checked_path": draw(PATHS),
+        "free_bytes": draw(SMALL_COUNTS),
+        "total_bytes": draw(SMALL_COUNTS),
+    }
+    workdir, workdir_facts = draw(valid_workdirs())
+    identity = {
+        "id": draw(st.binary(min_size=16, max_size=16)).hex(),
+        "inode": draw(st.integers(0, 2**64 - 1)),
+    }
+    system = {
+        key: draw(SMALL_COUNTS)
+        for key in ("cpu_count", "memory_total_bytes", "memory_available_bytes")
+    }
+    pip = draw(st.dictionaries(SHOWN_TEXT, SHOWN_TEXT, max_size=3))
+    # None: no conda on the host.
+    conda = draw(st.one_of(st.none(), st.dictionaries(SHOWN_TEXT, SHOWN_TEXT, max_size=3)))
+    # The port and the master are looked at only when a check names them.
+    port = draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"port": st.integers(1, 65535), "in_use": st.booleans(), "detail": SHOWN_TEXT}
+            ),
+        )
+    )
+    master = draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {
+                    "name": SHOWN_TEXT,
+                    "addresses": st.lists(st.ip_addresses(), max_size=2).map(
+                        lambda found: [str(a) for a in found]
+                    ),
+                    "error": SHOWN_TEXT,
+                }
+            ),
+        )
+    )
+    stamp = draw(st.floats(0, 4e9))
+    document = {
+        "probe_version": PROBE_VERSION,
+        "host": host,
+        "interfaces": {
+            "source": "ioctl",
+            "items": [
+                {
+                    "name": name,
+                    "ipv4": [
+                        {"address": str(address), "prefixlen": length} for address, length in ipv4
+                    ],
+                }
+                for name, ipv4 in interfaces
+            ],
+        },
+        "python": python,
+        "torch": torch,
+        "gpus": gpus,
+        "kernel_log": kernel_log,
+        "disk": disk,
+        "workdir": workdir,
+        "workdir_id": identity,
+        "system": system,
+        "packages": {"pip": pip, "conda": conda},
+        "port": port,
+        "time": stamp,
+    }
+    if master is not None:
+        document["master"] = master
+    facts = HostFacts(
+        hostname=host["hostname"],
+        fqdn=NA if host["fqdn"] is None else host["fqdn"],
+        resolved=tuple(resolved),
+        resolve_error=host["resolve_error"],
+        interfaces=tuple(
+            Interface(
+                name,
+                tuple(ipaddress.IPv4Interface(f"{address}/{length}") for address, length in ipv4),
+            )
+            for name, ipv4 in interfaces
+        ),
+        python=PythonFacts(
+            python["version"], python["executable"], python["is_conda"], python["conda_env"]
+        ),
+        torch=torch_facts,
+        gpus=gpu_facts,
+        kernel_log=kernel_facts,
+        disk=DiskFacts(**disk),
+        workdir=workdir_facts,
+        workdir_identity=f"{identity['id']}/{identity['inode']}",
+        **system,
+        pip_packages=pip,
+        conda_packages=conda,
+        port=None if port is None else PortFacts(**port),
+        master=None
+        if master is None
+        else MasterResolution(
+            master["name"],
+            tuple(ipaddress.ip_address(a) for a in master["addresses"]),
+            master["error"],
+        ),
+        time=stamp,
+    )
+    banners = draw(
+        st.lists(
+            st.sampled_from(["Welcome to ddpa2!", "Last login: Mon Jan  1 00:00:00 2099"]),
+            max_size=2,
+        )
+    )
+    return "\n".join([*banners, json.dumps(document)]) + "\n", facts
+
+
+@hostile(60)
+@given(probe=valid_probes())
+def test_the_probes_documents_are_read(probe: tuple[str, HostFacts]) -> None:
+    output, facts = probe
+    assert parse_facts(output) == facts
 
 
 # --- what the properties found ----------------------------------------------------------------

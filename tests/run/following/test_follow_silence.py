@@ -4,7 +4,11 @@ that ends before the agent said a word is as good as none, and the host goes sil
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import re
+import selectors
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,13 @@ from ddptui.layout import HostFiles
 from ddptui.remote.stream import LineStream
 from ddptui.run.backends import kind_of
 from ddptui.run.following import files as follow
-from ddptui.run.following.files import SILENCE_S, HostFollower, HostSilent, Update
+from ddptui.run.following.files import (
+    MAX_DOCUMENT_BYTES,
+    SILENCE_S,
+    HostFollower,
+    HostSilent,
+    Update,
+)
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer
@@ -102,6 +112,109 @@ def test_the_follower_the_product_makes_says_a_host_is_silent_after_the_document
     # Not a try sooner: every try until the window is up finds the host merely unreachable.
     assert update.seconds == DOCUMENTED_SECONDS
     assert tries == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+
+
+class _VirtualTime(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when every task waits, straight to the next timer:
+    a wait of 12 s is over at once, and at 12.0 s to the float. Nothing run on it may wait on
+    a thread or a real socket (they would see the time jump)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        super().__init__(_Jumping(self))
+
+    def time(self) -> float:
+        return self.now
+
+
+class _Jumping(selectors.DefaultSelector):
+    """A selector that does not sleep: where the loop would wait, its clock jumps instead."""
+
+    def __init__(self, loop: _VirtualTime) -> None:
+        super().__init__()
+        self._loop = loop
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        ready: list[Any] = super().select(0)
+        if ready or timeout == 0:
+            return ready
+        if timeout is None:
+            raise AssertionError("every task waits for something that never comes")
+        self._loop.now += timeout
+        return []
+
+
+class _Says:
+    """A channel's stdout that sends each of ``said``'s lines at its time on the loop's clock,
+    then nothing, and stays open: a cut link (no end, no error, only quiet)."""
+
+    def __init__(self, loop: _VirtualTime, said: Sequence[tuple[float, bytes]]) -> None:
+        self._loop = loop
+        self._said = list(said)
+
+    async def read(self, n: int = -1, /) -> bytes:
+        if not self._said:
+            await asyncio.Event().wait()
+        at, line = self._said.pop(0)
+        await asyncio.sleep(at - self._loop.time())
+        return line
+
+
+def test_a_connection_that_goes_quiet_is_silent_after_the_documented_window_not_before(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # What a cut link looks like (the bed's test cuts one): the open channel says nothing more.
+    # The follower is made as the run's backend makes it (no silence_s), on a loop whose clock
+    # the follower reads too, so the window it keeps is SILENCE_S's to the second.
+    loop = _VirtualTime()
+    host = HostConfig(name="quiet", address="192.0.2.1")
+    node = NodeRecord(host.name, host.address, 0, 1, "/runs/r1/node0", [], {})
+    config = Config(tmp_path / "hosts.toml", ClusterConfig(), (host,), JobConfig())
+    record = RunRecord("r1", 0.0, "", "script", "gloo", "", 1, [], [node])
+    follower = HostFollower.of_node(
+        config, record, node, clock=loop.time, open_transport=kind_of(config).transport
+    )
+    beat = json.dumps({"k": "hb", "time": 0.0, "groups": {}}).encode() + b"\n"
+    # A second heartbeat a second inside the window: quiet as long as that is not silence.
+    last = DOCUMENTED_SECONDS - 1.0
+    opened: list[float] = []
+
+    async def open_channel() -> LineStream:
+        opened.append(loop.time())
+        return LineStream(host, _Says(loop, [(0.0, beat), (last, beat)]), MAX_DOCUMENT_BYTES)
+
+    monkeypatch.setattr(follower, "_open", open_channel)
+    heard: list[tuple[float, Update]] = []
+
+    async def listen() -> None:
+        updates = follower.updates()
+        try:
+            async for update in updates:
+                heard.append((loop.time(), update))
+                if isinstance(update, HostSilent):
+                    return
+        finally:
+            await updates.aclose()
+
+    async def follow_a_while() -> None:
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(listen(), 10 * DOCUMENTED_SECONDS)
+        finally:
+            await follower.close()
+
+    try:
+        loop.run_until_complete(follow_a_while())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+    assert opened == [0.0]
+    assert [(at, type(update).__name__) for at, update in heard] == [
+        (0.0, "Heartbeat"),
+        (last, "Heartbeat"),
+        (last + DOCUMENTED_SECONDS, "HostSilent"),
+    ]
+    assert heard[-1][1] == HostSilent("quiet", DOCUMENTED_SECONDS, "the open connection went quiet")
 
 
 async def _first_update(follower: HostFollower) -> Update:

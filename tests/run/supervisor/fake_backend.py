@@ -151,6 +151,9 @@ class FakeBackend(RunBackend):
         self.stacks_gate = asyncio.Event()
         self.stacks_gate.set()
         self.scheduler_holds = False
+        self.holds_asked = 0
+        """How often the supervisor asked whether the run is held: it asks at its idle exit
+        (its run ended, nothing asked of it for its idle time) and nowhere else."""
 
     async def connect(self) -> None:
         self.asked.append("connect")
@@ -226,6 +229,7 @@ class FakeBackend(RunBackend):
 
     @property
     def holds_run(self) -> bool:
+        self.holds_asked += 1
         return self.scheduler_holds
 
     async def watch(self) -> AsyncIterator[BackendEvent]:
@@ -393,6 +397,17 @@ class Bed:
 
     async def until_state(self, state: RunState) -> None:
         await self.until(lambda: self.supervisor.record.state is state)
+
+    async def until_idle_exits(self, times: int = 2) -> None:
+        """Until the supervisor, its run ended, has come to its idle exit ``times`` more times
+        (having come to the second, it stayed at the first), or has exited."""
+        asked = self.backend.holds_asked
+        await self.until(
+            lambda: (
+                self.backend.holds_asked >= asked + times
+                or (self.task is not None and self.task.done())
+            )
+        )
 
     async def finish(self) -> None:
         """Until the supervisor exits, idle (its run ended and nothing asked)."""

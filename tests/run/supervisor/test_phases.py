@@ -389,7 +389,7 @@ async def a_scheduler_ends_the_nodes_then_requeues(tmp_path: Path) -> list[tuple
     assert "ended failed" in bed.backend.asked
     # The job lives on in the scheduler's queue: the supervisor waits for it, not exits.
     bed.backend.scheduler_holds = True
-    await asyncio.sleep(1.0)
+    await bed.until_idle_exits()
     assert bed.task is not None and not bed.task.done()
     bed.backend.events.put_nowait(Restarted("job 41: RUNNING again"))
     await bed.until_state(RunState.RUNNING)
@@ -583,7 +583,7 @@ def test_a_supervisor_outlives_its_run_until_a_host_set_aside_answers_and_is_cle
             host.exit(0)
         await bed.until_state(RunState.COMPLETED)
         assert bed.task is not None
-        await asyncio.sleep(2.0)  # four times the bed's idle exit
+        await bed.until_idle_exits()
         assert not bed.task.done(), "it left the run's processes on b to a person"
         assert bed.record.set_aside[0].leftovers == healing.LEFTOVERS
         bed.backend.set_aside["b"].back()
