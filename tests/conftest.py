@@ -126,8 +126,9 @@ def _worker_group(item: pytest.Item) -> str | None:
     """Which tests share one xdist worker (``--dist loadgroup``): each bed's, so that it comes
     up once for them and they never race each other for it, and the other slow ones (torchrun
     on this machine's loopback, the demo's throwaway users), written to run one at a time.
-    The test bed's tier is too long for one worker: the supervisor's tests and recovery's
-    name groups of their own (``second-bed``, ``recovery-bed``), each on its worker's bed.
+    The test bed's tier is too long for one worker: the supervisor's tests, recovery's and
+    the frameworks' name groups of their own (``second-bed``, ``recovery-bed``,
+    ``frameworks-bed``), each on its worker's bed (a bed comes up in about a second).
     The beds wait on their hosts far more than they compute, so the groups run side by side
     and the pure tests fill in."""
     for marker in ("slurm", "cluster", "slow"):
