@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ddptui import __version__
+from ddptui.cli_help import HelpFormatter, examples_text
 
 DEFAULT_HOSTS = "hosts.toml"
 SHELLS = ("bash", "zsh", "fish")
@@ -97,9 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser(
         "init",
         help="write a commented starter hosts file",
-        description="Write a commented starter hosts file to PATH (default ./hosts.toml).",
+        description=(
+            "Write a commented starter hosts file to PATH (default ./hosts.toml). Exit 0 "
+            "written, 2 when PATH exists (without --force) or cannot be written."
+        ),
     )
-    init.add_argument("path", metavar="PATH", nargs="?", default=DEFAULT_HOSTS)
+    init.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        default=DEFAULT_HOSTS,
+        help=f"where to write it (default ./{DEFAULT_HOSTS})",
+    )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.add_argument(
         "--job",
@@ -135,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Fetch the host key of every host whose key is not yet known, show its SHA256 "
             "fingerprint and add it to the known_hosts file after confirmation. A key that "
-            "differs from the one already recorded is never replaced."
+            "differs from the one already recorded is never replaced. Exit 0 when every "
+            "host's key is known, 1 when one is not (declined, changed or not reached)."
         ),
     )
     _add_hosts_argument(trust)
@@ -149,10 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Print the code that makes SHELL complete ddptui's commands, options, hosts files "
             'and run ids: `eval "$(ddptui completion bash)"` in ~/.bashrc (zsh alike), '
-            "`ddptui completion fish | source` in fish's config."
+            "`ddptui completion fish | source` in fish's config. Exit 0."
         ),
     )
     completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help=", ".join(SHELLS))
+    for name, command in commands.choices.items():
+        command.formatter_class = HelpFormatter
+        command.epilog = "\n\n".join(filter(None, (command.epilog, examples_text(name))))
     return parser
 
 
@@ -281,7 +295,8 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="stop a run: checkpoint first, then SIGTERM, then SIGKILL",
         description=(
             "Ask the trainer to checkpoint and stop, wait up to [job] stop_grace_s, then "
-            "SIGTERM and SIGKILL what is left; confirm no process of the run remains."
+            "SIGTERM and SIGKILL what is left; confirm no process of the run remains. Exit 0 "
+            "stopped (or already ended), 1 when the stop could not be confirmed."
         ),
     )
     _add_run_argument(stop)
@@ -306,7 +321,9 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         description=(
             "Start a new attempt of a stopped or failed run on the same hosts, with [job] "
             "resume_args (the trainer's --resume latest). Hosts that recovery set aside stay "
-            "out of the run; --with HOST takes one back as a spare."
+            "out of the run; --with HOST takes one back as a spare. Exit 0 completed or "
+            "detached, 1 failed or refused (the run still runs), 2 when the hosts file needs a "
+            "change, 3 stopped."
         ),
     )
     _add_run_argument(resume)
@@ -323,7 +340,10 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     logs = commands.add_parser(
         "logs",
         help="print a run's logs (every rank's stdout and stderr, torchrun's output)",
-        description="Print a run's logs from every host; --follow keeps printing new lines.",
+        description=(
+            "Print a run's logs from every host; --follow keeps printing new lines. Exit 0, "
+            "2 for a run id that names no run."
+        ),
     )
     _add_run_argument(logs)
     logs.add_argument("--rank", type=int, metavar="N", help="only global rank N")
@@ -338,7 +358,7 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     runs = commands.add_parser(
         "runs",
         help="list past and current runs",
-        description="List the runs in the run store, newest last.",
+        description="List the runs in the run store, newest last. Exit 0.",
     )
     _add_json_flag(runs, "the runs")
 

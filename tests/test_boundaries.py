@@ -115,7 +115,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runs", ("ddptui.run",)),
     ("present", ("ddptui.present",)),
     ("front ends", ("ddptui.commands", "ddptui.ui")),
-    ("entry points", ("ddptui.cli", "ddptui.__main__")),
+    ("entry points", ("ddptui.cli", "ddptui.cli_help", "ddptui.__main__")),
 )
 """docs/architecture.md's layers, lowest first: a module imports only from its own layer and
 those below it. A module belongs to the layer of its longest prefix here (``ddptui`` itself is

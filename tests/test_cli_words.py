@@ -3,14 +3,17 @@ the console never opens where there is no terminal to draw on or read keys from.
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ddptui.cli import PIPE_CLOSED, main
+from ddptui.cli import PIPE_CLOSED, build_parser, main
+from ddptui.cli_help import EXAMPLES
 
 
 @pytest.mark.parametrize(
@@ -135,3 +138,28 @@ def test_tab_completes_commands_options_hosts_files_and_run_ids(tmp_path: Path) 
 def test_completion_prints_the_shell_s_code(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["completion", shell]) == 0
     assert "ddptui" in capsys.readouterr().out
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    (sub,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("name", sorted(_subcommands()))
+def test_every_command_says_its_exit_codes_and_shows_examples_that_parse(name: str) -> None:
+    command = _subcommands()[name]
+    assert "Exit 0" in (command.description or "")
+    assert name in EXAMPLES, f"`ddptui {name}` has no example in its --help"
+    help_text = command.format_help()
+    for line, said in EXAMPLES[name]:
+        assert f"{line}" in help_text and said in help_text
+        words = shlex.split(line)
+        # As main() reads it: a shell's pipe or redirection ends it, "--" starts the trainer's.
+        cut = next((i for i, word in enumerate(words) if word in ("|", ">", "--")), len(words))
+        assert words[:2] == ["ddptui", name]
+        try:
+            args = build_parser().parse_args(words[1:cut])
+        except SystemExit as refused:
+            pytest.fail(f"the example `{line}` is refused (exit {refused.code})")
+        if "--" in words:
+            assert getattr(args, "takes_passthrough", False)

@@ -1,4 +1,4 @@
-"""The check's result and its ``ddptui check --json`` form (docs/architecture.md)."""
+"""The check's result and its ``ddptui check --json`` form (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class CheckReport(ClusterCheck):
         return frozenset()
 
     def to_json(self) -> dict[str, Any]:
-        """The ``ddptui check --json`` document (docs/architecture.md)."""
+        """The ``ddptui check --json`` document (docs/cli.md)."""
         return {
             "healthy": self.healthy,
             "hosts": [

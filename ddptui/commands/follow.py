@@ -23,7 +23,7 @@ EXIT_CODES = {
     RunState.FAILED: 1,
     RunState.STOPPED: 3,
 }
-"""A run's outcome as the exit code of the command that followed it (docs/architecture.md)."""
+"""A run's outcome as the exit code of the command that followed it (docs/cli.md)."""
 
 
 def exit_code(state: RunState) -> int:

@@ -87,4 +87,4 @@ class ClusterCheck(ABC):
 
     @abstractmethod
     def to_json(self) -> dict[str, Any]:
-        """The ``ddptui check --json`` document (docs/architecture.md)."""
+        """The ``ddptui check --json`` document (docs/cli.md)."""

@@ -106,7 +106,7 @@ def run_row(record: RunRecord, now: float) -> RunRow:
 
 
 def run_document(record: RunRecord, now: float) -> dict[str, Any]:
-    """One run as ``ddptui runs --json`` lists it (docs/architecture.md)."""
+    """One run as ``ddptui runs --json`` lists it (docs/cli.md)."""
     return {
         "id": record.id,
         "state": record.state.value,

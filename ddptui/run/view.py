@@ -206,7 +206,7 @@ class RunView:
             raise ValueError(f"not a run snapshot: {error!r}") from None
 
     def document(self, now: float | None = None) -> dict[str, Any]:
-        """The ``ddptui status --json`` document (docs/architecture.md), as of ``now`` (the
+        """The ``ddptui status --json`` document (docs/cli.md), as of ``now`` (the
         wall clock's, unless given)."""
         now = time.time() if now is None else now
         record, live = self.record, self.live_document()

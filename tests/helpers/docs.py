@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 from ddptui.cli import build_parser
+from ddptui.cli_help import examples_text
 from ddptui.run.diagnose import Category
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -34,7 +36,7 @@ def _cell(text: str) -> str:
 
 
 def commands() -> str:
-    """Every subcommand: what it does, its usage, and each of its options."""
+    """Every subcommand: what it does, its usage, each of its options, and its examples."""
     parser = build_parser()
     (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     parts = []
@@ -57,6 +59,8 @@ def commands() -> str:
             parts.append("| argument | meaning |\n| --- | --- |\n")
             parts += [f"| {flags} | {_cell(said)} |\n" for flags, said in table]
             parts.append("\n")
+        examples = examples_text(name).removeprefix("examples:\n")
+        parts.append(f"Examples:\n\n```\n{textwrap.dedent(examples)}\n```\n\n")
     return "".join(parts)
 
 
