@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from ddptui.check import CheckReport, PortTest
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, SlurmConfig
@@ -14,10 +15,15 @@ from ddptui.health import HostCheck, evaluate
 from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
+from ddptui.run.following.events import StartEvent, StepEvent
 from ddptui.run.following.files import FileLine, Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.nccl_init import NcclInit
+from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
+from ddptui.run.following.state import Straggler
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S
+from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.timeline import Timeline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -213,3 +219,31 @@ def _ids(rank: int, per_node: int, world_size: int) -> dict[str, int]:
         "node_rank": node,
         "world_size": world_size,
     }
+
+
+STRAGGLING_HOSTS = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
+
+
+def straggling_run() -> tuple[RunProgress, tuple[Straggler, ...]]:
+    """Four ranks on two nodes, rank 3 (node 1) doing 45% more work a step than the rest for
+    longer than the straggler window, and the stragglers the supervisor's judging named after
+    each round of their events: not set by hand, so the table is tested on what a run would
+    really hand it."""
+    run, judge = RunProgress(), StragglerNotes()
+    ids: list[dict[str, Any]] = [
+        {"rank": rank, "local_rank": rank % 2, "node_rank": rank // 2, "world_size": 4}
+        for rank in range(len(STRAGGLING_HOSTS))
+    ]
+    for host, rank_ids in zip(STRAGGLING_HOSTS, ids, strict=True):
+        run.apply(host, StartEvent(**rank_ids, time=0.0, total_steps=400, start_step=0))
+    for n in range(1, STRAGGLER_EVENTS + 2 * int(STRAGGLER_WINDOW_S)):
+        for host, rank_ids in zip(STRAGGLING_HOSTS, ids, strict=True):
+            own = 0.145 if rank_ids["rank"] == 3 else 0.10
+            step = StepEvent(
+                **rank_ids, time=float(n), step=n, loss=1.0, step_time_s=0.2, compute_s=own
+            )
+            run.apply(host, step)
+        judge.changes(1, run)
+    named = judge.named(1)
+    assert [s.rank for s in named] == [3]
+    return run, named

@@ -3,43 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
-from ddptui.run.following.events import StartEvent, StepEvent
-from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
 from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
 from ddptui.run.record import RunState
-from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S
-from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.ui.widgets.rank_table import RANK_COLUMNS, _flat_rows, _grouped_rows, _Marks
+from tests.ui import scenes
 
-HOSTS = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
 STATE = RANK_COLUMNS.index("state")
-
-
-def _with_a_straggler() -> tuple[RunProgress, tuple[Straggler, ...]]:
-    """Four ranks on two nodes, rank 3 (node 1) doing 45% more work a step than the rest for
-    longer than the straggler window, and the stragglers the supervisor's judging named after
-    each round of their events: not set by hand, so the table is tested on what a run would
-    really hand it."""
-    run, judge = RunProgress(), StragglerNotes()
-    ids: list[dict[str, Any]] = [
-        {"rank": rank, "local_rank": rank % 2, "node_rank": rank // 2, "world_size": 4}
-        for rank in range(len(HOSTS))
-    ]
-    for host, rank_ids in zip(HOSTS, ids, strict=True):
-        run.apply(host, StartEvent(**rank_ids, time=0.0, total_steps=400, start_step=0))
-    for n in range(1, STRAGGLER_EVENTS + 2 * int(STRAGGLER_WINDOW_S)):
-        for host, rank_ids in zip(HOSTS, ids, strict=True):
-            own = 0.145 if rank_ids["rank"] == 3 else 0.10
-            step = StepEvent(
-                **rank_ids, time=float(n), step=n, loss=1.0, step_time_s=0.2, compute_s=own
-            )
-            run.apply(host, step)
-        judge.changes(1, run)
-    named = judge.named(1)
-    assert [s.rank for s in named] == [3]
-    return run, named
 
 
 def _marks(
@@ -53,7 +23,7 @@ def _marks(
 
 
 def test_a_straggler_s_row_and_its_node_s_row_carry_the_mark() -> None:
-    run, named = _with_a_straggler()
+    run, named = scenes.straggling_run()
     ranks = run.ranks
 
     rows = _flat_rows(ranks, _marks(named))
@@ -81,13 +51,13 @@ def _hang(stuck: int | None) -> Hang:
             RankAtHang(rank, host, 80, "T", 0.0, "its process is stopped (SIGSTOP…)")
             if rank == stuck
             else RankAtHang(rank, host, 80, "S", 95.0, None)
-            for rank, host in enumerate(HOSTS)
+            for rank, host in enumerate(scenes.STRAGGLING_HOSTS)
         ),
     )
 
 
 def test_in_a_hang_the_stuck_rank_is_marked_apart_from_those_that_wait_for_it() -> None:
-    run, named = _with_a_straggler()
+    run, named = scenes.straggling_run()
     ranks = run.ranks
     marks = _marks(named, hang=_hang(stuck=1))
 
@@ -108,7 +78,7 @@ def test_in_a_hang_the_stuck_rank_is_marked_apart_from_those_that_wait_for_it() 
 
 
 def test_a_hang_in_which_every_rank_waits_alike_marks_none_stuck() -> None:
-    run, named = _with_a_straggler()
+    run, named = scenes.straggling_run()
     rows = _flat_rows(run.ranks, _marks(named, hang=_hang(stuck=None)))
     assert {rows[str(rank)].cells[STATE].plain.split(" ▼")[0] for rank in range(4)} == {
         "running … waiting"
@@ -116,7 +86,7 @@ def test_a_hang_in_which_every_rank_waits_alike_marks_none_stuck() -> None:
 
 
 def test_a_silent_host_s_ranks_say_so_rather_than_their_part_in_the_hang() -> None:
-    run, named = _with_a_straggler()
+    run, named = scenes.straggling_run()
     rows = _flat_rows(run.ranks, _marks(named, silent={"gpu-a"}, hang=_hang(stuck=1)))
     assert rows["1"].cells[STATE].plain == "running ⌁ no answer"
     assert rows["2"].cells[STATE].plain == "running … waiting"
@@ -124,7 +94,7 @@ def test_a_silent_host_s_ranks_say_so_rather_than_their_part_in_the_hang() -> No
 
 def test_a_straggler_is_marked_only_where_the_supervisor_named_it() -> None:
     # The table's own copy of the events may say rank 3 is slow; the supervisor has the word.
-    run, _ = _with_a_straggler()
+    run, _ = scenes.straggling_run()
     unnamed = Judgement(RunState.RUNNING, 1, "")
     rows = _flat_rows(run.ranks, _Marks.of_judgement(unnamed))
     assert rows["3"].cells[STATE].plain == "running"

@@ -6,14 +6,17 @@ Update after an intended change with ``pytest tests/ui --snapshot-update`` and r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.screen import Screen
 
 from ddptui.run.control import RunControl
+from ddptui.run.following.progress import RankProgress
+from ddptui.run.following.state import Judgement
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
@@ -151,6 +154,28 @@ def test_run_gpus_and_linear_loss(snap_compare: SnapCompare, size: tuple[int, in
 def test_run_launch_timeline(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     app = DdptuiApp(first_screen=_run())
     assert snap_compare(app, terminal_size=size, press=["t"], run_before=_laid_out)
+
+
+class _RankTableApp(App[None]):
+    """The rank table alone, showing ranks as a supervisor's judgement marks them."""
+
+    def __init__(self, ranks: Sequence[RankProgress], judgement: Judgement) -> None:
+        super().__init__()
+        self.ranks, self.judgement = ranks, judgement
+
+    def compose(self) -> ComposeResult:
+        yield RankTable()
+
+    def on_mount(self) -> None:
+        self.query_one(RankTable).show(self.ranks, self.judgement)
+
+
+def test_a_straggler_s_row_is_marked_at_80_columns(snap_compare: SnapCompare) -> None:
+    # Rank 3, named by the supervisor's own straggler judging: `▼ straggler +45%` in its row.
+    run, named = scenes.straggling_run()
+    judgement = Judgement(RunState.RUNNING, 1, "", {}, None, stragglers=named)
+    app = _RankTableApp(run.ranks, judgement)
+    assert snap_compare(app, terminal_size=(80, 8))
 
 
 def test_run_log_filtered(snap_compare: SnapCompare) -> None:
