@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import hashlib
 import json
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
@@ -34,18 +32,11 @@ import asyncssh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.loopback import argv_of, loopback_hosts
 from ddptui.check.scripts import CONNECT, LISTENER
-from ddptui.demo.cluster import hosts_toml
-from ddptui.demo.sshd import LoopbackSshd, write_key_pair
+from ddptui.demo.sshd import LoopbackSshd
 
 RECORDED = Path(__file__).resolve().parents[1] / "tests/fixtures/probe/h200_idle_nvml.json"
-
-
-def argv_of(command: str) -> list[str]:
-    """The argv a check's command line runs (``sh -c 'eval "$(echo B64 | base64 -d)"'``)."""
-    encoded = command.split("echo ", 1)[1].split(" ", 1)[0]
-    script = base64.b64decode(encoded).decode()
-    return shlex.split(script.rsplit("exec ", 1)[1])
 
 
 class RecordedSshd(LoopbackSshd):
@@ -122,35 +113,27 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(count) for count in args.hosts.split(",")]
     RecordedSshd.probe_s = args.probe_s
-    with tempfile.TemporaryDirectory(prefix="ddptui-check-scale-") as work:
-        root = Path(work)
-        client = root / "client"
-        client.mkdir(mode=0o700)
-        identity = client / "id_ed25519"
-        servers = RecordedSshd(root, write_key_pair(identity, "ddptui-check-scale"))
-        try:
-            hosts = [servers.add_host(f"rec-{index:03d}") for index in range(max(counts))]
-            known_hosts = client / "known_hosts"
-            known_hosts.write_text("".join(host.known_hosts_line() + "\n" for host in hosts))
-            files = {}
-            for count in counts:
-                files[count] = root / f"hosts-{count}.toml"
-                files[count].write_text(
-                    hosts_toml(servers.user, identity, known_hosts, hosts[:count], 8)
-                )
-            taken: dict[int, list[tuple[float, float, float, float]]] = {c: [] for c in counts}
-            for round_ in range(1, args.rounds + 1):
-                for count in counts if round_ % 2 else reversed(counts):
-                    taken[count].append(check(files[count]))
-                each = ", ".join(
-                    f"{count} hosts {wall:.2f} s ({own:.2f} s its own; CPU {client:.2f} s "
-                    f"ddptui, {hosts:.2f} s the hosts)"
-                    for count in counts
-                    for wall, own, client, hosts in taken[count][-1:]
-                )
-                print(f"round {round_}: {each}", flush=True)
-        finally:
-            servers.close()
+    names = [f"rec-{index:03d}" for index in range(max(counts))]
+    with (
+        tempfile.TemporaryDirectory(prefix="ddptui-check-scale-") as work,
+        loopback_hosts(Path(work), RecordedSshd, names) as loopback,
+    ):
+        served = loopback.servers.hosts
+        files = {}
+        for count in counts:
+            files[count] = Path(work) / f"hosts-{count}.toml"
+            files[count].write_text(loopback.hosts_toml(served[:count], 8))
+        taken: dict[int, list[tuple[float, float, float, float]]] = {c: [] for c in counts}
+        for round_ in range(1, args.rounds + 1):
+            for count in counts if round_ % 2 else reversed(counts):
+                taken[count].append(check(files[count]))
+            each = ", ".join(
+                f"{count} hosts {wall:.2f} s ({own:.2f} s its own; CPU {client:.2f} s "
+                f"ddptui, {hosts:.2f} s the hosts)"
+                for count in counts
+                for wall, own, client, hosts in taken[count][-1:]
+            )
+            print(f"round {round_}: {each}", flush=True)
     for which, name in ((0, "the command"), (1, "the check's own time")):
         medians = {}
         for count, times in taken.items():

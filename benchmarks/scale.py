@@ -2,30 +2,45 @@
 2,048 ranks.
 
 Run: ``.venv/bin/python benchmarks/scale.py [--sizes 8x8@5,32x8@5,128x8@5,256x8@2]
-[--seconds 30]``. For each size (nodes × ranks per node @ steps a second per rank), one
-process simulates every node's agent (``benchmarks/sim_hosts.py``: real-shaped events, log
-lines and heartbeats), a real supervisor follows them through its own followers
-(``benchmarks/sim_backend.py``: only the transport is simulated), and two real viewers attach
-as users do: ``ddptui logs RUN --follow --events`` (it reads and prints every line) and
-``ddptui logs RUN --follow`` (it reads every line and prints the ranks' output). Measured,
-after a warm-up: each process's CPU (a share of one core) and the supervisor's memory, how
-long a step takes from the simulated rank to the first viewer's output (p50, p99, max, from a
-sample of lines), then how long after the last step the record says ``hung`` (against the
-hang window) and how long after a node's torchrun exits 1 it says ``failed``. Last, how each
-grows with the events a second: the slope of a least-squares line, and the supervisor's CPU
-per 1,000 events/s at each size (flat when the growth is linear).
+[--seconds 30] [--transport socket|ssh|both]``. For each size (nodes × ranks per node @ steps
+a second per rank), one process simulates every node's agent (``benchmarks/sim_hosts.py``:
+real-shaped events, log lines and heartbeats), a real supervisor follows them
+(``benchmarks/sim_backend.py``: starting and stopping the ranks is simulated), and two real
+viewers attach as users do: ``ddptui logs RUN --follow --events`` (it reads and prints every
+line) and ``ddptui logs RUN --follow`` (it reads every line and prints the ranks' output).
+
+The supervisor reaches the simulated hosts one of two ways, both by default, side by side at
+each size:
+
+- ``ssh``: as it reaches a hosts file's hosts. Each simulated node is an SSH server of its own
+  on 127.0.0.1 (asyncssh, in the simulated hosts' process), and each node's follower is
+  ddptui's :class:`~ddptui.run.following.files.HostFollower` on a
+  :class:`~ddptui.remote.connection.RemoteCluster` connection of its own, running the node
+  agent's ``follow``: the supervisor's CPU includes decrypting every line, as it does on a
+  cluster; the dump is ``ddptui dump``'s, over SSH;
+- ``socket``: the same followers read a Unix socket to the simulated hosts instead: the
+  supervisor's own work without SSH's (the difference between the rows is SSH's cost).
+
+Measured, after a warm-up: each process's CPU (a share of one core) and the supervisor's
+memory, how long a step takes from the simulated rank to the first viewer's output (p50, p99,
+max, from a sample of lines), then how long after the last step a rank made the record says
+``hung`` (against the hang window) and how long after a node's torchrun exits 1 it says
+``failed``. Last, for each transport, how each grows with the events a second: the slope of a
+least-squares line, and the supervisor's CPU per 1,000 events/s at each size (flat when the
+growth is linear).
 
 Targets (issue 33): supervisor < 25% of a core and < 500 MiB at 1,024 ranks × 5 steps/s, each
 viewer < 10%, a step seen by a viewer within 1 s (p99), verdicts within the windows of a
 6-rank run (hung: the window plus judging's half second; failed: within torchrun's settle,
-3 s). The simulated hosts share the machine's cores with what they drive: their own CPU is
-printed so that a saturated machine shows.
+3 s). The simulated hosts share the machine's cores with what they drive: their own CPU (over
+ssh, their SSH servers' too) is printed so that a saturated machine shows.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -43,6 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.procfs import cpu_seconds, memory_mib
 from benchmarks.sim_backend import SimTransport, sim_run
 from ddptui.config import load_config
+from ddptui.remote.transport import Transport
+from ddptui.run.backends import kind_of
 from ddptui.run.evidence import dump
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
@@ -55,6 +72,7 @@ TIME_FIELD = re.compile(rb'"time":(\d+\.\d+)')
 SAMPLE_EVERY = 16
 """One printed event line in this many is timed (parsing them all would load the machine)."""
 PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+TRANSPORTS = ("socket", "ssh")
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,7 @@ class Size:
 @dataclass
 class Figures:
     size: Size
+    transport: str
     cpu: dict[str, float]
     rss_mib: float
     peak_mib: float
@@ -119,11 +138,6 @@ class Printed(threading.Thread):
             self.lines += len(lines)
 
 
-def write_run(store: RunStore, size: Size) -> None:
-    record, hosts = sim_run(RUN_ID, size.nodes, size.per_node)
-    store.create(record, hosts)
-
-
 def until(what: str, done: object, timeout: float, every: float = 0.05) -> float:
     deadline = time.monotonic() + timeout
     while not done():  # type: ignore[operator]
@@ -134,29 +148,33 @@ def until(what: str, done: object, timeout: float, every: float = 0.05) -> float
 
 
 def command(sim: subprocess.Popen[str], words: str) -> float:
-    """Tell the simulated hosts ``words``: the wall time it took effect."""
+    """Tell the simulated hosts ``words``: the wall time it took effect (``freeze``: of the
+    last step a rank made)."""
     assert sim.stdin is not None and sim.stdout is not None
     sim.stdin.write(words + "\n")
     sim.stdin.flush()
     return float(sim.stdout.readline().split()[1])
 
 
-def measure(size: Size, seconds: float, profile: str = "") -> Figures:
+def measure(size: Size, transport: str, seconds: float, profile: str = "") -> Figures:
     work = Path(tempfile.mkdtemp(prefix="ddptui-scale-"))
     env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
     supervisor_env = {**env, "SCALE_PROFILE": profile} if profile else env
     store = RunStore(work / "state" / "ddptui" / "runs")
-    write_run(store, size)
-    socket = str(work / "hosts.sock")
+    # The socket's path, or the directory of the SSH hosts' keys, homes and hosts file.
+    where = work / ("hosts.sock" if transport == "socket" else "hosts")
+    socket = [str(where)] if transport == "socket" else []
     python = sys.executable
     sim = subprocess.Popen(
-        [python, str(ROOT / "benchmarks/sim_hosts.py"), socket, str(size.nodes),
+        [python, str(ROOT / "benchmarks/sim_hosts.py"), transport, str(where), str(size.nodes),
          str(size.per_node), str(size.rate)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert sim.stdout is not None and sim.stdout.readline().strip() == "serving"
+    record, hosts = sim_run(RUN_ID, size.nodes, size.per_node)
+    store.create(record, hosts if socket else (where / "hosts.toml").read_text())
     supervisor = subprocess.Popen(
-        [python, str(ROOT / "benchmarks/sim_backend.py"), str(store.root), RUN_ID, socket],
+        [python, str(ROOT / "benchmarks/sim_backend.py"), str(store.root), RUN_ID, *socket],
         env=supervisor_env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     files = store.files(RUN_ID)
@@ -173,6 +191,9 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
     ]
     printed = [Printed(viewer) for viewer in viewers]
     try:
+        # A viewer that started slowly (seen on a loaded machine) would otherwise be measured
+        # as one that prints nothing; one that never prints fails the benchmark here.
+        until("line from each viewer", lambda: all(viewer.lines for viewer in printed), 60)
         time.sleep(WARM_UP_S)
         pids = {"supervisor": supervisor.pid, "simulated hosts": sim.pid}
         pids.update({f"viewer {n}": viewer.pid for n, viewer in enumerate(viewers, 1)})
@@ -187,9 +208,9 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
         rates = [(v.lines - n) / wall for v, n in zip(printed, lines_before, strict=True)]
         rss = memory_mib(supervisor.pid, "VmRSS")
         peak = memory_mib(supervisor.pid, "VmHWM")
-        frozen = command(sim, "freeze")
+        last_step = command(sim, "freeze")
         hung = until("hang verdict", lambda: store.load(RUN_ID).state is RunState.HUNG, 120, 0.1)
-        dumped = asyncio.run(_dump(store, socket))
+        dumped = asyncio.run(_dump(store, *socket))
         command(sim, "thaw")
         until("running again", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60, 0.1)
         time.sleep(2)
@@ -198,8 +219,8 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
             "failure verdict", lambda: store.load(RUN_ID).state is RunState.FAILED, 60, 0.1
         )
         return Figures(
-            size, cpu, rss, peak, printed[0].latency, rates, hung - frozen, failed - exited,
-            *dumped,
+            size, transport, cpu, rss, peak, printed[0].latency, rates, hung - last_step,
+            failed - exited, *dumped,
         )  # fmt: skip
     finally:
         for process in (*viewers, supervisor):
@@ -213,19 +234,28 @@ def measure(size: Size, seconds: float, profile: str = "") -> Figures:
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def _dump(store: RunStore, socket: str) -> tuple[float, float, int, int]:
-    """``ddptui dump``'s work on the head, every host asked at once through the simulated
-    transport: seconds until every answer is read and grouped, until saved, the stacks, the
-    groups."""
-    SimTransport.socket = socket
+async def _dump(store: RunStore, socket: str | None = None) -> tuple[float, float, int, int]:
+    """``ddptui dump``'s work on the head, every host asked at once, over SSH as ``ddptui
+    dump`` connects (the run's kind's transport), or through ``socket``: seconds until every
+    answer is read and grouped, until saved, the stacks, the groups."""
     record = store.load(RUN_ID)
     config = load_config(store.files(RUN_ID).hosts)
     began = time.monotonic()
-    taken = await dump.take(config, record, SimTransport())
-    groups = len(taken.groups)
-    took = time.monotonic() - began
-    dump.save(taken, store.files(RUN_ID).dumps)
-    return took, time.monotonic() - began, len(taken.stacks), groups
+    remote: Transport
+    if socket is None:
+        remote = await kind_of(config).transport_for(record)
+    else:
+        SimTransport.socket = socket
+        remote = SimTransport()
+    try:
+        taken = await dump.take(config, record, remote)
+        groups = len(taken.groups)
+        took = time.monotonic() - began
+        dump.save(taken, store.files(RUN_ID).dumps)
+        saved = time.monotonic() - began
+    finally:
+        await remote.close()
+    return took, saved, len(taken.stacks), groups
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -243,7 +273,7 @@ def slope(points: list[tuple[float, float]]) -> float:
 def report(results: list[Figures]) -> None:
     print()
     print(
-        f"{'ranks':>6} {'steps/s':>8} {'events/s':>9} {'supervisor':>11} {'RSS MiB':>8} "
+        f"{'ranks':>6} {'via':>6} {'steps/s':>8} {'events/s':>9} {'supervisor':>11} {'RSS MiB':>8} "
         f"{'viewer 1':>9} {'viewer 2':>9} {'sim hosts':>10} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'max ms':>7} {'hung +s':>8} {'failed s':>9}"
     )
@@ -251,7 +281,7 @@ def report(results: list[Figures]) -> None:
         size, cpu, latency = figures.size, figures.cpu, figures.latency
         hung = (figures.hung_after or 0.0) - HANG_MIN_S
         print(
-            f"{size.ranks:>6} {size.rate:>8g} {size.events_per_s:>9,.0f} "
+            f"{size.ranks:>6} {figures.transport:>6} {size.rate:>8g} {size.events_per_s:>9,.0f} "
             f"{cpu['supervisor']:>10.1f}% {figures.rss_mib:>8.0f} {cpu['viewer 1']:>8.1f}% "
             f"{cpu['viewer 2']:>8.1f}% {cpu['simulated hosts']:>9.1f}% "
             f"{percentile(latency, 0.5) * 1000:>7.0f} {percentile(latency, 0.99) * 1000:>7.0f} "
@@ -261,41 +291,51 @@ def report(results: list[Figures]) -> None:
     for figures in results:
         shown = " and ".join(f"{rate:,.0f}" for rate in figures.printed_per_s)
         print(
-            f"{figures.size.ranks} ranks: the viewers printed {shown} lines/s; dump of the hung "
+            f"{figures.size.ranks} ranks over {figures.transport}: the viewers printed {shown} "
+            "lines/s; dump of the hung "
             f"run from {figures.size.nodes} hosts: {figures.dump_stacks} stacks in "
             f"{figures.dump_groups} groups in {figures.dump_s:.2f} s, saved at "
             f"{figures.dump_saved_s:.2f} s"
         )
     print(
-        f"(hung +s: after the last step, beyond the {HANG_MIN_S:g} s hang window; "
+        f"(hung +s: after the last step a rank made, beyond the {HANG_MIN_S:g} s hang window; "
         "failed s: after the node's torchrun exited 1)"
     )
-    if len(results) < 2:
-        return
-    for name in ("supervisor", "viewer 1", "viewer 2"):
-        points = [(r.size.events_per_s, r.cpu[name]) for r in results]
-        each = ", ".join(f"{cpu / events * 1000:.2f}" for events, cpu in points)
+    for transport in TRANSPORTS:
+        sizes = [r for r in results if r.transport == transport]
+        if len(sizes) < 2:
+            continue
+        for name in ("supervisor", "viewer 1", "viewer 2"):
+            points = [(r.size.events_per_s, r.cpu[name]) for r in sizes]
+            each = ", ".join(f"{cpu / events * 1000:.2f}" for events, cpu in points)
+            print(
+                f"{name} over {transport}: {slope(points) * 1000:.2f}% of a core per 1,000 "
+                f"events/s (least squares); at each size {each}"
+            )
+        memory = [(float(r.size.ranks), r.rss_mib) for r in sizes]
         print(
-            f"{name}: {slope(points) * 1000:.2f}% of a core per 1,000 events/s "
-            f"(least squares); at each size {each}"
+            f"supervisor RSS over {transport}: {slope(memory) * 1000:.0f} MiB per 1,000 ranks "
+            "(least squares)"
         )
-    memory = [(float(r.size.ranks), r.rss_mib) for r in results]
-    print(f"supervisor RSS: {slope(memory) * 1000:.0f} MiB per 1,000 ranks (least squares)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8x8@5,32x8@5,128x8@5,256x8@2")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--transport", choices=(*TRANSPORTS, "both"), default="both")
     parser.add_argument("--profile", default="", help="the supervisor's cProfile stats, to PATH")
     args = parser.parse_args()
+    transports = TRANSPORTS if args.transport == "both" else (args.transport,)
+    sizes = [Size.parse(text) for text in args.sizes.split(",")]
     results = []
-    for text in args.sizes.split(","):
-        size = Size.parse(text)
+    for size, transport in itertools.product(sizes, transports):
         print(
-            f"{size.nodes} nodes x {size.per_node} ranks at {size.rate:g} steps/s ...", flush=True
+            f"{size.nodes} nodes x {size.per_node} ranks at {size.rate:g} steps/s "
+            f"over {transport} ...",
+            flush=True,
         )
-        results.append(measure(size, args.seconds, args.profile))
+        results.append(measure(size, transport, args.seconds, args.profile))
         report(results[-1:])
     report(results)
 

@@ -1,15 +1,25 @@
 """The real supervisor with its hosts simulated (``benchmarks/sim_hosts.py``), for
 ``benchmarks/scale.py``.
 
-The boundary is the transport: each node's follower is ddptui's own
-:class:`~ddptui.run.following.files.HostFollower` — its inbox, its parsing of the agent's documents,
-its offsets, its silence — reading a Unix socket to the simulated hosts instead of an SSH channel
-to a node agent. Everything above it (following, the journal, the model, judging, the record,
-viewers on the supervisor's socket) is the code users run.
+Only starting and stopping the ranks is simulated (:class:`SimBackend`: the simulated hosts step
+from their first follower on). Each node is followed, and its stacks dumped, either way:
 
-``python benchmarks/sim_backend.py ROOT RUN_ID SOCKET``: supervise the recorded run, launching
-it, until SIGTERM; as ``python -m ddptui.run.supervisor`` does, it holds the run's lock and
-writes its pid, so viewers find it as they find any supervisor.
+- over SSH (:class:`SimBackend`): as :class:`~ddptui.run.backends.ssh.backend.SshBackend` does,
+  through the hosts file's kind's transport, :class:`~ddptui.remote.connection.RemoteCluster`:
+  each node's :class:`~ddptui.run.following.files.HostFollower` on an SSH connection of its own
+  running the node agent's ``follow``, and ``dump`` asked on the backend's connections;
+- over a Unix socket (:class:`SocketBackend`): each node's follower is still ddptui's own
+  :class:`~ddptui.run.following.files.HostFollower` — its inbox, its parsing of the agent's
+  documents, its offsets, its silence — but it reads the socket instead of an SSH channel: no
+  SSH, its connections or its encryption, in the supervisor's CPU.
+
+Everything above the followers (following, the journal, the model, judging, the record, viewers
+on the supervisor's socket) is the code users run.
+
+``python benchmarks/sim_backend.py ROOT RUN_ID [SOCKET]``: supervise the recorded run, launching
+it, until SIGTERM, over SSH to the hosts its hosts file names, or with ``SOCKET`` over that
+socket; as ``python -m ddptui.run.supervisor`` does, it holds the run's lock and writes its pid,
+so viewers find it as they find any supervisor.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.sim_hosts import host_name
 from ddptui.config import Config, load_config
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import CommandResult
@@ -50,7 +61,7 @@ def sim_run(
     """A run on ``nodes`` simulated hosts of ``per_node`` ranks (named as the simulated hosts
     name themselves), and its hosts file: staging, or with ``running`` its first attempt
     running."""
-    names = [f"sim{node:04d}" for node in range(nodes)]
+    names = [host_name(node) for node in range(nodes)]
     addresses = [f"10.{node // 250}.{node % 250}.1" for node in range(nodes)]
     hosts = "".join(
         f'[[hosts]]\nname = "{name}"\naddress = "{address}"\n'
@@ -126,18 +137,11 @@ class SimTransport(Transport):
 
 
 class SimBackend(RunBackend):
-    """Starts nothing (the simulated hosts step from their first connection) and stops
-    nothing; it follows, which is what is measured."""
+    """Starts nothing (the simulated hosts step from their first follower) and stops nothing;
+    it follows and dumps as the SSH backend does, which is what is measured."""
 
     def __init__(self, config: Config, owner: Owner) -> None:
-        # The kind's transport is never opened: the simulated hosts are reached below.
         super().__init__(config, owner, kind_of(config).transport)
-
-    async def connect(self) -> None:
-        return None
-
-    async def disconnect(self) -> None:
-        return None
 
     async def start(self, number: int, *, resume: bool, debug: bool) -> StartFailed | None:
         self.owner.attempt_starting(number, 29500, f"starting attempt {number}")
@@ -150,23 +154,36 @@ class SimBackend(RunBackend):
     async def terminate(self, skip: Collection[str] = ()) -> StopReport:
         return StopReport()
 
+
+class SocketBackend(SimBackend):
+    """Follows and dumps the simulated hosts through their Unix socket: no SSH is opened."""
+
+    async def connect(self) -> None:
+        return None
+
+    async def disconnect(self) -> None:
+        return None
+
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         return SimFollower.of_node(self.config, self.owner.record, node, offsets=offsets)
 
-    async def take_stacks(self) -> StackDump:
-        return await dump.take(self.config, self.owner.record, SimTransport())
+    async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:
+        return await dump.take(self.config, self.owner.record, SimTransport(), skip)
 
 
-def main(root: str, run_id: str, socket: str) -> None:
+def main(root: str, run_id: str, socket: str | None = None) -> None:
     store = RunStore(Path(root))
     files = store.files(run_id)
     lock = files.supervisor_lock.open("ab")
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     files.supervisor_pid.write_text(f"{os.getpid()}\n")
     logging.basicConfig(filename=files.supervisor_log, level=logging.INFO)
-    SimFollower.socket = SimTransport.socket = socket
+    backend = SimBackend
+    if socket is not None:
+        SimFollower.socket = SimTransport.socket = socket
+        backend = SocketBackend
     record = store.load(run_id)
-    supervisor = Supervisor(store, record, load_config(files.hosts), backend=SimBackend)
+    supervisor = Supervisor(store, record, load_config(files.hosts), backend=backend)
     profile = os.environ.get("SCALE_PROFILE")
     if profile:
         # Where the supervisor's time goes (scale.py --profile), written as it exits.

@@ -1,17 +1,28 @@
 """Simulated hosts for ``benchmarks/scale.py``: many nodes' node agents as one process.
 
-``python benchmarks/sim_hosts.py SOCKET NODES PER_NODE STEPS_PER_S`` serves a Unix socket. A
-connection says a host's name on its first line and then reads what that host's node agent
-``follow`` would send over its SSH channel: every new line of the run's files as the agent's
-JSON documents (each rank's ``start`` then ``step`` events, shaped as the bundled trainer's
-on an H200 — tests/fixtures/events —, a progress line in local rank 0's stdout every 10
-steps) and a heartbeat every 2 s (each rank's process state and CPU, 8 GPUs as the agent
-samples them: the recorded H200 row of tests/fixtures/gpu). Steps are spread over the second,
-each rank at its own phase, as ranks that step together but print a little apart.
+``python benchmarks/sim_hosts.py TRANSPORT WHERE NODES PER_NODE STEPS_PER_S`` serves the hosts
+``sim0000``, ``sim0001``… either way the benchmark follows them:
 
-Commands on stdin, each answered on stdout with the wall time it took effect:
-``freeze`` (no rank steps any more, one rank's process is stopped: a hang), ``thaw``,
-``fail NODE`` (the node's local rank 0 raises and its torchrun exits 1), ``quit``.
+- ``socket WHERE``: a Unix socket at ``WHERE``. A connection says a host's name on its first
+  line (and ``dump`` after it, to ask for the stacks) and then reads what that host's node agent
+  ``follow`` would send over its SSH channel;
+- ``ssh WHERE``: a real SSH server for each host on its own port of 127.0.0.1
+  (``benchmarks/loopback.py``), and ``WHERE/hosts.toml``, the hosts file that reaches them with
+  the client key and known_hosts it names. Each answers the node agent's commands as ddptui
+  sends them (``python - follow RUN_DIR``, the agent's program on stdin, and ``python - dump
+  RUN_DIR``): their encryption is then the hosts' CPU, as an sshd's is.
+
+What a followed host sends: every new line of the run's files as the agent's JSON documents
+(each rank's ``start`` then ``step`` events, shaped as the bundled trainer's on an H200 —
+tests/fixtures/events —, a progress line in local rank 0's stdout every 10 steps) and a
+heartbeat every 2 s (each rank's process state and CPU, 8 GPUs as the agent samples them: the
+recorded H200 row of tests/fixtures/gpu). Steps are spread over the second, each rank at its
+own phase, as ranks that step together but print a little apart.
+
+Commands on stdin, each answered on stdout with a wall time: ``freeze`` (no rank steps any
+more, one rank's process is stopped: a hang; answered with the time of the last step a rank
+made, where a hang's window starts), ``thaw``, ``fail NODE`` (the node's local rank 0 raises and
+its torchrun exits 1), each answered with the time it took effect, and ``quit``.
 
 Cheap per line (lines are formatted, not built as dicts): its CPU is the hosts', not the
 head's, and it runs beside what it measures.
@@ -24,7 +35,16 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Awaitable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
 
+import asyncssh
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.loopback import argv_of, loopback_hosts
+from ddptui.demo.sshd import LoopbackSshd
 from ddptui.run.following.files import GPU_FIELDS
 
 TICK_S = 0.02
@@ -68,6 +88,19 @@ ODD_FRAMES = (
 )
 
 
+def host_name(node: int) -> str:
+    return f"sim{node:04d}"
+
+
+class Channel(Protocol):
+    """Where a followed host's documents go: a Unix socket's writer or an SSH session's
+    stdout."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
 def gpu_row(index: int, busy: bool) -> dict[str, str | int]:
     """A GPU's row as the agent sends it: the recorded H200's sample, then its health counters
     as NVML gives them (at its power limit while busy, idle otherwise)."""
@@ -89,10 +122,10 @@ class Host:
         self.period = 1.0 / rate
         self.offsets: dict[str, int] = {}
         self.steps = dict.fromkeys(self.ranks, 0)
-        # Each rank at its own phase of the step: all ranks do not print in the same tick.
-        self.due = {rank: (rank * 0.618) % 1.0 * self.period for rank in self.ranks}
+        self.due: dict[int, float] = {}
         self.pending: list[str] = []
-        self.writer: asyncio.StreamWriter | None = None
+        self.writer: Channel | None = None
+        self.last_step = 0.0
         self.exit: int | None = None
         self.stopped_rank: int | None = None
         self.log = f"logs/attempt-1/{RUN_ID}_{node}/attempt_0/0/stdout.log"
@@ -102,7 +135,11 @@ class Host:
         self.offsets[path] = offset
         self.pending.append(f'{{"k":"line","f":"{path}","o":{offset},"t":{json.dumps(text)}}}')
 
-    def start(self, now: float) -> None:
+    def start(self, now: float, clock: float) -> None:
+        # Stepping from its first follower on: a host followed late (many SSH handshakes
+        # before it) would otherwise catch up at a step a tick, ten times its rate. Each rank
+        # at its own phase of the step: all ranks do not print in the same tick.
+        self.due = {rank: clock + (rank * 0.618) % 1.0 * self.period for rank in self.ranks}
         for rank in self.ranks:
             local = rank - self.ranks.start
             self.line(
@@ -120,6 +157,7 @@ class Host:
             if self.due[rank] > clock:
                 continue
             self.due[rank] += self.period
+            self.last_step = now
             step = self.steps[rank] = self.steps[rank] + 1
             loss = 4.0 / (1 + 0.01 * step) + rank * 1e-4
             self.line(
@@ -187,33 +225,44 @@ class Simulation:
     def __init__(self, nodes: int, per_node: int, rate: float) -> None:
         world = nodes * per_node
         self.hosts = {
-            f"sim{node:04d}": Host(f"sim{node:04d}", node, per_node, world, rate)
+            host_name(node): Host(host_name(node), node, per_node, world, rate)
             for node in range(nodes)
         }
         self.frozen = False
         self.started = time.monotonic()
 
     async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection to the Unix socket (the ``socket`` transport)."""
         name, _, command = (await reader.readline()).decode().strip().partition(" ")
-        host = self.hosts.get(name)
-        if host is None:
+        if name not in self.hosts:
             writer.close()
             return
         if command == "dump":
             # Asked by a supervisor that may end before it reads the answer (the benchmark
             # ends it once the failure is recorded, while it keeps the evidence).
             with contextlib.suppress(ConnectionError):
-                writer.write(json.dumps(host.dump(self.frozen)).encode() + b"\n")
+                writer.write(self.dump(name))
                 await writer.drain()
             writer.close()
             return
+        await self.followed(name, writer, reader.read())
+
+    async def followed(self, name: str, channel: Channel, ended: Awaitable[object]) -> None:
+        """Send host ``name``'s documents to ``channel`` until ``ended``: its lines from its
+        first follower on, from a follower that reconnects only the new ones (their offsets
+        run on, as a file's do)."""
+        host = self.hosts[name]
         if host.writer is None and not host.offsets:
-            host.start(time.time())
-        host.writer = writer
+            host.start(time.time(), time.monotonic() - self.started)
+        host.writer = channel
         with contextlib.suppress(ConnectionError):
-            await reader.read()
-        if host.writer is writer:
+            await ended
+        if host.writer is channel:
             host.writer = None
+
+    def dump(self, name: str) -> bytes:
+        """Host ``name``'s node agent's answer to ``dump``, its line."""
+        return json.dumps(self.hosts[name].dump(self.frozen)).encode() + b"\n"
 
     async def run(self) -> None:
         next_beat = time.monotonic()
@@ -238,6 +287,7 @@ class Simulation:
                 self.frozen = True
                 first = next(iter(self.hosts.values()))
                 first.stopped_rank = first.ranks.start
+                now = max(host.last_step for host in self.hosts.values())
             case ["thaw"]:
                 self.frozen = False
                 for host in self.hosts.values():
@@ -246,17 +296,43 @@ class Simulation:
                     clock = time.monotonic() - self.started
                     host.due = dict.fromkeys(host.ranks, clock)
             case ["fail", node]:
-                self.hosts[f"sim{int(node):04d}"].fail(now)
+                self.hosts[host_name(int(node))].fail(now)
             case _:
                 return f"unknown {words}"
         return f"{words[0]} {now:.6f}"
 
 
-async def main(socket_path: str, nodes: int, per_node: int, rate: float) -> None:
-    simulation = Simulation(nodes, per_node, rate)
-    # Every host's follower and, at a dump, every host's question connect at once: asyncio's
-    # backlog of 100 refused some of 256 hosts' dumps.
-    server = await asyncio.start_unix_server(simulation.connected, path=socket_path, backlog=4096)
+class SimSshd(LoopbackSshd):
+    """The simulated hosts' SSH servers: each session answers as its host's node agent."""
+
+    def __init__(self, root: Path, client_public_key: str, simulation: Simulation) -> None:
+        super().__init__(root, client_public_key)
+        self.simulation = simulation
+
+    def serve(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run ``coroutine`` on the servers' event loop until it ends: the simulation writes to
+        the sessions' channels, which only that loop may touch."""
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _run(self, process: asyncssh.SSHServerProcess[bytes], home: Path) -> None:
+        _python, _program, *args = argv_of(process.command or "")
+        # The agent's program (with a follower's offsets): the simulation answers from its own.
+        await process.stdin.read()
+        match args:
+            case ["follow", _run_dir]:
+                await self.simulation.followed(home.name, process.stdout, process.wait_closed())
+                return
+            case ["dump", *_]:
+                process.stdout.write(self.simulation.dump(home.name))
+                status = 0
+            case _:
+                process.stderr.write(f"the simulated hosts run no {args[:1]}\n".encode())
+                status = 127
+        process.exit(status)
+
+
+async def serve_commands(simulation: Simulation) -> None:
+    """Step the simulation and follow stdin's commands, until ``quit``."""
     ticking = asyncio.create_task(simulation.run())
     loop = asyncio.get_running_loop()
     print("serving", flush=True)
@@ -267,10 +343,34 @@ async def main(socket_path: str, nodes: int, per_node: int, rate: float) -> None
             break
         print(simulation.command(words), flush=True)
     ticking.cancel()
+
+
+async def serve_socket(path: str, simulation: Simulation) -> None:
+    # Every host's follower and, at a dump, every host's question connect at once: asyncio's
+    # backlog of 100 refused some of 256 hosts' dumps.
+    server = await asyncio.start_unix_server(simulation.connected, path=path, backlog=4096)
+    await serve_commands(simulation)
     server.close()
 
 
+def serve_ssh(directory: Path, simulation: Simulation, per_node: int) -> None:
+    def sshd(root: Path, client_public_key: str) -> SimSshd:
+        return SimSshd(root, client_public_key, simulation)
+
+    directory.mkdir(mode=0o700)
+    with loopback_hosts(directory, sshd, list(simulation.hosts)) as loopback:
+        hosts_file = loopback.hosts_toml(loopback.servers.hosts, per_node)
+        (directory / "hosts.toml").write_text(hosts_file)
+        loopback.servers.serve(serve_commands(simulation))
+
+
+def main(transport: str, where: str, nodes: int, per_node: int, rate: float) -> None:
+    simulation = Simulation(nodes, per_node, rate)
+    if transport == "socket":
+        asyncio.run(serve_socket(where, simulation))
+    else:
+        serve_ssh(Path(where), simulation, per_node)
+
+
 if __name__ == "__main__":
-    asyncio.run(
-        main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])),
-    )
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
