@@ -112,7 +112,7 @@ def test_stop_then_resume_repeats_the_uninterrupted_losses_bit_for_bit(
     hosts_file = write_hosts(testbed, tmp_path, job={"checkpoint_every": 40})
     # The ranks are held from step 40 until the stop is asked: however long it takes to land,
     # the run cannot end first, which would prove nothing about resuming.
-    last = 300
+    last = 150
     total = ["--", "--max-steps", str(last)]
     straight = cli.run("launch", str(hosts_file), "--headless", *total)
     assert straight.returncode == 0, straight.stderr
