@@ -14,32 +14,9 @@ from ddptui.health import Code, HostCheck, evaluate
 from ddptui.onhost.probe_gpus import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 from ddptui.probe.facts import NA, HostFacts
 from ddptui.remote.status import Reach, Reachability
+from tests.fixtures import nvml
 from tests.fixtures.gpu import DOUBLE, FIXTURES, gpu_count
 from tests.helpers import recorded_torch, run_probe
-
-# Mirrors pynvml's API for the calls the probe makes; bytes where pynvml returns bytes.
-FAKE_PYNVML = """
-import types
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlSystemGetDriverVersion(): return "550.54.15"
-def nvmlSystemGetCudaDriverVersion(): return 12040
-def nvmlDeviceGetCount(): return 2
-def nvmlDeviceGetHandleByIndex(index): return index
-def nvmlDeviceGetUUID(handle): return "GPU-fake-%d" % handle
-def nvmlDeviceGetName(handle): return "NVIDIA H100 80GB HBM3"
-def nvmlDeviceGetMemoryInfo(handle):
-    return types.SimpleNamespace(total=81559 * 2**20, used=(0, 40000 * 2**20)[handle])
-def nvmlDeviceGetUtilizationRates(handle):
-    if handle == 0:
-        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-    return types.SimpleNamespace(gpu=87)
-def nvmlDeviceGetComputeRunningProcesses(handle):
-    if handle == 0:
-        return []
-    return [types.SimpleNamespace(pid=4242, usedGpuMemory=None)]
-def nvmlSystemGetProcessName(pid): return b"/usr/bin/python3"
-"""
 
 
 def test_fixtures_were_recorded_with_the_probes_queries() -> None:
@@ -57,8 +34,8 @@ def test_pynvml_is_preferred_and_its_gaps_are_not_available(tmp_path: Path) -> N
     facts, _ = run_probe(
         tmp_path,
         python_path={
-            "torch/__init__.py": recorded_torch(device_count=gpu_count("a100x2_busy")),
-            "pynvml.py": FAKE_PYNVML,
+            "torch/__init__.py": recorded_torch(device_count=nvml.gpu_count("h100x2_gaps")),
+            "pynvml.py": nvml.pynvml_double("h100x2_gaps"),
         },
         smi_fixture="a100x2_busy",
     )
