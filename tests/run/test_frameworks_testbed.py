@@ -1,7 +1,7 @@
 """Scripts written with Lightning, Hugging Face's Trainer and Accelerate, unchanged, run by
 ddptui on the test bed as users run them (2 hosts of 2 processes, `[job] script`,
 `checkpoint_files`): every rank's loss, speed and memory in `status --json` soon after its
-first step; `dump` has every rank's stacks; a frozen rank makes the run hung; stop, then resume
+first step; `dump` has every rank's stacks; a frozen rank makes the run hung (Lightning's); stop, then resume
 from the framework's own newest checkpoint with the step count going on; nothing left after.
 """
 
@@ -41,6 +41,9 @@ CASES = {
 }
 """Each framework's script and where it saves its checkpoints (for `checkpoint_files`)."""
 READS_STOP = ("lightning", "transformers")
+FROZEN = ("lightning",)
+"""Where a frozen rank is shown to hang the run: judging reads the same step events and
+process states whatever wrote them, so one framework shows it (half a minute of CI each)."""
 PROCS = 2
 FIRST_LOSS_S = 20
 
@@ -172,15 +175,16 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
     ]
     assert all("File " in path.read_text() for path in saved.iterdir())
 
-    frozen_pid = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
-    with frozen(frozen_pid) as frozen_at:
-        status = cli.status_once("hung", run_id, lambda run: run.state is RunState.HUNG, 90)
-    # Judged (and recorded) within the window and a few judging rounds of the freeze.
-    hung_at = next(c.time for c in cli.record(run_id).states if c.state is RunState.HUNG)
-    assert hung_at - frozen_at <= 35, (hung_at, frozen_at)
-    odd = [(rank["rank"], rank["host"]) for rank in status["hang"]["ranks"] if rank["why"]]
-    assert odd == [(PROCS, hosts[1].name)], status["hang"]
-    wait_until("stepping again", lambda: cli.record(run_id).state is RunState.RUNNING, 90)
+    if framework in FROZEN:
+        frozen_pid = run_pid(hosts[1], run_id, b"LOCAL_RANK=0")
+        with frozen(frozen_pid) as frozen_at:
+            status = cli.status_once("hung", run_id, lambda run: run.state is RunState.HUNG, 90)
+        # Judged (and recorded) within the window and a few judging rounds of the freeze.
+        hung_at = next(c.time for c in cli.record(run_id).states if c.state is RunState.HUNG)
+        assert hung_at - frozen_at <= 35, (hung_at, frozen_at)
+        odd = [(rank["rank"], rank["host"]) for rank in status["hang"]["ranks"] if rank["why"]]
+        assert odd == [(PROCS, hosts[1].name)], status["hang"]
+        wait_until("stepping again", lambda: cli.record(run_id).state is RunState.RUNNING, 90)
 
     # A checkpoint the framework saved, then the stop.
     wait_until("a whole checkpoint", lambda: _saved(_events(hosts, run_id)[0]), 120, every=0.5)
