@@ -31,6 +31,7 @@ class ProgressReport:
         self._state: RunState | None = None
         self._looked = -LOOK_EVERY_S
         self._judged: Judgement | None = None
+        self._progress = ""
 
     def lines(self, model: RunModel, judgement: Judgement, *, final: bool = False) -> list[str]:
         """What is new since the last call; nothing when called again within ``LOOK_EVERY_S``
@@ -64,6 +65,9 @@ class ProgressReport:
         if final or now >= self._next:
             self._next = now + self.every_s
             progress = progress_line(judgement.state, judgement.progress, stepped=judgement.stepped)
-            if progress is not None:
+            # The last word once the run ended, unless it was just said: a node's exit makes
+            # the line before it say the same.
+            if progress is not None and not (final and progress.plain == self._progress):
                 said.append(progress.plain)
+                self._progress = progress.plain
         return said
