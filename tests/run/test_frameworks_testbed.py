@@ -1,8 +1,9 @@
 """Scripts written with Lightning, Hugging Face's Trainer and Accelerate, unchanged, run by
 ddptui on the test bed as users run them (2 hosts of 2 processes, `[job] script`,
 `checkpoint_files`): every rank's loss, speed and memory in `status --json` soon after its
-first step; `dump` has every rank's stacks; a frozen rank makes the run hung (Lightning's); stop, then resume
-from the framework's own newest checkpoint with the step count going on; nothing left after.
+first step; `dump` has every rank's stacks; a frozen rank makes the run hung (Lightning's);
+stop, then resume from the framework's own newest checkpoint with the step count going on;
+nothing left after.
 """
 
 from __future__ import annotations
