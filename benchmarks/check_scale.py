@@ -32,9 +32,10 @@ import asyncssh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.loopback import argv_of, loopback_hosts
+from benchmarks.loopback import loopback_hosts
 from ddptui.check.scripts import CONNECT, LISTENER
 from ddptui.demo.sshd import LoopbackSshd
+from tests.helpers.hostile_server import command_argv
 
 RECORDED = Path(__file__).resolve().parents[1] / "tests/fixtures/probe/h200_idle_nvml.json"
 
@@ -45,7 +46,7 @@ class RecordedSshd(LoopbackSshd):
     probe_s = 0.1
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes], home: Path) -> None:
-        argv = argv_of(process.command or "")
+        argv = command_argv(process.command or "")
         status = 0
         if argv[1:2] == ["-"]:
             await process.stdin.read()

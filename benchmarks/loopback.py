@@ -1,11 +1,10 @@
 """SSH hosts on 127.0.0.1 for the benchmarks: the demo's servers (``ddptui/demo/sshd.py``: real
 asyncssh, a host key each, key-only login, each on its own port), the client key and
-known_hosts that reach them, their hosts file, and the argv of a command ddptui sent them."""
+known_hosts that reach them, and their hosts file. What a command ddptui sent them runs:
+``tests.helpers.hostile_server.command_argv``."""
 
 from __future__ import annotations
 
-import base64
-import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,11 +45,3 @@ def loopback_hosts(
         yield Loopback(servers, identity, known_hosts)
     finally:
         servers.close()
-
-
-def argv_of(command: str) -> list[str]:
-    """The argv a command line of ddptui's runs (``sh -c 'eval "$(echo B64 | base64 -d)"'``:
-    :func:`ddptui.remote.commands.command_line`)."""
-    encoded = command.split("echo ", 1)[1].split(" ", 1)[0]
-    script = base64.b64decode(encoded).decode()
-    return shlex.split(script.rsplit("exec ", 1)[1])

@@ -43,9 +43,10 @@ import asyncssh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.loopback import argv_of, loopback_hosts
+from benchmarks.loopback import loopback_hosts
 from ddptui.demo.sshd import LoopbackSshd
 from ddptui.run.following.files import GPU_FIELDS
+from tests.helpers.hostile_server import command_argv
 
 TICK_S = 0.02
 BEAT_S = 2.0
@@ -315,7 +316,7 @@ class SimSshd(LoopbackSshd):
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes], home: Path) -> None:
-        _python, _program, *args = argv_of(process.command or "")
+        _python, _program, *args = command_argv(process.command or "")
         # The agent's program (with a follower's offsets): the simulation answers from its own.
         await process.stdin.read()
         match args:

@@ -55,13 +55,19 @@ KeptAnswers = Callable[[list[str]], bytes]
 """What a kept agent (``serve``) prints for one command, its end line included."""
 
 
-def agent_args(command: str) -> list[str]:
-    """The node-agent arguments of a command ddptui sent (``python - ARGS``, or ``serve`` for
-    ``python -c BOOTSTRAP serve``), decoded from :func:`ddptui.remote.commands.command_line`."""
+def command_argv(command: str) -> list[str]:
+    """The argv a command line of ddptui's runs, decoded from
+    :func:`ddptui.remote.commands.command_line` (``sh -c 'eval "$(echo B64 | base64 -d)"'``)."""
     found = _ENCODED_COMMAND.search(command)
     assert found is not None, command
     argv = shlex.split(base64.b64decode(found.group(1)).decode("utf-8"))
-    argv = argv[argv.index("exec") + 1 :]
+    return argv[argv.index("exec") + 1 :]
+
+
+def agent_args(command: str) -> list[str]:
+    """The node-agent arguments of a command ddptui sent (``python - ARGS``, or ``serve`` for
+    ``python -c BOOTSTRAP serve``)."""
+    argv = command_argv(command)
     if "-c" in argv:
         return argv[argv.index("-c") + 2 :]
     return argv[argv.index("-") + 1 :]
