@@ -129,25 +129,7 @@ def _status_of_a_healed_run_that_hangs() -> dict[str, Any]:
     model.apply(HostSilent("gpu-b", 12.0, "connect timed out"))
     record = model.record
     record.timelines[0].stamp("gpu-a", "first_step", scenes.CREATED)
-    record.incidents = [
-        Incident(
-            number=1,
-            attempt=1,
-            detected_at=AT,
-            cause="rank 3 was killed by SIGKILL",
-            blamed=("gpu-b",),
-            why="its kernel's OOM killer named rank 3",
-            fault_at=AT - 2,
-            action="resumed on gpu-e in place of gpu-b",
-            resumed_attempt=2,
-            last_step=140,
-            checkpoint_step=100,
-            first_step_at=AT + 30,
-            notified="ok",
-            last_step_at=AT - 5,
-            step_s=0.5,
-        )
-    ]
+    record.incidents = [scenes.healed_incident(AT)]
     record.set_aside = [SetAside("gpu-b", "rank 3 was killed by SIGKILL", AT, "/w", "no answer")]
     hang = Hang(
         since=AT,

@@ -23,23 +23,7 @@ FIRST_STEP = scenes.CREATED + 100.0
 def _healed() -> RunRecord:
     record = scenes.run_record(RunState.RUNNING)
     record.incidents = [
-        Incident(
-            number=1,
-            attempt=1,
-            detected_at=DETECTED,
-            cause="rank 3 on gpu-b was killed by SIGKILL",
-            blamed=("gpu-b",),
-            why="its kernel's OOM killer named rank 3",
-            fault_at=DETECTED - 2.0,
-            action="resumed on gpu-e in place of gpu-b",
-            resumed_attempt=2,
-            last_step=140,
-            checkpoint_step=100,
-            first_step_at=DETECTED + 30.0,
-            notified="ok",
-            last_step_at=DETECTED - 5.0,
-            step_s=0.5,
-        ),
+        scenes.healed_incident(DETECTED),
         Incident(2, 2, DETECTED + 90.0, "gpu-e stopped answering\x1b]0;pwned\x07", (), ""),
     ]
     record.set_aside = [

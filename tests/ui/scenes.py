@@ -21,7 +21,7 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.nccl_init import NcclInit
 from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
 from ddptui.run.following.state import Straggler
-from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
+from ddptui.run.record import Attempt, Incident, NodeRecord, RunRecord, RunState
 from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S
 from ddptui.run.supervisor.stragglers import StragglerNotes
 from ddptui.run.timeline import Timeline
@@ -247,3 +247,25 @@ def straggling_run() -> tuple[RunProgress, tuple[Straggler, ...]]:
     named = judge.named(1)
     assert [s.rank for s in named] == [3]
     return run, named
+
+
+def healed_incident(detected_at: float) -> Incident:
+    """A failure recovery healed, every field known: rank 3 on gpu-b killed, gpu-b set aside and
+    the run resumed on gpu-e from step 100's checkpoint."""
+    return Incident(
+        number=1,
+        attempt=1,
+        detected_at=detected_at,
+        cause="rank 3 on gpu-b was killed by SIGKILL",
+        blamed=("gpu-b",),
+        why="its kernel's OOM killer named rank 3",
+        fault_at=detected_at - 2.0,
+        action="resumed on gpu-e in place of gpu-b",
+        resumed_attempt=2,
+        last_step=140,
+        checkpoint_step=100,
+        first_step_at=detected_at + 30.0,
+        notified="ok",
+        last_step_at=detected_at - 5.0,
+        step_s=0.5,
+    )
