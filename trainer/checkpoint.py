@@ -4,10 +4,12 @@
 step, epoch, world size, size and SHA-256 of the state file. A checkpoint exists only once its
 manifest does, and both are renamed into place after an fsync, so a writer killed at any moment
 leaves the previous checkpoints intact (and at worst a ``.tmp`` file, removed by the next save).
+Writers of one directory take turns (a lock file): a rank's rescue may come while rank 0 saves.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -21,6 +23,7 @@ import torch
 from .dist import TrainerError
 
 _PREFIX = "ckpt-"
+_LOCK = ".lock"
 
 
 @dataclass(frozen=True)
@@ -73,23 +76,47 @@ class CheckpointStore:
         self.directory = directory
         self.keep = keep
 
-    def save(self, state: dict[str, Any], *, step: int, epoch: int, world_size: int) -> Saved:
+    def save(
+        self,
+        state: dict[str, Any],
+        *,
+        step: int,
+        epoch: int,
+        world_size: int,
+        newer_only: bool = False,
+    ) -> Saved | None:
+        """Write ``state`` as the checkpoint of ``step``; with ``newer_only``, None instead
+        when one at ``step`` or later is there already."""
         started = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in self.directory.glob(f".{_PREFIX}*.tmp"):
-            stale.unlink(missing_ok=True)
-        name = f"{_PREFIX}{step:09d}"
-        data = self.directory / f"{name}.pt"
-        tmp = self.directory / f".{name}.pt.tmp"
-        torch.save(state, tmp)
-        manifest = Manifest(step, epoch, world_size, _sha256(tmp), tmp.stat().st_size, data.name)
-        _write_durably(tmp, data)
-        tmp_manifest = self.directory / f".{name}.json.tmp"
-        tmp_manifest.write_text(json.dumps(asdict(manifest), indent=1) + "\n", encoding="utf-8")
-        _write_durably(tmp_manifest, self.directory / f"{name}.json")
-        _fsync_dir(self.directory)
-        self._prune()
+        with (self.directory / _LOCK).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if newer_only and self.newest_step() >= step:
+                return None
+            for stale in self.directory.glob(f".{_PREFIX}*.tmp"):
+                stale.unlink(missing_ok=True)
+            name = f"{_PREFIX}{step:09d}"
+            data = self.directory / f"{name}.pt"
+            tmp = self.directory / f".{name}.pt.tmp"
+            torch.save(state, tmp)
+            manifest = Manifest(
+                step, epoch, world_size, _sha256(tmp), tmp.stat().st_size, data.name
+            )
+            _write_durably(tmp, data)
+            tmp_manifest = self.directory / f".{name}.json.tmp"
+            tmp_manifest.write_text(json.dumps(asdict(manifest), indent=1) + "\n", encoding="utf-8")
+            _write_durably(tmp_manifest, self.directory / f"{name}.json")
+            _fsync_dir(self.directory)
+            self._prune()
         return Saved(data, manifest.bytes, time.perf_counter() - started)
+
+    def newest_step(self) -> int:
+        """The step of the newest checkpoint by its name, verified or not; -1 when none."""
+        for manifest in self.manifests():
+            digits = manifest.stem[len(_PREFIX) :]
+            if digits.isdigit():
+                return int(digits)
+        return -1
 
     def manifests(self) -> list[Path]:
         """Manifest files, newest step first."""

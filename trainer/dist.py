@@ -49,7 +49,7 @@ class Runtime:
     placement: Placement
     backend: str
     device: torch.device
-    # Control traffic (stop flags, RNG states, small objects) stays on a CPU group so that it
+    # Control traffic (stop flags, small objects) stays on a CPU group so that it
     # never forces a device synchronisation.
     control_group: dist.ProcessGroup | None
 
@@ -129,10 +129,6 @@ def _serialize(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _encode(obj: Any) -> torch.Tensor:
-    return torch.frombuffer(bytearray(_serialize(obj)), dtype=torch.uint8)
-
-
 def tensor_bytes(tensor: torch.Tensor, size: int | None = None) -> bytes:
     """The first ``size`` bytes (default: all) of a CPU ``uint8`` tensor, copied in one go:
     ``bytes(tensor.untyped_storage())`` goes element by element in Python, minutes for the
@@ -164,15 +160,3 @@ def broadcast_object(obj: Any, group: dist.ProcessGroup | None) -> Any:
     """``obj`` (tensors, containers, str, numbers) from global rank 0; others pass None."""
     data = _serialize(obj) if dist.get_rank() == 0 else None
     return decode(broadcast_bytes(data, group))
-
-
-def all_gather_object(obj: Any, group: dist.ProcessGroup | None) -> list[Any]:
-    mine = _encode(obj)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(sizes, torch.tensor([mine.numel()], dtype=torch.int64), group=group)
-    longest = max(int(s.item()) for s in sizes)
-    padded = torch.zeros(longest, dtype=torch.uint8)
-    padded[: mine.numel()] = mine
-    gathered = [torch.empty(longest, dtype=torch.uint8) for _ in sizes]
-    dist.all_gather(gathered, padded, group=group)
-    return [decode(tensor_bytes(t, int(s.item()))) for t, s in zip(gathered, sizes, strict=True)]

@@ -25,7 +25,18 @@ from .data import CharText, Shards, SyntheticRegression, Task
 from .dist import Runtime, TrainerError, broadcast_object
 from .events import BufferPool, DeviceScalars, EventLog, finite, memory_mib
 from .models import MLP, CharTransformer
-from .state import Parts, Progress, Resumed, Shape, load, restore, resume_shape, snapshot
+from .rescue import Rescuer
+from .state import (
+    Parts,
+    Progress,
+    Resumed,
+    Shape,
+    load,
+    local_state,
+    restore,
+    resume_shape,
+    snapshot,
+)
 
 
 @dataclass(frozen=True)
@@ -180,8 +191,10 @@ class Trainer:
             _settle_buckets(model, self.task, rt, self.data_on_device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.store = CheckpointStore(cfg.run_dir / "checkpoints", cfg.keep)
-        # Dropout draws differ per rank, as they would with independent workers.
-        torch.manual_seed(cfg.seed + 1 + p.rank)
+        # Dropout draws differ per rank, as they would with independent workers, and are
+        # seeded anew at each step (by rank and step), so that no checkpoint needs every rank's
+        # random state: a resume at any step draws what the uninterrupted run drew.
+        self.reseeding = cfg.dropout > 0 and isinstance(self.task, CharText)
         # Read before the data and schedule are laid out: a checkpoint decides the global batch.
         checkpoint = None if cfg.resume is None else load(cfg.resume, self.store, cfg.fsdp, rt)
         self.shape = (
@@ -220,9 +233,15 @@ class Trainer:
         self.autocast = _autocast(cfg, rt.device)
         self.resumed: Resumed | None = None
         if checkpoint is not None:
-            self.resumed = restore(checkpoint, self.parts, self.shape, rt, cfg.seed)
+            self.resumed = restore(checkpoint, self.parts, self.shape)
         self.progress = self.resumed.progress if self.resumed else Progress()
         self.last_saved = self.progress.step if self.resumed else -1
+        rescues = p.world_size > 1 and rt.device.type == "cpu" and not cfg.fsdp
+        self.rescuer = (
+            Rescuer(self.store, log, self._whole_state, cfg.run_dir / "control" / "rescue")
+            if rescues
+            else None
+        )
 
     def start_event(self) -> dict[str, Any]:
         cfg, rt, resumed = self.cfg, self.rt, self.resumed
@@ -253,9 +272,15 @@ class Trainer:
             "pid": os.getpid(),
         }
 
-    def _step(self, micro: list[torch.Tensor]) -> torch.Tensor:
-        model, optimizer, scaler = self.parts.model, self.parts.optimizer, self.parts.scaler
-        optimizer.zero_grad(set_to_none=True)
+    def _gradients(self, micro: list[torch.Tensor]) -> torch.Tensor:
+        """Forward and backward over the step's micro-batches (the collectives); the loss."""
+        model, scaler = self.parts.model, self.parts.scaler
+        self.parts.optimizer.zero_grad(set_to_none=True)
+        if self.reseeding:
+            shape = self.shape
+            torch.manual_seed(
+                self.cfg.seed + 1 + self.rt.placement.rank + self.progress.step * shape.world_size
+            )
         total: torch.Tensor | None = None
         # What a plain fp32 step on the CPU does not need is skipped rather than run as a no-op:
         # every call is a few microseconds, and a small model's step is a few milliseconds.
@@ -277,17 +302,32 @@ class Trainer:
                     self.compute_s += time.perf_counter() - began
                 (scaler.scale(loss) if scaler.is_enabled() else loss).backward()
             total = loss.detach() if total is None else total + loss.detach()
+        assert total is not None
+        return total
+
+    def _update(self) -> None:
+        """The step's change to the state, with no collective under DDP (the gradients are
+        all-reduced already): guarded, so that a rescue reads a whole step."""
+        optimizer, scaler = self.parts.optimizer, self.parts.scaler
         if self.cfg.grad_clip > 0:
             scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), self.cfg.grad_clip)
+            nn.utils.clip_grad_norm_(self.parts.model.parameters(), self.cfg.grad_clip)
         if scaler.is_enabled():
             scaler.step(optimizer)
             scaler.update()
         else:
             optimizer.step()
         self.parts.scheduler.step()
-        assert total is not None
-        return total
+        self.progress.step += 1
+        self.progress.samples_in_epoch += self.shape.global_batch
+
+    def _changing(self) -> contextlib.AbstractContextManager[None]:
+        return self.rescuer.changing() if self.rescuer else _NO_CONTEXT
+
+    def _whole_state(self) -> tuple[dict[str, Any], int, int, int]:
+        progress = self.progress
+        state = local_state(self.parts, progress, self.shape, self.cfg.to_json())
+        return state, progress.step, progress.epoch, self.rt.placement.world_size
 
     def _groups(self) -> Iterator[list[torch.Tensor]]:
         """Micro-batch groups of the rest of the current epoch."""
@@ -319,6 +359,7 @@ class Trainer:
             epoch=self.progress.epoch,
             world_size=self.rt.placement.world_size,
         )
+        assert saved is not None, "only a rescue gives way to a newer checkpoint"
         self.log.emit(
             "checkpoint",
             path=str(saved.path),
@@ -336,9 +377,9 @@ class Trainer:
         while progress.step < self.total_steps and reason == "completed":
             for micro in self._groups():
                 lr = self.parts.optimizer.param_groups[0]["lr"]
-                loss = self._step(micro)
-                progress.step += 1
-                progress.samples_in_epoch += self.shape.global_batch
+                loss = self._gradients(micro)
+                with self._changing():
+                    self._update()
                 window_steps += 1
                 finished = progress.step >= self.total_steps
                 if progress.step % cfg.log_every == 0 or finished:
@@ -393,5 +434,6 @@ class Trainer:
 
     def _end_epoch(self) -> None:
         self.log.emit("epoch_end", epoch=self.progress.epoch, step=self.progress.step)
-        self.progress.epoch += 1
-        self.progress.samples_in_epoch = 0
+        with self._changing():
+            self.progress.epoch += 1
+            self.progress.samples_in_epoch = 0

@@ -27,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
     placement = dist.Placement.from_env()
     log = EventLog(cfg.run_dir, placement)
+    trainer: Trainer | None = None
     try:
         rt = dist.start(cfg.backend, cfg.dist_timeout)
         launch = {"process": process_started_at(), "imported": imported, "rendezvous": time.time()}
@@ -58,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.emit("done", step=outcome.step, reason=outcome.reason)
         return 0
     except Exception as e:
+        if trainer is not None and trainer.rescuer is not None:
+            trainer.rescuer.after(e)
         log.emit("error", message=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         dist.dump_flight_recorder(placement.rank)
         raise

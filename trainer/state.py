@@ -8,7 +8,6 @@ the file and broadcasts, so no other node needs to see the checkpoint directory.
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,15 @@ from .checkpoint import CheckpointStore, Skipped, read_verified
 from .dist import (
     Runtime,
     TrainerError,
-    all_gather_object,
     broadcast_bytes,
     broadcast_object,
     decode,
 )
 
-FORMAT = 2
-"""Format 1 counted this rank's micro-batches of the epoch, a position only its own shape knew."""
+FORMAT = 3
+"""Format 1 counted this rank's micro-batches of the epoch, a position only its own shape knew;
+format 2 kept every rank's random state, which dropout's draws now no longer need (they are
+seeded per rank and step), so that one rank alone can write a whole checkpoint (a rescue)."""
 
 
 @dataclass
@@ -112,20 +112,6 @@ class Parts:
     fsdp: bool
 
 
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
 def _unwrapped(model: nn.Module) -> nn.Module:
     inner = model.module
     assert isinstance(inner, nn.Module)
@@ -161,11 +147,31 @@ def _load_full_state(parts: Parts, model: dict[str, Any], optimizer: dict[str, A
 def snapshot(
     parts: Parts, progress: Progress, shape: Shape, rt: Runtime, config: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """Collective: every rank calls it; global rank 0 gets the whole state, the others None."""
+    """Collective under FSDP: every rank calls it; global rank 0 gets the whole state, the
+    others None."""
     model_state, optim_state = _full_state(parts)
-    rngs = all_gather_object(_rng_state(rt.device), rt.control_group)
     if rt.placement.rank != 0:
         return None
+    return whole_state(parts, progress, shape, config, model_state, optim_state)
+
+
+def local_state(
+    parts: Parts, progress: Progress, shape: Shape, config: dict[str, Any]
+) -> dict[str, Any]:
+    """The whole state as this rank holds it, with no collective: DDP only (a rescue)."""
+    assert not parts.fsdp, "under FSDP no rank holds the whole state"
+    model_state, optim_state = _full_state(parts)
+    return whole_state(parts, progress, shape, config, model_state, optim_state)
+
+
+def whole_state(
+    parts: Parts,
+    progress: Progress,
+    shape: Shape,
+    config: dict[str, Any],
+    model_state: dict[str, Any],
+    optim_state: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "fsdp": parts.fsdp,
@@ -175,7 +181,6 @@ def snapshot(
         "scaler": parts.scaler.state_dict(),
         "progress": asdict(progress),
         "shape": asdict(shape),
-        "rng": rngs,
         "config": config,
     }
 
@@ -223,9 +228,9 @@ def load(spec: str, store: CheckpointStore, fsdp: bool, rt: Runtime) -> Checkpoi
     if "fresh" in header:
         return None
     state = decode(broadcast_bytes(data if rank == 0 else None, group))
-    if state.get("format") not in (1, FORMAT):
+    if state.get("format") not in (1, 2, FORMAT):
         raise TrainerError(
-            f"{header['path']}: format {state.get('format')}, expected {FORMAT} (or 1)"
+            f"{header['path']}: format {state.get('format')}, expected {FORMAT} (or 1, 2)"
         )
     if state["fsdp"] != fsdp:
         flag = "with" if state["fsdp"] else "without"
@@ -235,25 +240,19 @@ def load(spec: str, store: CheckpointStore, fsdp: bool, rt: Runtime) -> Checkpoi
     return Checkpoint(header["path"], state["format"], state, shape, saved_progress(state), skipped)
 
 
-def restore(checkpoint: Checkpoint, parts: Parts, shape: Shape, rt: Runtime, seed: int) -> Resumed:
+def restore(checkpoint: Checkpoint, parts: Parts, shape: Shape) -> Resumed:
     """Every rank applies the checkpoint to ``parts``, built for this run's ``shape``."""
-    state, rank = checkpoint.state, rt.placement.rank
+    state = checkpoint.state
     _load_full_state(parts, state["model"], state["optimizer"])
     parts.scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:
         parts.scaler.load_state_dict(state["scaler"])
     progress = checkpoint.progress
-    same_shape = checkpoint.shape == shape
-    if same_shape:
-        _set_rng_state(state["rng"][rank], rt.device)
-    else:
-        # The saved states belong to other ranks' draws: fresh ones, distinct per rank and step.
-        torch.manual_seed(seed + 1 + rank + progress.step * shape.world_size)
     return Resumed(
         checkpoint.path,
         progress,
         checkpoint.shape,
-        exact=same_shape and checkpoint.format == FORMAT,
+        exact=checkpoint.shape == shape and checkpoint.format >= 2,
         reordered=checkpoint.format == 1 and progress.samples_in_epoch > 0,
         skipped=checkpoint.skipped,
     )

@@ -16,11 +16,13 @@ Commands:
 - ``status RUN_DIR``: every attempt's processes (found by the ``DDPTUI_RUN_DIR`` and
   ``DDPTUI_ATTEMPT`` every one inherits), whether any lives, how many are ranks' (``RANK``
   set: a rank and what it started), and torchrun's exit status.
-- ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run.
 - ``wait RUN_DIR SECONDS [LINGER]``: as ``status``, once no process of the run is left, or
   (with LINGER) none of what is left has been a rank's for LINGER seconds, or at the latest
   after SECONDS.
-- ``control RUN_DIR NAME``: create ``control/NAME`` (``stop`` or ``save``) for the trainer.
+- ``control RUN_DIR NAME``: create ``control/NAME`` (``stop``, ``save`` or ``rescue``) anew for
+  the trainer.
+- ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run; after SIGTERM, SIGCONT
+  to those stopped (SIGSTOP, Ctrl-Z), which could not act on it otherwise.
 - ``put CACHE_DIR``: write the pieces in ``SENT`` (``[sha256, offset, base64, size or
   null]``; a size ends the content) into the cache; an ended content is verified, then renamed
   into place. Hosts that share the directory may write the same content at once: the same

@@ -231,9 +231,11 @@ def status(run_dir: Path) -> int:
 def send_signal(run_dir: Path, name: str) -> int:
     number = getattr(signal, "SIG" + name)
     signalled: dict[int, list[str]] = {}
-    for pid, process_name, attempt, _, _ in run_processes(run_dir):
+    for pid, process_name, attempt, fields, _ in run_processes(run_dir):
         try:
             os.kill(pid, number)
+            if number == signal.SIGTERM and fields[:1] == ["T"]:
+                os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             continue
         signalled.setdefault(attempt, []).append(process_name)
@@ -275,6 +277,8 @@ def wait_gone(run_dir: Path, seconds: float, linger: float | None = None) -> int
 def control(run_dir: Path, name: str) -> int:
     directory = run_dir / "control"
     make_dirs(directory)
+    # Anew: a trainer tells a request made for it from one an earlier attempt left.
+    (directory / name).unlink(missing_ok=True)
     os.close(open_file(directory / name, os.O_WRONLY))
     emit({"created": name})
     return 0

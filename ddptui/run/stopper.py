@@ -201,8 +201,13 @@ async def terminate(
     grace: float,
     skip: Collection[str] = (),
     report: StopReport | None = None,
+    rescue: bool = False,
 ) -> StopReport:
     """SIGTERM every live process group of the run, SIGKILL what is left after ``grace``.
+
+    With ``rescue`` (the bundled trainer's failed attempt), the ranks are first asked for a
+    rescue checkpoint (``control/rescue`` on each host: see ``trainer/rescue.py``): the ranks
+    that outlived the failure write the last step they finished and end themselves.
 
     Hosts in ``skip`` (not answering) are left alone: the report says nothing about them.
     Hosts whose answer was garbage get the signals too: what runs there is not known, and a
@@ -210,6 +215,14 @@ async def terminate(
     """
     report = report or StopReport()
     running = await live(remote, config, record, report, skip)
+    if running and rescue:
+        hosts, run_dirs = _hosts(config, record), {node.host: node.run_dir for node in record.nodes}
+        await asyncio.gather(
+            *(
+                report.ask(host, nodes.request(remote, hosts[host], run_dirs[host], "rescue"))
+                for host in running
+            )
+        )
     if running or report.garbled:
         targets = [*running, *report.garbled]
         await _signal(remote, config, record, report, targets, "TERM", report.terminated)

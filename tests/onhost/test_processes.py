@@ -116,3 +116,31 @@ def test_wait_with_linger_returns_once_only_launchers_are_left(
             assert attempt["ranks"] == 0 and waited < 30
     finally:
         os.killpg(pgid, signal.SIGKILL)
+
+
+def test_sigterm_reaches_a_stopped_rank_and_control_makes_its_request_anew(
+    tmp_path: Path,
+) -> None:
+    run_dir, code = tmp_path / "run", tmp_path / "code"
+    code.mkdir()
+    started = agent("start", str(run_dir), str(code), "1", "sh", "-c", "RANK=0 exec sleep 600")
+    pgid = started["pgid"]
+    assert isinstance(pgid, int)
+    try:
+        rank = next(pid for pid, name, *_ in processes.run_processes(run_dir) if name == "sleep")
+        os.kill(rank, signal.SIGSTOP)
+        # A stopped process keeps SIGTERM pending until it runs again: the agent lets it run.
+        agent("signal", str(run_dir), "TERM")
+        answer = agent("wait", str(run_dir), "20")
+        assert answer["attempts"]["1"]["alive"] is False  # type: ignore[index]
+    finally:
+        os.killpg(pgid, signal.SIGKILL)
+
+    agent("control", str(run_dir), "rescue")
+    request = run_dir / "control" / "rescue"
+    first = request.stat()
+    agent("control", str(run_dir), "rescue")
+    # A trainer tells a request made for it from one left before it started by the file's
+    # identity and time (an inode may be reused at once): each request is a file of its own.
+    again = request.stat()
+    assert (again.st_ino, again.st_mtime_ns) != (first.st_ino, first.st_mtime_ns)

@@ -29,6 +29,7 @@ from tests.run.bed import (
     write_hosts,
 )
 from tests.testbed import TestBed, TestHost, kill_whole, link_cut
+from tests.trainer.launch import alive
 
 # A group of their own, so that xdist can run them beside the other beds' (each worker
 # brings its own bed up, in a tenth of a second).
@@ -151,15 +152,15 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     wait_for_step(testbed, [node0, node1, node2], run_id, 30)
     assert not run_processes([spare], run_id), "the spare runs nothing until it is needed"
 
+    rank_0 = run_pid(node0, run_id, b"LOCAL_RANK=0", b"trainer")
     os.kill(run_pid(node1, run_id, b"LOCAL_RANK=0", b"trainer"), signal.SIGKILL)
-    # And the newest checkpoint damaged (a disk that filled, a copy cut short): the resume
-    # passes over it to the one before. Chosen once the attempt is judged failed: rank 0 saves
-    # the checkpoint of a step every rank finished without waiting for the others, so one may
-    # still be written just after the kill; none after the judgement, when rank 0 waits in the
-    # next step's collective, and the resumed attempt reads them only seconds later.
-    wait_until("the failure judged", lambda: cli.record(run_id).incidents, 60)
+    # Rank 0's collective fails with the peer's connection: it writes a rescue checkpoint of
+    # the last step it finished (none when a periodic one holds that step), the attempt's last
+    # on node 0. The newest damaged once rank 0 has ended (a disk that filled, a copy cut
+    # short): the resume passes over it to the one before.
+    wait_until("rank 0 ended", lambda: not alive(rank_0), 60)
     checkpoints = host_run_dir(node0, run_id) / "checkpoints"
-    newest = max(checkpoints.glob("ckpt-*.pt"))
+    *_, before, newest = sorted(checkpoints.glob("ckpt-*.pt"))
     with newest.open("r+b") as damaged:
         damaged.truncate(newest.stat().st_size // 2)
     recovered = _resumed_on_the_spare(cli, run_id)
@@ -173,8 +174,8 @@ def test_a_rank_killed_on_one_node_is_recovered_on_the_spare_and_the_run_complet
     assert incident["resumed_attempt"] == 2
     assert incident["first_step_at"] is not None and incident["checkpoint_step"] is not None
     assert incident["steps_redone"] is not None and incident["steps_redone"] >= 0
-    step = int(newest.stem.removeprefix("ckpt-"))
-    assert incident["checkpoint_step"] == step - 20, (incident, newest)
+    step = int(before.stem.removeprefix("ckpt-"))
+    assert incident["checkpoint_step"] == step, (incident, newest)
     starts = (host_run_dir(node0, run_id) / "events" / "rank0.jsonl").read_text().splitlines()
     (resumed,) = [start for line in starts if (start := json.loads(line)).get("resumed_from")]
     assert [skipped["path"] for skipped in resumed["skipped_checkpoints"]] == [str(newest)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -51,6 +52,22 @@ def torchrun(run_dir: Path, args: Sequence[str], nproc: int = 2) -> subprocess.P
     return subprocess.Popen(
         argv, cwd=code, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2][:1] != "Z"
+    except OSError:
+        return False
+
+
+def kill_ranks(run_dir: Path, ranks: int) -> None:
+    """SIGKILL every rank of the latest launch at once, as a node lost whole: torchrun starts
+    each in a session of its own, so its process group is torchrun's alone."""
+    for rank in range(ranks):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(events(run_dir, rank, "start")[-1]["pid"], signal.SIGKILL)
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> int:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.trainer.launch import events, finish, losses, standalone, torchrun, wait_for, words
+from tests.trainer.launch import (
+    events,
+    finish,
+    kill_ranks,
+    losses,
+    standalone,
+    torchrun,
+    wait_for,
+    words,
+)
 from trainer.checkpoint import read_verified
 from trainer.data import epoch_order
 
@@ -129,7 +137,8 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(
     ckpts = tmp_path / "checkpoints"
     wait_for(lambda: list(ckpts.glob("ckpt-*.json")), what="a first checkpoint")
     partial = wait_for(lambda: list(ckpts.glob(".ckpt-*.pt.tmp")), what="a write in progress")
-    os.kill(events(tmp_path, 0, "start")[0]["pid"], signal.SIGKILL)
+    # Every rank at once: one left alive would write a rescue (and tidy the write away).
+    kill_ranks(tmp_path, 2)
     assert finish(proc) != 0
     assert partial[0].exists(), "the kill came too late to interrupt the write"
 

@@ -199,11 +199,24 @@ def test_store_keeps_the_newest_and_clears_stale_temporaries(tmp_path: Path) -> 
     for step in (1, 2, 3):
         _save(store, step)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".lock",
         "ckpt-000000002.json", "ckpt-000000002.pt", "ckpt-000000003.json", "ckpt-000000003.pt",
     ]  # fmt: skip
     manifest = json.loads((tmp_path / "ckpt-000000003.json").read_text())
     assert manifest["step"] == 3 and manifest["world_size"] == 2
     assert manifest["bytes"] == (tmp_path / "ckpt-000000003.pt").stat().st_size
+
+
+def test_a_rescue_gives_way_to_a_checkpoint_at_its_step_or_later(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep=3)
+    assert store.newest_step() == -1
+    _save(store, 5)
+    state = {"w": torch.zeros(1)}
+    assert store.save(state, step=5, epoch=0, world_size=2, newer_only=True) is None
+    assert store.save(state, step=4, epoch=0, world_size=2, newer_only=True) is None
+    saved = store.save(state, step=6, epoch=0, world_size=2, newer_only=True)
+    assert saved is not None and saved.path.name == "ckpt-000000006.pt"
+    assert store.newest_step() == 6
 
 
 def test_store_skips_damaged_checkpoints_newest_first(tmp_path: Path) -> None:

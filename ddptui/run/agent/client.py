@@ -140,7 +140,7 @@ async def read_flight(
 
 
 async def request(remote: Transport, host: HostConfig, run_dir: str, what: str) -> None:
-    """Create ``control/<what>`` for the trainer (``stop`` or ``save``)."""
+    """Create ``control/<what>`` for the trainer (``stop``, ``save`` or ``rescue``)."""
     answer = await agent(remote, host, "control", run_dir, what)
     if answer.document.get("created") != what:
         raise answer.garbage()

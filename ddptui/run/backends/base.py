@@ -25,7 +25,7 @@ from ddptui.run.evidence.dump import StackDump
 from ddptui.run.following.files import HostFollower, OpenTransport, Update
 from ddptui.run.following.state import Verdict
 from ddptui.run.record import NodeRecord, RunRecord, RunState, SchedulerJob
-from ddptui.run.stopper import StopReport
+from ddptui.run.stopper import FAILED_GRACE_S, StopReport, terminate
 from ddptui.run.store import RunStore
 
 
@@ -199,6 +199,19 @@ class RunBackend(abc.ABC):
     async def terminate(self, skip: Collection[str] = ()) -> StopReport:
         """End every process of the run now (after a failure or a hang), leaving the hosts
         in ``skip`` (silent) alone."""
+
+    async def end_attempt_processes(self, skip: Collection[str]) -> StopReport:
+        """The failed attempt's processes ended on every host but those in ``skip``: the
+        bundled trainer's ranks asked for their rescue first, then SIGTERM, then SIGKILL."""
+        record = self.owner.record
+        return await terminate(
+            self.remote,
+            self.config,
+            record,
+            grace=FAILED_GRACE_S,
+            skip=skip,
+            rescue=record.entry == "trainer",
+        )
 
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         """What follows ``node`` from ``offsets`` (path → where its lines were taken up to)."""

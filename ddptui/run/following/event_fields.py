@@ -29,6 +29,7 @@ MAX_CONFIG_DEPTH: Final = 8
 """``config`` deeper than this is dropped: later code walks it (run records, the console)."""
 MAX_SKIPPED_CHECKPOINTS: Final = 64
 MAX_PHASE_CHARS: Final = 64
+MAX_RESCUE_CHARS: Final = 200
 
 MAX_EVENT_TIME: Final = float(2**32)
 """Event times (Unix seconds) are below this (February 2106) and not negative: beyond, a time

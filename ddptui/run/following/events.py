@@ -39,6 +39,7 @@ from ddptui.run.following.event_fields import (
     MAX_MIB,
     MAX_PATH_CHARS,
     MAX_PHASE_CHARS,
+    MAX_RESCUE_CHARS,
     MAX_SAMPLES_PER_S,
     MAX_SKIPPED_CHECKPOINTS,
     MAX_STEP_S,
@@ -57,6 +58,7 @@ __all__ = [
     "MAX_MIB",
     "MAX_PATH_CHARS",
     "MAX_PHASE_CHARS",
+    "MAX_RESCUE_CHARS",
     "MAX_SAMPLES_PER_S",
     "MAX_STEP_S",
     "MAX_TEXT_CHARS",
@@ -169,6 +171,9 @@ class CheckpointEvent(EventBase):
     epoch: int | None = None
     seconds: float | None = None
     bytes: int | None = None
+    rescue: str | None = None
+    """Why a rank wrote it after a peer failed (the bundled trainer's rescue); None for a
+    checkpoint the run took itself."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -379,6 +384,7 @@ def _checkpoint(doc: Mapping[str, Any], common: dict[str, Any]) -> CheckpointEve
         epoch=fields.count(doc.get("epoch")),
         seconds=fields.amount(doc.get("seconds"), MAX_EXPECT_S),
         bytes=fields.count(doc.get("bytes")),
+        rescue=fields.text(doc.get("rescue"), MAX_RESCUE_CHARS),
     )
 
 

@@ -1401,6 +1401,7 @@ EVENT_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "path": SHOWN_TEXT,
     "seconds": st.floats(0, MAX_EXPECT_S),
     "bytes": COUNTS,
+    "rescue": SHOWN_TEXT,
     "phase": SHOWN_TEXT.filter(bool),
     "expect_s": st.floats(0, MAX_EXPECT_S, exclude_min=True),
     "source": st.sampled_from(["SIGTERM", "SIGINT", "control/stop", "peer"]),

@@ -29,7 +29,7 @@ from ddptui.run.backends.slurm.commands import SlurmError
 from ddptui.run.backends.slurm.job import SlurmJob
 from ddptui.run.following.state import Verdict
 from ddptui.run.record import NodeRecord, RunRecord, RunState, SchedulerJob, node_versions
-from ddptui.run.stopper import FAILED_GRACE_S, StopReport, terminate
+from ddptui.run.stopper import StopReport
 from ddptui.run.store import RunStore
 
 REQUEUED = "Slurm requeued job"
@@ -252,9 +252,7 @@ class SlurmBackend(RunBackend):
         ``[recovery]`` on, the attempt's processes alone, on every node but those in ``skip``
         (silent): the job's allocation and its spares wait for recovery's decision."""
         if self.config.recovery.on:
-            return await terminate(
-                self.remote, self.config, self.owner.record, grace=FAILED_GRACE_S, skip=skip
-            )
+            return await self.end_attempt_processes(skip)
         job_id = self.owner.record.job_id
         report = StopReport()
         if job_id is not None:

@@ -130,6 +130,4 @@ class SshBackend(RunBackend):
             await remote.close()
 
     async def terminate(self, skip: Collection[str] = ()) -> StopReport:
-        return await terminate(
-            self.remote, self.config, self.owner.record, grace=FAILED_GRACE_S, skip=skip
-        )
+        return await self.end_attempt_processes(skip)
