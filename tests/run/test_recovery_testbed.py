@@ -364,21 +364,36 @@ def test_a_host_cut_off_is_replaced_by_the_spare_and_its_leftovers_ended_once_it
     assert _final_losses(testbed, [node0, spare, node2], run_id) == fault_free
 
 
+@pytest.mark.parametrize("killed", [1, 0], ids=["node-1", "node-0"])
 def test_a_host_killed_whole_is_replaced_by_the_spare_and_the_run_completes(
-    testbed: TestBed, tmp_path: Path, cli: Cli, fault_free: dict[int, float]
+    testbed: TestBed, tmp_path: Path, cli: Cli, fault_free: dict[int, float], killed: int
 ) -> None:
-    node0, node1, node2, spare = testbed.hosts[:4]
+    spare, host = testbed.hosts[3], testbed.hosts[killed]
     run_id = _past_step_30(testbed, tmp_path, cli)
 
-    # Every process of the host, its sshd too: a host that died under the run.
-    kill_whole(node1)
+    # Every process of the host, its sshd too: a host that died under the run, node 0 with
+    # every checkpoint it held. The others' collectives fail as its ranks go, and each node's
+    # rank writes a rescue of the last step it finished.
+    kill_whole(host)
     done = _ended_on_its_second_attempt(cli, run_id)
     _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
     # Its peers say no more than that they lost one; it refuses SSH when they are ended.
-    assert incident["blamed"] == [node1.name], incident
-    assert f"{node1.name} could not be reached when the run failed" in incident["why"]
-    assert incident["action"] == f"resuming on {spare.name} in place of {node1.name}"
-    assert [node["host"] for node in done["nodes"]] == [node0.name, spare.name, node2.name]
+    assert incident["blamed"] == [host.name], incident
+    assert f"{host.name} could not be reached when the run failed" in incident["why"]
+    assert incident["action"] == f"resuming on {spare.name} in place of {host.name}"
+    placed = [spare if node == killed else testbed.hosts[node] for node in range(3)]
+    assert [node["host"] for node in done["nodes"]] == [node.name for node in placed]
+    if killed == 0:
+        assert done["master_addr"] == spare.address
+        rescues = [
+            path
+            for other in testbed.hosts[1:3]
+            for path in (host_run_dir(other, run_id) / "checkpoints").glob("ckpt-*.pt")
+        ]
+        newest = max(int(path.stem.removeprefix("ckpt-")) for path in rescues)
+        assert incident["checkpoint_step"] == newest > 30, (incident, rescues)
+        told = RunFiles(cli.store / run_id).supervisor_log.read_text()
+        assert f"node 0 does not answer: copied the checkpoint of step {newest} " in told
     assert not run_processes(testbed.hosts[:4], run_id)
-    assert _final_losses(testbed, [node0, spare, node2], run_id) == fault_free
+    assert _final_losses(testbed, placed, run_id) == fault_free

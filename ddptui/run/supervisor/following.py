@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 
 from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.run import protocol
@@ -127,14 +127,21 @@ class Following:
             node.host: offsets.get(previous.get(node.node_rank, node.host), {}) for node in placed
         }
 
-    async def end(self, *, settle: bool = True) -> None:
+    async def end(self, *, settle: bool = True, unreachable: Collection[str] = ()) -> None:
         """Stop following; with ``settle``, once every host that answers has sent what its run's
-        files hold now (the last lines of ranks that just ended), or after ``SETTLE_S``."""
+        files hold now (the last lines of ranks that just ended), or after ``SETTLE_S``.
+        ``unreachable``: hosts known not to answer (SSH refused as the attempt was ended),
+        whose follower may not have found them silent yet: not waited for."""
         followers, tasks = self._followers, self._tasks
         if not tasks:
             return
         self._beats_after = dict.fromkeys(
-            (node.host for node in self.model.nodes.values() if node.silent is None), 0
+            (
+                node.host
+                for node in self.model.nodes.values()
+                if node.silent is None and node.host not in unreachable
+            ),
+            0,
         )
         self._settled.clear()
         if settle and not self._all_sent():

@@ -331,6 +331,7 @@ class Supervisor(Healing):
         times = recovery.fault_times(model, verdict, found, last)
         number = self.open_incident(verdict.detail, found, last, times) if recovering else None
         unended: set[str] = set()
+        unreachable: set[str] = set()
         if verdict.state is RunState.FAILED:
             nodes = model.nodes
             silent = {name for name, node in nodes.items() if node.silent}
@@ -339,6 +340,7 @@ class Supervisor(Healing):
             report = await self.backend.terminate(silent)
             self.note(*report.lines())
             unended = silent | report.may_live_on
+            unreachable = silent | set(report.unreachable)
             if recovering and found is None and raised is None:
                 found = recovery.blame_unreachable(report.unreachable)
             self.doing("keeping the flight recorders' dumps")
@@ -346,7 +348,7 @@ class Supervisor(Healing):
             if kept is not None:
                 self.note(kept)
         self.doing("taking the nodes' last lines")
-        await self.following.end()
+        await self.following.end(unreachable=unreachable)
         self.ended(recovering=recovering)
         if number is not None:
             await self._recover(number, verdict.detail, found, last, unended, raised)
@@ -388,7 +390,7 @@ class Supervisor(Healing):
         report = await self.backend.terminate()
         self.end_attempt(RunState.FAILED, evidence.hung_words(hang, summary, self.hang_stacks))
         self.note(*report.lines())
-        await self.following.end()
+        await self.following.end(unreachable=report.unreachable)
         self.ended(recovering=recovering)
         if number is not None:
             await self._recover(number, cause, found, hang.step, report.may_live_on)

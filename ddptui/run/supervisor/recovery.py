@@ -211,8 +211,10 @@ def decide(
     that comes back at the step the attempt a recovery started failed at (it follows the job
     from host to host: a leak that runs out of memory there, say); past
     ``max_restarts`` in ``window_s`` it is given up (a run that keeps failing needs a person);
-    node 0 holds the checkpoints, so losing it is given up too (node 0 at fault but still
-    answering hands them to the node that takes its place: the backend's part); else each
+    node 0 holds a script's checkpoints, so losing it is given up too (node 0 at fault but
+    still answering hands them to the node that takes its place: the backend's part; the
+    bundled trainer's ranks on other nodes wrote rescue checkpoints as the attempt failed,
+    which the backend hands on when node 0 does not answer); else each
     blamed host takes the first spare this run has not used or set aside, and with none left
     the run goes on without it down to ``min_nodes`` (the bundled trainer keeps its global
     batch; a script only when ``elastic``)."""
@@ -243,7 +245,7 @@ def decide(
             f"[recovery] max_restarts allows"
         )
     head = record.nodes[0].host if record.nodes else None
-    if head in found.hosts and head in unreachable:
+    if head in found.hosts and head in unreachable and record.entry != "trainer":
         return GiveUp(
             f"node 0 ({head}) holds the checkpoints, and it did not answer when the run failed"
         )

@@ -1,6 +1,6 @@
 """Recovery's decision (pure): a fault in the code is given up at once, a run past
-``max_restarts`` in ``window_s`` is left to a person, node 0 (the checkpoints' holder) is not
-replaced, and each blamed host takes a spare this run has neither used nor set aside."""
+``max_restarts`` in ``window_s`` is left to a person, node 0 holding a script's checkpoints is not
+replaced once silent, and each blamed host takes a spare this run has neither used nor set aside."""
 
 from __future__ import annotations
 
@@ -70,12 +70,18 @@ def test_no_host_to_blame_no_spare_left_or_node_0_at_fault_is_given_up_saying_wh
     assert _decide(on, record, None, NOW, 30, raised) == GiveUp(
         f"{raised}: no host is to blame, and it would fail the same on any"
     )
-    # Node 0 answering hands its checkpoints on; silent, they went with it.
+    # Node 0 answering hands its checkpoints on. Silent, a script's went with it; the bundled
+    # trainer's other ranks wrote rescues as the attempt failed, which the backend hands on.
     assert _decide(on, record, Blame(("a",), "killed"), NOW) == Replace({"a": "c"})
     pool = SparePool(("c",), "1 spare(s) in the hosts file", HOSTS_FILE_MORE)
-    assert decide(on, record, Blame(("a",), "lost"), NOW, spares=pool, unreachable={"a"}) == GiveUp(
+    lost = Blame(("a",), "lost")
+    assert record.entry == "trainer"
+    assert decide(on, record, lost, NOW, spares=pool, unreachable={"a"}) == Replace({"a": "c"})
+    record.entry = "script"
+    assert decide(on, record, lost, NOW, spares=pool, unreachable={"a"}) == GiveUp(
         "node 0 (a) holds the checkpoints, and it did not answer when the run failed"
     )
+    record.entry = "trainer"
     record.set_aside.append(SetAside("c", "an earlier fault", NOW - 60))
     refused = _decide(on, record, LOST_B, NOW)
     assert isinstance(refused, GiveUp) and refused.why.startswith("no spare host left to replace b")

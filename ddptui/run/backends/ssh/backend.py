@@ -97,7 +97,8 @@ class SshBackend(RunBackend):
 
     async def _carry_to_new_head(self, old_head: NodeRecord) -> None:
         """The old node 0's checkpoints to the new, on a connection to both of their own (the
-        run's reaches the record's nodes: the old node 0 is no longer one)."""
+        run's reaches the record's nodes: the old node 0 is no longer one). One that does not
+        answer hands on nothing: the bundled trainer's newest rescue on another node then."""
         record = self.owner.record
         hosts = [self.config.host(old_head.host), self.config.host(record.head.host)]
         remote = await self.open_transport(hosts, None)
@@ -105,6 +106,14 @@ class SshBackend(RunBackend):
             assert isinstance(remote, RemoteCluster)
             await launcher.carry_to_new_head(
                 remote, self.config, record, old_head, record.head, say=self.owner.say
+            )
+        except LaunchError as error:
+            if record.entry != "trainer":
+                raise
+            self.owner.say(f"{old_head.host} hands on no checkpoint: {error}")
+            assert isinstance(self.remote, RemoteCluster)
+            await launcher.carry_from_peers(
+                self.remote, self.config, record.nodes[1:], record.head, say=self.owner.say
             )
         finally:
             await remote.close()

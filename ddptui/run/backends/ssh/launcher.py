@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -29,6 +30,7 @@ from ddptui.run.checkpoints import (
     RECEIVE,
     SEND,
     Copy,
+    Held,
     Refused,
     only_on_node_0,
     plan_copies,
@@ -346,6 +348,61 @@ async def carry_to_new_head(
     say(
         f"copied {len(plan.copies)} checkpoint file(s) ({mib(size)}) from {old.host} to "
         f"{new.host}, node 0 now"
+    )
+
+
+TRAINER_MANIFEST = re.compile(rf"{TRAINER_CHECKPOINTS}/ckpt-(\d{{9}})\.json")
+"""A bundled trainer's checkpoint manifest, named by its step; its state file is beside it."""
+
+
+async def carry_from_peers(
+    remote: RemoteCluster,
+    config: Config,
+    peers: Sequence[NodeRecord],
+    new: NodeRecord,
+    *,
+    say: Say,
+) -> None:
+    """Node 0 replaced while it no longer answers, the bundled trainer's checkpoints gone with
+    it: the newest checkpoint another node of the run holds (a rescue its ranks wrote as the
+    attempt failed: ``trainer/rescue.py``) copied to the new node 0, state file first.
+
+    A node is heard about itself only: its listing names a manifest and a state file in its
+    own checkpoints directory, or nothing is taken from it; the copy is checksummed end to end,
+    and the trainer verifies the manifest before it loads. The trainer loads a checkpoint as
+    weights only (``torch.load(weights_only=True)``), so what a node hands on here can shape
+    the model's weights, as its ranks' gradients already do under DDP, and run no code.
+    :class:`LaunchError` when no node answers with one, or a copy fails."""
+    newest: tuple[int, NodeRecord, str, dict[str, Held]] | None = None
+    for peer in peers:
+        try:
+            listed = await nodes.list_files(
+                remote, config.host(peer.host), peer.run_dir, (f"{TRAINER_CHECKPOINTS}/ckpt-*",)
+            )
+        except NodeError as error:
+            say(f"cannot list {peer.host}'s checkpoints: {error}")
+            continue
+        held = {path: file for files in listed.values() for path, file in files.items()}
+        for path in held:
+            found = TRAINER_MANIFEST.fullmatch(path)
+            state = path.removesuffix(".json") + ".pt"
+            if found and state in held and (newest is None or int(found.group(1)) > newest[0]):
+                newest = (int(found.group(1)), peer, path, held)
+    if newest is None:
+        raise LaunchError(
+            "node 0 does not answer, and no other node of the run holds a checkpoint to "
+            "resume from (each writes a rescue as an attempt fails, on the CPU only)"
+        )
+    step, peer, manifest, held = newest
+    state = manifest.removesuffix(".json") + ".pt"
+    latest = time.time() + config.cluster.max_clock_skew_s
+    directories = (peer.run_dir, new.run_dir)
+    for path in (state, manifest):
+        file = Held(held[path].size, min(held[path].mtime, latest))
+        await _copy(remote, config, Copy(path, 0, (1,), file), peer, new, directories)
+    say(
+        f"node 0 does not answer: copied the checkpoint of step {step} ({mib(held[state].size)}) "
+        f"from {peer.host} to {new.host}, node 0 now"
     )
 
 
