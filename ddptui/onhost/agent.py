@@ -21,8 +21,8 @@ Commands:
   after SECONDS.
 - ``control RUN_DIR NAME``: create ``control/NAME`` (``stop``, ``save`` or ``rescue``) anew for
   the trainer.
-- ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run; after SIGTERM, SIGCONT
-  to those stopped (SIGSTOP, Ctrl-Z), which could not act on it otherwise.
+- ``signal RUN_DIR SIGNAL``: send SIGNAL to every process of the run; SIGKILL instead of
+  SIGTERM to those stopped (SIGSTOP, Ctrl-Z), which could not act on it.
 - ``put CACHE_DIR``: write the pieces in ``SENT`` (``[sha256, offset, base64, size or
   null]``; a size ends the content) into the cache; an ended content is verified, then renamed
   into place. Hosts that share the directory may write the same content at once: the same

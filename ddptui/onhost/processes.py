@@ -232,10 +232,12 @@ def send_signal(run_dir: Path, name: str) -> int:
     number = getattr(signal, "SIG" + name)
     signalled: dict[int, list[str]] = {}
     for pid, process_name, attempt, fields, _ in run_processes(run_dir):
+        # A stopped process keeps SIGTERM pending until it runs again: it gets SIGKILL, which
+        # it would get after the grace, at once. Not a SIGCONT: let run, a rank stopped in a
+        # collective would leave a flight recorder as its peers' and hide that it was the one.
+        stopped = number == signal.SIGTERM and fields[:1] == ["T"]
         try:
-            os.kill(pid, number)
-            if number == signal.SIGTERM and fields[:1] == ["T"]:
-                os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL if stopped else number)
         except ProcessLookupError:
             continue
         signalled.setdefault(attempt, []).append(process_name)

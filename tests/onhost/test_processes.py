@@ -118,7 +118,7 @@ def test_wait_with_linger_returns_once_only_launchers_are_left(
         os.killpg(pgid, signal.SIGKILL)
 
 
-def test_sigterm_reaches_a_stopped_rank_and_control_makes_its_request_anew(
+def test_sigterm_ends_a_stopped_rank_at_once_and_control_makes_its_request_anew(
     tmp_path: Path,
 ) -> None:
     run_dir, code = tmp_path / "run", tmp_path / "code"
@@ -129,7 +129,7 @@ def test_sigterm_reaches_a_stopped_rank_and_control_makes_its_request_anew(
     try:
         rank = next(pid for pid, name, *_ in processes.run_processes(run_dir) if name == "sleep")
         os.kill(rank, signal.SIGSTOP)
-        # A stopped process keeps SIGTERM pending until it runs again: the agent lets it run.
+        # A stopped process keeps SIGTERM pending until it runs again: the agent kills it.
         agent("signal", str(run_dir), "TERM")
         answer = agent("wait", str(run_dir), "20")
         assert answer["attempts"]["1"]["alive"] is False  # type: ignore[index]

@@ -65,9 +65,13 @@ def alive(pid: int) -> bool:
 def kill_ranks(run_dir: Path, ranks: int) -> None:
     """SIGKILL every rank of the latest launch at once, as a node lost whole: torchrun starts
     each in a session of its own, so its process group is torchrun's alone."""
-    for rank in range(ranks):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(events(run_dir, rank, "start")[-1]["pid"], signal.SIGKILL)
+    pids = [events(run_dir, rank, "start")[-1]["pid"] for rank in range(ranks)]
+    # Every one stopped first: one killed while another runs would let that one see its peer
+    # go, and write a rescue.
+    for number in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> int:

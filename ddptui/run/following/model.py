@@ -172,6 +172,8 @@ class RunModel:
         """Step events of this attempt (from ranks whose start events say they are in it)."""
         self.stopped_ranks: set[int] = set()
         """Ranks that said, in this attempt, that they stopped on request."""
+        self.completed_ranks: set[int] = set()
+        """Ranks that said, in this attempt, that they completed their training."""
         self.launches = RankLaunches()
         """What this attempt's ranks told of their launch: the timeline's stamps of theirs."""
 
@@ -352,12 +354,11 @@ class RunModel:
         # attempt's events: counting starts tells this attempt's "stopped" from an earlier one.
         if isinstance(event, StartEvent):
             self._starts[event.rank] = self._starts.get(event.rank, 0) + 1
-        elif (
-            isinstance(event, DoneEvent)
-            and event.reason == "stopped"
-            and self._starts.get(event.rank) == self.attempt
-        ):
-            self.stopped_ranks.add(event.rank)
+        elif isinstance(event, DoneEvent) and self._starts.get(event.rank) == self.attempt:
+            if event.reason == "stopped":
+                self.stopped_ranks.add(event.rank)
+            elif event.reason == "completed":
+                self.completed_ranks.add(event.rank)
 
     def silence_note(self, node: NodeState) -> str | None:
         """Why ``node`` is not answering and what that means for the run, or None."""

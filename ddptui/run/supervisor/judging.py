@@ -320,11 +320,16 @@ def _ended(model: RunModel, *, stopping: bool) -> Verdict | None:
     while the ranks on the hosts that answer stop stepping too; while they keep stepping the
     silent host takes part in their collectives, and when no host answers (or every one
     that does has finished) nothing can be judged until one does. All nodes exiting 0 is
-    completion, or a stop when the ranks said they stopped on request.
+    completion, or a stop when the ranks said they stopped on request; every rank having said
+    it completed is completion whatever the exits (a crash on the way out, said).
     """
     # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
     stopping = stopping or bool(model.stopped_ranks)
-    failed = _failed_exit(model, stopping)
+    # Every rank said it completed: the training and its last checkpoint are whole, and an
+    # exit that is not 0 is a crash on the way out (a library's thread torn down at exit).
+    world = model.progress.world_size or 0
+    trained = not stopping and world > 0 and model.completed_ranks >= set(range(world))
+    failed = None if trained else _failed_exit(model, stopping)
     if failed is not None:
         return failed
     for node in sorted(model.nodes.values(), key=lambda item: item.node_rank):
@@ -351,7 +356,19 @@ def _ended(model: RunModel, *, stopping: bool) -> Verdict | None:
                 node.host,
             )
     if all(node.exit is not None or node.vanished for node in model.nodes.values()):
-        if not stopping and any(node.exit for node in model.nodes.values()):
+        crashed = sorted(
+            (node for node in model.nodes.values() if node.exit),
+            key=lambda node: node.exited_at or 0.0,
+        )
+        if crashed and trained:
+            node = crashed[0]
+            return Verdict(
+                RunState.COMPLETED,
+                f"every rank completed its training, then torchrun on {node.host} (node "
+                f"{node.node_rank}) {_exit_text(node.exit or 0)}: a crash on the way out, the "
+                "training and its last checkpoint whole",
+            )
+        if crashed and not stopping:
             return None  # a failure whose root cause may be a moment behind
         if stopping:
             return Verdict(RunState.STOPPED, "stopped on request")

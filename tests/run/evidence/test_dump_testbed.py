@@ -164,7 +164,7 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
     assert "no flight-recorder dump from rank 1: " in detail, detail
     # The peers' collective, named: both in it, or (a ring lets one rank finish a collective
     # the other still waits in) one a collective ahead of the other.
-    assert re.search(r"#\d+ \(gloo:all_reduce \[\[5508\]\], called from _step", detail), detail
+    assert re.search(r"#\d+ \(gloo:all_reduce \[\[5508\]\], called from _gradients", detail), detail
     assert re.search(r"ranks 0, 2 entered #\d+|which rank [02] waits? in", detail), detail
     dumped = cli.run("dump", run_id)
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
@@ -189,7 +189,7 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
     again = cli.run("dump", run_id)
     assert again.returncode == 0, again.stdout + again.stderr
     assert not marker.exists()
-    assert re.search(r"#\d+ \(gloo:all_reduce \[\[5508\]\], called from _step", again.stdout)
+    assert re.search(r"#\d+ \(gloo:all_reduce \[\[5508\]\], called from _gradients", again.stdout)
     resaved = Path(again.stdout.splitlines()[-1].rpartition(": ")[2])
     assert {path for path in set(tmp_path.rglob("*")) - before if resaved not in path.parents} == {
         resaved

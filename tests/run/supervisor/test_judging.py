@@ -59,6 +59,31 @@ def test_without_step_events_a_silent_host_fails_the_run_while_another_answers()
     assert judging.verdict(model) is None
 
 
+@pytest.mark.parametrize("said", [4, 3], ids=["every-rank", "three-of-four"])
+def test_a_crash_on_the_way_out_after_every_rank_completed_is_a_completion(said: int) -> None:
+    # gloo's teardown at exit aborts now and then ("terminate called without an active
+    # exception"): the training and its last checkpoint are whole by then.
+    clock = Clock()
+    model = started(RunModel(_record(), clock=clock))
+    for rank in range(said):
+        line = event_json("done", rank, step=120, reason="completed")
+        model.apply(FileLine("ab"[rank // 2], f"events/rank{rank}.jsonl", 2, line))
+    model.apply(exit_line("b", 134))
+    clock.now += 3.0
+    if said < 4:
+        # A rank that never said so may have died in its training: a failure.
+        assert verdict_of(model).state is RunState.FAILED
+        return
+    assert judging.verdict(model) is None, "torchrun on a has not exited yet"
+    model.apply(exit_line("a", 0))
+    verdict = verdict_of(model)
+    assert verdict.state is RunState.COMPLETED
+    assert verdict.detail == (
+        "every rank completed its training, then torchrun on b (node 1) was killed by SIGABRT "
+        "(exit 134): a crash on the way out, the training and its last checkpoint whole"
+    )
+
+
 def test_a_silent_host_that_alone_stepped_is_not_said_to_have_peers_that_stopped() -> None:
     clock = Clock()
     model = started(RunModel(_record(), clock=clock))
