@@ -19,7 +19,8 @@ Two ways a rank learns of the failure:
   it would be changing is guarded by :meth:`Rescuer.changing`, never held across a collective.
 
 One rank per node writes (the others find a checkpoint at their step or later and skip): node 0's
-is what ``--resume latest`` reads.
+is what ``--resume latest`` reads; another node's is copied to the node that takes node 0's place
+when node 0 is lost with its disk (ddptui's recovery).
 
 Only on the CPU (gloo), without FSDP: on a GPU the host runs ahead of the device, so the step the
 host counts is not the one the parameters hold, and NCCL's watchdog ends the ranks itself; under

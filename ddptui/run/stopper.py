@@ -109,6 +109,10 @@ def _hosts(config: Config, record: RunRecord) -> dict[str, HostConfig]:
     return {node.host: config.host(node.host) for node in record.nodes}
 
 
+def _run_dirs(record: RunRecord) -> dict[str, str]:
+    return {node.host: node.run_dir for node in record.nodes}
+
+
 def _attempts(record: RunRecord) -> int:
     """How many attempts the record knows: a host that reports more answered garbage."""
     return record.attempt.number if record.attempts else 0
@@ -179,7 +183,7 @@ async def _signal(
     into: dict[str, list[str]],
 ) -> None:
     by_name = _hosts(config, record)
-    run_dirs = {node.host: node.run_dir for node in record.nodes}
+    run_dirs = _run_dirs(record)
     known = _attempts(record)
 
     async def one(host: str) -> None:
@@ -216,7 +220,7 @@ async def terminate(
     report = report or StopReport()
     running = await live(remote, config, record, report, skip)
     if running and rescue:
-        hosts, run_dirs = _hosts(config, record), {node.host: node.run_dir for node in record.nodes}
+        hosts, run_dirs = _hosts(config, record), _run_dirs(record)
         await asyncio.gather(
             *(
                 report.ask(host, nodes.request(remote, hosts[host], run_dirs[host], "rescue"))
