@@ -12,12 +12,14 @@
   sends them (``python - follow RUN_DIR``, the agent's program on stdin, and ``python - dump
   RUN_DIR``): their encryption is then the hosts' CPU, as an sshd's is.
 
-What a followed host sends: every new line of the run's files as the agent's JSON documents
+What a followed host sends: every new line of the run's files as the agent's JSON documents,
+its ranks' step events thinned as the agent thins them (``ddptui.onhost.follow.Thinned``)
 (each rank's ``start`` then ``step`` events, shaped as the bundled trainer's on an H200 —
 tests/fixtures/events —, a progress line in local rank 0's stdout every 10 steps) and a
 heartbeat every 2 s (each rank's process state and CPU, 8 GPUs as the agent samples them: the
 recorded H200 row of tests/fixtures/gpu). Steps are spread over the second, each rank at its
-own phase, as ranks that step together but print a little apart.
+own phase, as ranks that step together but print a little apart. A host writes what it has
+once a round, as the agent does (every ``POLL_S``), each host in its own rhythm.
 
 Commands on stdin, each answered on stdout with a wall time: ``freeze`` (no rank steps any
 more, one rank's process is stopped: a hang; answered with the time of the last step a rank
@@ -45,7 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.loopback import loopback_hosts
 from ddptui.demo.sshd import LoopbackSshd
-from ddptui.run.following.files import GPU_FIELDS
+from ddptui.onhost.common import POLL_S
+from ddptui.onhost.thinning import Thinned
+from ddptui.run.following.sample import GPU_FIELDS
 from tests.helpers.hostile_server import command_argv
 
 TICK_S = 0.02
@@ -124,17 +128,47 @@ class Host:
         self.offsets: dict[str, int] = {}
         self.steps = dict.fromkeys(self.ranks, 0)
         self.due: dict[int, float] = {}
+        self.unread: list[tuple[str, int, str]] = []
+        """The lines written since the agent's last round: path, offset after, text."""
+        self.thinned = {f"events/rank{rank}.jsonl": Thinned() for rank in self.ranks}
         self.pending: list[str] = []
+        """Documents to send at the end of the round (heartbeats)."""
         self.writer: Channel | None = None
         self.last_step = 0.0
         self.exit: int | None = None
         self.stopped_rank: int | None = None
         self.log = f"logs/attempt-1/{RUN_ID}_{node}/attempt_0/0/stdout.log"
+        self.next_round = (node * 0.618) % 1.0 * POLL_S
 
     def line(self, path: str, text: str) -> None:
         offset = self.offsets.get(path, 0) + len(text.encode()) + 1
         self.offsets[path] = offset
-        self.pending.append(f'{{"k":"line","f":"{path}","o":{offset},"t":{json.dumps(text)}}}')
+        self.unread.append((path, offset, text))
+
+    def read(self, clock: float) -> list[str]:
+        """What the agent sends in a round of what was written since the last: step events
+        thinned as its ``follow`` thins them."""
+        sent: list[tuple[str, int, str]] = []
+
+        def held(path: str, lines: list[tuple[int, bytes]]) -> None:
+            sent.extend((path, offset, line.decode()) for offset, line in lines)
+
+        for path, offset, text in self.unread:
+            thinned = self.thinned.get(path)
+            if path.endswith(".exit"):
+                for each, other in self.thinned.items():
+                    held(each, other.release())
+            if thinned is None:
+                sent.append((path, offset, text))
+            else:
+                held(path, thinned.take(offset, text.encode(), clock))
+        self.unread.clear()
+        for path, thinned in self.thinned.items():
+            held(path, thinned.end_round(clock))
+        return [
+            f'{{"k":"line","f":"{path}","o":{offset},"t":{json.dumps(text)}}}'
+            for path, offset, text in sent
+        ]
 
     def start(self, now: float, clock: float) -> None:
         # Stepping from its first follower on: a host followed late (many SSH handshakes
@@ -216,9 +250,10 @@ class Host:
             )
         return {"attempt": 1, "ranks": ranks, "flight": []}
 
-    def flush(self) -> None:
-        if self.writer is not None and self.pending and not self.writer.is_closing():
-            self.writer.write(("\n".join(self.pending) + "\n").encode())
+    def flush(self, clock: float) -> None:
+        documents = self.read(clock) + self.pending
+        if self.writer is not None and documents and not self.writer.is_closing():
+            self.writer.write(("\n".join(documents) + "\n").encode())
         self.pending.clear()
 
 
@@ -278,7 +313,10 @@ class Simulation:
                 host.tick(clock, now, self.frozen)
                 if beat:
                     host.beat(now, self.frozen)
-                host.flush()
+                if clock >= host.next_round:
+                    # As the agent writes: once a round, each host in its own rhythm.
+                    host.next_round = clock + POLL_S
+                    host.flush(clock)
             await asyncio.sleep(TICK_S)
 
     def command(self, words: list[str]) -> str:

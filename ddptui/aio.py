@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
@@ -98,3 +98,15 @@ class SizedQueue(asyncio.Queue[_T]):
         item: _T = super()._get()
         self.bytes -= self._size(item)
         return item
+
+
+async def one_by_one(batches: AsyncGenerator[list[_T], None]) -> AsyncGenerator[_T, None]:
+    """The items of ``batches``, one at a time; ``batches`` is closed by whoever leaves, here,
+    not left to the event loop (whose close of it runs as a task of its own, and can be cut
+    short)."""
+    try:
+        async for batch in batches:
+            for item in batch:
+                yield item
+    finally:
+        await batches.aclose()

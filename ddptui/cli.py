@@ -348,7 +348,11 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     _add_run_argument(logs)
     logs.add_argument("--rank", type=int, metavar="N", help="only global rank N")
     logs.add_argument("--follow", action="store_true", help="keep printing until the run ends")
-    logs.add_argument("--events", action="store_true", help="also print every rank's events")
+    logs.add_argument(
+        "--events",
+        action="store_true",
+        help="also print every rank's events (a fast rank's steps about once a second)",
+    )
     logs.add_argument(
         "--errors",
         action="store_true",

@@ -45,9 +45,9 @@ Commands:
   within SECONDS: ``{"attempt": N, "ranks": [{"rank", "pid", "name", "via", "text", "error",
   "note"}], "flight": [[rank, size], ...]}`` (``note``: why py-spy was not used where it is
   installed; ``flight``: the ranks' flight-recorder dumps in ``node/``).
-- ``follow RUN_DIR``: stream new lines of the run's files from the byte offsets in
+- ``follow RUN_DIR [thin]``: stream new lines of the run's files from the byte offsets in
   ``SENT`` (path → offset), and a heartbeat with process and GPU samples every 2 s, until
-  killed.
+  killed; with ``thin``, fast ranks' step events thinned (``thinning.py``).
 - ``serve``: says ``{"serving": PID}``, then runs the one-shot commands above, one after
   another, each asked as a line on stdin (``{"args": [COMMAND, ARGS…], "sent": SENT}``) and
   answered with what it prints, then ``{"served": EXIT_STATUS, "failed":
@@ -115,7 +115,7 @@ def main(argv: list[str], sent: Any = None) -> int:
         return free_port(int(args[0]) if args else 0)
     if command == "follow":
         try:
-            return follow(Path(args[0]), sent)
+            return follow(Path(args[0]), sent, thin=args[1:2] == ["thin"])
         except (BrokenPipeError, KeyboardInterrupt):
             return 0
     if command == "serve":

@@ -1,5 +1,8 @@
 """``follow``: new lines of the run's files from given offsets, and a heartbeat with process and
-GPU samples every 2 s, until killed or nobody reads it."""
+GPU samples every 2 s, until killed or nobody reads it.
+
+Asked to (the supervisor asks), a rank that steps faster than the head needs to hear of it has
+its step events thinned (:class:`~ddptui.onhost.thinning.Thinned`)."""
 
 from __future__ import annotations
 
@@ -25,16 +28,19 @@ from ddptui.onhost.common import (
 )
 from ddptui.onhost.gpu_health import asked, nvml_health, smi_health, smi_number
 from ddptui.onhost.processes import attempts, rank_processes, run_processes
+from ddptui.onhost.thinning import Thinned
 
 
 class Followed:
-    __slots__ = ("offset", "size", "skipping", "still_since")
+    __slots__ = ("offset", "size", "skipping", "still_since", "thinned")
 
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, thinned: bool = False) -> None:
+        """``thinned``: the file's step events are thinned (a rank's events file)."""
         self.offset = offset
         self.skipping = False
         self.size = -1
         self.still_since = 0.0
+        self.thinned = Thinned() if thinned else None
 
 
 def followed_files(run_dir: Path) -> Iterator[str]:
@@ -75,21 +81,36 @@ def read_new(run_dir: Path, relative: str, state: Followed) -> bool:
         if state.skipping:
             state.skipping = False
             continue
-        emit_line(relative, state.offset, line, cut=False)
+        send_line(relative, state, line, now)
     rest = data[start:]
     if len(rest) > MAX_LINE and not state.skipping:
         # A line longer than any we show: send its head now, skip the rest up to the newline.
         state.offset += len(rest)
         state.skipping = True
-        emit_line(relative, state.offset, rest[:MAX_LINE], cut=True)
+        send_line(relative, state, rest[:MAX_LINE], now, cut=True)
     elif state.skipping:
         state.offset += len(rest)
     elif rest and state.offset + len(rest) == size and now - state.still_since >= SETTLED_S:
         # A last line without a newline (torchrun's error.json has none): once the file has
         # stopped growing, it is complete.
         state.offset += len(rest)
-        emit_line(relative, state.offset, rest, cut=False)
+        send_line(relative, state, rest, now)
     return len(data) == READ_CHUNK
+
+
+def send_line(relative: str, state: Followed, line: bytes, now: float, cut: bool = False) -> None:
+    """Send the file's line that ends at ``state.offset``, or hold it (:class:`Thinned`)."""
+    if state.thinned is None or cut:
+        if state.thinned is not None:
+            send_held(relative, state.thinned.release())
+        emit_line(relative, state.offset, line, cut)
+        return
+    send_held(relative, state.thinned.take(state.offset, line, now))
+
+
+def send_held(relative: str, lines: list[tuple[int, bytes]]) -> None:
+    for offset, line in lines:
+        emit_line(relative, offset, line, cut=False)
 
 
 def emit_line(relative: str, offset: int, line: bytes, cut: bool) -> None:
@@ -339,6 +360,19 @@ def rows_health(health: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def grew(path: Path, state: Followed) -> bool:
+    try:
+        return path.stat().st_size != state.offset
+    except OSError:
+        return False
+
+
+def release_all(states: dict[str, Followed]) -> None:
+    for relative, state in states.items():
+        if state.thinned is not None and state.thinned.held is not None:
+            send_held(relative, state.thinned.release())
+
+
 def reader_gone(fd: int) -> bool:
     """Whether what reads ``fd`` (a pipe's writing end: sshd, for a channel) has closed it. A
     writer learns that only as it next writes, and the follower may write nothing new for a
@@ -349,8 +383,11 @@ def reader_gone(fd: int) -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
-def follow(run_dir: Path, offsets: Any) -> int:
-    states = {path: Followed(int(offset)) for path, offset in (offsets or {}).items()}
+def follow(run_dir: Path, offsets: Any, thin: bool = False) -> int:
+    def followed(path: str, offset: int) -> Followed:
+        return Followed(offset, thin and path.startswith("events/"))
+
+    states = {path: followed(path, int(offset)) for path, offset in (offsets or {}).items()}
     sampler = Sampler(run_dir)
     next_beat = 0.0
     while not reader_gone(sys.stdout.fileno()):
@@ -358,8 +395,15 @@ def follow(run_dir: Path, offsets: Any) -> int:
         for relative in followed_files(run_dir):
             state = states.get(relative)
             if state is None:
-                state = states[relative] = Followed(0)
+                state = states[relative] = followed(relative, 0)
+            if relative.endswith(".exit") and grew(run_dir / relative, state):
+                # The node's exit status comes after every line its ranks wrote before it.
+                release_all(states)
             behind = read_new(run_dir, relative, state) or behind
+        now = time.monotonic()
+        for relative, state in states.items():
+            if state.thinned is not None and state.thinned.held is not None:
+                send_held(relative, state.thinned.end_round(now))
         if time.monotonic() >= next_beat:
             # A heartbeat that is not behind says every line written before it was sent.
             emit({**sampler.sample(), "behind": behind})

@@ -14,7 +14,7 @@ from ddptui.untrusted import count
 
 def gpu_faults(gpu: Mapping[str, Any]) -> list[str]:
     """``["slowed by its own heat (hardware thermal slowdown)", "2 uncorrected ECC errors"]``
-    for a GPU's typed sample (:func:`ddptui.run.following.files.sample_of`'s); [] for a healthy
+    for a GPU's typed sample (:func:`ddptui.run.following.sample.sample_of`'s); [] for a healthy
     one, or one whose host did not say."""
     said = []
     mask = count(gpu.get("throttle_reasons"), MAX_ERROR_COUNT)

@@ -19,6 +19,7 @@ AGENT_MODULES = (
     "stacks",
     "cache",
     "gpu_health",
+    "thinning",
     "follow",
     "sitecustomize",
     "instrument",

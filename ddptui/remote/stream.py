@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import asyncssh
 
-from ddptui.aio import wait_for
+from ddptui.aio import one_by_one, wait_for
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import Overflow
 
@@ -111,24 +111,29 @@ class LineStream:
         self._stdout = stdout
         self._max_line = max_line
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        """Complete stdout lines without their newline, until the command or channel ends.
+    def lines(self) -> AsyncGenerator[bytes, None]:
+        """Complete stdout lines without their newline, one by one (:meth:`batches`)."""
+        return one_by_one(self.batches())
+
+    async def batches(self) -> AsyncGenerator[list[bytes], None]:
+        """Complete stdout lines without their newline, as many as each read brought, until
+        the command or channel ends: one hand-over for a read's lines, not one for each.
 
         Raises :class:`LineTooLong` if a line exceeds the cap: a host that does that is not
         running our follower, and reading on would hold its output in memory; and what the
         transport raises where the connection is lost (``asyncssh.Error``, ``OSError``).
         """
-        pending = bytearray()
+        pending = b""
         while True:
             chunk = await self._stdout.read(READ_CHUNK)
             if not chunk:
                 return
             pending += chunk
-            start = 0
-            while (newline := pending.find(b"\n", start)) >= 0:
-                yield bytes(pending[start:newline])
-                start = newline + 1
-            del pending[:start]
+            end = pending.rfind(b"\n")
+            if end >= 0:
+                whole = pending[:end].split(b"\n")
+                pending = pending[end + 1 :]
+                yield whole
             if len(pending) > self._max_line:
                 raise LineTooLong(f"more than {self._max_line} bytes without a newline")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ddptui.run.diagnose import Category, Diagnosis
-from ddptui.run.following.files import sample_of
 from ddptui.run.following.model import RunModel
+from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Judgement, RankLog, Straggler
 from ddptui.run.protocol import judgement_document, judgement_of, sample_document
 from ddptui.run.record import RunRecord, SchedulerJob

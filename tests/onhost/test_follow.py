@@ -24,8 +24,9 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.layout import HostFiles
 from ddptui.onhost import common, processes
 from ddptui.onhost import follow as following
+from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.programs import agent_program
-from ddptui.run.following.files import MAX_GPUS, FileLine, Heartbeat, HostFollower
+from ddptui.run.following.files import FileLine, Heartbeat, HostFollower
 from tests.fixtures.nvml import pynvml_double
 
 Sent = pytest.CaptureFixture[str]
@@ -91,6 +92,52 @@ def test_offsets_of_any_size_reach_the_agent_on_stdin(tmp_path: Path) -> None:
         lines = [json.loads(out.readline()) for _ in range(2)]
     sent = [line for line in lines if line["k"] == "line"]
     assert [(line["f"], line["t"]) for line in sent] == [("events/rank0.jsonl", '{"b": 2}')]
+
+
+def _sent_until_exit(run_dir: Path, *args: str) -> list[tuple[str, int, str]]:
+    """What the agent sends of ``run_dir``'s files, up to the node's exit status: (file,
+    offset, what: a step's number or another line's event type or text)."""
+    sent = []
+    with _follower(run_dir, {}, *args) as (_, out):
+        while not sent or sent[-1][0] != "node/attempt-1.exit":
+            document = json.loads(out.readline())
+            if document["k"] == "line":
+                text = document["t"]
+                what = text if text.isdigit() else json.loads(text)["type"]
+                if what == "step":
+                    what = str(json.loads(text)["step"])
+                sent.append((document["f"], document["o"], what))
+    return sent
+
+
+def test_asked_to_thin_the_agent_sends_a_fast_rank_s_steps_thinned_and_every_other_line(
+    tmp_path: Path,
+) -> None:
+    # 300 steps at 50 a second, as the bundled trainer writes them, then its done event.
+    events = [{"v": 1, "type": "start", "rank": 0, "time": 1000.0}]
+    events += [
+        {"v": 1, "type": "step", "rank": 0, "time": 1000.0 + step / 50, "step": step}
+        for step in range(1, 301)
+    ]
+    events.append({"v": 1, "type": "done", "rank": 0, "time": 1006.1, "step": 300})
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "rank0.jsonl").write_text(
+        "".join(json.dumps(event) + "\n" for event in events)
+    )
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "attempt-1.exit").write_text("0\n")
+
+    every = _sent_until_exit(tmp_path)
+    assert [what for _, _, what in every] == ["start", *map(str, range(1, 301)), "done", "0"]
+    thinned = _sent_until_exit(tmp_path, "thin")
+    steps = [int(what) for _, _, what in thinned if what.isdigit() and what != "0"]
+    assert thinned[0][2] == "start" and [what for _, _, what in thinned[-2:]] == ["done", "0"]
+    assert steps[0] == 1 and steps[-1] == 300, "the first or the last step was not sent"
+    assert steps == sorted(steps) and len(steps) < 150, steps
+    # The pace is known after 2 s of the rank's own time: 50 steps a second, 32 steps apart.
+    assert all(step % 32 == 0 for step in steps if 100 < step < 300), steps
+    offsets = [offset for path, offset, _ in thinned if path.startswith("events/")]
+    assert offsets == sorted(offsets)
 
 
 def test_a_heartbeat_says_whether_lines_written_before_it_are_still_unsent(
@@ -223,12 +270,12 @@ def test_the_follower_goes_within_a_round_once_nobody_reads_it(tmp_path: Path) -
 
 @contextlib.contextmanager
 def _follower(
-    run_dir: Path, offsets: dict[str, int]
+    run_dir: Path, offsets: dict[str, int], *args: str
 ) -> Iterator[tuple[subprocess.Popen[str], IO[str]]]:
-    """The agent's ``follow`` on ``run_dir`` as a host runs it (the program on stdin), killed
-    when the block ends; it and its output."""
+    """The agent's ``follow`` on ``run_dir`` (with ``args`` after it) as a host runs it (the
+    program on stdin), killed when the block ends; it and its output."""
     with subprocess.Popen(
-        [sys.executable, "-", "follow", str(run_dir)],
+        [sys.executable, "-", "follow", str(run_dir), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ddptui.present.gpus import gpu_faults
-from ddptui.run.following.files import sample_of
+from ddptui.run.following.sample import sample_of
 
 
 def _faults(**row: Any) -> list[str]:

@@ -20,6 +20,7 @@ from ddptui.run.diagnose import Diagnoser, LogLine
 from ddptui.run.diagnose.limits import MAX_STREAMS
 from ddptui.run.following.files import (
     INBOX_BYTES,
+    LINE_OBJECT_BYTES,
     MAX_DOCUMENT_BYTES,
     MAX_TEXT_CHARS,
     FileLine,
@@ -32,6 +33,7 @@ from ddptui.run.following.state import LOG_LINE_CHARS, Steps
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import INBOX, judging, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
+from ddptui.run.supervisor.following import UPDATE_OBJECT_BYTES
 from tests.run.bed import two_host_record
 
 INVENTED = 20_000
@@ -249,44 +251,71 @@ class _Flood:
         self.count = count
         self.sent = 0
 
-    async def lines(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
         for index in range(self.count):
             self.sent += 1
-            yield b"%08d" % index + b"x" * (MAX_DOCUMENT_BYTES - 8)
+            yield [b"%08d" % index + b"x" * (MAX_DOCUMENT_BYTES - 8)]
+
+
+class _Empties:
+    """A channel that sends nothing but newlines, a read of 64 Ki of them at a time."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        while True:
+            self.sent += 65536
+            yield [b""] * 65536
 
 
 def test_the_inbox_holds_a_few_mib_and_its_reader_waits_without_dropping_a_line() -> None:
-    async def flood() -> tuple[int, int, list[bytes | None]]:
+    async def flood() -> tuple[int, int, list[list[bytes] | None]]:
         inbox = Inbox()
         channel = _Flood(64)
         reader = asyncio.create_task(_read(channel, inbox))  # type: ignore[arg-type]
         for _ in range(200):
             await asyncio.sleep(0)
         held, sent = inbox.bytes, channel.sent
-        taken: list[bytes | None] = []
+        taken: list[list[bytes] | None] = []
         while not taken or taken[-1] is not None:
             taken.append(await inbox.get())
         await reader
         return held, sent, taken
 
     held, sent, taken = asyncio.run(flood())
-    assert held <= INBOX_BYTES + MAX_DOCUMENT_BYTES
+    assert held <= INBOX_BYTES + MAX_DOCUMENT_BYTES + LINE_OBJECT_BYTES
     assert sent < 64, "the reader did not wait for room"
-    assert [line[:8] for line in taken[:-1] if line is not None] == [
+    assert [line[:8] for lines in taken[:-1] if lines is not None for line in lines] == [
         b"%08d" % index for index in range(64)
     ]
     assert taken[-1] is None
 
 
+def test_empty_lines_count_against_the_inbox_too() -> None:
+    async def flood() -> tuple[int, int]:
+        inbox = Inbox()
+        channel = _Empties()
+        reader = asyncio.create_task(_read(channel, inbox))  # type: ignore[arg-type]
+        for _ in range(200):
+            await asyncio.sleep(0)
+        reader.cancel()
+        return inbox.bytes, channel.sent
+
+    held, sent = asyncio.run(flood())
+    assert held <= INBOX_BYTES + 65536 * LINE_OBJECT_BYTES
+    assert sent <= (INBOX_BYTES // LINE_OBJECT_BYTES) + 2 * 65536, "the reader did not wait"
+
+
 def test_the_end_of_a_channel_goes_into_a_full_inbox() -> None:
-    async def fill() -> list[bytes | None]:
-        inbox = Inbox(max_lines=4, max_bytes=10)
-        await inbox.put(b"x" * 10)
+    async def fill() -> list[list[bytes] | None]:
+        inbox = Inbox(max_bytes=10)
+        await inbox.put([b"x" * 10])
         assert inbox.full()
         inbox.end()
         return [inbox.get_nowait(), inbox.get_nowait()]
 
-    assert asyncio.run(fill()) == [b"x" * 10, None]
+    assert asyncio.run(fill()) == [[b"x" * 10], None]
 
 
 def test_the_supervisor_s_inbox_holds_its_bytes_budget_of_the_longest_lines() -> None:
@@ -297,13 +326,13 @@ def test_the_supervisor_s_inbox_holds_its_bytes_budget_of_the_longest_lines() ->
         put = 0
         while True:
             try:
-                inbox.put_nowait(line)
+                inbox.put_nowait([line])
             except asyncio.QueueFull:
                 return put, inbox.bytes
             put += 1
 
     put, held = asyncio.run(flood())
-    assert held <= SUPERVISOR_INBOX_BYTES + 4 * MAX_TEXT_CHARS + 100
+    assert held <= SUPERVISOR_INBOX_BYTES + 4 * MAX_TEXT_CHARS + UPDATE_OBJECT_BYTES + 100
     assert put < INBOX / 10, "a count of lines bounded it, not their bytes"
 
 

@@ -73,7 +73,7 @@ class Owner(Protocol):
 class Follower(Protocol):
     """One node's files and heartbeats (:class:`~ddptui.run.following.files.HostFollower`)."""
 
-    def updates(self) -> AsyncIterator[Update]: ...
+    def batches(self) -> AsyncIterator[list[Update]]: ...
 
     async def close(self) -> None: ...
 
@@ -214,10 +214,16 @@ class RunBackend(abc.ABC):
         )
 
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
-        """What follows ``node`` from ``offsets`` (path → where its lines were taken up to)."""
+        """What follows ``node`` from ``offsets`` (path → where its lines were taken up to),
+        its fast ranks' step events thinned on the host (:mod:`ddptui.onhost.thinning`)."""
         record = self.owner.record
         return HostFollower.of_node(
-            self.config, record, node, offsets=offsets, open_transport=self.open_transport
+            self.config,
+            record,
+            node,
+            offsets=offsets,
+            open_transport=self.open_transport,
+            thin=True,
         )
 
     async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:

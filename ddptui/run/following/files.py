@@ -7,10 +7,11 @@ reconnects and asks for the lines after those offsets: none is lost, none repeat
 
 What a host sends is untrusted, and what it may cost the head node is bounded per host:
 
-- the lines read and not taken yet (:class:`Inbox`): at most :data:`INBOX_LINES` lines and
-  :data:`INBOX_BYTES` bytes, plus the one document that crossed it (:data:`MAX_DOCUMENT_BYTES`)
-  and about 40 bytes of objects a line: 2.4 MiB a host, 155 MiB for 64 hosts. A full inbox
-  makes its reader wait (SSH's flow control then holds the agent): no line is dropped;
+- the lines read and not taken yet (:class:`Inbox`): at most :data:`INBOX_BYTES` bytes, each
+  line counted with its objects (:data:`LINE_OBJECT_BYTES`), plus the one read that crossed it
+  (a 64 KiB read and the document it finished, :data:`MAX_DOCUMENT_BYTES`): 2.4 MiB a host,
+  155 MiB for 64 hosts. A full inbox makes its reader wait (SSH's flow control then holds the
+  agent): no line is dropped;
 - the offsets (:attr:`HostFollower.offsets`): only the host's own files as its plan names them
   (:class:`~ddptui.layout.HostFiles`: its ranks' events, its attempts' torchrun files, and
   as many local ranks' logs as its attempts can have: 268 for 8 ranks after 10 attempts, of
@@ -18,15 +19,15 @@ What a host sends is untrusted, and what it may cost the head node is bounded pe
   can neither grow the offsets nor crowd out its real ones. A line of any other file is
   dropped and counted (:attr:`HostFollower.unknown`), never remembered: 4,096 offsets of
   256-character paths take 1.4 MiB (measured), so 268 take under 0.1 MiB, 6 MiB for 64 hosts;
-- a heartbeat: its document (256 KiB at most), cut to :data:`MAX_GPUS` GPUs and
-  :data:`MAX_SAMPLED_RANKS` ranks; the model keeps of it only the host's own ranks.
+- a heartbeat: its document (256 KiB at most), its sample read by
+  :func:`~ddptui.run.following.sample.sample_of` (cut to so many GPUs and ranks); the model
+  keeps of it only the host's own ranks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,17 +35,16 @@ from typing import Any, NamedTuple, Protocol
 
 import asyncssh
 
-from ddptui.aio import QueueReader, SizedQueue
+from ddptui.aio import QueueReader, SizedQueue, one_by_one
 from ddptui.config.model import Config, HostConfig
 from ddptui.layout import HostFiles
-from ddptui.probe.facts import MAX_GPUS
-from ddptui.probe.sections import pci_slot
 from ddptui.remote.programs import agent_program
 from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.target import Keepalive
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
+from ddptui.run.following.sample import sample_of
 from ddptui.run.record import NodeRecord, RunRecord
-from ddptui.untrusted import count, finite, plain, whole
+from ddptui.untrusted import count, finite, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 """The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
@@ -54,15 +54,17 @@ SILENCE_S = 12.0
 FOLLOWING_KEEPALIVE = Keepalive(interval_s=5.0, count_max=2)
 """A cut link shows as silence within :data:`SILENCE_S`."""
 RETRY_S = 2.0
-INBOX_LINES = 4096
 INBOX_BYTES = 2 * 1024 * 1024
-"""A host's lines read and not taken yet: as many as :data:`INBOX_LINES` typical lines (a
-step event is about 300 bytes), a few documents of the largest kind."""
-"""The files followed on a host when the caller does not say from its plan: 8 ranks for 150
-attempts, 64 ranks for 20."""
+"""A host's lines read and not taken yet: thousands of typical lines (a step event is about
+300 bytes), a few documents of the largest kind."""
+LINE_OBJECT_BYTES = 40
+"""What a line read costs in memory besides its bytes (its object, its place in a list): an
+empty line is not free."""
 MAX_OFFSET = 2**63 - 1
 """A file's size can be no more (``off_t``)."""
 READER_STOP_S = 2.0
+THIN = ("thin",)
+"""The agent's ``follow`` argument that thins its fast ranks' step events."""
 
 
 class FileLine(NamedTuple):
@@ -109,16 +111,17 @@ class HostBack:
 Update = FileLine | Heartbeat | HostSilent | HostBack
 
 
-class Inbox(SizedQueue[bytes | None]):
-    """The lines read from a host's channel and not taken yet, then None for its end.
+class Inbox(SizedQueue[list[bytes] | None]):
+    """The reads from a host's channel not taken yet, each a list of lines, then None for its
+    end.
 
-    Full at ``max_lines`` lines or ``max_bytes`` bytes: a reader then waits for room, so
-    nothing is dropped. The end always goes in, full or not: its reader is done, and whoever
-    takes the lines must learn so at once.
+    Full at ``max_bytes`` bytes of lines (:data:`LINE_OBJECT_BYTES` more for each): a reader
+    then waits for room, so nothing is dropped. The end always goes in, full or not: its reader
+    is done, and whoever takes the lines must learn so at once.
     """
 
-    def __init__(self, max_lines: int = INBOX_LINES, max_bytes: int = INBOX_BYTES) -> None:
-        super().__init__(max_lines, max_bytes, lambda line: len(line or b""))
+    def __init__(self, max_bytes: int = INBOX_BYTES) -> None:
+        super().__init__(0, max_bytes, _read_size)
         self._ended = False
 
     def full(self) -> bool:
@@ -130,11 +133,15 @@ class Inbox(SizedQueue[bytes | None]):
         self.put_nowait(None)
 
 
+def _read_size(lines: list[bytes] | None) -> int:
+    return sum(map(len, lines)) + LINE_OBJECT_BYTES * len(lines) if lines else 0
+
+
 async def _read(stream: LineStream, inbox: Inbox) -> None:
     """Move the stream's lines into ``inbox``; its end once the stream ends, however it ends."""
     try:
-        async for raw in stream.lines():
-            await inbox.put(raw)
+        async for lines in stream.batches():
+            await inbox.put(lines)
     except (LineTooLong, asyncssh.Error, OSError):
         pass
     finally:
@@ -173,12 +180,15 @@ class HostFollower:
         clock: Callable[[], float] = time.monotonic,
         job_id: str | None = None,
         open_transport: OpenTransport | None = None,
+        thin: bool = False,
     ) -> None:
         """``offsets``: path → where to resume (the lines taken before); ``files``: the files
         the host's plan gives it (:meth:`of_node`), the only ones followed; ``job_id``: the
         run's scheduler job (:attr:`RunRecord.job_id`), through which the node is reached while
         it runs; ``open_transport``: how the run's kind of cluster reaches the node (None: a
-        follower that only reads what it is given, and opens nothing)."""
+        follower that only reads what it is given, and opens nothing); ``thin``: the agent
+        thins its fast ranks' step events (:mod:`ddptui.onhost.thinning`), as the supervisor
+        asks: a read of the files as they stand gets every line."""
         self.config = config
         self.host = host
         self.run_dir = run_dir
@@ -195,6 +205,7 @@ class HostFollower:
         self._clock = clock
         self.job_id = job_id
         self.open_transport = open_transport
+        self.thin = thin
         self._last_heard = 0.0
         self._silent = False
         self._heard = False
@@ -218,7 +229,13 @@ class HostFollower:
             **options,
         )
 
-    async def updates(self) -> AsyncGenerator[Update, None]:
+    def updates(self) -> AsyncGenerator[Update, None]:
+        """What :meth:`batches` brings, one update at a time."""
+        return one_by_one(self.batches())
+
+    async def batches(self) -> AsyncGenerator[list[Update], None]:
+        """The host's updates, as many at a time as each read from its channel brought: a
+        busy host's lines are handed on together, not one by one."""
         self._last_heard = self._clock()
         self._silent = False
         while not self._closed:
@@ -229,8 +246,8 @@ class HostFollower:
             else:
                 channel = self._channel(stream)
                 try:
-                    async for update in channel:
-                        yield update
+                    async for batch in channel:
+                        yield batch
                 finally:
                     # Closed here, by whoever leaves: left to the loop, its close (which ends
                     # the channel's process) runs as a task of its own, and can be cut short.
@@ -247,15 +264,16 @@ class HostFollower:
             quiet = self._clock() - self._last_heard
             if not self._silent and quiet >= self.silence_s:
                 self._silent = True
-                yield HostSilent(self.host.name, quiet, failure)
+                yield [HostSilent(self.host.name, quiet, failure)]
             await asyncio.sleep(min(RETRY_S, self.silence_s))
 
-    async def _channel(self, stream: LineStream) -> AsyncGenerator[Update, None]:
-        """What one channel says, until it ends or goes quiet for the silence window."""
+    async def _channel(self, stream: LineStream) -> AsyncGenerator[list[Update], None]:
+        """What one channel says, a read at a time, until it ends or goes quiet for the
+        silence window."""
         self._heard = False
         inbox = Inbox()
         reader = asyncio.create_task(_read(stream, inbox))
-        lines = QueueReader(inbox)
+        reads = QueueReader(inbox)
         # A new channel gets a whole window to say something: the agent starts, then reads
         # every file from its offset before its first line (a silent host, back after a long
         # time, would otherwise be hung up on before it could).
@@ -265,23 +283,27 @@ class HostFollower:
                 since = self._clock() - max(self._last_heard, opened)
                 timeout = max(self.silence_s - since, 0.1)
                 try:
-                    raw = await lines.get(timeout)
+                    lines = await reads.get(timeout)
                 except asyncio.TimeoutError:
                     if not self._silent:
                         self._silent = True
                         quiet = self._clock() - self._last_heard
-                        yield HostSilent(self.host.name, quiet, "the open connection went quiet")
+                        yield [HostSilent(self.host.name, quiet, "the open connection went quiet")]
                     return
-                if raw is None:
+                if lines is None:
                     return
                 self._last_heard = self._clock()
                 self._heard = True
+                batch: list[Update] = []
                 if self._silent:
                     self._silent = False
-                    yield HostBack(self.host.name)
-                update = self._parse(raw)
-                if update is not None:
-                    yield update
+                    batch.append(HostBack(self.host.name))
+                for raw in lines:
+                    update = self._parse(raw)
+                    if update is not None:
+                        batch.append(update)
+                if batch:
+                    yield batch
         finally:
             await self._reset()
             # Closing the channel ends the read; a read that ignores its cancellation must not
@@ -303,7 +325,9 @@ class HostFollower:
             raise HostUnreachable(self.host, reach)
         self._stream = await self._remote.open_stream(
             self.host,
-            self._remote.python(self.host, "-", "follow", self.run_dir),
+            self._remote.python(
+                self.host, "-", "follow", self.run_dir, *(THIN if self.thin else ())
+            ),
             input=agent_program(self.offsets),
             max_line=MAX_DOCUMENT_BYTES,
         )
@@ -380,120 +404,3 @@ class HostFollower:
                 return False
             self._logs += 1
         return named is not None
-
-
-GPU_FIELDS = (
-    "index",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-    "clocks.sm",
-    "clocks.max.sm",
-    "utilization.gpu",
-    "utilization.memory",
-    "memory.used",
-    "memory.total",
-    "pstate",
-    "ecc.errors.uncorrected.volatile.total",
-    "pci_bus_id",
-    "throttle_reasons",
-    "reset_pending",
-    "remap_failed",
-    "pcie_replays",
-    "nvlink_errors",
-    "nvlinks_down",
-)
-"""What the agent samples of each GPU every 2 s: nvidia-smi's names and its printed values (or
-NVML's, by the same names), then the GPU's health counters (``ddptui.onhost.follow``'s
-``rows_health``: its PCI bus id, kept as the kernel log names it; NVML's throttle reasons as a
-bit mask; 1 for a memory reset pending or a failed remap; the counts of PCIe replays, NVLink
-errors and links down)."""
-GPU_TEXT_FIELDS = frozenset({"pstate"})
-"""Kept as text (``P0``); every other field is a number, or left out when nvidia-smi printed
-none (``[N/A]``, ``[Not Supported]``)."""
-
-
-MAX_XIDS = 8
-"""New Xid lines a heartbeat may carry (the agent sends the first 8 it read since the last)."""
-MAX_XID_CHARS = 512
-MAX_SAMPLED_RANKS = 1024
-PROCESS_STATE_LETTERS = frozenset("RSDZTtWXxKPI")
-"""The states ``/proc/PID/stat`` shows (``ps``'s STAT letters)."""
-
-
-def sample_of(value: Any) -> dict[str, Any]:
-    """The heartbeat's sample with only known keys, numbers finite, strings short."""
-    if not isinstance(value, dict):
-        return {}
-    sample: dict[str, Any] = {}
-    for key in ("procs", "cpu_pct", "rss_mib"):
-        number = finite(value.get(key))
-        if number is not None:
-            sample[key] = number
-    gpus = value.get("gpus")
-    if isinstance(gpus, list):
-        sample["gpus"] = [_gpu(gpu) for gpu in gpus[:MAX_GPUS] if isinstance(gpu, dict)]
-    ranks = value.get("ranks")
-    if isinstance(ranks, dict):
-        sample["ranks"] = _ranks(ranks)
-    xids = value.get("xids")
-    if isinstance(xids, list):
-        lines = [line for line in xids[:MAX_XIDS] if isinstance(line, str)]
-        sample["xids"] = [plain(line, limit=MAX_XID_CHARS, one_line=True) for line in lines]
-    kernel_log = value.get("kernel_log")
-    if isinstance(kernel_log, str):
-        sample["kernel_log"] = plain(kernel_log, limit=200, one_line=True)
-    return sample
-
-
-def _ranks(value: dict[Any, Any]) -> dict[int, dict[str, Any]]:
-    """Global rank → its process's state letter and CPU, for the hang judgement."""
-    found: dict[int, dict[str, Any]] = {}
-    for rank, seen in list(value.items())[:MAX_SAMPLED_RANKS]:
-        number = whole(rank, digits=6)
-        if number is None or not isinstance(seen, dict):
-            continue
-        state, cpu = seen.get("state"), finite(seen.get("cpu_pct"))
-        found[number] = {
-            "state": state if isinstance(state, str) and state in PROCESS_STATE_LETTERS else None,
-            "cpu_pct": max(cpu, 0.0) if cpu is not None else None,
-        }
-    return found
-
-
-def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
-    """One GPU's row as nvidia-smi printed it (or as a supervisor relays it, already typed),
-    typed: whole numbers as ints, the rest finite floats; an ``index`` that is no GPU's (0 to
-    ``MAX_GPUS - 1``) is left out."""
-    gpu: dict[str, int | float | str] = {}
-    for key in GPU_FIELDS:
-        value = printed.get(key)
-        text = value.strip()[:32] if isinstance(value, str) else None
-        if key == "index":
-            index = whole(text, digits=2) if text is not None else count(value, MAX_GPUS - 1)
-            if index is not None and index < MAX_GPUS:
-                gpu[key] = index
-            continue
-        if key == "pci_bus_id":
-            slot = pci_slot(text) if text is not None else None
-            if slot is not None:
-                gpu[key] = slot
-            continue
-        if key in GPU_TEXT_FIELDS:
-            if text is not None:
-                gpu[key] = plain(text, limit=32, one_line=True)
-            continue
-        number = finite(value) if text is None else _number(text)
-        if number is None:
-            continue
-        # Whole numbers a float holds exactly as ints ("81559" MiB), not 1e308 as 309 digits.
-        gpu[key] = int(number) if number.is_integer() and abs(number) < 2**53 else number
-    return gpu
-
-
-def _number(text: str) -> float | None:
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None

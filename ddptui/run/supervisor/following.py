@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Coroutine, Mapping
 from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.run import protocol
 from ddptui.run.backends import Follower
-from ddptui.run.following.files import FileLine, Heartbeat, HostSilent, Update
+from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps, Verdict
 from ddptui.run.journal import Journal
@@ -32,27 +32,35 @@ SETTLE_S = 6.0
 """How long following goes on after an attempt ended, for the lines its ranks wrote last."""
 INBOX = 10000
 INBOX_BYTES = 16 * 1024 * 1024
-"""What the updates of every host waiting to be judged may hold: a line keeps up to 16,384
-characters, 64 KiB in memory when they are not ASCII, so a count alone would allow 640 MiB."""
+"""What the updates of every host waiting to be judged may hold, in at most :data:`INBOX` reads
+of a host's channel: a line keeps up to 16,384 characters, 64 KiB in memory when they are not
+ASCII, so a count alone would allow 640 MiB."""
 HEARTBEAT_BYTES = 4096
 """What a heartbeat is counted as: its GPU samples are capped (64 GPUs of a few fields)."""
+UPDATE_OBJECT_BYTES = 100
+"""What an update costs besides its text (its tuple, its strings' headers): a read of short
+lines is not free."""
 
 log = logging.getLogger("ddptui.supervisor")
 
 
-def updates_inbox() -> SizedQueue[Update]:
-    """Every host's updates waiting to be judged: full at :data:`INBOX` of them or
-    :data:`INBOX_BYTES`, whereupon the followers wait (their hosts' channels then fill)."""
-    return SizedQueue(INBOX, INBOX_BYTES, _update_size)
+def updates_inbox() -> SizedQueue[list[Update]]:
+    """Every host's updates waiting to be judged, a read of a host's channel at a time: full at
+    :data:`INBOX` reads or :data:`INBOX_BYTES`, whereupon the followers wait (their hosts'
+    channels then fill)."""
+    return SizedQueue(INBOX, INBOX_BYTES, _batch_size)
+
+
+def _batch_size(batch: list[Update]) -> int:
+    return sum(map(_update_size, batch))
 
 
 def _update_size(update: Update) -> int:
     if isinstance(update, FileLine):
         # A str of any non-ASCII character takes up to 4 bytes a character (PEP 393).
-        return (len(update.text) if update.text.isascii() else 4 * len(update.text)) + len(
-            update.path
-        )
-    return HEARTBEAT_BYTES if isinstance(update, Heartbeat) else 0
+        text = len(update.text) if update.text.isascii() else 4 * len(update.text)
+        return text + len(update.path) + UPDATE_OBJECT_BYTES
+    return HEARTBEAT_BYTES if isinstance(update, Heartbeat) else UPDATE_OBJECT_BYTES
 
 
 class Following:
@@ -197,16 +205,16 @@ class Following:
         )
 
     async def _pump(self, follower: Follower) -> None:
-        async for update in follower.updates():
-            await self._inbox.put(update)
+        async for batch in follower.batches():
+            await self._inbox.put(batch)
 
     async def _judge_loop(self) -> None:
-        updates = QueueReader(self._inbox)
+        batches = QueueReader(self._inbox)
         next_tick = next_checkpoint = next_flush = 0.0
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 wait = FLUSH_EVERY_S if self.journal.unwritten else JUDGE_EVERY_S
-                self._take(await updates.get(wait))
+                self._take(await batches.get(wait))
             now = self._clock()
             if (now >= next_flush and self._inbox.empty()) or (
                 self.journal.unwritten >= FLUSH_BYTES
@@ -239,24 +247,28 @@ class Following:
         if self.journal.flush():
             self.audience.wake()
 
-    def _take(self, update: Update) -> None:
+    def _take(self, batch: list[Update]) -> None:
+        """Take one read of a host's channel: its lines into the journal and the model, the
+        rest to the model and every viewer."""
         model = self.model
-        if isinstance(update, FileLine):
-            if self.journal.append(update):
-                self.heard_since_judged.add(update.host)
-                model.apply(update)
-                self._set_aside(model)
-                if self._beats_after and self._all_sent():
-                    self._settled.set()
-            return
-        model.apply(update)
+        for update in batch:
+            if isinstance(update, FileLine):
+                if self.journal.append(update):
+                    self.heard_since_judged.add(update.host)
+                    model.apply(update)
+            else:
+                self._take_news(update)
         self._set_aside(model)
+        if self._beats_after and self._all_sent():
+            self._settled.set()
+
+    def _take_news(self, update: Heartbeat | HostSilent | HostBack) -> None:
+        model = self.model
+        model.apply(update)
         if isinstance(update, HostSilent):
             log.warning("%s does not answer: %s", update.host, update.reason)
         elif not isinstance(update, Heartbeat):
             log.info("%s answers again", update.host)
         if update.host in self._beats_after:
             self._beats_after[update.host] += 2 if isinstance(update, HostSilent) else 1
-            if self._all_sent():
-                self._settled.set()
         self.audience.update(update)

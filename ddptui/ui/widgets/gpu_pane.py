@@ -3,7 +3,7 @@ large cluster's size, a line a node: its GPUs' spread and their mean use's spark
 
 Every number here is a host's: a percentage is kept from 0 to 100, a value that is no finite
 number is left out (or shown as ``?``), and a GPU without an index is shown without a history
-(a sample's reader, :func:`ddptui.run.following.files.sample_of`, keeps only the indices a host can
+(a sample's reader, :func:`ddptui.run.following.sample.sample_of`, keeps only the indices a host can
 have, and as many GPUs).
 """
 

@@ -102,19 +102,10 @@ from ddptui.run.following.events import (
     RankEvent,
     SkippedCheckpoint,
 )
-from ddptui.run.following.files import (
-    GPU_FIELDS,
-    MAX_OFFSET,
-    MAX_TEXT_CHARS,
-    MAX_XID_CHARS,
-    MAX_XIDS,
-    PROCESS_STATE_LETTERS,
-    FileLine,
-    Heartbeat,
-    HostFollower,
-)
+from ddptui.run.following.files import MAX_OFFSET, MAX_TEXT_CHARS, FileLine, Heartbeat, HostFollower
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import MAX_RANKS, RunProgress
+from ddptui.run.following.sample import GPU_FIELDS, MAX_XID_CHARS, MAX_XIDS, PROCESS_STATE_LETTERS
 from ddptui.run.following.state import Steps
 from ddptui.run.supervisor import judging
 from ddptui.untrusted import plain

@@ -118,13 +118,13 @@ class FakeFollower:
         self.host = host
         self.closed = asyncio.Event()
 
-    async def updates(self) -> AsyncIterator[Update]:
+    async def batches(self) -> AsyncIterator[list[Update]]:
         while not self.closed.is_set():
             try:
-                yield await asyncio.wait_for(self.host.updates.get(), BEAT_S)
+                yield [await asyncio.wait_for(self.host.updates.get(), BEAT_S)]
             except asyncio.TimeoutError:
                 if not self.host.silent:
-                    yield Heartbeat(self.host.name, time.time(), dict(self.host.alive))
+                    yield [Heartbeat(self.host.name, time.time(), dict(self.host.alive))]
 
     async def close(self) -> None:
         self.closed.set()

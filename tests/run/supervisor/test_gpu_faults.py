@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddptui.run.following.files import Heartbeat, sample_of
+from ddptui.run.following.files import Heartbeat
 from ddptui.run.following.model import RunModel
+from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Hang, clock_time
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import judging, recovery
