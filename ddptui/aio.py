@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Generic, TypeVar
@@ -78,7 +79,8 @@ class QueueReader(Generic[_T]):
 class SizedQueue(asyncio.Queue[_T]):
     """A queue full at ``max_items`` items or at ``max_bytes`` of their ``size``, whichever
     comes first (the item that crosses the bytes goes in whole): a producer then waits for
-    room, so nothing is dropped and a flood of large items cannot grow it past its budget."""
+    room, so nothing is dropped and a flood of large items cannot grow it past its budget.
+    Each item's size is taken once, as it goes in."""
 
     def __init__(self, max_items: int, max_bytes: int, size: Callable[[_T], int]) -> None:
         super().__init__(maxsize=max_items)
@@ -86,17 +88,20 @@ class SizedQueue(asyncio.Queue[_T]):
         self.bytes = 0
         """Of the items held now."""
         self._size = size
+        self._sizes: collections.deque[int] = collections.deque()
 
     def full(self) -> bool:
         return super().full() or self.bytes >= self.max_bytes
 
     def _put(self, item: _T) -> None:
         super()._put(item)
-        self.bytes += self._size(item)
+        size = self._size(item)
+        self._sizes.append(size)
+        self.bytes += size
 
     def _get(self) -> _T:
         item: _T = super()._get()
-        self.bytes -= self._size(item)
+        self.bytes -= self._sizes.popleft()
         return item
 
 

@@ -351,7 +351,7 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     logs.add_argument(
         "--events",
         action="store_true",
-        help="also print every rank's events (a fast rank's steps about once a second)",
+        help="also print every rank's events (while it runs, a fast rank's steps every 1–2 s)",
     )
     logs.add_argument(
         "--errors",

@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 
 FOLD_S = 1.0
-"""A rank's step events are sent about this often at least, and not much more often: enough for
-every viewer (a chart, a table refreshed twice a second) and for judging, which reads each
-rank's latest step twice a second."""
+"""A fast rank's step events are sent at most once in this long, and at least once in twice
+this: enough for every viewer (a table redrawn once a second at that size, a chart) and for
+judging (a hang is 20 s without a step; a straggler's average is over 20 events)."""
+QUIET_S = 3 * FOLD_S
+"""A step event is sent once none was for this long, whatever its step number."""
 RATE_WINDOW_S = 2.0
 """A rank's pace is measured over this much of its own time, from the events' times."""
 MAX_STRIDE = 1 << 20
@@ -25,12 +27,12 @@ class Thinned:
 
     A step event is sent at once when the line before it was no step event (a rank's first
     step, the first after a checkpoint), when its step is a multiple of the stride, or when
-    none was sent for twice :data:`FOLD_S`; otherwise it is held, and sent only if no newer
-    line of the file came by the end of the next round (the last step before a hang or a
-    crash). Every other line is sent at once, after the step held before it. The stride is
-    the rank's steps between two events (``--log-every``) times the largest power of two of
-    its events in :data:`FOLD_S`: under DDP every rank steps at the same pace, so every node
-    keeps the same steps.
+    none was sent for :data:`QUIET_S`; otherwise it is held, and sent only if no newer line of
+    the file came by the end of the next round (the last step before a hang or a crash).
+    Every other line is sent at once, after the step held before it. The stride is the rank's
+    steps between two events (``--log-every``) times the smallest power of two of at least its
+    events in :data:`FOLD_S`: under DDP every rank steps at the same pace, so every node keeps
+    the same steps.
     """
 
     __slots__ = ("after_step", "counted", "fresh", "held", "reference", "sent_at", "stride")
@@ -59,7 +61,7 @@ class Thinned:
         number = int(found.group(1))
         timed = EVENT_TIME.search(line)
         self._measure(number, float(timed.group(1)) if timed is not None else None)
-        if not self.after_step or number % self.stride == 0 or now - self.sent_at >= 2 * FOLD_S:
+        if not self.after_step or number % self.stride == 0 or now - self.sent_at >= QUIET_S:
             self.held, self.after_step, self.sent_at = None, True, now
             return [(offset, line)]
         self.held, self.fresh = (offset, line), True
@@ -93,7 +95,7 @@ class Thinned:
         spacing = steps // self.counted if steps % self.counted == 0 else 1
         per_fold = self.counted / (time - reference[1]) * FOLD_S
         power = 1
-        while power * 2 <= per_fold and spacing * power * 2 <= MAX_STRIDE:
+        while power < per_fold and spacing * power * 2 <= MAX_STRIDE:
             power *= 2
         self.stride = spacing * power
         self.reference, self.counted = (step, time), 0

@@ -134,8 +134,8 @@ def test_asked_to_thin_the_agent_sends_a_fast_rank_s_steps_thinned_and_every_oth
     assert thinned[0][2] == "start" and [what for _, _, what in thinned[-2:]] == ["done", "0"]
     assert steps[0] == 1 and steps[-1] == 300, "the first or the last step was not sent"
     assert steps == sorted(steps) and len(steps) < 150, steps
-    # The pace is known after 2 s of the rank's own time: 50 steps a second, 32 steps apart.
-    assert all(step % 32 == 0 for step in steps if 100 < step < 300), steps
+    # The pace is known after 2 s of the rank's own time: 50 steps a second, 64 steps apart.
+    assert all(step % 64 == 0 for step in steps if 100 < step < 300), steps
     offsets = [offset for path, offset, _ in thinned if path.startswith("events/")]
     assert offsets == sorted(offsets)
 

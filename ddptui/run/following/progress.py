@@ -66,12 +66,18 @@ class RankState(str, enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (RankState.DONE, RankState.STOPPED, RankState.FAILED, RankState.KILLED)
+        # A set, not a tuple of members: asked of every rank twice a second, and each member
+        # named is a lookup on the enum's class.
+        return self in _FINISHED
 
     @property
     def ended_well(self) -> bool:
         """Trained to its end, or stopped on request."""
-        return self in (RankState.DONE, RankState.STOPPED)
+        return self in _ENDED_WELL
+
+
+_FINISHED = frozenset({RankState.DONE, RankState.STOPPED, RankState.FAILED, RankState.KILLED})
+_ENDED_WELL = frozenset({RankState.DONE, RankState.STOPPED})
 
 
 @dataclass
@@ -113,6 +119,9 @@ class RankProgress:
     """The rank's own work per step (``compute_s``), as its latest step event said."""
     paces: deque[float] = field(default_factory=lambda: deque(maxlen=STRAGGLER_EVENTS))
     """Its work per step (else its step time) in its latest step events of this attempt."""
+    _recent_pace: float | None = field(default=None, repr=False, compare=False)
+    """:attr:`recent_pace`, once worked out since the latest pace came (judging asks of every
+    rank twice a second)."""
 
     @property
     def recent_pace(self) -> float | None:
@@ -120,11 +129,18 @@ class RankProgress:
         that many."""
         if len(self.paces) < STRAGGLER_EVENTS:
             return None
-        return sum(self.paces) / len(self.paces)
+        if self._recent_pace is None:
+            self._recent_pace = sum(self.paces) / len(self.paces)
+        return self._recent_pace
+
+    def add_pace(self, pace: float) -> None:
+        self.paces.append(pace)
+        self._recent_pace = None
 
     def forget_pace(self) -> None:
         """Nothing known of its pace in this attempt (a new attempt, the rank's end)."""
         self.paces.clear()
+        self._recent_pace = None
 
     phase: str | None = None
     """The part of its work the rank said it entered that may go long without a step
@@ -365,7 +381,7 @@ class RunProgress:
         progress.phase = progress.phase_expect_s = None
         own = progress.compute_s if progress.compute_s is not None else progress.step_time_s
         if own is not None:
-            progress.paces.append(own)
+            progress.add_pace(own)
 
     def summary(self) -> ProgressSummary:
         ranks = self.ranks

@@ -90,33 +90,61 @@ def _ranks(value: dict[Any, Any]) -> dict[int, dict[str, Any]]:
     return found
 
 
+_INDEX, _SLOT, _TEXT, _NUMBER = range(4)
+_FIELD_KINDS = tuple(
+    (
+        key,
+        _INDEX
+        if key == "index"
+        else _SLOT
+        if key == "pci_bus_id"
+        else _TEXT
+        if key in GPU_TEXT_FIELDS
+        else _NUMBER,
+    )
+    for key in GPU_FIELDS
+)
+_EXACT = 2**53
+"""Whole numbers a float holds exactly."""
+
+
 def _gpu(printed: dict[Any, Any]) -> dict[str, int | float | str]:
     """One GPU's row as nvidia-smi printed it (or as a supervisor relays it, already typed),
     typed: whole numbers as ints, the rest finite floats; an ``index`` that is no GPU's (0 to
-    ``MAX_GPUS - 1``) is left out."""
+    ``MAX_GPUS - 1``) is left out. (Every host's every GPU, every 2 s: the common cases,
+    numbers already typed, are taken first.)"""
     gpu: dict[str, int | float | str] = {}
-    for key in GPU_FIELDS:
+    for key, kind in _FIELD_KINDS:
         value = printed.get(key)
+        if value is None:
+            continue
+        if kind == _NUMBER:
+            typed = type(value)
+            if typed is int and -_EXACT < value < _EXACT:
+                gpu[key] = value
+                continue
+            if typed is str:
+                number = _number(value.strip()[:32])
+            elif typed is float or typed is int:
+                number = finite(value)
+            else:
+                continue
+            if number is not None:
+                # Whole numbers a float holds exactly as ints ("81559" MiB), not 1e308 as 309
+                # digits.
+                gpu[key] = int(number) if number.is_integer() and abs(number) < _EXACT else number
+            continue
         text = value.strip()[:32] if isinstance(value, str) else None
-        if key == "index":
+        if kind == _INDEX:
             index = whole(text, digits=2) if text is not None else count(value, MAX_GPUS - 1)
             if index is not None and index < MAX_GPUS:
                 gpu[key] = index
-            continue
-        if key == "pci_bus_id":
+        elif kind == _SLOT:
             slot = pci_slot(text) if text is not None else None
             if slot is not None:
                 gpu[key] = slot
-            continue
-        if key in GPU_TEXT_FIELDS:
-            if text is not None:
-                gpu[key] = plain(text, limit=32, one_line=True)
-            continue
-        number = finite(value) if text is None else _number(text)
-        if number is None:
-            continue
-        # Whole numbers a float holds exactly as ints ("81559" MiB), not 1e308 as 309 digits.
-        gpu[key] = int(number) if number.is_integer() and abs(number) < 2**53 else number
+        elif text is not None:
+            gpu[key] = plain(text, limit=32, one_line=True)
     return gpu
 
 
