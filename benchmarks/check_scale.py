@@ -1,16 +1,16 @@
 """``ddptui check`` against 16 and 128 in-process SSH hosts that answer with recorded output,
 side by side in one run (issue 33: 128 within 2× the time of 16).
 
-Run: ``.venv/bin/python benchmarks/check_scale.py [--hosts 16,128] [--rounds 3]
-[--probe-s 0.1]``. The hosts are the demo's SSH servers (``ddptui/demo/sshd.py``: real
+Run: ``.venv/bin/python benchmarks/check_scale.py [--hosts 16,128] [--rounds 3] [--probe-s 0.1]
+[--profile PATH]``. The hosts are the demo's SSH servers (``ddptui/demo/sshd.py``: real
 asyncssh, a host key each, key-only login, each on its own port of 127.0.0.1) on a thread of
-this process; instead of running a session's command, each answers as a host whose probe
-cache is warm: the probe after ``--probe-s`` (0.1 s: what a warm probe took on this machine)
-with the recorded H200 document (tests/fixtures/probe, its hostname and workdir identity the
-host's own), node 0's port listener with a port and every worker's connect with success.
-``ddptui check`` runs as users run it, a process of its own, so what is timed is ddptui's
-side: the SSH connections, the commands, the parsing and the judging. The sizes alternate
-round by round; printed: each round's seconds, the medians and their ratio.
+this process; instead of running a session's command, each answers as a host whose probe cache
+is warm: the probe after ``--probe-s`` (0.1 s: what a warm probe took on this machine) with the
+recorded H200 document (tests/fixtures/probe, its hostname and workdir identity the host's own),
+node 0's port listener with a port and every worker's connect with success. ``ddptui check``
+runs as users run it, a process of its own, so what is timed is ddptui's side: the SSH
+connections, the commands, the parsing and the judging. The sizes alternate round by round;
+printed: each round's seconds, the medians and their ratio.
 """
 
 from __future__ import annotations
@@ -76,15 +76,17 @@ def _probe(name: str, args: list[str]) -> dict[str, Any]:
     return document
 
 
-def check(hosts_file: Path) -> tuple[float, float, float, float]:
+def check(hosts_file: Path, profile: str = "") -> tuple[float, float, float, float]:
     """``ddptui check --json``: the command's seconds, the check's own (``elapsed_s``: from
     its first connection to its findings, without the command's start), the command's CPU
-    seconds, and the simulated hosts' (this process's: its main thread only waits)."""
+    seconds, and the simulated hosts' (this process's: its main thread only waits). With
+    ``profile``, the command runs under cProfile, its stats written there."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     own = resource.getrusage(resource.RUSAGE_SELF)
     began = time.monotonic()
+    profiled = ["-m", "cProfile", "-o", profile] if profile else []
     done = subprocess.run(
-        [sys.executable, "-m", "ddptui", "check", str(hosts_file), "--json"],
+        [sys.executable, *profiled, "-m", "ddptui", "check", str(hosts_file), "--json"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -111,6 +113,11 @@ def main() -> None:
     parser.add_argument("--hosts", default="16,128")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--probe-s", type=float, default=RecordedSshd.probe_s)
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="after the rounds, one check of the most hosts profiled, to PATH",
+    )
     args = parser.parse_args()
     counts = [int(count) for count in args.hosts.split(",")]
     RecordedSshd.probe_s = args.probe_s
@@ -135,6 +142,8 @@ def main() -> None:
                 for wall, own, client, hosts in taken[count][-1:]
             )
             print(f"round {round_}: {each}", flush=True)
+        if args.profile:
+            check(files[max(counts)], args.profile)
     for which, name in ((0, "the command"), (1, "the check's own time")):
         medians = {}
         for count, times in taken.items():

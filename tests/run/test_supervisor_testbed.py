@@ -25,7 +25,9 @@ else:
     import tomli as tomllib
 
 from ddptui.layout import RunFiles
+from ddptui.run import protocol
 from ddptui.run.control import RunControl
+from ddptui.run.following.files import FileLine
 from ddptui.run.following.state import clock_time
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
@@ -544,8 +546,6 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     assert f"run {run_id} had no supervisor" in output
     early = _follower_steps(output)
     assert sorted(early) == list(range(3))
-    for steps in early.values():
-        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 60
 
     # With nobody attached, the next command finds no supervisor, starts one and says so.
     _kill_supervisor(cli, run_id)
@@ -573,11 +573,29 @@ def test_a_killed_or_stuck_supervisor_is_replaced_and_followers_lose_and_repeat_
     output = whole.read_text()
     assert f"run {run_id} stopped" in output
     steps = _follower_steps(output)
-    assert sorted(steps) == list(range(3))
-    last = steps[0][-1]
-    for ranks in steps.values():
-        assert ranks == list(range(1, last + 1))
+    # What every supervisor took, in order: each follower printed it, none of it twice (a
+    # fast rank's step events are thinned on the hosts, so not every step is there).
+    taken = _journal_steps(cli, run_id)
+    assert sorted(steps) == sorted(taken) == list(range(3))
+    for rank, printed in steps.items():
+        assert printed == taken[rank] and printed[0] == 1, (rank, printed, taken[rank])
+        assert printed == sorted(set(printed)) and printed[-1] >= 250
+        assert early[rank] == taken[rank][: len(early[rank])] and early[rank][-1] >= 200
     assert _record(cli, run_id)["state"] == "stopped"
+
+
+def _journal_steps(cli: Cli, run_id: str) -> dict[int, list[int]]:
+    """Rank → the steps of its step events in the run's journal, in the order taken (its
+    segments read as files: the journal's own reader would write its offsets)."""
+    seen: dict[int, list[int]] = {}
+    for segment in sorted(RunFiles(cli.store / run_id).journal.glob("journal-*.jsonl")):
+        for raw in segment.read_bytes().splitlines():
+            line = protocol.decode(raw)
+            if isinstance(line, FileLine) and line.path.startswith("events/rank"):
+                event = json.loads(line.text)
+                if event["type"] == "step":
+                    seen.setdefault(event["rank"], []).append(event["step"])
+    return seen
 
 
 def _followers_per_host(hosts: Sequence[TestHost], run_id: str) -> dict[str, int]:
