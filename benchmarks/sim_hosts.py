@@ -9,7 +9,7 @@
 - ``ssh WHERE``: a real SSH server for each host on its own port of 127.0.0.1
   (``benchmarks/loopback.py``), and ``WHERE/hosts.toml``, the hosts file that reaches them with
   the client key and known_hosts it names. Each answers the node agent's commands as ddptui
-  sends them (``python - follow RUN_DIR``, the agent's program on stdin, and ``python - dump
+  sends them (``python - follow RUN_DIR thin``, the agent's program on stdin, and ``python - dump
   RUN_DIR``): their encryption is then the hosts' CPU, as an sshd's is.
 
 What a followed host sends: every new line of the run's files as the agent's JSON documents,
@@ -358,7 +358,8 @@ class SimSshd(LoopbackSshd):
         # The agent's program (with a follower's offsets): the simulation answers from its own.
         await process.stdin.read()
         match args:
-            case ["follow", _run_dir]:
+            case ["follow", _run_dir, "thin"]:
+                # As a supervisor follows: the simulation thins as the agent is asked to.
                 await self.simulation.followed(home.name, process.stdout, process.wait_closed())
                 return
             case ["dump", *_]:
