@@ -19,10 +19,14 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.run.diagnose import Diagnoser, LogLine
 from ddptui.run.diagnose.limits import MAX_STREAMS
 from ddptui.run.following.files import (
+    INBOX_BYTES,
+    LINE_OBJECT_BYTES,
     MAX_DOCUMENT_BYTES,
     MAX_TEXT_CHARS,
     FileLine,
     HostFollower,
+    Inbox,
+    _read,
 )
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import LOG_LINE_CHARS, Steps
@@ -241,38 +245,77 @@ def test_the_follower_remembers_only_the_host_s_own_files_and_no_more_than_its_p
 
 
 class _Flood:
-    """A channel whose host sends documents of the largest size a line may have, without end,
-    a read's worth at a time: what it has delivered is counted."""
+    """A channel that sends ``count`` documents of the largest size a line may have."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.sent = 0
+
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        for index in range(self.count):
+            self.sent += 1
+            yield [b"%08d" % index + b"x" * (MAX_DOCUMENT_BYTES - 8)]
+
+
+class _Empties:
+    """A channel that sends nothing but newlines, a read of 64 Ki of them at a time."""
 
     def __init__(self) -> None:
         self.sent = 0
-        self.why_ended = ""
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
         while True:
-            self.sent += 1
-            yield [_sent("events/rank2.jsonl", self.sent, "x" * (MAX_DOCUMENT_BYTES // 8))]
-
-    async def close(self) -> None:
-        pass
+            self.sent += 65536
+            yield [b""] * 65536
 
 
-def test_a_flooding_host_s_channel_is_read_only_as_its_lines_are_taken() -> None:
-    async def flood() -> tuple[int, int]:
-        follower = HostFollower.of_node(_CONFIG, _record(), _record().nodes[1])
-        channel = _Flood()
-        batches = follower._channel(channel)  # type: ignore[arg-type]
-        taken = 0
-        for _ in range(3):
-            taken += len(await anext(batches))
+def test_the_inbox_holds_a_few_mib_and_its_reader_waits_without_dropping_a_line() -> None:
+    async def flood() -> tuple[int, int, list[list[bytes] | None]]:
+        inbox = Inbox()
+        channel = _Flood(64)
+        reader = asyncio.create_task(_read(channel, inbox))  # type: ignore[arg-type]
         for _ in range(200):
             await asyncio.sleep(0)
-        await batches.aclose()
-        return taken, channel.sent
+        held, sent = inbox.bytes, channel.sent
+        taken: list[list[bytes] | None] = []
+        while not taken or taken[-1] is not None:
+            taken.append(await inbox.get())
+        await reader
+        return held, sent, taken
 
-    taken, sent = asyncio.run(flood())
-    assert taken == 3
-    assert sent <= taken + 1, "the channel was read ahead of what was taken"
+    held, sent, taken = asyncio.run(flood())
+    assert held <= INBOX_BYTES + MAX_DOCUMENT_BYTES + LINE_OBJECT_BYTES
+    assert sent < 64, "the reader did not wait for room"
+    assert [line[:8] for lines in taken[:-1] if lines is not None for line in lines] == [
+        b"%08d" % index for index in range(64)
+    ]
+    assert taken[-1] is None
+
+
+def test_empty_lines_count_against_the_inbox_too() -> None:
+    async def flood() -> tuple[int, int]:
+        inbox = Inbox()
+        channel = _Empties()
+        reader = asyncio.create_task(_read(channel, inbox))  # type: ignore[arg-type]
+        for _ in range(200):
+            await asyncio.sleep(0)
+        reader.cancel()
+        return inbox.bytes, channel.sent
+
+    held, sent = asyncio.run(flood())
+    assert held <= INBOX_BYTES + 65536 * LINE_OBJECT_BYTES
+    assert sent <= (INBOX_BYTES // LINE_OBJECT_BYTES) + 2 * 65536, "the reader did not wait"
+
+
+def test_the_end_of_a_channel_goes_into_a_full_inbox() -> None:
+    async def fill() -> list[list[bytes] | None]:
+        inbox = Inbox(max_bytes=10)
+        await inbox.put([b"x" * 10])
+        assert inbox.full()
+        inbox.end()
+        return [inbox.get_nowait(), inbox.get_nowait()]
+
+    assert asyncio.run(fill()) == [[b"x" * 10], None]
 
 
 def test_the_supervisor_s_inbox_holds_its_bytes_budget_of_the_longest_lines() -> None:

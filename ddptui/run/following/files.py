@@ -7,9 +7,11 @@ reconnects and asks for the lines after those offsets: none is lost, none repeat
 
 What a host sends is untrusted, and what it may cost the head node is bounded per host:
 
-- the lines read and not taken yet: one read of the channel (64 KiB, and the document it
-  finished, :data:`MAX_DOCUMENT_BYTES`), since the channel is read only as its lines are taken:
-  a consumer that is behind holds the host back (SSH's flow control), and no line is dropped;
+- the lines read and not taken yet (:class:`Inbox`): at most :data:`INBOX_BYTES` bytes, each
+  line counted with its objects (:data:`LINE_OBJECT_BYTES`), plus the one read that crossed it
+  (a 64 KiB read and the document it finished, :data:`MAX_DOCUMENT_BYTES`): 2.4 MiB a host,
+  155 MiB for 64 hosts. A full inbox makes its reader wait (SSH's flow control then holds the
+  agent): no line is dropped;
 - the offsets (:attr:`HostFollower.offsets`): only the host's own files as its plan names them
   (:class:`~ddptui.layout.HostFiles`: its ranks' events, its attempts' torchrun files, and
   as many local ranks' logs as its attempts can have: 268 for 8 ranks after 10 attempts, of
@@ -33,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 import asyncssh
 
-from ddptui.aio import one_by_one, wait_for
+from ddptui.aio import QueueReader, SizedQueue, one_by_one
 from ddptui.config.model import Config, HostConfig
 from ddptui.layout import HostFiles
 from ddptui.remote.programs import agent_program
@@ -52,11 +54,15 @@ SILENCE_S = 12.0
 FOLLOWING_KEEPALIVE = Keepalive(interval_s=5.0, count_max=2)
 """A cut link shows as silence within :data:`SILENCE_S`."""
 RETRY_S = 2.0
+INBOX_BYTES = 2 * 1024 * 1024
+"""A host's lines read and not taken yet: thousands of typical lines (a step event is about
+300 bytes), a few documents of the largest kind."""
+LINE_OBJECT_BYTES = 40
+"""What a line read costs in memory besides its bytes (its object, its place in a list): an
+empty line is not free."""
 MAX_OFFSET = 2**63 - 1
 """A file's size can be no more (``off_t``)."""
-YIELD_EVERY = 16
-"""Reads of a channel taken back to back (its host's backlog) before the other tasks get a
-turn: a read that finds data waiting does not suspend."""
+READER_STOP_S = 2.0
 THIN = ("thin",)
 """The agent's ``follow`` argument that thins its fast ranks' step events."""
 
@@ -103,6 +109,43 @@ class HostBack:
 
 
 Update = FileLine | Heartbeat | HostSilent | HostBack
+
+
+class Inbox(SizedQueue[list[bytes] | None]):
+    """The reads from a host's channel not taken yet, each a list of lines, then None for its
+    end.
+
+    Full at ``max_bytes`` bytes of lines (:data:`LINE_OBJECT_BYTES` more for each): a reader
+    then waits for room, so nothing is dropped. The end always goes in, full or not: its reader
+    is done, and whoever takes the lines must learn so at once.
+    """
+
+    def __init__(self, max_bytes: int = INBOX_BYTES) -> None:
+        super().__init__(0, max_bytes, _read_size)
+        self._ended = False
+
+    def full(self) -> bool:
+        return not self._ended and super().full()
+
+    def end(self) -> None:
+        """Put the end of the channel in (None)."""
+        self._ended = True
+        self.put_nowait(None)
+
+
+def _read_size(lines: list[bytes] | None) -> int:
+    return sum(map(len, lines)) + LINE_OBJECT_BYTES * len(lines) if lines else 0
+
+
+async def _read(stream: LineStream, inbox: Inbox) -> None:
+    """Move the stream's lines into ``inbox``; its end once the stream ends, however it ends."""
+    try:
+        async for lines in stream.batches():
+            await inbox.put(lines)
+    except (LineTooLong, asyncssh.Error, OSError):
+        pass
+    finally:
+        inbox.end()
 
 
 class OpenTransport(Protocol):
@@ -226,30 +269,28 @@ class HostFollower:
 
     async def _channel(self, stream: LineStream) -> AsyncGenerator[list[Update], None]:
         """What one channel says, a read at a time, until it ends or goes quiet for the
-        silence window. The channel is read only as its updates are taken."""
+        silence window."""
         self._heard = False
-        reads = stream.batches()
+        inbox = Inbox()
+        reader = asyncio.create_task(_read(stream, inbox))
+        reads = QueueReader(inbox)
         # A new channel gets a whole window to say something: the agent starts, then reads
         # every file from its offset before its first line (a silent host, back after a long
         # time, would otherwise be hung up on before it could).
         opened = self._clock()
-        taken = 0
         try:
             while True:
                 since = self._clock() - max(self._last_heard, opened)
                 timeout = max(self.silence_s - since, 0.1)
-                taken += 1
-                if taken % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
                 try:
-                    lines = await wait_for(anext(reads), timeout)
+                    lines = await reads.get(timeout)
                 except asyncio.TimeoutError:
                     if not self._silent:
                         self._silent = True
                         quiet = self._clock() - self._last_heard
                         yield [HostSilent(self.host.name, quiet, "the open connection went quiet")]
                     return
-                except (StopAsyncIteration, LineTooLong, asyncssh.Error, OSError):
+                if lines is None:
                     return
                 self._last_heard = self._clock()
                 self._heard = True
@@ -265,8 +306,10 @@ class HostFollower:
                     yield batch
         finally:
             await self._reset()
-            # Its read ended when it was cut short or the channel closed: closing is at once.
-            await reads.aclose()
+            # Closing the channel ends the read; a read that ignores its cancellation must not
+            # hang whoever stops following, so it is never awaited unbounded.
+            reader.cancel()
+            await asyncio.wait({reader}, timeout=READER_STOP_S)
 
     async def close(self) -> None:
         """Stop following: :meth:`updates` ends and the channel is closed."""
