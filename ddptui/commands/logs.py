@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 
 from ddptui.commands.follow import say, stamped
@@ -23,6 +24,8 @@ from ddptui.run.protocol import Ended, Said
 from ddptui.untrusted import plain
 
 BURST_LINES = 512
+BURST_S = 0.1
+"""A line waits at most this long to be written with the ones after it."""
 FINISHED_READ_S = 600.0
 """How long a finished run's hosts are read at most: a host that keeps sending (a log without
 end) is left then, and said to be. A host that keeps saying it is behind without sending is
@@ -61,11 +64,21 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
         return 0
     async with await control.attach(record.id, say=say, steps=Steps.NONE) as attachment:
         burst: list[str | None] = []
+        since = 0.0
         async for item in _lines(attachment, follow=args.follow):
-            burst.append(_shown(attachment.model, item, args))
-            if not attachment.pending or len(burst) >= BURST_LINES:
+            if item is not None:
+                if not burst:
+                    since = time.monotonic()
+                burst.append(_shown(attachment.model, item, args))
+            if burst and (
+                not attachment.pending
+                or len(burst) >= BURST_LINES
+                or time.monotonic() - since >= BURST_S
+            ):
                 # Once per burst, not once per line: a write for each of a thousand lines a
-                # second was a good part of following's cost.
+                # second was a good part of following's cost. Nor held past BURST_S while
+                # other messages (heartbeats) keep coming: a run's next lines may be seconds
+                # away (a fast rank's step events come thinned).
                 _write(burst)
                 burst.clear()
         _write(burst)
@@ -76,17 +89,20 @@ async def _logs(control: RunControl, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _lines(attachment: Attachment, *, follow: bool) -> AsyncIterator[FileLine]:
+async def _lines(attachment: Attachment, *, follow: bool) -> AsyncIterator[FileLine | None]:
     """The run's lines: up to what the journal held on attaching, or (``follow``) until the
-    attempt ends, with progress on stderr meanwhile."""
+    attempt ends, with progress on stderr meanwhile; None for each other message taken (a
+    moment to write out what waits)."""
     report = ProgressReport()
     if not follow and attachment.caught_up:
         return
     async for item in attachment.updates():
         if isinstance(item, FileLine):
             yield item
-        elif isinstance(item, Said) and follow:
-            say(item.line)
+        else:
+            if isinstance(item, Said) and follow:
+                say(item.line)
+            yield None
         if follow:
             for line in report.lines(attachment.model, attachment.judgement):
                 stamped(line)
