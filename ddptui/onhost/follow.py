@@ -367,10 +367,16 @@ def grew(path: Path, state: Followed) -> bool:
         return False
 
 
-def release_all(states: dict[str, Followed]) -> None:
+def holding(states: dict[str, Followed]) -> Iterator[tuple[str, Thinned]]:
+    """Each thinned file that holds a step event back, and its thinning."""
     for relative, state in states.items():
         if state.thinned is not None and state.thinned.held is not None:
-            send_held(relative, state.thinned.release())
+            yield relative, state.thinned
+
+
+def release_all(states: dict[str, Followed]) -> None:
+    for relative, thinned in holding(states):
+        send_held(relative, thinned.release())
 
 
 def reader_gone(fd: int) -> bool:
@@ -401,9 +407,8 @@ def follow(run_dir: Path, offsets: Any, thin: bool = False) -> int:
                 release_all(states)
             behind = read_new(run_dir, relative, state) or behind
         now = time.monotonic()
-        for relative, state in states.items():
-            if state.thinned is not None and state.thinned.held is not None:
-                send_held(relative, state.thinned.end_round(now))
+        for relative, thinned in holding(states):
+            send_held(relative, thinned.end_round(now))
         if time.monotonic() >= next_beat:
             # A heartbeat that is not behind says every line written before it was sent.
             emit({**sampler.sample(), "behind": behind})

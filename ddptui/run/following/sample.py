@@ -91,17 +91,9 @@ def _ranks(value: dict[Any, Any]) -> dict[int, dict[str, Any]]:
 
 
 _INDEX, _SLOT, _TEXT, _NUMBER = range(4)
+_SPECIAL_FIELDS = {"index": _INDEX, "pci_bus_id": _SLOT}
 _FIELD_KINDS = tuple(
-    (
-        key,
-        _INDEX
-        if key == "index"
-        else _SLOT
-        if key == "pci_bus_id"
-        else _TEXT
-        if key in GPU_TEXT_FIELDS
-        else _NUMBER,
-    )
+    (key, _SPECIAL_FIELDS.get(key, _TEXT if key in GPU_TEXT_FIELDS else _NUMBER))
     for key in GPU_FIELDS
 )
 _EXACT = 2**53
