@@ -53,6 +53,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +161,26 @@ def command(sim: subprocess.Popen[str], words: str) -> float:
     return float(sim.stdout.readline().split()[1])
 
 
-def measure(size: Size, transport: str, seconds: float, profile: str = "") -> Figures:
+@dataclass
+class SimulatedRun:
+    """A run at ``size``: the simulated hosts, its real supervisor following them, and the
+    store it is kept in (``env`` points ``XDG_STATE_HOME`` at it, for the processes that
+    open it as users do)."""
+
+    size: Size
+    transport: str
+    store: RunStore
+    env: dict[str, str]
+    sim: subprocess.Popen[str]
+    supervisor: subprocess.Popen[bytes]
+    socket: list[str]
+    """The simulated hosts' socket, or empty over SSH."""
+
+
+@contextmanager
+def simulated_run(size: Size, transport: str, profile: str = "") -> Iterator[SimulatedRun]:
+    """The simulated hosts and the supervisor, once the run is running and its supervisor
+    listens for viewers; stopped on the way out."""
     work = Path(tempfile.mkdtemp(prefix="ddptui-scale-"))
     env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
     supervisor_env = {**env, "SCALE_PROFILE": profile} if profile else env
@@ -173,68 +194,81 @@ def measure(size: Size, transport: str, seconds: float, profile: str = "") -> Fi
          str(size.per_node), str(size.rate)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert sim.stdout is not None and sim.stdout.readline().strip() == "serving"
-    record, hosts = sim_run(RUN_ID, size.nodes, size.per_node)
-    store.create(record, hosts if socket else (where / "hosts.toml").read_text())
-    supervisor = subprocess.Popen(
-        [python, str(ROOT / "benchmarks/sim_backend.py"), str(store.root), RUN_ID, *socket],
-        env=supervisor_env, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    files = store.files(RUN_ID)
-    until("running run", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60)
-    until("supervisor socket", files.socket.exists, 30)
-    viewers = [
-        subprocess.Popen(
-            [python, "-m", "ddptui", "logs", RUN_ID, "--follow", *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        for flags in (["--events"], [])
-    ]
-    printed = [Printed(viewer) for viewer in viewers]
+    supervisor = None
     try:
-        # A viewer that started slowly (seen on a loaded machine) would otherwise be measured
-        # as one that prints nothing; one that never prints fails the benchmark here.
-        until("line from each viewer", lambda: all(viewer.lines for viewer in printed), 60)
-        time.sleep(WARM_UP_S)
-        pids = {"supervisor": supervisor.pid, "simulated hosts": sim.pid}
-        pids.update({f"viewer {n}": viewer.pid for n, viewer in enumerate(viewers, 1)})
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        lines_before = [viewer.lines for viewer in printed]
-        began = time.monotonic()
-        printed[0].timing = True
-        time.sleep(seconds)
-        printed[0].timing = False
-        wall = time.monotonic() - began
-        cpu = {name: (cpu_seconds(pid) - before[name]) / wall * 100 for name, pid in pids.items()}
-        rates = [(v.lines - n) / wall for v, n in zip(printed, lines_before, strict=True)]
-        rss = memory_mib(supervisor.pid, "VmRSS")
-        peak = memory_mib(supervisor.pid, "VmHWM")
-        last_step = command(sim, "freeze")
-        hung = until("hang verdict", lambda: store.load(RUN_ID).state is RunState.HUNG, 120, 0.1)
-        dumped = asyncio.run(_dump(store, *socket))
-        command(sim, "thaw")
-        until("running again", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60, 0.1)
-        time.sleep(2)
-        exited = command(sim, "fail 1")
-        failed = until(
-            "failure verdict", lambda: store.load(RUN_ID).state is RunState.FAILED, 60, 0.1
-        )
-        return Figures(
-            size, transport, cpu, rss, peak, printed[0].latency, rates, hung - last_step,
-            failed - exited, *dumped,
+        assert sim.stdout is not None and sim.stdout.readline().strip() == "serving"
+        record, hosts = sim_run(RUN_ID, size.nodes, size.per_node)
+        store.create(record, hosts if socket else (where / "hosts.toml").read_text())
+        supervisor = subprocess.Popen(
+            [python, str(ROOT / "benchmarks/sim_backend.py"), str(store.root), RUN_ID, *socket],
+            env=supervisor_env, stdin=subprocess.DEVNULL,
         )  # fmt: skip
+        until("running run", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60)
+        until("supervisor socket", store.files(RUN_ID).socket.exists, 30)
+        yield SimulatedRun(size, transport, store, env, sim, supervisor, socket)
     finally:
-        for process in (*viewers, supervisor):
-            process.terminate()
-        for process in (*viewers, supervisor):
-            process.wait(timeout=30)
+        if supervisor is not None:
+            supervisor.terminate()
+            supervisor.wait(timeout=30)
         assert sim.stdin is not None
         sim.stdin.write("quit\n")
         sim.stdin.close()
         sim.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(size: Size, transport: str, seconds: float, profile: str = "") -> Figures:
+    with simulated_run(size, transport, profile) as run:
+        viewers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "ddptui", "logs", RUN_ID, "--follow", *flags],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=run.env,
+            )
+            for flags in (["--events"], [])
+        ]
+        try:
+            return _measured(run, viewers, seconds)
+        finally:
+            for viewer in viewers:
+                viewer.terminate()
+            for viewer in viewers:
+                viewer.wait(timeout=30)
+
+
+def _measured(run: SimulatedRun, viewers: list[subprocess.Popen[bytes]], seconds: float) -> Figures:
+    store, sim, socket = run.store, run.sim, run.socket
+    printed = [Printed(viewer) for viewer in viewers]
+    # A viewer that started slowly (seen on a loaded machine) would otherwise be measured
+    # as one that prints nothing; one that never prints fails the benchmark here.
+    until("line from each viewer", lambda: all(viewer.lines for viewer in printed), 60)
+    time.sleep(WARM_UP_S)
+    pids = {"supervisor": run.supervisor.pid, "simulated hosts": sim.pid}
+    pids.update({f"viewer {n}": viewer.pid for n, viewer in enumerate(viewers, 1)})
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    lines_before = [viewer.lines for viewer in printed]
+    began = time.monotonic()
+    printed[0].timing = True
+    time.sleep(seconds)
+    printed[0].timing = False
+    wall = time.monotonic() - began
+    cpu = {name: (cpu_seconds(pid) - before[name]) / wall * 100 for name, pid in pids.items()}
+    rates = [(v.lines - n) / wall for v, n in zip(printed, lines_before, strict=True)]
+    rss = memory_mib(run.supervisor.pid, "VmRSS")
+    peak = memory_mib(run.supervisor.pid, "VmHWM")
+    last_step = command(sim, "freeze")
+    hung = until("hang verdict", lambda: store.load(RUN_ID).state is RunState.HUNG, 120, 0.1)
+    dumped = asyncio.run(_dump(store, *socket))
+    command(sim, "thaw")
+    until("running again", lambda: store.load(RUN_ID).state is RunState.RUNNING, 60, 0.1)
+    time.sleep(2)
+    exited = command(sim, "fail 1")
+    failed = until("failure verdict", lambda: store.load(RUN_ID).state is RunState.FAILED, 60, 0.1)
+    return Figures(
+        run.size, run.transport, cpu, rss, peak, printed[0].latency, rates,
+        hung - last_step, failed - exited, *dumped,
+    )  # fmt: skip
 
 
 async def _dump(store: RunStore, socket: str | None = None) -> tuple[float, float, int, int]:

@@ -79,6 +79,12 @@ class Attachment:
         return self._left + self._queue.qsize()
 
     @property
+    def burst_taken(self) -> bool:
+        """:meth:`updates` handed out the last message of what one read of the supervisor
+        brought: a moment for a front end to draw what it has."""
+        return self._left == 0
+
+    @property
     def caught_up(self) -> bool:
         """:meth:`updates` has handed out every line the journal held when this attached (or
         attached again)."""

@@ -5,11 +5,14 @@ and the loss as bands across the ranks with the chosen rank's line on top."""
 from __future__ import annotations
 
 import asyncio
+import json
 
+from ddptui.run.following.files import FileLine
 from ddptui.ui.app import DdptuiApp
+from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.widgets.loss_chart import LossChart
-from ddptui.ui.widgets.rank_table import RankTable
+from ddptui.ui.widgets.rank_table import RANK_COLUMNS, RankTable
 from tests.ui import scenes
 from tests.ui.pilot import until
 
@@ -60,6 +63,38 @@ async def _test_the_chart_draws_the_ranks_as_bands_with_the_chosen_rank_on_top()
         screen.chart_rank = 42
         screen.action_worst()
         await until(pilot, "rank 42 on top", lambda: _labels(chart)[-1:] == ["rank 42"], 20)
+
+
+def test_a_node_row_scrolled_to_shows_the_node_s_latest_figures() -> None:
+    asyncio.run(_test_a_node_row_scrolled_to_shows_the_node_s_latest_figures())
+
+
+async def _test_a_node_row_scrolled_to_shows_the_node_s_latest_figures() -> None:
+    screen = _cluster_screen()
+    model = screen.run_model
+    async with DdptuiApp(first_screen=screen).run_test(size=(160, 48)) as pilot:
+        table = screen.query_one(RankTable)
+        await until(pilot, "the node rows", lambda: table.row_count == 128, 20)
+        # Nodes 1 and 127 step on; node 1's row is in view, node 127's far below it.
+        for rank in (*range(8, 16), *range(1016, 1024)):
+            host = model.record.nodes[rank // 8].host
+            step = {"v": 1, "type": "step", "rank": rank, "node_rank": rank // 8, "step": 500}
+            step |= {"local_rank": rank % 8, "world_size": 1024, "time": 1.0e9, "loss": 0.25}
+            model.apply(FileLine(host, f"events/rank{rank}.jsonl", 0, json.dumps(step)))
+        screen.post_message(RunChanged(model))
+        await until(pilot, "node 1's new step", lambda: _step(table, "node1") == "500", 20)
+        # Nothing more to draw: only the scroll itself can bring node 127's row up to date.
+        await until(pilot, "the screen drawn", lambda: not screen.dirty, 20)
+        assert _step(table, "node127") == "80"
+
+        table.focus()
+        await pilot.press("ctrl+end")
+        await until(pilot, "node 127's new step", lambda: _step(table, "node127") == "500", 20)
+        assert table.node_at(table.cursor_row) == 127
+
+
+def _step(table: RankTable, key: str) -> str:
+    return str(table.get_row(key)[RANK_COLUMNS.index("step")])
 
 
 def _cluster_screen() -> RunScreen:

@@ -139,6 +139,11 @@ class RunScreen(Screen[None]):
         # After the layout that resized it: redrawn within it, the new columns come out cut.
         self.call_after_refresh(self._redraw)
 
+    def on_rank_table_scrolled(self) -> None:
+        # Rows the table kept with their last figures while out of view: brought up to date.
+        self._table_due = 0.0
+        self.dirty = True
+
     def on_unmount(self) -> None:
         if self.attachment is not None:
             self.app.run_worker(self.attachment.close(), group="detach")
@@ -153,9 +158,12 @@ class RunScreen(Screen[None]):
                 self.record = attachment.record
                 if isinstance(item, Told):
                     self.say(item.line)
-                self.post_message(RunChanged(attachment.model))
                 if attachment.over(item):
                     break
+                # Once a read: a message for each of thousands of lines a second cost the
+                # console more at 4,096 ranks than drawing them.
+                if attachment.burst_taken:
+                    self.post_message(RunChanged(attachment.model))
         finally:
             self.following = False
         self.record = attachment.record
@@ -395,11 +403,11 @@ class RunScreen(Screen[None]):
         pane = self.query_one("#run-panes", ContentSwitcher).current
         # What is not due yet stays owed: the change may be the last for a while.
         self.dirty = now < self._table_due or now < self._chart_due
+        table = self.query_one(RankTable)
         if now >= self._table_due:
             # Every rank's row changes with every step; redrawing 64 rows costs more than a
             # person reading them gains from more than two updates a second. The status line
             # and the errors change with them, and each change of a text relayouts the screen.
-            table = self.query_one(RankTable)
             self._table_due = now + (GROUPED_TABLE_EVERY_S if table.grouped else TABLE_EVERY_S)
             table.show(model.progress.ranks, self.judgement)
             self._show_status()
@@ -411,7 +419,10 @@ class RunScreen(Screen[None]):
         chart = self.query_one(LossChart)
         if now >= self._chart_due or chart.log_scale != chart.drawn_log_scale:
             # A line plot is the costliest thing on the screen; a few times a second is plenty.
-            self._chart_due = now + CHART_EVERY_S
+            # A row a node, with the table: a frame paints every line from the highest change
+            # to the lowest, so the chart drawn apart repainted the table's lines as well (at
+            # 512 nodes, most of the console's drawing).
+            self._chart_due = self._table_due if table.grouped else now + CHART_EVERY_S
             chart.show(model.progress.ranks, self.chart_rank, model.bands.points())
         if pane == "log":
             self.query_one(LogPane).follow(model.logs.get(self.log_rank, ()))

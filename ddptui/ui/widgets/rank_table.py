@@ -4,6 +4,7 @@ only, in a DataTable whose render caches fit what it shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,14 +36,26 @@ GROUP_ABOVE = 64
 STATE_STYLES = {"failed": "bold red", "killed": "bold red", "done": "green"}
 ALWAYS_SHOWN = 5
 """Columns shown however narrow the table: a cut-off state reads better than none."""
+PAGES_KEPT_FRESH = 1
+"""Grouped, the rows a page above and below the view are worked out anew at each redraw as
+well as those in view; the others keep their last figures (their order is always fresh) until
+scrolled to. At 512 nodes, working out every row took a quarter of the console's time."""
 
 
 class RankTable(DataTable[Any]):
     class Resized(Message):
         """The table's size changed: which columns fit whole may have too."""
 
+    class Scrolled(Message):
+        """Rows came into view whose figures may be a redraw old."""
+
     def on_resize(self, event: events.Resize) -> None:
         self.post_message(self.Resized())
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self._grouped and round(old_value) != round(new_value):
+            self.post_message(self.Scrolled())
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -64,6 +77,7 @@ class RankTable(DataTable[Any]):
         self.expanded: set[int] = set()
         """The nodes whose ranks are shown under their row (grouped)."""
         self._grouped = False
+        self._rows: dict[str, _Row] = {}
         self._targets: list[tuple[str, int]] = []
         self._row_nodes: list[int] = []
         self._severities: list[int] = []
@@ -72,6 +86,7 @@ class RankTable(DataTable[Any]):
     def lay_out_again(self) -> None:
         """The next :meth:`show` lays every row out anew (a run read back replaces them all)."""
         self._shown_rows = {}
+        self._rows = {}
 
     @property
     def grouped(self) -> bool:
@@ -108,10 +123,11 @@ class RankTable(DataTable[Any]):
         self._grouped = len(ranks) > GROUP_ABOVE
         marks = _Marks.of_judgement(judgement)
         rows = (
-            _grouped_rows(ranks, marks, self.expanded)
+            _grouped_rows(ranks, marks, self.expanded, self._fresh_rows(), self._rows)
             if self._grouped
             else _flat_rows(ranks, marks)
         )
+        self._rows = rows
         every = {key: row.cells for key, row in rows.items()}
         self._targets = [row.target for row in rows.values()]
         self._row_nodes = [row.node for row in rows.values()]
@@ -148,6 +164,12 @@ class RankTable(DataTable[Any]):
                     if old != new:
                         self.update_cell(key, self._shown_columns[column], new)
         self._shown_rows = cut
+
+    def _fresh_rows(self) -> range:
+        """The rows worked out anew: those in view and a page either side."""
+        page = max(self.scrollable_content_region.height, 1)
+        top = round(self.scroll_y)
+        return range(max(0, top - page * PAGES_KEPT_FRESH), top + page * (1 + PAGES_KEPT_FRESH))
 
     def _lay_out(self, rows: dict[str, tuple[Text, ...]]) -> None:
         """The rows anew, the cursor kept on the row it was on (rows move as the worst rise)."""
@@ -212,32 +234,48 @@ def _rank_row(rank: RankProgress, marks: _Marks, *, indent: bool = False) -> _Ro
 
 
 def _grouped_rows(
-    ranks: Sequence[RankProgress], marks: _Marks, expanded: Collection[int]
+    ranks: Sequence[RankProgress],
+    marks: _Marks,
+    expanded: Collection[int],
+    fresh: range | None = None,
+    kept: Mapping[str, _Row] | None = None,
 ) -> dict[str, _Row]:
     """A row per node, the worst first (healthy nodes in node order, so rows do not jump
-    while nothing is wrong), each expanded node's ranks under its row."""
+    while nothing is wrong), each expanded node's ranks under its row.
+
+    A node's row at a position outside ``fresh`` (None: every position) is its row in
+    ``kept``, where there is one, with only its severity brought up to date. The first row,
+    the worst, is always worked out anew: :meth:`RankTable.worst` names it."""
     nodes: dict[int, list[RankProgress]] = {}
     for rank in ranks:
         nodes.setdefault(rank.node_rank, []).append(rank)
+    severities = {
+        node: [_severity(rank, marks) for rank in members] for node, members in nodes.items()
+    }
+    order = sorted(nodes, key=lambda node: (-max(severities[node]), node))
+    kept = kept or {}
     rows: dict[str, _Row] = {}
-    for node, members in nodes.items():
-        severities = [_severity(rank, marks) for rank in members]
-        state = _node_state(members, severities, marks)
-        host = plain(members[0].host, limit=64, one_line=True)
-        rows[f"node{node}"] = _Row(
-            _node_cells(node, members, state, node in expanded),
-            ("node", node),
-            node,
-            max(severities),
-            f"node {node} {host}: {state.plain}",
-        )
-    ordered: dict[str, _Row] = {}
-    for key, row in sorted(rows.items(), key=lambda item: (-item[1].severity, item[1].node)):
-        ordered[key] = row
-        if row.node in expanded:
-            for rank in nodes[row.node]:
-                ordered[str(rank.rank)] = _rank_row(rank, marks, indent=True)
-    return ordered
+    for node in order:
+        key, members, severity = f"node{node}", nodes[node], max(severities[node])
+        old = kept.get(key)
+        if old is not None and rows and fresh is not None and len(rows) not in fresh:
+            rows[key] = (
+                old if old.severity == severity else dataclasses.replace(old, severity=severity)
+            )
+        else:
+            state = _node_state(members, severities[node], marks)
+            host = plain(members[0].host, limit=64, one_line=True)
+            rows[key] = _Row(
+                _node_cells(node, members, state, node in expanded),
+                ("node", node),
+                node,
+                severity,
+                f"node {node} {host}: {state.plain}",
+            )
+        if node in expanded:
+            for rank in members:
+                rows[str(rank.rank)] = _rank_row(rank, marks, indent=True)
+    return rows
 
 
 def _severity(rank: RankProgress, marks: _Marks) -> int:
