@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.loopback import loopback_hosts
 from ddptui.demo.sshd import LoopbackSshd
 from ddptui.onhost.common import POLL_S
+from ddptui.onhost.follow import smi_value
 from ddptui.onhost.thinning import Thinned
 from ddptui.run.following.sample import GPU_FIELDS
 from tests.helpers.hostile_server import command_argv
@@ -106,14 +107,18 @@ class Channel(Protocol):
     def is_closing(self) -> bool: ...
 
 
-def gpu_row(index: int, busy: bool) -> dict[str, str | int]:
-    """A GPU's row as the agent sends it: the recorded H200's sample, then its health counters
-    as NVML gives them (at its power limit while busy, idle otherwise)."""
-    cells = [cell.strip() for cell in RECORDED_GPU.split(",")]
-    row: dict[str, str | int] = dict(zip(GPU_FIELDS[: len(cells)], cells, strict=True))
-    row["index"] = str(index)
+def gpu_row(index: int, busy: bool) -> dict[str, Any]:
+    """A GPU's row as the agent sends it: the recorded H200's sample typed as the agent types
+    nvidia-smi's cells, then its health counters as NVML gives them (at its power limit while
+    busy, idle otherwise)."""
+    cells = RECORDED_GPU.split(",")
+    names = GPU_FIELDS[: len(cells)]
+    row: dict[str, Any] = {
+        name: smi_value(name, cell) for name, cell in zip(names, cells, strict=True)
+    }
+    row["index"] = index
     if busy:
-        row.update({"utilization.gpu": "97", "memory.used": "61440", "power.draw": "612.40"})
+        row.update({"utilization.gpu": 97, "memory.used": 61440, "power.draw": 612.4})
     health = dict.fromkeys(GPU_FIELDS[len(cells) :], 0)
     row.update(health, throttle_reasons=0x4 if busy else 0x1)
     return row

@@ -27,6 +27,7 @@ from ddptui.onhost import follow as following
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.programs import agent_program
 from ddptui.run.following.files import FileLine, Heartbeat, HostFollower
+from tests.fixtures.gpu import nvidia_smi_double
 from tests.fixtures.nvml import pynvml_double
 
 Sent = pytest.CaptureFixture[str]
@@ -359,6 +360,42 @@ def test_nvml_samples_keep_their_handles_and_carry_each_gpu_s_health(
         1,
         117,
     )
+
+
+def test_nvidia_smi_s_numbers_leave_the_host_typed_as_the_head_keeps_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A host without NVML: the recorded H200's nvidia-smi answers the sample's query.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(nvidia_smi_double("h200_idle"))
+    smi.chmod(0o755)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    rows = following.GpuSampler().smi_rows(str(smi))
+
+    assert rows == [
+        {
+            "index": 0,
+            "temperature.gpu": 35,
+            "power.draw": 79.39,
+            "power.limit": 700,
+            "clocks.sm": 345,
+            "clocks.max.sm": 1980,
+            "utilization.gpu": 0,
+            "utilization.memory": 0,
+            "memory.used": 0,
+            "memory.total": 143771,
+            "pstate": "P0",
+            "ecc.errors.uncorrected.volatile.total": 0,
+        }
+    ]
+    # What the head keeps is what was sent: nothing left for it to convert.
+    assert _heartbeat_gpus(rows) == rows
+    # What the driver would not say is left out, as NVML's rows leave it out.
+    assert [following.smi_value(name, cell) for name, cell in (
+        ("power.draw", " [N/A]"), ("clocks.sm", "[Not Supported]"), ("memory.used", " nan"),
+        ("pstate", " P8"), ("throttle", "0x4"),
+    )] == [None, None, None, "P8", None]  # fmt: skip
 
 
 def test_a_host_without_nvml_or_nvidia_smi_sends_no_gpu_rows(
