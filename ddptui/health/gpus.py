@@ -16,7 +16,7 @@ from ddptui.health.resources import (
     selected_gpus,
     usable_gpus,
 )
-from ddptui.health.wording import and_list, plural
+from ddptui.health.wording import hosts_list, plural
 from ddptui.probe.facts import MAX_GPUS, NA, GpuFacts, HostFacts
 
 SHOWN_DIGITS = 15
@@ -41,7 +41,7 @@ def _backend_choice(
     else:
         without = [host.name for host, facts in probed if not usable_gpus(host, facts)]
         reason = (
-            f"{and_list(without)} {'has' if len(without) == 1 else 'have'} no GPU torch can use"
+            f"{hosts_list(without)} {'has' if len(without) == 1 else 'have'} no GPU torch can use"
         )
     return Finding(
         Code.BACKEND_AUTO,

@@ -10,13 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ddptui.health.findings import Code, Finding, Severity
-from ddptui.health.wording import and_list
+from ddptui.health.wording import hosts_list
 
 EACH_HOST = "each host"
 """What a grouped message says where a single host's message named that host."""
-
-MAX_NAMED_HOSTS = 8
-"""A longer list of hosts is cut to its first few and a count."""
 
 
 @dataclass(frozen=True)
@@ -35,10 +32,7 @@ class FindingGroup:
     @property
     def where(self) -> str:
         """The hosts, for a report line: ``"a, b and c"``, or the first few and a count."""
-        if len(self.hosts) <= MAX_NAMED_HOSTS:
-            return and_list(self.hosts) if self.hosts else ""
-        shown = MAX_NAMED_HOSTS - 2
-        return f"{', '.join(self.hosts[:shown])} and {len(self.hosts) - shown} more hosts"
+        return hosts_list(self.hosts)
 
 
 def group_findings(findings: Iterable[Finding]) -> list[FindingGroup]:

@@ -16,7 +16,7 @@ from ddptui.health.resources import (
     master_target,
     resolved_addresses,
 )
-from ddptui.health.wording import and_list
+from ddptui.health.wording import hosts_list
 from ddptui.probe.facts import NA, HostFacts, Interface, IPAddress, PortFacts
 
 
@@ -273,7 +273,7 @@ def _master_mismatch(
     if len(seen) < 2:
         return
     views = "; ".join(
-        f"{_addresses(addresses)} on {and_list(names)}" for addresses, names in seen.items()
+        f"{_addresses(addresses)} on {hosts_list(names)}" for addresses, names in seen.items()
     )
     yield Finding(
         Code.MASTER_ADDRESS_MISMATCH,

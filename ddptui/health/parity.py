@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ddptui.config.model import HostConfig
 from ddptui.health.findings import Code, Finding, Severity
-from ddptui.health.wording import and_list, plural
+from ddptui.health.wording import hosts_list, plural
 from ddptui.probe.facts import NA, HostFacts, Maybe
 
 NOT_INSTALLED = "not installed"
@@ -150,7 +150,7 @@ def parity_findings(probed: Sequence[tuple[HostConfig, HostFacts]]) -> Iterator[
                 fact.severity,
                 name,
                 f"{name} has {fact.label} {row.values[name]}; "
-                f"{and_list(agreeing)} {'has' if len(agreeing) == 1 else 'have'} {row.reference}",
+                f"{hosts_list(agreeing)} {'has' if len(agreeing) == 1 else 'have'} {row.reference}",
                 fact.hint,
             )
 

@@ -13,3 +13,16 @@ def plural(count: int, word: str, suffix: str = "s") -> str:
 def and_list(names: Sequence[str]) -> str:
     """``["a", "b", "c"]`` → ``"a, b and c"``."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+MAX_NAMED_HOSTS = 8
+"""A longer list of hosts is cut to its first few and a count."""
+
+
+def hosts_list(names: Sequence[str]) -> str:
+    """``"a, b and c"``, or past :data:`MAX_NAMED_HOSTS` the first few and a count: ``"a, b,
+    … and 506 more hosts"`` (a finding among 512 hosts named the 509 that agree, one by one)."""
+    if len(names) <= MAX_NAMED_HOSTS:
+        return and_list(names) if names else ""
+    shown = MAX_NAMED_HOSTS - 2
+    return f"{', '.join(names[:shown])} and {len(names) - shown:,} more hosts"

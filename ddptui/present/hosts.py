@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ddptui.check import CheckReport
 from ddptui.config import AUTO, Config, HostConfig
-from ddptui.health import ClusterCheck, HostCheck, parity_rows
+from ddptui.health import ClusterCheck, HostCheck, Severity, parity_rows
 from ddptui.health.resources import choose_socket_ifname, is_free, present_gpus, selected_gpus
 from ddptui.present.numbers import bar
 from ddptui.probe.facts import NA, HostFacts, Maybe
@@ -95,6 +95,30 @@ def host_rows(
         )
         for node, host in (*enumerate(config.ordered_hosts), *((None, s) for s in config.spares))
     ]
+
+
+CONCERN_FIRST_ABOVE = 16
+"""More hosts than this are listed the odd ones first (:func:`by_concern`); up to it, in node
+order, every one in view."""
+
+
+def by_concern(rows: list[HostRow], report: ClusterCheck | None) -> list[HostRow]:
+    """``rows`` with the hosts to look at first, past :data:`CONCERN_FIRST_ABOVE` hosts:
+    those an error names, then a warning, then those whose versions differ from the rest,
+    each kind grouped by its finding (the first that names the host), in node order within;
+    the rest after them in node order. At 512 hosts the few odd ones would otherwise be
+    anywhere among them."""
+    if report is None or len(rows) <= CONCERN_FIRST_ABOVE:
+        return rows
+    concern: dict[str, tuple[int, str]] = {}
+    order = {Severity.ERROR: 0, Severity.WARNING: 1}
+    for finding in report.findings:
+        if finding.host is None or finding.severity not in order:
+            continue
+        name, key = _value(finding.host), (order[finding.severity], finding.code.value)
+        concern[name] = min(concern.get(name, key), key)
+    # Stable: within each kind, rows keep their node order.
+    return sorted(rows, key=lambda row: concern.get(row.name, (2 if row.odd else 3, "")))
 
 
 def node_label(row: HostRow) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ddptui.config.model import HostConfig
 from ddptui.health import Code, parity_rows
 from ddptui.probe.facts import NA, HostFacts
+from ddptui.remote.status import Reach, Reachability
 from tests.helpers import A, B, C, Scenario, cpu_host
 
 
@@ -66,3 +67,23 @@ def test_a_drifting_training_framework_is_named_first() -> None:
         "5.25.0), dep00 0.9"
     ), drift.message
     assert drift.hint.startswith("python3 -m pip install Transformers==5.25.0 dep00"), drift.hint
+
+
+def test_among_many_hosts_a_finding_counts_those_that_agree_rather_than_naming_each() -> None:
+    # 512 hosts, one with an older torch: its finding names it and counts the 511 others.
+    scenario = Scenario()
+    for index in range(3, 512):
+        name = f"node{index:03d}"
+        scenario.hosts[name] = HostConfig(name, f"10.0.{index // 250}.{index % 250 + 1}")
+        scenario.facts[name] = scenario.facts[A]
+    scenario.part(B, "torch", version="2.3.0+cu121")
+    scenario.reach = dict.fromkeys(scenario.hosts, Reachability(Reach.OK))
+    scenario.offsets = dict.fromkeys(scenario.hosts, 0.0)
+    scenario.port_reachable = dict.fromkeys(scenario.hosts, True)
+
+    (torch,) = [f for f in scenario.run() if f.code is Code.TORCH_MISMATCH]
+
+    assert torch.message == (
+        f"{B} has torch 2.3.0; {A}, {C}, node003, node004, node005, node006 and 505 more "
+        "hosts have 2.4.1"
+    )

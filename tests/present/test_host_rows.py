@@ -23,8 +23,10 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.health import HostCheck, evaluate
 from ddptui.present.bandwidth import measuring
 from ddptui.present.hosts import (
+    CONCERN_FIRST_ABOVE,
     NOT_AVAILABLE,
     HostRow,
+    by_concern,
     check_progress,
     differing,
     gpus_text,
@@ -237,3 +239,32 @@ def test_a_spare_is_listed_after_the_run_s_hosts_with_no_node_rank() -> None:
     assert [node_label(row) for row in rows][-2:] == [str(len(rows) - 2), "spare"]
     # The check reaches it with the others; no rank is planned on it.
     assert config.checked_hosts[-1] is spare and spare not in config.ordered_hosts
+
+
+def test_past_sixteen_hosts_the_odd_ones_come_first_grouped_by_finding() -> None:
+    # 24 hosts: gpu-05 and gpu-20 do not answer, gpu-09 and gpu-17 hold a busy GPU and an
+    # older torch; the rest are the idle H200.
+    base = scenes.health_report()
+    idle, busy = base.checks[0].facts, base.checks[1].facts
+    hosts = tuple(HostConfig(f"gpu-{n:02d}", f"192.0.2.{n + 10}") for n in range(24))
+    silent = Reachability(Reach.TIMEOUT, "no answer within 10 s")
+    checks = [
+        HostCheck(host, silent)
+        if n in (5, 20)
+        else HostCheck(host, Reachability(Reach.OK), busy if n in (9, 17) else idle, 0.0, None)
+        for n, host in enumerate(hosts)
+    ]
+    config = Config(Path("hosts.toml"), ClusterConfig(), hosts, JobConfig())
+    findings = tuple(evaluate(config, checks))
+    report = CheckReport(config, tuple(checks), findings, 1.0, base.master_port_test)
+
+    rows = by_concern(host_rows(config, report), report)
+
+    names = [row.name for row in rows]
+    assert names[:4] == ["gpu-05", "gpu-20", "gpu-09", "gpu-17"]
+    assert names[4:] == [host.name for host in hosts if host.name not in names[:4]]
+    # Up to sixteen hosts, every one in view: node order.
+    few = dataclasses.replace(config, hosts=hosts[:CONCERN_FIRST_ABOVE])
+    assert [row.name for row in by_concern(host_rows(few, report), report)] == [
+        host.name for host in hosts[:CONCERN_FIRST_ABOVE]
+    ]
