@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from ddptui.config import Config, load_config
 from ddptui.present import check as words
 from ddptui.present.bandwidth import bandwidth_lines, measuring
 from ddptui.present.hosts import HOST_COLUMNS as HOST_COLUMNS
+from ddptui.present.json_out import write_json
 from ddptui.run.control import BandwidthError, ClusterCheck, RunControl
 
 
@@ -28,9 +28,7 @@ def run(args: argparse.Namespace) -> int:
     errors = Console(stderr=True)
     report = asyncio.run(checked(control, config))
     if args.json:
-        # allow_nan=False: NaN is not JSON; the probe parser already refuses non-finite facts.
-        # One write: json.dump writes each token (145,000 writes for 128 hosts' packages).
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+        write_json(report.to_json(), sys.stdout)
         errors.print(words.summary(report))
     else:
         # Piped output has no terminal width to fit; wide enough that no value is cut.

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ddptui.config import config_to_dict, config_to_toml, load_config
+from ddptui.present.json_out import write_json
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,8 +17,7 @@ def run(args: argparse.Namespace) -> int:
     """
     config = load_config(args.hosts)
     if args.json:
-        json.dump(config_to_dict(config), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(config_to_dict(config), sys.stdout)
     else:
         sys.stdout.write(config_to_toml(config))
     return 0

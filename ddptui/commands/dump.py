@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 
+from ddptui.present.json_out import write_json
 from ddptui.present.stacks import dump_lines
 from ddptui.run.control import RunControl
 
@@ -15,8 +15,7 @@ from ddptui.run.control import RunControl
 def run(args: argparse.Namespace) -> int:
     taken = asyncio.run(RunControl().dump(args.run))
     if args.json:
-        json.dump(taken.document(), sys.stdout, indent=2, ensure_ascii=True)
-        sys.stdout.write("\n")
+        write_json(taken.document(), sys.stdout)
     else:
         print("\n".join(line.plain for line in dump_lines(taken)))
     return 0 if taken.groups or taken.flight else 1

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 from ddptui.commands.follow import say
+from ddptui.present.json_out import write_json
 from ddptui.present.runs import COLUMNS, run_document, run_row
 from ddptui.run.control import RunControl
 from ddptui.untrusted import plain
@@ -25,8 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         summaries = [run_document(record, now) for record in catalogue.records]
         # ASCII: a host's control or bidi characters (in a detail) travel as \u escapes.
-        json.dump(summaries, sys.stdout, indent=2, ensure_ascii=True)
-        sys.stdout.write("\n")
+        write_json(summaries, sys.stdout)
         return 0
     if not catalogue.records:
         print("no runs yet: start one with `ddptui launch HOSTS` (or try `ddptui demo`)")
