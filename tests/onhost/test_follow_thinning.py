@@ -7,14 +7,17 @@ import itertools
 import json
 
 from ddptui.onhost.common import POLL_S
-from ddptui.onhost.thinning import QUIET_S, RATE_WINDOW_S, Thinned
+from ddptui.onhost.thinning import HEAD_EVENTS_PER_S, QUIET_S, RATE_WINDOW_S, Thinned, fold_s
 
 
-def _step(step: int, time: float, loss: float = 1.0) -> bytes:
+def _step(step: int, time: float, loss: float = 1.0, world: int = 8) -> bytes:
     # As the bundled trainer writes it (json.dumps with its default separators).
     return json.dumps(
-        {"v": 1, "type": "step", "rank": 0, "time": time, "step": step, "loss": loss}
-    ).encode()
+        {
+            "v": 1, "type": "step", "rank": 0, "world_size": world, "time": time, "step": step,
+            "loss": loss,
+        }
+    ).encode()  # fmt: skip
 
 
 def _other(kind: str, time: float) -> bytes:
@@ -59,13 +62,20 @@ class Agent:
 
 
 def _train(
-    agent: Agent, rate: float, seconds: float, first: int = 1, every: int = 1, start: float = 0.0
+    agent: Agent,
+    rate: float,
+    seconds: float,
+    first: int = 1,
+    every: int = 1,
+    start: float = 0.0,
+    world: int = 8,
 ) -> float:
     """Step events at ``rate`` a second for ``seconds`` from ``start`` (the ranks' clock), every
-    ``every`` steps from ``first``; then the agent's rounds until a little after."""
+    ``every`` steps from ``first``, in a world of ``world`` ranks; then the agent's rounds until
+    a little after."""
     step, count = first, 0
     while count / rate < seconds:
-        agent.write(start + count / rate, _step(step, start + count / rate))
+        agent.write(start + count / rate, _step(step, start + count / rate, world=world))
         step += every
         count += 1
     agent.rounds_until(start + seconds + 2 * POLL_S)
@@ -88,6 +98,28 @@ def test_a_fast_rank_sends_a_step_a_fold_or_so_and_every_node_the_same_steps() -
     assert steps[-1] == 100, "the last step before the rank went quiet was held back"
     for other in nodes[1:]:
         assert other.steps(since=settled) == steps
+
+
+def test_past_the_head_s_budget_a_larger_world_s_ranks_send_fewer_steps_alike() -> None:
+    # Up to HEAD_EVENTS_PER_S ranks a rank folds a second; 4,096 ranks fold 2 s each.
+    assert (fold_s(8), fold_s(HEAD_EVENTS_PER_S), fold_s(4096)) == (1.0, 1.0, 2.0)
+    nodes = [Agent(phase) for phase in (0.0, 0.11)]
+    for agent in nodes:
+        agent.write(0.0, _other("start", 0.0))
+        _train(agent, rate=5.0, seconds=30.0, world=4096)
+    settled = int(5 * (RATE_WINDOW_S + 1.0))
+    steps = nodes[0].steps(since=settled)
+    # Sixteen steps, 3.2 s apart, rather than eight; the same steps on every node.
+    assert all(step % 16 == 0 for step in steps[:-1])
+    assert len(steps) <= (150 - settled) / 16 + 2, "not thinned to the larger fold"
+    assert steps[-1] == 150
+    assert nodes[1].steps(since=settled) == steps
+    # Steps that never fall on the stride still go, once in three folds.
+    misaligned = Agent()
+    _train(misaligned, rate=5.0, seconds=30.0, first=3, every=10, world=4096)
+    times = [when for when, what in misaligned.sent if what.isdigit()]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) <= 3 * fold_s(4096) + POLL_S and max(gaps) > QUIET_S + POLL_S
 
 
 def test_a_slow_rank_sends_every_step() -> None:
