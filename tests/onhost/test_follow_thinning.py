@@ -8,6 +8,7 @@ import json
 
 from ddptui.onhost.common import POLL_S
 from ddptui.onhost.thinning import HEAD_EVENTS_PER_S, QUIET_S, RATE_WINDOW_S, Thinned, fold_s
+from ddptui.run.following.progress import THINNED_WORLD, thinned_gap_s
 
 
 def _step(step: int, time: float, loss: float = 1.0, world: int = 8) -> bytes:
@@ -170,3 +171,10 @@ def test_a_step_without_a_number_is_sent_as_it_is() -> None:
     line = b'{"type": "step", "loss": 0.5}'
     assert thinned.take(10, line, 0.0) == [(10, line)]
     assert thinned.take(20, line, 0.0) == [(20, line)]
+
+
+def test_the_head_knows_the_longest_gap_the_agent_s_thinning_makes() -> None:
+    # The head does not import the agent's modules: its own copy of the fold must agree.
+    assert THINNED_WORLD == HEAD_EVENTS_PER_S
+    for world in (1, 8, 2048, 4096, 100_000):
+        assert thinned_gap_s(world) == 2 * fold_s(world)

@@ -378,7 +378,7 @@ class RunModel:
         now = self._clock()
         stepped = self.stepped_witnesses()
         if stepped:
-            paces = [rank.pace_s for rank in self.progress.ranks if rank.pace_s is not None]
+            paces = self.progress.own_paces()
             window = max(PEERS_IDLE_MIN_S, PEERS_IDLE_STEP_TIMES * max(paces, default=0.0))
             if any(now - self._stepped_at[host] <= window for host in stepped):
                 return Silence.TRAINS

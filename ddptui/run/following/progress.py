@@ -225,6 +225,18 @@ class ProgressSummary:
         return "  ".join(parts)
 
 
+THINNED_WORLD = 2048
+"""Past this many ranks the agent folds a fast rank's step events over world/2,048 seconds
+(``ddptui.onhost.thinning.HEAD_EVENTS_PER_S``, which the head does not import; a test holds
+the two equal)."""
+
+
+def thinned_gap_s(world_size: int | None) -> float:
+    """The longest a thinned rank's step events are apart as the head receives them: two of
+    its folds (a second each, up to :data:`THINNED_WORLD` ranks)."""
+    return 2.0 * max(1.0, (world_size or 1) / THINNED_WORLD)
+
+
 def loss_points(world_size: int | None) -> int:
     """The points a rank's loss curve keeps in a run of ``world_size`` ranks."""
     return max(64, min(LOSS_POINTS, LOSS_POINTS_IN_ALL // max(1, world_size or 1)))
@@ -279,6 +291,21 @@ class RunProgress:
 
     def rank(self, rank: int) -> RankProgress | None:
         return self._ranks.get(rank)
+
+    def own_paces(self) -> list[float]:
+        """The ranks' step-event intervals that are their own (:attr:`RankProgress.pace_s`),
+        for the windows that are multiples of them (a hang, a silent host's peers). An
+        interval under :func:`thinned_gap_s` may be how the host thinned the events rather
+        than how the rank writes them: left out, it cannot stretch a window (at 4,096 ranks
+        the received interval of 16 steps at 5 steps/s made the hang window 32 s, not 20).
+        Up to 2,048 ranks that is under 2 s, whose multiples are within the windows' minimums
+        anyway."""
+        shortest = thinned_gap_s(self.world_size)
+        return [
+            pace
+            for rank in self._ranks.values()
+            if (pace := rank.pace_s) is not None and pace >= shortest
+        ]
 
     @property
     def stepped(self) -> bool:

@@ -81,11 +81,12 @@ STRAGGLER_WINDOW_S: Final = 20.0
 def hang_window(model: RunModel, override: float | None = None) -> float:
     """How long without a step counts as a hang: ``override`` (``[job] hang_timeout_s``),
     else the larger of ``HANG_MIN_S`` and ``HANG_STEP_TIMES`` step-event intervals of the
-    slowest rank (each at most :data:`~ddptui.run.following.events.MAX_STEP_S`)."""
+    slowest rank (each at most :data:`~ddptui.run.following.events.MAX_STEP_S`; an interval
+    its host's thinning made is not the rank's own, see
+    :meth:`~ddptui.run.following.progress.RunProgress.own_paces`)."""
     if override is not None:
         return override
-    paces = [rank.pace_s for rank in model.progress.ranks if rank.pace_s is not None]
-    return max(HANG_MIN_S, HANG_STEP_TIMES * max(paces, default=0.0))
+    return max(HANG_MIN_S, HANG_STEP_TIMES * max(model.progress.own_paces(), default=0.0))
 
 
 def phase_window(model: RunModel) -> float | None:

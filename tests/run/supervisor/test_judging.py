@@ -463,3 +463,26 @@ def test_before_the_first_step_and_after_a_resume_the_window_is_the_start_s() ->
     assert [rank.state.value for rank in resumed.progress.ranks] == ["starting"] * 4
     clock.now += 100.0
     assert judging.hang(resumed) is None
+
+
+def test_the_gap_a_host_s_thinning_makes_does_not_stretch_the_hang_window() -> None:
+    # A world of 4,096 ranks: the agent folds a fast rank's step events over 2 s, so a rank at
+    # 5 steps/s arrives 16 steps (3.2 s) apart; its own events are 0.2 s apart.
+    clock = Clock()
+    record = _record()
+    record.world_size = 4096
+    model = RunModel(record, clock=clock, wall=clock)
+
+    def step(number: int, step_time_s: float) -> FileLine:
+        line = event_json("step", 2, step=number, loss=1.0, step_time_s=step_time_s)
+        return FileLine(
+            "b", "events/rank2.jsonl", number, line.replace('"world_size": 4', '"world_size": 4096')
+        )
+
+    for number in (16, 32):
+        model.apply(step(number, 0.2))
+    assert judging.hang_window(model) == judging.HANG_MIN_S
+    # Ten steps of 0.8 s between events: 8 s, the rank's own, and ten of them are 80 s.
+    for number in (42, 52):
+        model.apply(step(number, 0.8))
+    assert judging.hang_window(model) == 80.0
