@@ -6,6 +6,7 @@ its step events thinned (:class:`~ddptui.onhost.thinning.Thinned`)."""
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import shutil
@@ -307,7 +308,7 @@ def smi_value(name: str, cell: str) -> int | float | str | None:
         number = float(value)
     except ValueError:
         return None
-    if number != number or number in (float("inf"), float("-inf")):
+    if not math.isfinite(number):
         return None
     return int(number) if number.is_integer() and abs(number) < 2**53 else number
 

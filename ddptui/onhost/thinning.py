@@ -65,7 +65,7 @@ class Thinned:
         """The step and time the pace is measured from."""
         self.counted = 0
         """Step events since the reference."""
-        self.fold: float | None = None
+        self.fold = FOLD_S
         """:func:`fold_s` of the world size, as the first step event of each run of them
         gives it."""
 
@@ -78,7 +78,7 @@ class Thinned:
             self.after_step = False
             return sent
         number = int(found.group(1))
-        if self.fold is None or not self.after_step:
+        if not self.after_step:
             # Read again at each run of steps: a resumed attempt's world may be another size.
             world = WORLD_SIZE.search(line)
             self.fold = fold_s(int(world.group(1))) if world is not None else FOLD_S
@@ -117,7 +117,7 @@ class Thinned:
             return
         steps = step - reference[0]
         spacing = steps // self.counted if steps % self.counted == 0 else 1
-        per_fold = self.counted / (time - reference[1]) * (self.fold or FOLD_S)
+        per_fold = self.counted / (time - reference[1]) * self.fold
         power = 1
         while power < per_fold and spacing * power * 2 <= MAX_STRIDE:
             power *= 2

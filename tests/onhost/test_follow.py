@@ -27,7 +27,7 @@ from ddptui.onhost import follow as following
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.programs import agent_program
 from ddptui.run.following.files import FileLine, Heartbeat, HostFollower
-from tests.fixtures.gpu import nvidia_smi_double
+from tests.fixtures.gpu import H200_IDLE_SAMPLE, nvidia_smi_double
 from tests.fixtures.nvml import pynvml_double
 
 Sent = pytest.CaptureFixture[str]
@@ -373,22 +373,7 @@ def test_nvidia_smi_s_numbers_leave_the_host_typed_as_the_head_keeps_them(
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     rows = following.GpuSampler().smi_rows(str(smi))
 
-    assert rows == [
-        {
-            "index": 0,
-            "temperature.gpu": 35,
-            "power.draw": 79.39,
-            "power.limit": 700,
-            "clocks.sm": 345,
-            "clocks.max.sm": 1980,
-            "utilization.gpu": 0,
-            "utilization.memory": 0,
-            "memory.used": 0,
-            "memory.total": 143771,
-            "pstate": "P0",
-            "ecc.errors.uncorrected.volatile.total": 0,
-        }
-    ]
+    assert rows == [H200_IDLE_SAMPLE]
     # What the head keeps is what was sent: nothing left for it to convert.
     assert _heartbeat_gpus(rows) == rows
     # What the driver would not say is left out, as NVML's rows leave it out.

@@ -26,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-from tests.fixtures.gpu import nvidia_smi_double
+from tests.fixtures.gpu import H200_IDLE_SAMPLE, nvidia_smi_double
 from tests.run.bed import (
     RUN_ID,
     SMALL,
@@ -398,22 +398,7 @@ def test_one_host_cluster_launches_completes_and_samples_its_gpu(
     assert len(steps_of(testbed, testbed.hosts[:1], run_id)) == 2
     (node,) = cli.json("status", run_id)["nodes"]
     # nvidia-smi's printed values, typed; the console draws its bars and sparklines from them.
-    assert node["sample"]["gpus"] == [
-        {
-            "index": 0,
-            "temperature.gpu": 35,
-            "power.draw": 79.39,
-            "power.limit": 700,
-            "clocks.sm": 345,
-            "clocks.max.sm": 1980,
-            "utilization.gpu": 0,
-            "utilization.memory": 0,
-            "memory.used": 0,
-            "memory.total": 143771,
-            "pstate": "P0",
-            "ecc.errors.uncorrected.volatile.total": 0,
-        }
-    ]
+    assert node["sample"]["gpus"] == [H200_IDLE_SAMPLE]
 
 
 USER_SCRIPT = """\
