@@ -23,6 +23,7 @@ from ddptui.remote.transport import Transport
 from ddptui.run.agent import client as nodes
 from ddptui.run.agent.answers import AttemptStatus
 from ddptui.run.agent.call import GarbledAnswer, NodeError, described
+from ddptui.run.following.state import RANKS_GONE_LINGER_S
 from ddptui.run.record import RunRecord
 
 _T = TypeVar("_T")
@@ -31,11 +32,6 @@ KILL_WAIT_S = 10.0
 FAILED_GRACE_S = 5.0
 """How long a failed attempt's ranks get to end after SIGTERM: the other nodes' ranks wait in
 collectives, and cannot checkpoint."""
-RANKS_GONE_LINGER_S = 10.0
-"""How long the launchers (torchrun) may outlive every rank of a stopped run on their host, and
-then all together: they exit at once unless torch's exit barrier waits for a node that failed,
-up to 300 s and deaf to SIGTERM. Then they are ended, with ``KILL_WAIT_S`` between the
-signals."""
 
 
 @dataclass

@@ -9,7 +9,7 @@ import json
 from ddptui.run.following.files import FileLine, Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Verdict
-from ddptui.run.supervisor import judging
+from ddptui.run.supervisor import ending
 
 
 class Clock:
@@ -52,6 +52,6 @@ def beat(host: str, clock: Clock, ranks: dict[int, tuple[str, float]]) -> Heartb
 
 def verdict_of(model: RunModel) -> Verdict:
     """Judging's verdict now, which there must be."""
-    verdict = judging.verdict(model)
+    verdict = ending.verdict(model)
     assert verdict is not None
     return verdict

@@ -31,7 +31,7 @@ from ddptui.run.following.files import (
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import LOG_LINE_CHARS, Steps
 from ddptui.run.record import RunState
-from ddptui.run.supervisor import INBOX, judging, updates_inbox
+from ddptui.run.supervisor import INBOX, ending, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES
 from ddptui.run.supervisor.following import UPDATE_OBJECT_BYTES
 from tests.run.bed import two_host_record
@@ -162,7 +162,7 @@ def test_another_host_s_stop_and_steps_do_not_undo_a_failure(steps: Steps) -> No
         # Steps in a's own file count as a's when they arrive (for its silence and hangs), as
         # its own ranks' would, and are refused once read: only the latest is.
         assert model.attempt_steps == 2 and refused == len(lies) - 1
-    verdict = judging.verdict(model)
+    verdict = ending.verdict(model)
     assert verdict is not None and verdict.state is RunState.FAILED and verdict.host == "b"
 
 

@@ -40,6 +40,7 @@ from tests.run.bed import (
     frozen,
     host_run_dir,
     kill_run,
+    run_id_in,
     run_pid,
     run_processes,
     supervisors,
@@ -393,11 +394,12 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     wait_until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)
 
 
-# A script of one's own that reads ddptui's stop request (docs/events.md) and whose rank 1
-# crashes on its way out once it has stopped, as torch's gloo teardown can abort a process: its
-# node's torchrun fails, and node 0's then waits in torch's exit barrier, deaf to SIGTERM.
+# A script of one's own that reads ddptui's stop request (docs/events.md), ends by itself after
+# the number of steps its argument gives (if any), and whose rank 1 crashes on its way out, as
+# torch's gloo teardown can abort a process: its node's torchrun fails, and node 0's then waits in
+# torch's exit barrier (up to 300 s), deaf to SIGTERM.
 CRASHES_AT_EXIT = """\
-import json, os, time
+import json, os, sys, time
 import torch, torch.distributed as dist
 
 run_dir, rank = os.environ["DDPTUI_RUN_DIR"], int(os.environ["RANK"])
@@ -415,7 +417,7 @@ def emit(kind, **fields):
 
 dist.init_process_group("gloo")
 emit("start", start_step=0, control=["stop"])
-step = 0
+step, last, reason = 0, int(sys.argv[1]) if sys.argv[1:] else 0, "stopped"
 while True:
     asked = os.path.exists(os.path.join(run_dir, "control", "stop"))
     flag = torch.tensor([float(asked)])
@@ -424,22 +426,31 @@ while True:
         break
     step += 1
     emit("step", step=step, loss=1.0 / step)
+    if step == last:
+        reason = "completed"
+        break
     time.sleep(0.2)
-emit("done", step=step, reason="stopped")
+emit("done", step=step, reason=reason)
 dist.destroy_process_group()
 if rank == 1:
     os._exit(1)
 """
 
 
+def _crashing_at_exit(
+    bed: TestBed, tmp_path: Path, hosts: Sequence[TestHost], **job: object
+) -> Path:
+    """A hosts file whose job is :data:`CRASHES_AT_EXIT`, with ``job``'s keys."""
+    script = tmp_path / "crashes_at_exit.py"
+    script.write_text(CRASHES_AT_EXIT)
+    return write_hosts(bed, tmp_path, hosts, job={"script": str(script), "args": [], **job})
+
+
 def test_a_stop_ends_the_launchers_that_outlive_every_rank_without_waiting_out_the_grace(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
     hosts = testbed.hosts[:2]
-    script = tmp_path / "crashes_at_exit.py"
-    script.write_text(CRASHES_AT_EXIT)
-    job = {"script": str(script), "args": [], "stop_grace_s": 240}
-    run_id = _launch(cli, write_hosts(testbed, tmp_path, hosts, job=job))
+    run_id = _launch(cli, _crashing_at_exit(testbed, tmp_path, hosts, stop_grace_s=240))
     wait_for_step(testbed, hosts, run_id, 3)
     stopped = cli.run("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
@@ -450,6 +461,27 @@ def test_a_stop_ends_the_launchers_that_outlive_every_rank_without_waiting_out_t
     assert seconds and float(seconds.group(1)) < 120, said
     assert not run_processes(hosts, run_id)
     assert _record(cli, run_id)["state"] == "stopped"
+
+
+def test_a_completed_run_ends_the_launchers_left_waiting_for_a_node_that_crashed_on_its_way_out(
+    testbed: TestBed, tmp_path: Path, cli: Cli
+) -> None:
+    hosts = testbed.hosts[:2]
+    hosts_file = _crashing_at_exit(testbed, tmp_path, hosts, args=["10"])
+    began = time.monotonic()
+    # Without the launchers ended, node 0's torchrun holds the run for 300 s in its exit barrier.
+    done = cli.run("launch", str(hosts_file), "--headless")
+    took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    run_id = run_id_in(done.stderr)
+    assert took < 120, done.stderr
+    detail = _record(cli, run_id)["attempts"][-1]["detail"]
+    assert detail.startswith(
+        "every rank completed its training, then torchrun on node1 (node 1) exited 1: a crash on "
+        "the way out, the training and its last checkpoint whole; torchrun outlived every rank "
+        "on node0 (its exit barrier waits for a node that failed): ended; node0: SIGTERM to"
+    ), detail
+    assert not run_processes(hosts, run_id)
 
 
 def test_two_resumes_at_once_start_one_supervisor_and_one_attempt(

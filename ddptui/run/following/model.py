@@ -206,9 +206,8 @@ class RunModel:
             node = self.nodes.get(update.host)
             if node is not None:
                 alive = update.groups.get(self.attempt)
-                self.refused += node.beat(alive, update.sample, update.time)
+                self.refused += node.beat(alive, update.sample, update.time, self._clock())
                 if node.alive:
-                    node.alive_at = self._clock()
                     for rank in node.sample.get("ranks") or ():
                         self.progress.process_running(rank)
         elif isinstance(update, HostSilent):

@@ -25,6 +25,10 @@ from ddptui.probe.sections import xid_event
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.untrusted import plain
 
+RANKS_GONE_LINGER_S = 10.0
+"""How long the launchers (torchrun) may outlive every rank of their node: they exit at once
+unless torch's exit barrier waits for a node that failed, up to 300 s and deaf to SIGTERM. Then
+a stop ends them, and so does a completion (every rank said it completed)."""
 LOG_TAIL_LINES = 2000
 """Per rank (and per node for torchrun's own output): enough to read back, bounded."""
 LOG_LINE_CHARS = 1024
@@ -111,6 +115,9 @@ class NodeState:
     """The node's processes are gone without an exit status (the whole group was killed)."""
     alive_at: float | None = None
     """When a heartbeat last said the attempt's processes live (the model's clock)."""
+    ranks_gone_at: float | None = None
+    """Since when heartbeats have said the attempt's processes live but none is a rank's (the
+    model's clock): only torchrun is left."""
     gone_beats: int = 0
     silent: str | None = None
     """Why the host stopped answering, while it does not answer."""
@@ -153,10 +160,13 @@ class NodeState:
         since, words = slowed
         return f"its GPU {gpu} has been slowed by {words} since {clock_time(since)}"
 
-    def beat(self, alive: bool | None, sample: Mapping[str, Any], at: float = 0.0) -> int:
-        """Take a heartbeat (sent at ``at``, the host's clock): whether the attempt's processes
-        live, and the host's sample of them, of which only this node's ranks are kept (a
-        host's word on others' is not taken); how many other ranks it named."""
+    def beat(
+        self, alive: bool | None, sample: Mapping[str, Any], at: float = 0.0, now: float = 0.0
+    ) -> int:
+        """Take a heartbeat (sent at ``at``, the host's clock; taken at ``now``, the model's):
+        whether the attempt's processes live, and the host's sample of them, of which only this
+        node's ranks are kept (a host's word on others' is not taken); how many other ranks it
+        named."""
         self._watch_gpus(sample.get("gpus") or (), at)
         self._take_xids(sample.get("xids") or (), sample.get("gpus") or (), at)
         self.alive = alive
@@ -167,12 +177,23 @@ class NodeState:
             refused = len(ranks) - len(own)
             sample = {**sample, "ranks": own}
         self.sample = sample
+        if alive:
+            self.alive_at = now
+            ranks_gone = sample.get("ranks") == {}
+            self.ranks_gone_at = (self.ranks_gone_at or now) if ranks_gone else None
         # The wrapper records torchrun's exit status as it ends; a group gone for two
         # heartbeats with none was killed whole (kill -9 -PGID, the OOM killer).
         self.gone_beats = self.gone_beats + 1 if alive is False else 0
         if self.exit is None and self.gone_beats >= 2:
             self.vanished = True
         return refused
+
+    def launcher_outlived(self, now: float) -> bool:
+        """Whether torchrun alone has been left of this node's attempt for
+        :data:`RANKS_GONE_LINGER_S` (by ``now``, the model's clock), and answers still."""
+        gone = self.ranks_gone_at
+        lingered = gone is not None and now - gone >= RANKS_GONE_LINGER_S
+        return lingered and self.exit is None and not self.vanished and self.silent is None
 
     def _take_xids(self, lines: Any, gpus: Any, at: float) -> None:
         on_bus = {gpu.get("pci_bus_id"): gpu.get("index") for gpu in gpus}

@@ -19,7 +19,7 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps, Verdict
 from ddptui.run.journal import Journal
 from ddptui.run.record import NodeRecord, RunRecord
-from ddptui.run.supervisor import judging
+from ddptui.run.supervisor import ending
 from ddptui.run.supervisor.viewers import Audience
 
 FLUSH_EVERY_S = 0.1
@@ -166,10 +166,10 @@ class Following:
         self.journal.checkpoint()
 
     async def verdict_within(self, seconds: float, *, stopping: bool) -> Verdict | None:
-        """What the followed ranks say of the attempt's end (:func:`~.judging.verdict`), looked
+        """What the followed ranks say of the attempt's end (:func:`~.ending.verdict`), looked
         at as often as judging looks, for up to ``seconds``."""
         deadline = self._clock() + seconds
-        while (verdict := judging.verdict(self.model, stopping=stopping)) is None:
+        while (verdict := ending.verdict(self.model, stopping=stopping)) is None:
             if self._clock() >= deadline:
                 return None
             await asyncio.sleep(JUDGE_EVERY_S)

@@ -1,7 +1,7 @@
-"""Judging a followed attempt, pure: how it ended (:func:`verdict`), whether it hangs
-(:func:`hang`), which ranks are stragglers (:func:`slow_ranks`), and what the supervisor should
-do next (:func:`judge`), from the run's model (:class:`~ddptui.run.following.model.RunModel`:
-what the followed lines say) and its record.
+"""Judging a followed attempt, pure: whether it hangs (:func:`hang`), which ranks are
+stragglers (:func:`slow_ranks`), and what the supervisor should do next (:func:`judge`: first
+how the attempt ended, :func:`.ending.verdict`), from the run's model
+(:class:`~ddptui.run.following.model.RunModel`: what the followed lines say) and its record.
 
 The model says what it sees; judging decides, in this order: an attempt that ended is
 concluded before anything else; a hang is named (and its stacks taken) once, as the record
@@ -21,7 +21,6 @@ whole throttled period more. Judged with the rest, the same names reach the reco
 from __future__ import annotations
 
 import math
-import signal
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,17 +31,13 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import RankProgress, RunProgress
 from ddptui.run.following.state import (
     Hang,
-    NewXid,
     RankAtHang,
-    Silence,
     Straggler,
     Verdict,
 )
 from ddptui.run.record import RunState
+from ddptui.run.supervisor.ending import gpu_fault, verdict
 
-EXIT_SETTLE_S = 3.0
-"""After a node's torchrun exits non-zero, how long the verdict may wait for the root cause and
-its own node's exit: torchrun ends a failed rank's peers too, and their node can report first."""
 HANG_MIN_S = 20.0
 HANG_STEP_TIMES = 10.0
 """The hang window while the ranks train: no step from any answering host for the larger of
@@ -258,134 +253,12 @@ def _odd(
     return None
 
 
-def _failed_exit(model: RunModel, stopping: bool) -> Verdict | None:
-    """The failure that non-zero exits say, naming the node of the first failure's root
-    cause; None while there is none, or while that node's exit may be a moment behind."""
-    if stopping:
-        return None
-    failed = sorted(
-        (node for node in model.nodes.values() if node.exit not in (None, 0)),
-        key=lambda node: node.exited_at or 0.0,
-    )
-    if not failed:
-        return None
-    failure = model.diagnoser.first_failure()
-    culprit = next((node for node in failed if failure and node.host == failure.host), None)
-    root = failure is not None and failure.category.role == "root"
-    settling = model.clock() - (failed[0].exited_at or 0.0) < EXIT_SETTLE_S
-    if settling and (culprit is None or not root):
-        return None
-    node = culprit or failed[0]
-    why = f"torchrun on {node.host} (node {node.node_rank}) {_exit_text(node.exit or 0)}"
-    if failure is not None:
-        rank = "torchrun" if failure.rank is None else f"rank {failure.rank}"
-        why += f"; first failure: {rank} on {failure.host} ({failure.category.value})"
-    return Verdict(RunState.FAILED, why, node.host)
-
-
-def verdict(model: RunModel, *, stopping: bool = False) -> Verdict | None:
-    """How the attempt ended, or None while it goes on (:func:`_ended`); a failure on a run
-    where a GPU logged an Xid of its own fault is said with that Xid first, and its host is
-    the one named: a GPU off the bus takes its rank down, and the peers' "connection reset"
-    follows."""
-    found = _ended(model, stopping=stopping)
-    if found is None or found.state is not RunState.FAILED:
-        return found
-    first = gpu_fault(model)
-    if first is None:
-        return found
-    host, xid = first
-    return Verdict(RunState.FAILED, f"{xid.words(host)}; {found.detail}", host)
-
-
 def hang_words(model: RunModel, hang: Hang, now: float) -> str:
     """What the record says of ``hang`` as it is judged: a GPU's own Xid first, as for a
-    failure (:func:`verdict`), then the hang's summary."""
+    failure (:func:`.ending.verdict`), then the hang's summary."""
     first = gpu_fault(model)
     summary = hang.summary(now)
     return summary if first is None else f"{first[1].words(first[0])}; {summary}"
-
-
-def gpu_fault(model: RunModel) -> tuple[str, NewXid] | None:
-    """The host and the first Xid of a GPU's own fault logged during the attempt, if any."""
-    faults = [(host, xid) for host, node in model.nodes.items() if (xid := node.gpu_fault())]
-    return min(faults, key=lambda found: found[1].at, default=None)
-
-
-def _ended(model: RunModel, *, stopping: bool) -> Verdict | None:
-    """How the attempt ended, or None while it goes on.
-
-    A node whose torchrun exits non-zero fails the run, unless a stop was asked for (then
-    a non-zero exit is the stop's doing); the verdict names the node of the first failure's
-    root cause, waiting up to ``EXIT_SETTLE_S`` for it. So does a node that stops answering
-    while the ranks on the hosts that answer stop stepping too; while they keep stepping the
-    silent host takes part in their collectives, and when no host answers (or every one
-    that does has finished) nothing can be judged until one does. All nodes exiting 0 is
-    completion, or a stop when the ranks said they stopped on request; every rank having said
-    it completed is completion whatever the exits (a crash on the way out, said).
-    """
-    # Ranks that stopped on request in this attempt (a `touch control/stop` on node 0, say).
-    stopping = stopping or bool(model.stopped_ranks)
-    # Every rank said it completed: the training and its last checkpoint are whole, and an
-    # exit that is not 0 is a crash on the way out (a library's thread torn down at exit).
-    world = model.progress.world_size or 0
-    trained = not stopping and world > 0 and model.completed_ranks >= set(range(world))
-    failed = None if trained else _failed_exit(model, stopping)
-    if failed is not None:
-        return failed
-    for node in sorted(model.nodes.values(), key=lambda item: item.node_rank):
-        if node.vanished and node.exit is None and not stopping:
-            return Verdict(
-                RunState.FAILED,
-                f"the processes on {node.host} (node {node.node_rank}) are gone without an "
-                "exit status: killed as a group (kill -9, the OOM killer?)",
-                node.host,
-            )
-        # A host whose torchrun already exited 0 has done its part, silent or not.
-        if (
-            node.silent is not None
-            and node.exit is None
-            and not stopping
-            and model.silence() is Silence.FAILS
-        ):
-            # Only ranks that stepped before can be said to have stopped stepping.
-            stepped = model.stepped_witnesses()
-            peers = "; the other hosts' ranks stopped stepping too" if stepped else ""
-            return Verdict(
-                RunState.FAILED,
-                f"{node.host} (node {node.node_rank}) stopped answering: {node.silent}{peers}",
-                node.host,
-            )
-    if all(node.exit is not None or node.vanished for node in model.nodes.values()):
-        crashed = sorted(
-            (node for node in model.nodes.values() if node.exit),
-            key=lambda node: node.exited_at or 0.0,
-        )
-        if crashed and trained:
-            node = crashed[0]
-            return Verdict(
-                RunState.COMPLETED,
-                f"every rank completed its training, then torchrun on {node.host} (node "
-                f"{node.node_rank}) {_exit_text(node.exit or 0)}: a crash on the way out, the "
-                "training and its last checkpoint whole",
-            )
-        if crashed and not stopping:
-            return None  # a failure whose root cause may be a moment behind
-        if stopping:
-            return Verdict(RunState.STOPPED, "stopped on request")
-        return Verdict(RunState.COMPLETED, "every node exited 0")
-    return None
-
-
-def _exit_text(status: int) -> str:
-    # The wrapper's shell reports a command killed by signal N as 128 + N.
-    if status > 128:
-        try:
-            name = signal.Signals(status - 128).name
-        except ValueError:
-            name = f"signal {status - 128}"
-        return f"was killed by {name} (exit {status})"
-    return f"exited {status}"
 
 
 def _behind(rank: RankProgress, top: int | None) -> str | None:

@@ -66,11 +66,11 @@ from ddptui.run.supervisor.viewers import Audience, Viewer
 from ddptui.run.view import RunView
 
 IDLE_EXIT_S = 10.0
+"""An ended run's supervisor waits this long for another request (a resume) before it exits."""
 STRAGGLERS_EVERY_S = 2.0
 """Stragglers are named after 20 s of being slow (judging.STRAGGLER_WINDOW_S): looked for every
 2 s rather than at every judging (twice a second), which at 4,096 ranks cost the supervisor 2%
 of a core for a verdict that may come 1.5 s later."""
-"""An ended run's supervisor waits this long for another request (a resume) before it exits."""
 log = logging.getLogger("ddptui.supervisor")
 
 
@@ -352,11 +352,23 @@ class Supervisor(Healing):
             kept = await evidence.keep_flight_recorders(self.backend, self.files, unended)
             if kept is not None:
                 self.note(kept)
+        else:
+            await self._end_outlived(model)
         self.doing("taking the nodes' last lines")
         await self.following.end(unreachable=unreachable)
         self.ended(recovering=recovering)
         if number is not None:
             await self._recover(number, verdict.detail, found, last, unended, raised)
+
+    async def _end_outlived(self, model: RunModel) -> None:
+        """End the torchruns that outlived every rank of a completed run: torch's exit barrier
+        would hold them for a node that failed on its way out, for up to 300 s."""
+        now = model.clock()
+        outlived = {name for name, node in model.nodes.items() if node.launcher_outlived(now)}
+        if outlived:
+            self.doing(f"ending torchrun on {', '.join(sorted(outlived))}")
+            report = await self.backend.terminate(set(model.nodes) - outlived)
+            self.note(*report.lines())
 
     async def _nodes_ended(self, job: NodesEnded) -> None:
         verdict = await self.backend.ending(job)

@@ -107,7 +107,7 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import MAX_RANKS, RunProgress
 from ddptui.run.following.sample import GPU_FIELDS, MAX_XID_CHARS, MAX_XIDS, PROCESS_STATE_LETTERS
 from ddptui.run.following.state import Steps
-from ddptui.run.supervisor import judging
+from ddptui.run.supervisor import ending, judging
 from ddptui.untrusted import plain
 from tests.run.bed import two_host_record
 from tests.run.hostile_answers import (
@@ -1117,7 +1117,7 @@ def test_followed_lines(lines: list[bytes], steps: Steps) -> None:
             relayed(update)
             model.apply(update)
         model.read_steps()
-        verdict = judging.verdict(model)
+        verdict = ending.verdict(model)
         hang = judging.hang(model, override=0.0)
         judgement = model.judgement(record, hang)
         line = model.progress.format_line()

@@ -11,7 +11,7 @@ from ddptui.run.following.model import RunModel
 from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Hang, clock_time
 from ddptui.run.record import RunState
-from ddptui.run.supervisor import judging, recovery
+from ddptui.run.supervisor import ending, judging, recovery
 from tests.run.bed import two_host_record
 from tests.run.modelkit import Clock, exit_line, started, verdict_of
 
@@ -53,7 +53,7 @@ def test_a_program_s_xid_blames_nothing_and_is_not_said_first() -> None:
     (seen,) = model.nodes["b"].xids
     assert seen.event.code == 13 and seen.gpu == 0
     assert recovery.blame_gpu(model) is None
-    assert judging.gpu_fault(model) is None
+    assert ending.gpu_fault(model) is None
     model.apply(exit_line("b", 1))
     clock.now += 3.0
     assert verdict_of(model).detail.startswith("torchrun on b")
