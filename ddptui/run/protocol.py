@@ -31,11 +31,11 @@ from ddptui.run.record import RunState
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The longest line either side reads: a snapshot of thousands of ranks fits, a runaway does
+not fill memory."""
 BUSY = 75
 """Exit status of a supervisor that found the run supervised already (EX_TEMPFAIL): its
 starter attaches to the one that holds the run."""
-"""The longest line either side reads: a snapshot of thousands of ranks fits, a runaway does
-not fill memory."""
 
 _DECODER = json.JSONDecoder()
 OPS = ("stop", "kill", "resume", "snapshot")

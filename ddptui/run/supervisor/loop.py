@@ -121,8 +121,8 @@ class Supervisor(Healing):
         self._doing = ""
         self.hang: Hang | None = None
         self.hang_stacks = ""
-        self.notifying: set[asyncio.Task[None]] = set()
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
+        self.notifying: set[asyncio.Task[None]] = set()
 
     # --- jobs ------------------------------------------------------------------------------
 
