@@ -25,7 +25,9 @@ from ddptui.run.supervisor.viewers import Audience
 FLUSH_EVERY_S = 0.1
 FLUSH_BYTES = 256 * 1024
 JUDGE_EVERY_S = 0.5
-"""Judging looks at every rank: twice a second, not after every burst of lines."""
+"""Judging looks at every rank: twice a second, not after every burst of lines, and as the
+hang window ends (a moment after, :data:`PAST_DUE_S`): a hang is not said up to a tick late."""
+PAST_DUE_S = 0.01
 CHECKPOINT_EVERY_S = 5.0
 FOLLOW_STOP_S = 10.0
 SETTLE_S = 6.0
@@ -71,7 +73,7 @@ class Following:
         journal: Journal,
         audience: Audience,
         follower: Callable[[NodeRecord, Mapping[str, int] | None], Follower],
-        judge: Callable[[], None],
+        judge: Callable[[], float | None],
         crashed: Callable[[BaseException], None],
         faulted: Callable[[str], None],
         *,
@@ -214,7 +216,7 @@ class Following:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 wait = FLUSH_EVERY_S if self.journal.unwritten else JUDGE_EVERY_S
-                self._take(await batches.get(wait))
+                self._take(await batches.get(max(0.0, min(wait, next_tick - self._clock()))))
             now = self._clock()
             if now >= next_flush or self.journal.unwritten >= FLUSH_BYTES:
                 # Written out and sent in bursts: a write and a wake-up of every viewer for
@@ -228,8 +230,10 @@ class Following:
                 next_checkpoint = now + CHECKPOINT_EVERY_S
                 self.journal.checkpoint()
             if now >= next_tick:
+                due = self._judge()
                 next_tick = now + JUDGE_EVERY_S
-                self._judge()
+                if due is not None and now < due < next_tick:
+                    next_tick = due + PAST_DUE_S
                 self.heard_since_judged.clear()
                 # Step events are read when judging looks: their faults surface here.
                 self._set_aside(self.model)

@@ -120,18 +120,23 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     writes no events is judged by its output and its processes' CPU use instead
     (:data:`QUIET_HANG_S`).
     """
+    return _hang_or_due(model, override)[0]
+
+
+def _hang_or_due(model: RunModel, override: float | None) -> tuple[Hang | None, float | None]:
+    """:func:`hang`, and while there is none, when (the model's clock) the window from the
+    last step or phase event ends: judging looks again then, not at its next tick."""
     done = _hosts_all_done(model)
     witnesses = [host for host in model.witnesses() if host not in done]
     if not witnesses or model.stopped_ranks:
-        return None
+        return None, None
     if not model.starts:
-        return _quiet_hang(model, witnesses, override)
-    now = model.clock()
+        return _quiet_hang(model, witnesses, override), None
     stepped = [model.stepped_at[host] for host in witnesses if host in model.stepped_at]
     if stepped:
         last, window = max(stepped), hang_window(model, override)
     elif model.attempt_steps:
-        return None  # the steps came from hosts that do not answer now: theirs to judge
+        return None, None  # the steps came from hosts that do not answer now: theirs to judge
     else:
         last, window = model.began, max(hang_window(model, override), FIRST_STEP_HANG_S)
     phased = [model.phased_at[host] for host in witnesses if host in model.phased_at]
@@ -139,19 +144,13 @@ def hang(model: RunModel, override: float | None = None) -> Hang | None:
     in_phase = phase_window(model)
     if in_phase is not None:
         window = max(window, in_phase)
+    now = model.clock()
     if now - last <= window:
-        return None
-    return Hang(
-        since=model.wall() - (now - last),
-        window_s=window,
-        step=min(
-            (rank.step for rank in model.progress.ranks if rank.step is not None),
-            default=None,
-        )
-        if model.attempt_steps
-        else None,
-        ranks=_ranks_at_hang(model),
-    )
+        return None, last + window
+    step = min((rank.step for rank in model.progress.ranks if rank.step is not None), default=None)
+    since = model.wall() - (now - last)
+    at = step if model.attempt_steps else None
+    return Hang(since=since, window_s=window, step=at, ranks=_ranks_at_hang(model)), None
 
 
 def _hosts_all_done(model: RunModel) -> set[str]:
@@ -297,7 +296,10 @@ class SteppingAgain:
 
 @dataclass(frozen=True)
 class GoesOn:
-    """Nothing to do."""
+    """Nothing to do; ``due``: when (the model's clock) the hang window ends, if nothing
+    steps before."""
+
+    due: float | None = None
 
 
 Decision = Conclude | Hung | SteppingAgain | GoesOn
@@ -308,12 +310,12 @@ def judge(model: RunModel, state: RunState, job: JobConfig) -> Decision:
     ended = verdict(model)
     if ended is not None:
         return Conclude(ended)
-    hung = hang(model, job.hang_timeout_s)
+    hung, due = _hang_or_due(model, job.hang_timeout_s)
     if hung is not None:
         return Hung(hung, newly=state is RunState.RUNNING, stop=job.on_hang == "stop")
     if state is RunState.HUNG:
         return SteppingAgain()
-    return GoesOn()
+    return GoesOn(due)
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ class Supervisor(Healing):
         self.judgement = Judgement.of_record(record)
         self._doing = ""
         self.hang: Hang | None = None
+        self.hang_due: float | None = None
+        """When the hang window ends if nothing steps (the judging's clock)."""
         self.hang_stacks = ""
         """Where the stacks of the latest hang were kept (said in the attempt's detail)."""
         self.notifying: set[asyncio.Task[None]] = set()
@@ -414,15 +416,17 @@ class Supervisor(Healing):
 
     # --- judging ---------------------------------------------------------------------------
 
-    def _judge(self) -> None:
-        """Judge the run as its model stands. A fault in a part of it is set aside and said,
-        and the run goes on being judged: ending the supervisor would not help, since the next
-        one replays the same lines into the same state."""
+    def _judge(self) -> float | None:
+        """Judge the run as its model stands; when (its clock) to judge again at the latest,
+        the hang window ending. A fault in a part of it is set aside and said, and the run goes
+        on being judged: ending the supervisor would not help, since the next one replays the
+        same lines into the same state."""
         model = self.following.model
         model.read_steps()
         self.faults.guarded("timing the launch", lambda: self._time_the_launch(model))
+        self.hang_due = None
         if self.phases.now is not Phase.RUNNING:
-            return
+            return None
         now = self._clock()
         if now >= self._stragglers_due:
             self._stragglers_due = now + STRAGGLERS_EVERY_S
@@ -433,6 +437,7 @@ class Supervisor(Healing):
                 ),
             )
         self.faults.guarded("judging", lambda: self._verdict(model))
+        return self.hang_due
 
     def _time_the_launch(self, model: RunModel) -> None:
         if self.timing.observe(self.record, model):
@@ -472,8 +477,8 @@ class Supervisor(Healing):
                         RunState.RUNNING, "stepping again", now=self._wall()
                     )
                 )
-            case judging.GoesOn():
-                self.hang = None
+            case judging.GoesOn(due=due):
+                self.hang, self.hang_due = None, due
         self._publish_judgement()
 
     def stop_asked(self) -> bool:

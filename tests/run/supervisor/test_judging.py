@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from ddptui.config.model import JobConfig
 from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
+from ddptui.run.record import RunState
 from ddptui.run.supervisor import judging
 from tests.run.bed import two_host_record
 from tests.run.modelkit import Clock, beat, event_json, started, step_line
@@ -74,6 +76,11 @@ def test_the_hang_window_follows_the_slowest_rank_or_the_hosts_file() -> None:
     assert judging.hang_window(model, 12.5) == 12.5
     clock.now += 49.0
     assert judging.hang(model) is None and judging.hang(model, 12.5) is not None
+    # Until then the judging says when the window ends: it looks again at that moment.
+    job = JobConfig()
+    assert judging.judge(model, RunState.RUNNING, job) == judging.GoesOn(clock.now + 1.0)
+    clock.now += 1.5
+    assert isinstance(judging.judge(model, RunState.RUNNING, job), judging.Hung)
 
 
 def _phase(host: str, rank: int, phase: str, **fields: object) -> FileLine:

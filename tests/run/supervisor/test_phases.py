@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from ddptui.run.backends import NodesEnded, Restarted, StartFailed
 from ddptui.run.protocol import Ended, Reply, Said
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
-from ddptui.run.supervisor import healing
+from ddptui.run.supervisor import following, healing
 from ddptui.run.supervisor.jobs import Launch, Resume
 from ddptui.run.supervisor.phase import MOVES, Phase, PhaseError, Phases
 from tests.run.supervisor.fake_backend import Bed, Viewer, config, new_record
@@ -450,6 +451,37 @@ def test_racing_requests_are_queued_or_refused_in_order(tmp_path: Path) -> None:
         await bed.finish()
 
     asyncio.run(asyncio.wait_for(race(), 60.0))
+
+
+def test_a_hang_is_judged_as_its_window_ends_not_at_the_next_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ticks 2 s apart, the ranks' steps taken just after one: the ticks fall 2, 4 and 6 s after
+    # them, so a 5 s window judged only at a tick would be said 6 s after the steps.
+    monkeypatch.setattr(following, "JUDGE_EVERY_S", 2.0)
+
+    async def judged() -> None:
+        bed = _bed(tmp_path, hang_timeout_s=5.0)
+        await _launched(bed)
+        ticks: list[float] = []
+        judge = bed.supervisor.following._judge
+
+        def counted() -> float | None:
+            ticks.append(time.monotonic())
+            return judge()
+
+        bed.supervisor.following._judge = counted
+        await bed.until(lambda: bool(ticks))
+        for host in bed.backend.hosts.values():
+            host.step(1)
+        stepped = time.monotonic()
+        await bed.until_state(RunState.HUNG)
+        assert time.monotonic() - stepped < 5.5
+        for host in bed.backend.hosts.values():
+            host.exit(0)
+        await bed.finish()
+
+    asyncio.run(asyncio.wait_for(judged(), 60.0))
 
 
 def test_a_crash_in_following_ends_the_supervisor_loudly(tmp_path: Path) -> None:
