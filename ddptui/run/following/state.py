@@ -180,7 +180,8 @@ class NodeState:
         if alive:
             self.alive_at = now
             ranks_gone = sample.get("ranks") == {}
-            self.ranks_gone_at = (self.ranks_gone_at or now) if ranks_gone else None
+            gone_since = self.ranks_gone_at if self.ranks_gone_at is not None else now
+            self.ranks_gone_at = gone_since if ranks_gone else None
         # The wrapper records torchrun's exit status as it ends; a group gone for two
         # heartbeats with none was killed whole (kill -9 -PGID, the OOM killer).
         self.gone_beats = self.gone_beats + 1 if alive is False else 0

@@ -109,8 +109,9 @@ def _ended(model: RunModel, *, stopping: bool) -> Verdict | None:
                 node.host,
             )
     now = model.clock()
-    outlived = [node for node in model.nodes.values() if trained and node.launcher_outlived(now)]
-    if all(node.exit is not None or node.vanished or node in outlived for node in nodes):
+    outlived = [node for node in nodes if node.launcher_outlived(now)] if trained else []
+    left = {node.host for node in outlived}
+    if all(node.exit is not None or node.vanished or node.host in left for node in nodes):
         crashed = sorted(
             (node for node in nodes if node.exit), key=lambda node: node.exited_at or 0.0
         )

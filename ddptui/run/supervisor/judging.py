@@ -147,9 +147,9 @@ def _hang_or_due(model: RunModel, override: float | None) -> tuple[Hang | None, 
     now = model.clock()
     if now - last <= window:
         return None, last + window
-    step = min((rank.step for rank in model.progress.ranks if rank.step is not None), default=None)
+    steps = (rank.step for rank in model.progress.ranks if rank.step is not None)
+    at = min(steps, default=None) if model.attempt_steps else None
     since = model.wall() - (now - last)
-    at = step if model.attempt_steps else None
     return Hang(since=since, window_s=window, step=at, ranks=_ranks_at_hang(model)), None
 
 
