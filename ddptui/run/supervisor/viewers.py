@@ -17,7 +17,8 @@ VIEWER_BACKLOG = 1024
 """Messages (other than lines and heartbeats) a viewer may fall behind by before it is hung
 up on; it can attach again from where it was, since the lines come from the journal."""
 SAID_KEPT = 64
-"""Lines of the job in progress replayed to a viewer that attaches during it."""
+"""Lines of the job in progress, or else of the last one, kept for a viewer that attaches
+from before where they were said."""
 CLOSE_WAIT_S = 10.0
 
 
@@ -66,15 +67,18 @@ class Audience:
         self._asked = asked
         self.viewers: set[Viewer] = set()
         self.in_job = False
-        """A job is under way: what is said is kept for viewers that attach during it."""
-        self.said_in_job: deque[bytes] = deque(maxlen=SAID_KEPT)
+        self.said_in_job: deque[tuple[int, bytes]] = deque(maxlen=SAID_KEPT)
+        """What the job in progress, or else the last one, said, each with the journal
+        position it follows. Kept past the job's end: a launch's command may connect only
+        once the launch is done (a quick staging), and must still print what it said."""
         self.latest: dict[str, bytes] = {}
         """Host → its latest heartbeat, silence or return, for viewers that attach later."""
         self._handlers: set[asyncio.Task[None]] = set()
 
     def job_began(self, began: bool) -> None:
+        if began:
+            self.said_in_job.clear()
         self.in_job = began
-        self.said_in_job.clear()
 
     async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         handler = asyncio.current_task()
@@ -103,10 +107,9 @@ class Audience:
                         break
                     viewer.position = item.position
                     viewer.attached = True
-                    # What the job in progress said before this viewer came (a launch's
-                    # staging, said while its command was still connecting).
-                    for said in self.said_in_job:
-                        viewer.push(self.journal.end, said)
+                    for position, said in self.said_in_job:
+                        if self.in_job if item.position is None else position >= item.position:
+                            viewer.push(position, said)
                     sender = asyncio.create_task(self._send(viewer))
                 elif isinstance(item, Request) and viewer.attached:
                     self._asked(viewer, item)
@@ -175,9 +178,9 @@ class Audience:
 
     def say(self, line: str) -> None:
         said = protocol.message(Said(line))
-        if self.in_job:
-            self.said_in_job.append(said)
         self.broadcast(said)
+        if self.in_job:
+            self.said_in_job.append((self.journal.end, said))
 
     def reply(
         self,

@@ -165,6 +165,7 @@ class FakeBackend(RunBackend):
         self.asked.append(f"start {number}{' resume' if resume else ''}")
         if self.refuse is not None:
             return self.refuse
+        self.owner.say(f"staging attempt {number}")
         self.owner.attempt_starting(number, 29500, f"starting attempt {number}")
         for host in self.hosts.values():
             host.start(number)
@@ -309,7 +310,7 @@ class Viewer:
         self._count = 0
 
     @classmethod
-    async def attach(cls, supervisor: Supervisor) -> Viewer:
+    async def attach(cls, supervisor: Supervisor, position: int | None = None) -> Viewer:
         with protocol.socket_address(supervisor.files.socket) as address:
             for _ in range(200):
                 with contextlib.suppress(OSError):
@@ -320,7 +321,7 @@ class Viewer:
                 await asyncio.sleep(0.01)
             else:
                 raise AssertionError("the supervisor never listened")
-        writer.write(protocol.message(Attach(None)))
+        writer.write(protocol.message(Attach(position)))
         return cls(reader, writer)
 
     def send(self, op: str, bring_back: tuple[str, ...] = ()) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from ddptui.config.model import RecoveryConfig
 from ddptui.run.backends import NodesEnded, Restarted, StartFailed
+from ddptui.run.following.files import FileLine
 from ddptui.run.protocol import Ended, Reply, Said
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
@@ -482,6 +483,38 @@ def test_a_hang_is_judged_as_its_window_ends_not_at_the_next_tick(
         await bed.finish()
 
     asyncio.run(asyncio.wait_for(judged(), 60.0))
+
+
+def test_what_a_quick_launch_said_reaches_its_command_attaching_after_it_in_journal_order(
+    tmp_path: Path,
+) -> None:
+    # A launch's command attaches from the journal's start once the supervisor listens; with
+    # a quick staging, the launch may be over by then, and its words must not be lost.
+    async def told() -> None:
+        bed = _bed(tmp_path)
+        bed.serve(Launch())
+        await bed.until_state(RunState.RUNNING)
+        await bed.until(lambda: bed.supervisor.current is None)
+        for host in bed.backend.hosts.values():
+            host.step(1)
+        journal = bed.supervisor.journal
+        await bed.until(lambda: journal.end > 0)
+        starter = await Viewer.attach(bed.supervisor, position=0)
+        first = await starter.until(lambda item: isinstance(item, (Said, FileLine)))
+        assert first == Said("staging attempt 1"), starter.told
+        await starter.until(lambda item: isinstance(item, FileLine))
+        # A viewer from later on, or from now on, is not told it again.
+        for position in (journal.end, None):
+            later = await Viewer.attach(bed.supervisor, position=position)
+            # Its snapshot's reply comes after whatever it would have been told first.
+            await later.ask("snapshot")
+            assert not any(isinstance(item, Said) for item in later.told), later.told
+            later.close()
+        for host in bed.backend.hosts.values():
+            host.exit(0)
+        await bed.finish()
+
+    asyncio.run(asyncio.wait_for(told(), 60.0))
 
 
 def test_a_crash_in_following_ends_the_supervisor_loudly(tmp_path: Path) -> None:
