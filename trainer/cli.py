@@ -35,6 +35,7 @@ class Config:
     dropout: float
     log_every: int
     log_samples: bool
+    min_step_s: float
     checkpoint_every: int
     keep: int
     resume: str | None
@@ -47,6 +48,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 s, got {text}")
     return value
 
 
@@ -138,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-samples",
         action="store_true",
         help="add the data set indices of each step to its step event",
+    )
+    obs.add_argument(
+        "--min-step-s",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="each step takes at least S seconds, sleeping the rest: a tiny model on CPU "
+        "otherwise takes every core it can (a test bed, a demo beside other work); default 0",
     )
     obs.add_argument(
         "--checkpoint-every",

@@ -376,6 +376,7 @@ class Trainer:
         window_start, window_steps = time.perf_counter(), 0
         while progress.step < self.total_steps and reason == "completed":
             for micro in self._groups():
+                began = time.perf_counter()
                 lr = self.parts.optimizer.param_groups[0]["lr"]
                 loss = self._gradients(micro)
                 with self._changing():
@@ -391,6 +392,9 @@ class Trainer:
                 epoch_done = progress.samples_in_epoch >= per_epoch
                 if epoch_done:
                     self._end_epoch()
+                if cfg.min_step_s and not finished:
+                    # Before the control poll: a stop asked meanwhile is seen at once.
+                    time.sleep(max(0.0, cfg.min_step_s - (time.perf_counter() - began)))
                 requests = control.poll()
                 if requests.stop and not finished:
                     reason = "stopped"

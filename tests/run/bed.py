@@ -21,9 +21,12 @@ from ddptui.run.store import RunStore
 from ddptui.run.supervising import holds_open
 from tests.testbed import TestBed, TestHost
 
+PACED = ("--min-step-s", "0.05")
+"""Twenty steps a second at most: unpaced, each rank of the bed's tiny model takes a whole core
+and floods its agent and the supervisor with step events, and the suite's beds share two."""
 SMALL = [
     *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
-    *("--lr", "1e-2", "--epochs", "100000"),
+    *("--lr", "1e-2", "--epochs", "100000", *PACED),
 ]
 RUN_ID = re.compile(r"run (\d{8}-\d{6}-[a-z0-9]{4})")
 

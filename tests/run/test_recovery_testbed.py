@@ -390,9 +390,13 @@ def test_a_host_killed_whole_is_replaced_by_the_spare_and_the_run_completes(
     done = _ended_on_its_second_attempt(cli, run_id)
     _assert_completed(cli, run_id, done)
     (incident,) = done["incidents"]
-    # Its peers say no more than that they lost one; it refuses SSH when they are ended.
+    # Its peers say no more than that they lost one; it refuses SSH when they are ended. On a
+    # loaded machine its silence may be judged first: the same host, blamed for it.
     assert incident["blamed"] == [host.name], incident
-    assert f"{host.name} could not be reached when the run failed" in incident["why"]
+    assert f"{host.name} could not be reached when the run failed" in incident["why"] or (
+        f"{host.name} stopped answering" in incident["why"]
+        and "refused the connection" in incident["why"]
+    ), incident
     assert incident["action"] == f"resuming on {spare.name} in place of {host.name}"
     placed = [spare if node == killed else testbed.hosts[node] for node in range(3)]
     assert [node["host"] for node in done["nodes"]] == [node.name for node in placed]

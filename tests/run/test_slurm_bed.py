@@ -26,7 +26,7 @@ else:
     import tomli as tomllib
 
 from ddptui.run.record import RunRecord, RunState
-from tests.run.bed import Cli, held_until_asked_to_stop, processes_marked
+from tests.run.bed import PACED, Cli, held_until_asked_to_stop, processes_marked
 from tests.testbed import sshd
 from tests.testbed.cluster import BED_TORCH_IMPORT_TIMEOUT_S
 from tests.testbed.slurm import PARTITION, SlurmBed
@@ -35,8 +35,8 @@ NODES, PROCS = 3, 2
 # Past the step (15) where the interrupted runs are held until asked to stop, and no more: each
 # step is paid three times over, by three runs at once on two cores.
 STEPS = 150
-SMALL = ("--width", "64", "--depth", "2")
-"""A model whose steps are quick on two shared cores: the bed runs 18 ranks at once."""
+SMALL = ("--width", "64", "--depth", "2", *PACED)
+"""A model whose steps are quick on two shared cores, paced: the bed runs 18 ranks at once."""
 
 
 def _hosts_file(tmp_path: Path, *args: str) -> Path:

@@ -136,7 +136,11 @@ def test_a_detached_run_that_loses_a_host_fails_with_no_front_end_open_and_resum
             "keeping the flight recorders' dumps",
             "taking the nodes' last lines",
         )
-        assert statuses[-1]["doing"] in steps, statuses[-1]
+        # On a loaded machine the ending may be over before status is asked again; then the
+        # attempt's detail says what it ended.
+        last = statuses[-1]
+        ended = last["doing"] is None and "SIGTERM to" in last["attempts"][-1]["detail"]
+        assert last["doing"] in steps or ended, last
         wait_until(
             "the healthy hosts to be cleared", lambda: not run_processes(hosts[:2], run_id), 30
         )

@@ -179,6 +179,19 @@ def test_standalone_resume_skips_a_corrupted_newest_checkpoint(tmp_path: Path) -
     assert [(e["step"], e["loss"]) for e in resumed] == [(s, first[s]) for s in (5, 6)]
 
 
+def test_min_step_s_paces_the_steps_and_leaves_the_losses_as_they_were(tmp_path: Path) -> None:
+    args = [*SMALL_MLP, "--max-steps", "6", "--lr", "1e-2"]
+    assert standalone(tmp_path / "free", args).returncode == 0
+    assert standalone(tmp_path / "paced", [*args, "--min-step-s", "0.5"]).returncode == 0
+    free, paced = (events(tmp_path / run, 0, "step") for run in ("free", "paced"))
+    # A step takes 0.5 s from its start to the next one's; its event's time runs from the
+    # event before, the first with no sleep before it, and moves with the steps' own work.
+    assert all(e["step_time_s"] < 0.25 for e in free[1:]), free
+    assert all(e["step_time_s"] >= 0.4 for e in paced[1:]), paced
+    assert paced[-1]["time"] - paced[0]["time"] >= 5 * 0.5 - 0.1, paced
+    assert [e["loss"] for e in paced] == [e["loss"] for e in free]
+
+
 def test_fsdp_trains_and_resumes_at_another_world_size(tmp_path: Path) -> None:
     args = [*SMALL_MLP, "--max-steps", "12", "--lr", "1e-2"]
     assert finish(torchrun(tmp_path, [*args, "--fsdp"])) == 0

@@ -179,6 +179,11 @@ def test_cli_rejects_non_positive_sizes(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         parse_args(["--batch-size", "0"])
     assert "must be ≥ 1" in capsys.readouterr().err
+    assert parse_args(["--min-step-s", "0.05"]).min_step_s == 0.05
+    for wrong in ("-1", "nan", "1e9"):
+        with pytest.raises(SystemExit):
+            parse_args(["--min-step-s", wrong])
+        assert "must be between 0 and 3600 s" in capsys.readouterr().err
 
 
 def test_max_steps_alone_is_the_run_s_length_and_epochs_given_still_end_it_first() -> None:

@@ -18,6 +18,7 @@ import tomli_w
 
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
+from tests.run.bed import PACED
 from tests.testbed.cluster import BED_TORCH_IMPORT_TIMEOUT_S
 from tests.testbed.slurm import PARTITION, SlurmBed
 from tests.ui.pilot import kill_live_runs
@@ -29,7 +30,7 @@ pytestmark = [
 ]
 
 NODES, PROCS = 3, 2
-SMALL = ("--width", "64", "--depth", "2", "--max-steps", "100000")
+SMALL = ("--width", "64", "--depth", "2", "--max-steps", "100000", *PACED)
 RANK_ROW = re.compile(r"^\s*\d+ node\d+\s+(\d+)\s+\d+\s+(\d\.\d+(?:e-\d+)?)\s", re.MULTILINE)
 """A rank row of the run screen: node and host, rank, step, then a loss like 0.5432."""
 USABLE_NODE = re.compile(r"^\s*node\d\s+debug\s+idle\s+—\s+yes\b", re.MULTILINE)

@@ -24,6 +24,7 @@ from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.screens.runs import RunsScreen
+from tests.run.bed import PACED
 from tests.testbed import TestBed
 from tests.ui.pilot import kill_live_runs, open_from_runs, until
 
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 SMALL = [
     *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
-    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000"),
+    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000", *PACED),
 ]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
+from tests.run.bed import PACED
 from tests.testbed import TestBed
 from tests.ui.pilot import kill_live_runs
 from tests.ui.terminal import Terminal
@@ -28,7 +29,7 @@ pytestmark = [
 
 SMALL = [
     *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
-    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000"),
+    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000", *PACED),
 ]
 # A rank row of the run screen: node and host, rank, step, then a loss like 0.5432 or 1.2e-05.
 OK = re.compile(r"\bok\b")
