@@ -313,7 +313,8 @@ def test_with_no_spare_left_the_run_goes_on_with_fewer_nodes_seeing_each_sample_
     mean = sum(before) / len(before)
     assert mean / 3 < sum(after) / 2 < mean * 3, (before, after)
     assert sum(_losses(resumed, 126)) < sum(_losses(first, 1)) / 10
-    assert not run_processes(testbed.hosts[:3], run_id)
+    # A torchrun that outlived its ranks is ended once the run is judged completed: soon after.
+    wait_until("nothing of the run left", lambda: not run_processes(testbed.hosts[:3], run_id), 30)
 
 
 def _epoch_of(steps: list[dict[str, Any]], number: int) -> int:
