@@ -24,16 +24,14 @@ from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.health import HealthScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.screens.runs import RunsScreen
-from tests.run.bed import PACED
+from tests.run.bed import SMALL
 from tests.testbed import TestBed
 from tests.ui.pilot import kill_live_runs, open_from_runs, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SMALL = [
-    *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
-    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000", *PACED),
-]
+ENDLESS = [*SMALL, "--max-steps", "100000"]
+"""The test bed's paced small model, until it is stopped."""
 
 
 def _steps(screen: RunScreen) -> list[int]:
@@ -63,7 +61,7 @@ async def _confirm(pilot: Pilot[int], key: str, expect: str, *typed: str) -> Non
 
 def test_launch_watch_stop_resume_quit_attach_kill(testbed: TestBed, tmp_path: Path) -> None:
     hosts_file = testbed.write_hosts_file(
-        tmp_path / "hosts.toml", testbed.hosts[:2], job={"nproc_per_node": 1, "args": SMALL}
+        tmp_path / "hosts.toml", testbed.hosts[:2], job={"nproc_per_node": 1, "args": ENDLESS}
     )
     # Where the command line keeps runs too: the CLI takes part below.
     store = RunStore(tmp_path / "state" / "ddptui" / "runs")

@@ -16,7 +16,7 @@ import pytest
 
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
-from tests.run.bed import PACED
+from tests.run.bed import SMALL
 from tests.testbed import TestBed
 from tests.ui.pilot import kill_live_runs
 from tests.ui.terminal import Terminal
@@ -27,10 +27,8 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]
 
-SMALL = [
-    *("--width", "64", "--depth", "2", "--samples", "2048", "--batch-size", "16"),
-    *("--lr", "1e-2", "--epochs", "100000", "--max-steps", "100000", *PACED),
-]
+ENDLESS = [*SMALL, "--max-steps", "100000"]
+"""The test bed's paced small model, until it is stopped."""
 # A rank row of the run screen: node and host, rank, step, then a loss like 0.5432 or 1.2e-05.
 OK = re.compile(r"\bok\b")
 """A host's status cell on the health screen once its check passed."""
@@ -49,7 +47,7 @@ def test_the_console_in_tmux_launches_shows_losses_and_stops(
 ) -> None:
     hosts = testbed.hosts[:2]
     hosts_file = testbed.write_hosts_file(
-        tmp_path / "hosts.toml", hosts, job={"nproc_per_node": 2, "args": SMALL}
+        tmp_path / "hosts.toml", hosts, job={"nproc_per_node": 2, "args": ENDLESS}
     )
     state = tmp_path / "state"
     terminal.start(
