@@ -63,6 +63,37 @@ def test_the_command_line_a_script_would_run_ends_at_once_and_prints_no_escape(
     assert done.stdout == b"" and b"\x1b" not in done.stderr
 
 
+def test_a_command_that_reaches_ssh_says_only_its_own_words(tmp_path: Path) -> None:
+    """asyncssh names cryptography's deprecated DSA classes as it is imported (cryptography 51
+    warns five times for it): a user must not read that on every command."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    env.pop("PYTHONWARNINGS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "ddptui", "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("ddptui status: no runs yet") and done.stderr.count("\n") == 1
+    # Whatever cryptography is installed here: the same warning, said from asyncssh's module.
+    said_by_asyncssh = (
+        "import ddptui, warnings; warnings.warn_explicit('DSA is deprecated and support will be"
+        " removed', UserWarning, 'misc.py', 32, module='asyncssh.crypto.misc')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", said_by_asyncssh],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr == ""
+
+
 def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n')
