@@ -5,6 +5,7 @@ Loading and validation live in :mod:`ddptui.config.load`; nothing here does I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -190,10 +191,11 @@ class Config:
     node: HostConfig | None = None
     recovery: RecoveryConfig = RecoveryConfig()
 
-    @property
+    @functools.cached_property
     def head(self) -> HostConfig:
         """Node 0: the host marked ``rank0 = true``, else the first one listed that is not a
-        spare (never a spare: loading refuses one marked rank0)."""
+        spare (never a spare: loading refuses one marked rank0). Kept once found: a check asks
+        for it for every host, which went through all 512 hosts each time."""
         runs_on = [host for host in self.hosts if not host.spare]
         return next((host for host in runs_on if host.rank0), runs_on[0])
 
