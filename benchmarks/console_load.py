@@ -28,9 +28,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.sim_backend import sim_run
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import loss_points
+from ddptui.run.following.updates import FileLine
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen

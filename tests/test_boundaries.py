@@ -488,6 +488,23 @@ def test_help_imports_neither_torch_nor_textual_nor_asyncssh() -> None:
     assert not {"torch", "textual", "asyncssh"} & _top_level(loaded)
 
 
+def test_what_reads_a_run_imports_no_ssh() -> None:
+    """The run's model, its views and their wording are pure: the console and the commands
+    render a run sent by its supervisor without the SSH that brought its lines."""
+    pure = (
+        "ddptui.run.following.updates",
+        "ddptui.run.following.model",
+        "ddptui.run.view",
+        "ddptui.run.protocol",
+        "ddptui.run.attachment",
+        "ddptui.run.journal",
+        "ddptui.present.status",
+    )
+    loaded = _modules_after("\n".join(f"import {module}" for module in pure))
+    assert set(pure) <= loaded
+    assert "asyncssh" not in _top_level(loaded)
+
+
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_python_dash_m_matches_the_console_script(flag: str) -> None:
     via_module = subprocess.run(

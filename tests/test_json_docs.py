@@ -31,9 +31,9 @@ from ddptui.remote.status import Reach, Reachability
 from ddptui.run.evidence.dump import StackDump
 from ddptui.run.evidence.flight import analyse, read_dump
 from ddptui.run.evidence.stacks import RankStack, parse_stacks
-from ddptui.run.following.files import Heartbeat, HostSilent
 from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
+from ddptui.run.following.updates import Heartbeat, HostSilent
 from ddptui.run.record import (
     Attempt,
     Incident,

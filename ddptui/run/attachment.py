@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from ddptui.aio import QueueReader, wait_for
 from ddptui.errors import DdptuiError
 from ddptui.run import protocol
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Judgement, Steps
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.protocol import Attach, Ended, Gap, Hello, Judged, Message, Reply, Request, Said
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.supervising import ControlError, Say, Supervisors

@@ -37,11 +37,12 @@ from ddptui.run.code.contents import CodeError as CodeError
 from ddptui.run.code.contents import CodeTree, job_code
 from ddptui.run.evidence import dump as stack_dump
 from ddptui.run.evidence.dump import StackDump as StackDump
-from ddptui.run.following.files import SILENCE_S, Heartbeat, HostFollower, Update
-from ddptui.run.following.files import FileLine as FileLine
-from ddptui.run.following.files import HostSilent as HostSilent
+from ddptui.run.following.files import SILENCE_S, HostFollower
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps
+from ddptui.run.following.updates import FileLine as FileLine
+from ddptui.run.following.updates import Heartbeat, Update
+from ddptui.run.following.updates import HostSilent as HostSilent
 from ddptui.run.protocol import BUSY, Reply
 from ddptui.run.record import RunRecord
 from ddptui.run.standby import Standby

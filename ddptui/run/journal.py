@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.atomic import write_atomic
-from ddptui.run.following.files import FileLine
+from ddptui.run.following.updates import FileLine
 from ddptui.run.protocol import decode, line_record
 
 SEGMENT_BYTES = 128 * 1024 * 1024

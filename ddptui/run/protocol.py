@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.record import RunState
 
 VERSION = 1

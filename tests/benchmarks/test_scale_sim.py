@@ -12,9 +12,9 @@ from benchmarks.sim_backend import SimFollower, SimTransport, sim_run
 from benchmarks.sim_hosts import Simulation
 from ddptui.config import Config, load_config
 from ddptui.run.evidence import dump
-from ddptui.run.following.files import FileLine, Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps
+from ddptui.run.following.updates import FileLine, Heartbeat
 from ddptui.run.record import RunRecord
 
 NODES, PER_NODE = 2, 4

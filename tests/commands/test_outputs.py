@@ -35,8 +35,8 @@ from ddptui.probe.facts import HostFacts, Interface
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.control import RunControl
-from ddptui.run.following.files import FileLine, HostSilent
 from ddptui.run.following.model import RunModel
+from ddptui.run.following.updates import FileLine, HostSilent
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.store import Catalogue, RunStore
 from ddptui.run.view import RunView

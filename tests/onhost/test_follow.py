@@ -26,7 +26,8 @@ from ddptui.onhost import common, processes
 from ddptui.onhost import follow as following
 from ddptui.probe.facts import MAX_GPUS
 from ddptui.remote.programs import agent_program
-from ddptui.run.following.files import FileLine, Heartbeat, HostFollower
+from ddptui.run.following.files import HostFollower
+from ddptui.run.following.updates import FileLine, Heartbeat
 from tests.fixtures.gpu import H200_IDLE_SAMPLE, nvidia_smi_double
 from tests.fixtures.nvml import pynvml_double
 

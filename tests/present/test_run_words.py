@@ -14,9 +14,9 @@ from textual.widgets import Static
 from ddptui.present.runs import run_document, run_row
 from ddptui.present.status import hang_lines, status_lines
 from ddptui.run.control import RunControl
-from ddptui.run.following.files import HostSilent
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Judgement
+from ddptui.run.following.updates import HostSilent
 from ddptui.run.record import (
     Attempt,
     Incident,

@@ -20,7 +20,8 @@ from ddptui.remote.files import UnreadableFile
 from ddptui.remote.srun import SrunCluster
 from ddptui.run.backends import kind_of
 from ddptui.run.backends.slurm.commands import job_ended
-from ddptui.run.following.files import FileLine, Heartbeat, HostFollower
+from ddptui.run.following.files import HostFollower
+from ddptui.run.following.updates import FileLine, Heartbeat
 
 NODE = HostConfig("node1", "node1", python="/the/nodes/own/python")
 

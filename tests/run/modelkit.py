@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from ddptui.run.following.files import FileLine, Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Verdict
+from ddptui.run.following.updates import FileLine, Heartbeat
 from ddptui.run.supervisor import ending
 
 

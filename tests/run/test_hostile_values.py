@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from ddptui.present.status import hang_lines
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import STRAGGLER_EVENTS
 from ddptui.run.following.state import Hang, Straggler
+from ddptui.run.following.updates import FileLine
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import judging

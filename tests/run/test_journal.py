@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.run import journal as journal_module
-from ddptui.run.following.files import FileLine
+from ddptui.run.following.updates import FileLine
 from ddptui.run.journal import Journal
 from ddptui.run.protocol import decode
 

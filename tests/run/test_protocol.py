@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.protocol import (
     Attach,
     Ended,

@@ -23,13 +23,13 @@ from ddptui.run.following.files import (
     LINE_OBJECT_BYTES,
     MAX_DOCUMENT_BYTES,
     MAX_TEXT_CHARS,
-    FileLine,
     HostFollower,
     Inbox,
     _read,
 )
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import LOG_LINE_CHARS, Steps
+from ddptui.run.following.updates import FileLine
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import INBOX, ending, updates_inbox
 from ddptui.run.supervisor import INBOX_BYTES as SUPERVISOR_INBOX_BYTES

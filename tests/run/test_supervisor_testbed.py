@@ -27,8 +27,8 @@ else:
 from ddptui.layout import RunFiles
 from ddptui.run import protocol
 from ddptui.run.control import RunControl
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.state import clock_time
+from ddptui.run.following.updates import FileLine
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps
+from ddptui.run.following.updates import FileLine
 from ddptui.run.record import RunRecord
 from ddptui.run.timeline import STAGES, Timeline, node_stamps
 from tests.run.bed import two_host_record

@@ -48,10 +48,11 @@ from ddptui.run.following.events import (
     MAX_PHASE_CHARS,
     MAX_STEP_S,
 )
-from ddptui.run.following.files import FileLine, Heartbeat, HostFollower, HostSilent, Update
+from ddptui.run.following.files import HostFollower
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import LOSS_POINTS, STRAGGLER_EVENTS
 from ddptui.run.following.state import LOG_LINE_CHARS, LOG_TAIL_LINES, Hang, Steps
+from ddptui.run.following.updates import FileLine, Heartbeat, HostSilent, Update
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.store import RunStore
 from ddptui.run.supervisor import judging

@@ -16,11 +16,11 @@ from ddptui.health.slurm import SlurmCheck, evaluate_slurm, parse_sinfo
 from ddptui.probe.parse import parse_facts
 from ddptui.remote.status import Reach, Reachability
 from ddptui.run.following.events import StartEvent, StepEvent
-from ddptui.run.following.files import FileLine, Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.nccl_init import NcclInit
 from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
 from ddptui.run.following.state import Straggler
+from ddptui.run.following.updates import FileLine, Heartbeat
 from ddptui.run.record import Attempt, Incident, NodeRecord, RunRecord, RunState
 from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S
 from ddptui.run.supervisor.stragglers import StragglerNotes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ddptui.run.following.files import FileLine
+from ddptui.run.following.updates import FileLine
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.messages import RunChanged
 from ddptui.ui.screens.run import RunScreen

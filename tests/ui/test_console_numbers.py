@@ -20,10 +20,10 @@ from textual.geometry import Region
 from textual.widgets import Static
 from textual_plot.plot_widget import map_coordinate_to_hires_pixel
 
-from ddptui.run.following.files import FileLine, Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import RankProgress
 from ddptui.run.following.sample import sample_of
+from ddptui.run.following.updates import FileLine, Heartbeat
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.widgets.cells import bar, figure, number, percent, share

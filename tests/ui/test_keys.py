@@ -16,8 +16,8 @@ from textual.widgets import DataTable, RichLog, Static
 from ddptui.health.bandwidth import BandwidthReport, read_result
 from ddptui.run.control import RunControl
 from ddptui.run.diagnose import marks_error
-from ddptui.run.following.files import FileLine, HostBack, HostSilent
 from ddptui.run.following.model import RunModel
+from ddptui.run.following.updates import FileLine, HostBack, HostSilent
 from ddptui.run.record import RunState
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens.confirm import ConfirmScreen

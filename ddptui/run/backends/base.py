@@ -22,8 +22,9 @@ from ddptui.config import Config
 from ddptui.remote.transport import Transport
 from ddptui.run.evidence import dump
 from ddptui.run.evidence.dump import StackDump
-from ddptui.run.following.files import HostFollower, OpenTransport, Update
+from ddptui.run.following.files import HostFollower, OpenTransport
 from ddptui.run.following.state import Verdict
+from ddptui.run.following.updates import Update
 from ddptui.run.record import NodeRecord, RunRecord, RunState, SchedulerJob
 from ddptui.run.stopper import FAILED_GRACE_S, StopReport, terminate
 from ddptui.run.store import RunStore

@@ -30,8 +30,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import asyncssh
 
@@ -43,6 +42,7 @@ from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.target import Keepalive
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.following.sample import sample_of
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.untrusted import count, finite, whole
 
@@ -65,50 +65,6 @@ MAX_OFFSET = 2**63 - 1
 READER_STOP_S = 2.0
 THIN = ("thin",)
 """The agent's ``follow`` argument that thins its fast ranks' step events."""
-
-
-class FileLine(NamedTuple):
-    """A complete line of one of the run's files on ``host`` (path relative to the run dir).
-
-    A tuple: there is one for every line a run writes, and a frozen dataclass costs several
-    times as much to make."""
-
-    host: str
-    path: str
-    offset: int
-    """The byte offset just after this line: where to resume."""
-    text: str
-    cut: bool = False
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    host: str
-    time: float
-    groups: Mapping[int, bool]
-    """Attempt number → whether its process group still lives."""
-    sample: Mapping[str, Any] = field(default_factory=dict)
-    behind: bool = False
-    """Lines written before it were still unsent (the agent reads each file a piece a poll)."""
-
-
-@dataclass(frozen=True)
-class HostSilent:
-    """The host has not answered for ``seconds`` (link cut, host down, sshd gone)."""
-
-    host: str
-    seconds: float
-    reason: str
-
-
-@dataclass(frozen=True)
-class HostBack:
-    """A silent host answers again."""
-
-    host: str
-
-
-Update = FileLine | Heartbeat | HostSilent | HostBack
 
 
 class Inbox(SizedQueue[list[bytes] | None]):

@@ -1,7 +1,7 @@
 """The run's model: a run's state as the followed lines tell it, for viewers and the supervisor.
 
 :class:`RunModel` is pure (no I/O; both clocks injected): it folds the follower's updates
-(:mod:`ddptui.run.following.files`) into per-node and per-rank state
+(:mod:`ddptui.run.following.updates`) into per-node and per-rank state
 (:mod:`ddptui.run.following.state`), the diagnosis of error lines and bounded log tails, and says
 what a silent host means (:meth:`RunModel.silence`). It judges nothing: how an attempt ended,
 whether it hangs and which ranks straggle are the supervisor's to say
@@ -52,7 +52,6 @@ from ddptui.run.following.events import (
     StepEvent,
     parse_event,
 )
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.following.host_clocks import HostClocks
 from ddptui.run.following.logloss import LossReader
 from ddptui.run.following.progress import RankProgress, RankState, RunProgress
@@ -68,6 +67,7 @@ from ddptui.run.following.state import (
     Steps,
     Straggler,
 )
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.timeline import Timeline
 from ddptui.untrusted import plain, plain_error, whole

@@ -14,9 +14,9 @@ from collections.abc import Callable, Collection, Coroutine, Mapping
 from ddptui.aio import QueueReader, SizedQueue, wait_for
 from ddptui.run import protocol
 from ddptui.run.backends import Follower
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps, Verdict
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.journal import Journal
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.run.supervisor import ending

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ddptui.run import protocol
-from ddptui.run.following.files import Heartbeat, Update
+from ddptui.run.following.updates import Heartbeat, Update
 from ddptui.run.journal import Journal
 from ddptui.run.protocol import Attach, Hello, Reply, Request, Said
 

@@ -102,11 +102,12 @@ from ddptui.run.following.events import (
     RankEvent,
     SkippedCheckpoint,
 )
-from ddptui.run.following.files import MAX_OFFSET, MAX_TEXT_CHARS, FileLine, Heartbeat, HostFollower
+from ddptui.run.following.files import MAX_OFFSET, MAX_TEXT_CHARS, HostFollower
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import MAX_RANKS, RunProgress
 from ddptui.run.following.sample import GPU_FIELDS, MAX_XID_CHARS, MAX_XIDS, PROCESS_STATE_LETTERS
 from ddptui.run.following.state import Steps
+from ddptui.run.following.updates import FileLine, Heartbeat
 from ddptui.run.supervisor import ending, judging
 from ddptui.untrusted import plain
 from tests.run.bed import two_host_record

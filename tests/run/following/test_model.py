@@ -8,9 +8,9 @@ import json
 import pytest
 
 from ddptui.run.diagnose import Category
-from ddptui.run.following.files import FileLine, HostSilent
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps
+from ddptui.run.following.updates import FileLine, HostSilent
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.supervisor import judging
 from tests.run.bed import two_host_record

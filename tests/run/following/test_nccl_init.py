@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.present.timeline import bars, status_lines
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.nccl_init import MAX_PARTS, NcclInit, parse
+from ddptui.run.following.updates import FileLine
 from ddptui.run.timeline import Timeline
 from tests.run.test_timeline import _timed_record
 

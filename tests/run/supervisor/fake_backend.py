@@ -28,8 +28,8 @@ from ddptui.run.backends import (
     kind_of,
 )
 from ddptui.run.evidence.dump import StackDump
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.following.state import Verdict
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.protocol import Attach, Reply, Request
 from ddptui.run.record import NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport

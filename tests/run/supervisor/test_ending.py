@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ddptui.run.following.files import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import RANKS_GONE_LINGER_S
+from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import ending
 from tests.run.bed import two_host_record

@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from ddptui.run.following.files import FileLine, Heartbeat, HostSilent
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Hang, Verdict
+from ddptui.run.following.updates import FileLine, Heartbeat, HostSilent
 from ddptui.run.record import RunState
 from ddptui.run.supervisor.recovery import Blame, FaultTimes, fault_times
 from tests.run.bed import two_host_record

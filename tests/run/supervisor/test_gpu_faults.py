@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddptui.run.following.files import Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Hang, clock_time
+from ddptui.run.following.updates import Heartbeat
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import ending, judging, recovery
 from tests.run.bed import two_host_record

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ddptui.config.model import JobConfig
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
+from ddptui.run.following.updates import FileLine
 from ddptui.run.record import RunState
 from ddptui.run.supervisor import judging
 from tests.run.bed import two_host_record

@@ -17,7 +17,7 @@ import pytest
 
 from ddptui.config.model import RecoveryConfig
 from ddptui.run.backends import NodesEnded, Restarted, StartFailed
-from ddptui.run.following.files import FileLine
+from ddptui.run.following.updates import FileLine
 from ddptui.run.protocol import Ended, Reply, Said
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from ddptui.run.following.events import DoneEvent, StartEvent, StepEvent
-from ddptui.run.following.files import Heartbeat
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.progress import STRAGGLER_EVENTS, RunProgress
 from ddptui.run.following.state import NodeState, Straggler, clock_time
+from ddptui.run.following.updates import Heartbeat
 from ddptui.run.protocol import Judged, decode, message
 from ddptui.run.supervisor import judging
 from ddptui.run.supervisor.judging import STRAGGLER_WINDOW_S

@@ -3,9 +3,9 @@ ranks' stages come from the model, and the summary is said once, of the attempt 
 
 from __future__ import annotations
 
-from ddptui.run.following.files import FileLine
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.nccl_init import NcclInit
+from ddptui.run.following.updates import FileLine
 from ddptui.run.record import Attempt, RunRecord
 from ddptui.run.supervisor.timing import LaunchTiming
 from ddptui.run.timeline import Timeline
