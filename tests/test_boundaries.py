@@ -505,6 +505,15 @@ def test_what_reads_a_run_imports_no_ssh() -> None:
     assert "asyncssh" not in _top_level(loaded)
 
 
+def test_the_commands_that_ask_a_run_s_supervisor_import_no_ssh() -> None:
+    """``status``, ``logs`` and ``stop`` ask the supervisor over its socket; SSH is imported only
+    where a run has none and its hosts are read directly: a tenth of a second off each."""
+    commands = ("ddptui.commands.status", "ddptui.commands.logs", "ddptui.commands.stop")
+    loaded = _modules_after("\n".join(f"import {module}" for module in commands))
+    assert set(commands) <= loaded
+    assert "asyncssh" not in _top_level(loaded)
+
+
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_python_dash_m_matches_the_console_script(flag: str) -> None:
     via_module = subprocess.run(

@@ -11,11 +11,15 @@ import asyncio
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddptui.config import load_config
 from ddptui.errors import UsageError
 from ddptui.present.trust import all_trusted, host_key_line, refusal
-from ddptui.run.control import HostKeyScan, RunControl
+from ddptui.run.control import RunControl
+
+if TYPE_CHECKING:
+    from ddptui.run.control import HostKeyScan
 
 Confirm = Callable[[str], bool]
 

@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ddptui.errors import DdptuiError
 from ddptui.untrusted import count, finite
 
 SLOW_SHARE = 0.5
@@ -90,6 +91,10 @@ class BandwidthReport:
 
 class BenchError(ValueError):
     """Node 0's output is no benchmark result (quoted as little as needed)."""
+
+
+class BandwidthError(DdptuiError):
+    """The benchmark did not run to its end (a host failed, or node 0 said nothing usable)."""
 
 
 def read_result(

@@ -10,8 +10,7 @@ import asyncio
 
 from ddptui.check import CheckReport
 from ddptui.config import Config
-from ddptui.errors import DdptuiError
-from ddptui.health.bandwidth import BandwidthReport, BenchError, read_result
+from ddptui.health.bandwidth import BandwidthError, BandwidthReport, BenchError, read_result
 from ddptui.layout import RUN_DIR_ENV, bench_path, workdir_of
 from ddptui.plan.launch import LaunchPlan, plan_launch
 from ddptui.remote.commands import python_argv
@@ -32,10 +31,6 @@ SIZES = {
 PAIR_BYTES = {"gloo": 4 * MIB, "nccl": 64 * MIB}
 ITERATIONS = 3
 BENCH_TIMEOUT_S = 120.0
-
-
-class BandwidthError(DdptuiError):
-    """The benchmark did not run to its end (a host failed, or node 0 said nothing usable)."""
 
 
 async def measure(config: Config, report: CheckReport) -> BandwidthReport:

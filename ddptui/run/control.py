@@ -17,31 +17,25 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddptui.aio import wait_for
 from ddptui.check.reuse import CheckCache
 from ddptui.check.reuse import RecentCheck as RecentCheck
-from ddptui.check.run import Progress
 from ddptui.config import Config, load_config
 from ddptui.errors import DdptuiError, UsageError
 from ddptui.health import ClusterCheck as ClusterCheck
+from ddptui.health.bandwidth import BandwidthError as BandwidthError
 from ddptui.health.bandwidth import BandwidthReport as BandwidthReport
 from ddptui.plan.launch import PlanError as PlanError
 from ddptui.plan.run_plan import RunPlan as RunPlan
-from ddptui.remote.trust import HostKeyScan as HostKeyScan
-from ddptui.run import backends
 from ddptui.run.attachment import Attachment
-from ddptui.run.backends.cluster import Cluster
-from ddptui.run.bandwidth import BandwidthError as BandwidthError
 from ddptui.run.code.contents import CodeError as CodeError
 from ddptui.run.code.contents import CodeTree, job_code
-from ddptui.run.evidence import dump as stack_dump
-from ddptui.run.evidence.dump import StackDump as StackDump
-from ddptui.run.following.files import SILENCE_S, HostFollower
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps
+from ddptui.run.following.updates import SILENCE_S, Heartbeat, Update
 from ddptui.run.following.updates import FileLine as FileLine
-from ddptui.run.following.updates import Heartbeat, Update
 from ddptui.run.following.updates import HostSilent as HostSilent
 from ddptui.run.protocol import BUSY, Reply
 from ddptui.run.record import RunRecord
@@ -50,6 +44,15 @@ from ddptui.run.store import Catalogue, RunStore, new_run_id
 from ddptui.run.supervising import ANSWER_S, ControlError, Say, Supervisors, quiet
 from ddptui.run.view import RunView
 from ddptui.untrusted import plain
+
+if TYPE_CHECKING:
+    # Imported where used: they bring SSH with them, and a command that only asks a run's
+    # supervisor (status, logs, stop) would pay for importing it (0.1 s of status's 0.23).
+    from ddptui.check.run import Progress
+    from ddptui.remote.trust import HostKeyScan as HostKeyScan
+    from ddptui.run.backends.cluster import Cluster
+    from ddptui.run.backends.kind import Kind
+    from ddptui.run.evidence.dump import StackDump as StackDump
 
 READ_BACK_S = 30.0
 BEHIND_BEATS = 15
@@ -203,6 +206,8 @@ class RunControl:
         """Every run, with how those whose end no supervisor saw really ended, where their
         backend can tell (:func:`ddptui.run.backends.settle`: Slurm's accounting)."""
         catalogue = self._store.catalogue()
+        from ddptui.run import backends
+
         if backends.settle(self._store, catalogue.records, self.supervised):
             catalogue = self._store.catalogue()
         return catalogue
@@ -295,8 +300,10 @@ class RunControl:
     async def dump(self, run_id: str | None) -> StackDump:
         """Every rank's Python stacks, from every host at once, and the ranks' flight-recorder
         dumps, saved in the run's store (of a finished run, the flight recorders alone)."""
+        from ddptui.run.evidence import dump as stack_dump
+
         record, config = self.open(run_id)
-        async with backends.kind_of(config).reaching(record) as remote:
+        async with _kind(config).reaching(record) as remote:
             taken = await stack_dump.take(config, record, remote)
         return stack_dump.save(taken, self._store.files(record.id).dumps)
 
@@ -365,9 +372,11 @@ class RunControl:
         A host is not waited for past ``deadline_s`` from the start, nor once it has said it is
         behind for :data:`BEHIND_BEATS` heartbeats without a line: a :class:`StoppedWaiting`
         says so, after the lines read from it until then."""
+        from ddptui.run.following.files import HostFollower
+
         queue: asyncio.Queue[Update | StoppedWaiting | None] = asyncio.Queue(maxsize=10000)
         began = time.monotonic()
-        kind = backends.kind_of(config)
+        kind = _kind(config)
         followers = [
             HostFollower.of_node(
                 config, record, node, silence_s=silence_s, open_transport=kind.transport
@@ -474,7 +483,13 @@ class RunControl:
 
 def _cluster(config: Config) -> Cluster:
     """``config``'s cluster, before a run, as its kind has it."""
-    return backends.kind_of(config).cluster()
+    return _kind(config).cluster()
+
+
+def _kind(config: Config) -> Kind:
+    from ddptui.run import backends
+
+    return backends.kind_of(config)
 
 
 __all__ = ["BUSY", "Attachment", "ControlError", "RunControl", "Say"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from ddptui.check import check_cluster
+from ddptui.check.run import check_cluster
 from ddptui.config import load_config
 from ddptui.demo.cluster import DemoCluster, demo_cluster
 from ddptui.health import Severity

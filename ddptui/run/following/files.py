@@ -42,15 +42,20 @@ from ddptui.remote.stream import LineStream, LineTooLong
 from ddptui.remote.target import Keepalive
 from ddptui.remote.transport import HostUnreachable, RemoteError, Transport
 from ddptui.run.following.sample import sample_of
-from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent, Update
+from ddptui.run.following.updates import (
+    SILENCE_S,
+    FileLine,
+    Heartbeat,
+    HostBack,
+    HostSilent,
+    Update,
+)
 from ddptui.run.record import NodeRecord, RunRecord
 from ddptui.untrusted import count, finite, whole
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 """The agent cuts lines at 16 KiB; JSON escaping can at most sextuple that."""
 MAX_TEXT_CHARS = 16384
-SILENCE_S = 12.0
-"""No heartbeat for this long (the agent sends one every 2 s): the host is not answering."""
 FOLLOWING_KEEPALIVE = Keepalive(interval_s=5.0, count_max=2)
 """A cut link shows as silence within :data:`SILENCE_S`."""
 RETRY_S = 2.0

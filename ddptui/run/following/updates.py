@@ -35,6 +35,10 @@ class Heartbeat:
     """Lines written before it were still unsent (the agent reads each file a piece a poll)."""
 
 
+SILENCE_S = 12.0
+"""No heartbeat for this long (the agent sends one every 2 s): the host is not answering."""
+
+
 @dataclass(frozen=True)
 class HostSilent:
     """The host has not answered for ``seconds`` (link cut, host down, sshd gone)."""

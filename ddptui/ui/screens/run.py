@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
 from ddptui.present.status import incident_line, progress_line, state_line
-from ddptui.run.control import Attachment, ControlError, RunControl, StackDump
+from ddptui.run.control import Attachment, ControlError, RunControl
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Judgement
 from ddptui.run.protocol import Said as Told
@@ -38,6 +38,9 @@ from ddptui.ui.widgets.loss_chart import LossChart
 from ddptui.ui.widgets.rank_table import RankTable
 from ddptui.ui.widgets.stacks_pane import StacksPane
 from ddptui.untrusted import plain
+
+if TYPE_CHECKING:
+    from ddptui.run.control import StackDump
 
 CHART_EVERY_S = 0.5
 TABLE_EVERY_S = 0.5

@@ -3,13 +3,17 @@ rank's every thread once it is chosen in the rank table."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ddptui.present.stacks import dump_lines
-from ddptui.run.control import StackDump
+
+if TYPE_CHECKING:
+    from ddptui.run.control import StackDump
 
 
 class StacksPane(VerticalScroll):

@@ -19,8 +19,8 @@ from ddptui.layout import HostFiles
 from ddptui.remote.stream import LineStream
 from ddptui.run.backends import kind_of
 from ddptui.run.following import files as follow
-from ddptui.run.following.files import MAX_DOCUMENT_BYTES, SILENCE_S, HostFollower
-from ddptui.run.following.updates import HostSilent, Update
+from ddptui.run.following.files import MAX_DOCUMENT_BYTES, HostFollower
+from ddptui.run.following.updates import SILENCE_S, HostSilent, Update
 from ddptui.run.record import NodeRecord, RunRecord
 from tests.remote.hosts import local_host
 from tests.testbed import LocalSshServer

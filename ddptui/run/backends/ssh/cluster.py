@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ddptui.check import CheckReport, check_cluster
+from ddptui.check import CheckReport
 from ddptui.check.reuse import CheckCache, RecentCheck
-from ddptui.check.run import Progress
+from ddptui.check.run import Progress, check_cluster
 from ddptui.health import ClusterCheck
 from ddptui.health.bandwidth import BandwidthReport
 from ddptui.plan.launch import LaunchPlan, PlanError, plan_launch
