@@ -205,9 +205,9 @@ class RunControl:
     def catalogue(self) -> Catalogue:
         """Every run, with how those whose end no supervisor saw really ended, where their
         backend can tell (:func:`ddptui.run.backends.settle`: Slurm's accounting)."""
-        catalogue = self._store.catalogue()
         from ddptui.run import backends
 
+        catalogue = self._store.catalogue()
         if backends.settle(self._store, catalogue.records, self.supervised):
             catalogue = self._store.catalogue()
         return catalogue
