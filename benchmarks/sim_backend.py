@@ -7,7 +7,8 @@ from their first follower on). Each node is followed, and its stacks dumped, eit
 - over SSH (:class:`SimBackend`): as :class:`~ddptui.run.backends.ssh.backend.SshBackend` does,
   through the hosts file's kind's transport, :class:`~ddptui.remote.connection.RemoteCluster`:
   each node's :class:`~ddptui.run.following.files.HostFollower` on an SSH connection of its own
-  running the node agent's ``follow``, and ``dump`` asked on the backend's connections;
+  running the node agent's ``follow``, and ``dump`` asked on those connections, as the
+  supervisor asks it;
 - over a Unix socket (:class:`SocketBackend`): each node's follower is still ddptui's own
   :class:`~ddptui.run.following.files.HostFollower` — its inbox, its parsing of the agent's
   documents, its offsets, its silence — but it reads the socket instead of an SSH channel: no
@@ -44,8 +45,6 @@ from ddptui.remote.status import Reach, Reachability
 from ddptui.remote.stream import LineStream
 from ddptui.remote.transport import Command, RemoteError, Transport
 from ddptui.run.backends import Follower, Owner, RunBackend, StartFailed, kind_of
-from ddptui.run.evidence import dump
-from ddptui.run.evidence.dump import StackDump
 from ddptui.run.following.files import MAX_DOCUMENT_BYTES, HostFollower
 from ddptui.run.record import Attempt, NodeRecord, RunRecord, RunState
 from ddptui.run.stopper import StopReport
@@ -158,17 +157,15 @@ class SimBackend(RunBackend):
 class SocketBackend(SimBackend):
     """Follows and dumps the simulated hosts through their Unix socket: no SSH is opened."""
 
-    async def connect(self) -> None:
-        return None
-
-    async def disconnect(self) -> None:
-        return None
+    def __init__(self, config: Config, owner: Owner) -> None:
+        RunBackend.__init__(self, config, owner, _socket_transport)
 
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         return SimFollower.of_node(self.config, self.owner.record, node, offsets=offsets)
 
-    async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:
-        return await dump.take(self.config, self.owner.record, SimTransport(), skip)
+
+async def _socket_transport(hosts: Sequence[HostConfig], job_id: str | None) -> Transport:
+    return SimTransport()
 
 
 def main(root: str, run_id: str, socket: str | None = None) -> None:

@@ -136,3 +136,42 @@ class Transport(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Let go of everything this transport holds."""
+
+
+class PerHost(Transport):
+    """Each host of ``own`` through its own transport (a follower's open connection, say),
+    every other through ``rest``. It closes none of them: each is its holder's to close."""
+
+    def __init__(self, own: Mapping[str, Transport], rest: Transport) -> None:
+        self._own = own
+        self._rest = rest
+
+    def _of(self, host: HostConfig) -> Transport:
+        return self._own.get(host.name, self._rest)
+
+    def python(self, host: HostConfig, *args: str) -> list[str]:
+        return self._of(host).python(host, *args)
+
+    async def connect(self, host: HostConfig) -> Reachability:
+        return await self._of(host).connect(host)
+
+    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
+        return await self._of(host)._execute(host, command)
+
+    async def open_stream(
+        self, host: HostConfig, argv: Sequence[str], *, input: str, max_line: int
+    ) -> LineStream:
+        return await self._of(host).open_stream(host, argv, input=input, max_line=max_line)
+
+    async def open_session(
+        self, host: HostConfig, argv: Sequence[str], *, input: bytes, max_line: int
+    ) -> RemoteStream:
+        return await self._of(host).open_session(host, argv, input=input, max_line=max_line)
+
+    async def read_file(
+        self, host: HostConfig, path: str, *, max_bytes: int, timeout: float
+    ) -> bytes:
+        return await self._of(host).read_file(host, path, max_bytes=max_bytes, timeout=timeout)
+
+    async def close(self) -> None:
+        return None

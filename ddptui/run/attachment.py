@@ -24,6 +24,9 @@ REATTACH_WAIT_S = 3.0
 """After losing its supervisor, how long a viewer waits for another command to start one
 before it starts one itself."""
 READ_BYTES = 256 * 1024
+DUMP_ANSWER_S = 300.0
+"""How long a dump may take the supervisor: each host's stacks within 30 s, at once, then its
+ranks' flight recorders, one after another."""
 
 
 class Attachment:
@@ -171,6 +174,20 @@ class Attachment:
         finally:
             self._replies.pop(request, None)
         raise ControlError(f"run {self.record.id}: its supervisor went away before answering")
+
+    async def kept_dump(self) -> str | None:
+        """Ask the supervisor for every rank's stacks: the name of the folder under the run's
+        ``dumps/`` it kept them in; None from a supervisor that takes none (one started by an
+        older ddptui, which would never answer)."""
+        if self.hello is None or "dump" not in self.hello.ops:
+            return None
+        reply = await self.request("dump", timeout=DUMP_ANSWER_S)
+        if not reply.ok:
+            raise ControlError(f"run {self.record.id}: {plain(reply.message, one_line=True)}")
+        kept = reply.data.get("kept")
+        if not isinstance(kept, str) or kept in ("", ".", "..") or "/" in kept:
+            raise ControlError(f"run {self.record.id}: its supervisor named no dump it kept")
+        return kept
 
     async def _send(
         self,

@@ -299,13 +299,22 @@ class RunControl:
 
     async def dump(self, run_id: str | None) -> StackDump:
         """Every rank's Python stacks, from every host at once, and the ranks' flight-recorder
-        dumps, saved in the run's store (of a finished run, the flight recorders alone)."""
+        dumps (of a finished run, the flight recorders alone), saved in the run's store: taken
+        by the run's supervisor while it has one, through the connections it follows the
+        hosts on, else from the hosts directly."""
         from ddptui.run.evidence import dump as stack_dump
 
         record, config = self.open(run_id)
+        dumps = self._store.files(record.id).dumps
+        if self.supervisors.supervised(record.id):
+            asking = Attachment(self.supervisors, record, position=None, say=quiet)
+            async with await asking.open() as live:
+                kept = await live.kept_dump()
+            if kept is not None:
+                return stack_dump.load(dumps / kept)
         async with _kind(config).reaching(record) as remote:
             taken = await stack_dump.take(config, record, remote)
-        return stack_dump.save(taken, self._store.files(record.id).dumps)
+        return stack_dump.save(taken, dumps)
 
     async def view(self, run_id: str | None, *, say: Say = quiet) -> RunView:
         """The run as it stands: from its supervisor while it lives (started if it has none),
@@ -475,10 +484,6 @@ class RunControl:
         """End ``run_id``'s supervisor now (SIGTERM) rather than after its idle time, and wait
         for it to go: for a run that ended, when what served its hosts goes too (a demo)."""
         await self.supervisors.release(run_id)
-
-    def _spawn(self, run_id: str, *args: str) -> None:
-        """Start ``run_id``'s supervisor, detached in a session of its own."""
-        self.supervisors.spawn(run_id, *args)
 
 
 def _cluster(config: Config) -> Cluster:

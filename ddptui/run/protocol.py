@@ -38,9 +38,10 @@ BUSY = 75
 starter attaches to the one that holds the run."""
 
 _DECODER = json.JSONDecoder()
-OPS = ("stop", "kill", "resume", "snapshot")
+OPS = ("stop", "kill", "resume", "snapshot", "dump")
 """What a viewer may ask: stop (checkpoint first), kill, resume (a new attempt), snapshot (the
-run as the supervisor sees it now: the ``status --json`` document)."""
+run as the supervisor sees it now: the ``status --json`` document), dump (every rank's stacks,
+kept in the run's store: ``data["kept"]`` names their folder under ``dumps/``)."""
 MAX_BROUGHT_BACK = 4096
 """Hosts a resume may take back, at most: as many as a record sets aside."""
 
@@ -54,6 +55,9 @@ class Hello:
     journal_end: int
     """The journal's end when the viewer attached: a replay up to here has seen everything."""
     judgement: Judgement
+    ops: tuple[str, ...] = ()
+    """What this supervisor may be asked (:data:`OPS` as its ddptui knew them): one that
+    started before a newer ddptui was installed knows fewer, and never answers the others."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,7 @@ def _document(item: Message | Attach | Request) -> dict[str, Any]:
             "pid": item.pid,
             "journal": [item.journal_start, item.journal_end],
             "judgement": judgement_document(item.judgement),
+            "ops": list(item.ops),
         }
     if isinstance(item, Gap):
         return {"type": "gap", "from": item.lost_from, "to": item.lost_to}
@@ -334,7 +339,7 @@ def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
     if kind == "back":
         return HostBack(_text(doc["h"]))
     if kind == "hello":
-        start, end = doc["journal"]
+        (start, end), ops = doc["journal"], doc.get("ops", [])
         return Hello(
             _text(doc["run"]),
             _int(doc["pid"]),
@@ -342,6 +347,7 @@ def _decode(doc: dict[str, Any]) -> Message | Attach | Request | None:
             _int(start),
             _int(end),
             judgement_of(doc["judgement"]),
+            tuple(_text(op) for op in ops if op in OPS) if isinstance(ops, list) else (),
         )
     if kind == "gap":
         return Gap(_int(doc["from"]), _int(doc["to"]))

@@ -1,5 +1,6 @@
 """What every transport shares: :meth:`Transport.run`'s arguments reach the transport as one
-:class:`Command`, and a file is read whole through the node's own ``base64``."""
+:class:`Command`, and a file is read whole through the node's own ``base64``; and
+:class:`PerHost`, which reaches each host through the transport it is given for it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from ddptui.config.model import HostConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
-from ddptui.remote.transport import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, Command
+from ddptui.remote.transport import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, Command, PerHost
 from tests.remote.doubles import CommandsOnly
 
 NODE = HostConfig("node1", "10.0.0.1")
@@ -61,3 +62,37 @@ def test_a_file_larger_than_asked_is_refused() -> None:
     transport = Recording(CommandResult(0, base64.b64encode(b"x" * 101).decode(), ""))
     with pytest.raises(UnreadableFile, match="larger than ddptui reads"):
         asyncio.run(transport.read_file(NODE, "/w/flight_0", max_bytes=100, timeout=9))
+
+
+class Closing(Recording):
+    """Runs its node's Python elsewhere (as ``srun`` does), and says when it is closed."""
+
+    closed = False
+
+    def python(self, host: HostConfig, *args: str) -> list[str]:
+        return ["elsewhere", host.name, *args]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_per_host_sends_each_host_through_its_own_transport_and_the_rest_through_one() -> None:
+    followed = Closing(CommandResult(0, base64.b64encode(b"followed").decode(), ""))
+    rest = Recording(CommandResult(0, base64.b64encode(b"rest").decode(), ""))
+    other = HostConfig("node2", "10.0.0.2")
+    both = PerHost({NODE.name: followed}, rest)
+
+    async def use() -> tuple[bytes, bytes]:
+        await both.run(NODE, ["status"], timeout=5)
+        await both.run(other, ["status"], timeout=6)
+        read = await both.read_file(NODE, "/w/a", max_bytes=100, timeout=9)
+        await both.close()
+        return read, await both.read_file(other, "/w/b", max_bytes=100, timeout=9)
+
+    assert asyncio.run(use()) == (b"followed", b"rest")
+    assert [c.argv for c in followed.commands] == [("status",), ("base64", "/w/a")]
+    assert [c.argv for c in rest.commands] == [("status",), ("base64", "/w/b")]
+    assert both.python(NODE, "-", "dump") == ["elsewhere", "node1", "-", "dump"]
+    assert both.python(other, "-", "dump")[-2:] == ["-", "dump"]
+    # Each transport is its holder's to close: a follower's goes on following.
+    assert not followed.closed

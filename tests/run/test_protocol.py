@@ -43,6 +43,7 @@ JUDGEMENT = Judgement(RunState.HUNG, 2, "no step for 31 s", {"gpu-c": "no answer
     "item",
     [
         Hello("20261201-120000-abcd", 4242, 1, 0, 1234, JUDGEMENT),
+        Hello("20261201-120000-abcd", 4242, 1, 0, 1234, JUDGEMENT, ("stop", "dump")),
         Gap(0, 4096),
         Judged(JUDGEMENT),
         Judged(Judgement(RunState.RUNNING, 1, "every node started")),
@@ -79,6 +80,17 @@ def test_every_message_round_trips(item: object) -> None:
     raw = message(item)  # type: ignore[arg-type]
     assert raw.endswith(b"\n") and raw.count(b"\n") == 1
     assert decode(raw) == item
+
+
+def test_a_supervisor_that_names_no_ops_is_asked_none_of_the_new_ones() -> None:
+    # What a supervisor started by an older ddptui says: it would not answer a dump.
+    older = json.loads(message(Hello("r", 1, 1, 0, 0, JUDGEMENT)))
+    del older["ops"]
+    hello = decode(json.dumps(older).encode() + b"\n")
+    assert isinstance(hello, Hello) and hello.ops == ()
+    older["ops"] = ["stop", "dump", "format-disk", 7]
+    hello = decode(json.dumps(older).encode() + b"\n")
+    assert isinstance(hello, Hello) and hello.ops == ("stop", "dump")
 
 
 @given(

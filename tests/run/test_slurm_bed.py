@@ -25,6 +25,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+from ddptui.run.evidence import dump as stack_dump
 from ddptui.run.record import RunRecord, RunState
 from tests.run.bed import PACED, Cli, held_until_asked_to_stop, processes_marked
 from tests.testbed import sshd
@@ -257,9 +258,11 @@ def test_a_node_whose_slurmd_dies_fails_the_run_naming_it_and_the_check_names_it
     dumped = cli.run("dump", run_id)
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
     saved = Path(dumped.stdout.splitlines()[-1].rpartition(": ")[2])
-    names = [f"node{rank // PROCS}-rank{rank}.txt" for rank in range(NODES * PROCS)]
+    names = [f"node{node}.txt" for node in range(NODES)] + [stack_dump.STACKS_INDEX]
     assert sorted(path.name for path in saved.iterdir()) == names, dumped.stdout
-    assert "most recent call first" in (saved / "node1-rank2.txt").read_text()
+    kept = {stack.rank: stack.text for stack in stack_dump.load(saved).stacks}
+    assert sorted(kept) == list(range(NODES * PROCS))
+    assert "most recent call first" in kept[2]
     slurm_bed.kill_node(slurm_bed.bed.host("node1"))
     killed = time.monotonic()
     # Slurm notices the silent node (SlurmdTimeout, 10 s here) and ends the job on the others;

@@ -43,7 +43,7 @@ def test_the_supervisor_starts_from_ddptui_s_own_files(hostile_cwd: Path, tmp_pa
     store = RunStore(tmp_path / "state dir" / "runs")
     (store.root / "20990101-000000-none").mkdir(parents=True)
     control = RunControl(store)
-    control._spawn("20990101-000000-none")
+    control.supervisors.spawn("20990101-000000-none")
     # The real supervisor finds no run and ends: whatever it imported, it has imported.
     _wait_for_the_end(control, store, "20990101-000000-none")
     assert not hostile_cwd.exists(), hostile_cwd.read_text()

@@ -27,6 +27,7 @@ else:
 from ddptui.layout import RunFiles
 from ddptui.run import protocol
 from ddptui.run.control import RunControl
+from ddptui.run.evidence import dump as stack_dump
 from ddptui.run.following.state import clock_time
 from ddptui.run.following.updates import FileLine
 from ddptui.run.store import RunStore
@@ -390,9 +391,10 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
     assert sorted(rank for group in stacks["groups"] for rank in group["ranks"]) == [0, 2]
     saved = Path(stacks["saved_in"])
     assert sorted(path.name for path in saved.iterdir()) == [
-        "node0-rank0.txt",
-        "node1-rank1.txt",
-        "node2-rank2.txt",
+        "node0.txt",
+        "node1.txt",
+        "node2.txt",
+        stack_dump.STACKS_INDEX,
     ]
     assert f"every rank's stacks at the hang: {saved}" in record["attempts"][0]["detail"]
     wait_until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)

@@ -14,12 +14,13 @@ and reaches the run's nodes the way its kind of cluster gives it (:class:`OpenTr
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ddptui.config import Config
-from ddptui.remote.transport import Transport
+from ddptui.remote.transport import PerHost, Transport
 from ddptui.run.evidence import dump
 from ddptui.run.evidence.dump import StackDump
 from ddptui.run.following.files import HostFollower, OpenTransport
@@ -77,6 +78,12 @@ class Follower(Protocol):
     def batches(self) -> AsyncIterator[list[Update]]: ...
 
     async def close(self) -> None: ...
+
+    def reached(self) -> tuple[str, Transport] | None:
+        """Its host's name and what the host is followed through, while the channel is open
+        and the host heard (else None): another command to the host then costs a channel on
+        a live connection, not a connection."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -227,10 +234,28 @@ class RunBackend(abc.ABC):
             thin=True,
         )
 
-    async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:
+    async def take_stacks(
+        self,
+        skip: Collection[str] = (),
+        followed: Mapping[str, Transport] | None = None,
+        *,
+        own_connections: bool = False,
+    ) -> StackDump:
         """Every rank's stacks and flight recorders, read and bounded; the hosts in ``skip``
-        (silent) not asked."""
-        return await dump.take(self.config, self.owner.record, self.remote, skip)
+        (silent) not asked. A host of ``followed`` (host → what its follower reaches it
+        through) is asked there: no connection to make, which at hundreds of hosts is most of a
+        dump's time. The others through the job's connections, or with ``own_connections`` (a
+        dump asked for outside the jobs, which a job's end would cut short by closing the
+        job's) through connections opened for this dump and closed after it."""
+        record, followed = self.owner.record, followed or {}
+        async with contextlib.AsyncExitStack() as held:
+            rest = self._remote
+            if own_connections or rest is None:
+                hosts = [self.config.host(n.host) for n in record.nodes if n.host not in followed]
+                rest = await self.open_transport(hosts, record.job_id)
+                held.push_async_callback(rest.close)
+            remote = PerHost(followed, rest) if followed else rest
+            return await dump.take(self.config, record, remote, skip)
 
     @staticmethod
     def settle(

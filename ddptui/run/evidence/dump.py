@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import posixpath
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -19,11 +20,12 @@ from typing import Any
 
 from ddptui.atomic import make_dirs, write_new
 from ddptui.config.model import Config
+from ddptui.errors import DdptuiError
 from ddptui.remote.transport import Transport
 from ddptui.run.agent import client as nodes
 from ddptui.run.agent.call import NodeError, described
 from ddptui.run.evidence.flight import FlightDumpError, FlightFinding, RankTrace, analyse, read_dump
-from ddptui.run.evidence.stacks import RankStack, StackGroup, group
+from ddptui.run.evidence.stacks import RankStack, StackGroup, group, parse_stacks
 from ddptui.run.record import NodeRecord, RunRecord
 
 HOST_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -31,11 +33,20 @@ HOST_FLIGHT_BYTES = 64 * 1024 * 1024
 with their stacks are about 24 MiB."""
 FLIGHT_BYTES = 512 * 1024 * 1024
 """From all hosts together, per dump."""
+_RANK_FIELDS = ("host", "node_rank", "rank", "pid", "via", "error", "note")
+STACKS_INDEX = "stacks.json"
+"""What ddptui read of a dump it kept: each rank's host, pid and how its stack came (or why
+none), where its text lies in its node's file, the hosts that gave no answer, what the flight
+recorders say."""
 FLIGHT_READING = "flight-recorder.json"
 """What ddptui read of the dumps, saved beside them: the collectives, as plain JSON."""
 HOST_BYTES_SUFFIX = ".from-host"
 """The name's end of a dump saved as its host sent it: not torch's ``flight_<rank>``, so
 torch's analyser (which unpickles, then evaluates fields) is not pointed at it by habit."""
+
+
+class DumpUnreadable(DdptuiError):
+    """A kept dump that is not as :func:`save` left it."""
 
 
 @dataclass(frozen=True)
@@ -219,8 +230,11 @@ def _listed(ranks: list[int]) -> str:
 
 
 def save(dump: StackDump, directory: Path) -> StackDump:
-    """Each rank's text as its host sent it, under ``directory``/<time>/; each flight recorder
-    as its host sent it (``rank<R>.from-host``, never to be unpickled) and as ddptui read it
+    """The dump under ``directory``/<time>/: each node's ranks' texts as its host sent them,
+    one file a node (``node<N>.txt``, each rank under a heading: a file a rank would cost
+    seconds at thousands of ranks on a slow home directory), what ddptui read of them
+    (:data:`STACKS_INDEX`, for :func:`load`); each flight recorder as its host sent it
+    (``rank<R>.from-host``, never to be unpickled) and as ddptui read it
     (:data:`FLIGHT_READING`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(dump.taken_at))
     target = directory / stamp
@@ -229,9 +243,33 @@ def save(dump: StackDump, directory: Path) -> StackDump:
         suffix += 1
         target = directory / f"{stamp}-{suffix}"
     make_dirs(target, exist_ok=False)
+    ranks: list[dict[str, Any]] = []
+    by_node: dict[int, list[RankStack]] = {}
     for stack in dump.stacks:
-        name = f"node{stack.node_rank}-rank{stack.rank}.txt"
-        write_new(target / name, stack.text or f"(no stack: {stack.error})\n")
+        by_node.setdefault(stack.node_rank, []).append(stack)
+    for node_rank, stacks in sorted(by_node.items()):
+        name = f"node{node_rank}.txt"
+        content = bytearray()
+        for stack in stacks:
+            content += _heading(stack).encode()
+            text = stack.text.encode("utf-8", errors="replace")
+            where = {"file": name, "at": len(content), "size": len(text)}
+            ranks.append({**{key: getattr(stack, key) for key in _RANK_FIELDS}, **where})
+            content += text if not text or text.endswith(b"\n") else text + b"\n"
+        write_new(target / name, bytes(content))
+    index = {
+        "run": dump.run_id,
+        "taken_at": dump.taken_at,
+        "ranks": ranks,
+        "unanswered": list(dump.unanswered),
+        "attempts": list(dump.attempts),
+        "flight": [
+            {"group": finding.group, "text": finding.text, "odd_ranks": list(finding.odd_ranks)}
+            for finding in dump.flight
+        ],
+        "flight_errors": list(dump.flight_errors),
+    }
+    write_new(target / STACKS_INDEX, json.dumps(index, separators=(",", ":")))
     for rank, data in dump.flight_dumps.items():
         write_new(target / f"flight-rank{rank}{HOST_BYTES_SUFFIX}", data)
     if dump.flight_traces:
@@ -253,3 +291,56 @@ def save(dump: StackDump, directory: Path) -> StackDump:
         ]
         write_new(target / FLIGHT_READING, json.dumps(reading, indent=1) + "\n")
     return replace(dump, saved_in=target)
+
+
+def _heading(stack: RankStack) -> str:
+    how = f"via {stack.via}" if stack.text else f"no stack: {stack.error}"
+    return f"=== rank {stack.rank} (pid {stack.pid}) {how} ===\n"
+
+
+def load(directory: Path) -> StackDump:
+    """The dump :func:`save` kept in ``directory``, as it shows (each rank's threads read again
+    from its text); the flight recorders' own bytes stay in their files. Raises
+    :class:`DumpUnreadable`."""
+    try:
+        index = json.loads((directory / STACKS_INDEX).read_bytes())
+        files: dict[str, bytes] = {}
+        stacks = []
+        for rank in index["ranks"]:
+            name = str(rank["file"])
+            if name not in files:
+                # Only a node's file of this dump: the index is ddptui's own, the folder too.
+                if not (name.startswith("node") and name == posixpath.basename(name)):
+                    raise ValueError(f"a rank's text is said to be in {name!r}")
+                files[name] = (directory / name).read_bytes()
+            at, size = int(rank["at"]), int(rank["size"])
+            text = files[name][at : at + size].decode("utf-8", errors="replace")
+            host, node_rank, number, pid, via, error, note = (rank[key] for key in _RANK_FIELDS)
+            stacks.append(
+                RankStack(
+                    str(host),
+                    int(node_rank),
+                    int(number),
+                    int(pid),
+                    str(via),
+                    parse_stacks(text),
+                    str(error),
+                    str(note),
+                    text,
+                )
+            )
+        return StackDump(
+            str(index["run"]),
+            float(index["taken_at"]),
+            tuple(stacks),
+            tuple(str(why) for why in index["unanswered"]),
+            tuple(int(number) for number in index["attempts"]),
+            directory,
+            tuple(
+                FlightFinding(str(f["group"]), str(f["text"]), tuple(map(int, f["odd_ranks"])))
+                for f in index["flight"]
+            ),
+            flight_errors=tuple(str(error) for error in index["flight_errors"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise DumpUnreadable(f"the stacks kept in {directory} cannot be read: {error}") from None

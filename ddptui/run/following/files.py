@@ -272,6 +272,13 @@ class HostFollower:
             reader.cancel()
             await asyncio.wait({reader}, timeout=READER_STOP_S)
 
+    def reached(self) -> tuple[str, Transport] | None:
+        """The host's name and the transport it is followed through, while the channel is
+        open and the host heard (a dump asks it there: no connection to make)."""
+        if self._remote is None or self._stream is None or self._silent:
+            return None
+        return self.host.name, self._remote
+
     async def close(self) -> None:
         """Stop following: :meth:`updates` ends and the channel is closed."""
         self._closed = True

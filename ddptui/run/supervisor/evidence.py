@@ -4,19 +4,22 @@ hang."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 
 from ddptui.atomic import make_dirs, write_atomic
 from ddptui.layout import RunFiles
+from ddptui.remote.transport import Transport
 from ddptui.run import protocol
 from ddptui.run.backends import RunBackend
 from ddptui.run.evidence import dump as stack_dump
 from ddptui.run.following.state import Hang, Judgement
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.stopper import StopReport
+from ddptui.run.supervisor.viewers import Audience, Viewer
 
 log = logging.getLogger("ddptui.supervisor")
 
@@ -60,14 +63,17 @@ def hung_words(hang: Hang, summary: str, stacks: str) -> str:
 
 
 async def keep_flight_recorders(
-    backend: RunBackend, files: RunFiles, silent: Collection[str]
+    backend: RunBackend,
+    files: RunFiles,
+    silent: Collection[str],
+    followed: Mapping[str, Transport],
 ) -> str | None:
     """After a failure, the ranks' flight-recorder dumps (written by NCCL's watchdog on a
     timeout, or by the trainer on a failed collective) to the head, read, but for the
     ``silent`` hosts': what to add to the attempt's detail, or None. Evidence lost is said;
     it never keeps the run from being concluded."""
     try:
-        taken = await backend.take_stacks(skip=silent)
+        taken = await backend.take_stacks(silent, followed)
         saved = stack_dump.save(taken, files.dumps) if taken.flight_dumps else None
     except Exception as error:
         log.exception("the flight recorders could not be kept")
@@ -80,10 +86,16 @@ async def keep_flight_recorders(
     return kept
 
 
-async def keep_hang(backend: RunBackend, files: RunFiles, judgement: Judgement, now: float) -> str:
+async def keep_hang(
+    backend: RunBackend,
+    files: RunFiles,
+    judgement: Judgement,
+    now: float,
+    followed: Mapping[str, Transport],
+) -> str:
     """What a hang looks like, kept before anything can end it: the judgement and every rank's
     stacks, as ``evidence/hang-<time>.json``; what to add to the attempt's detail."""
-    saved = stack_dump.save(await backend.take_stacks(), files.dumps)
+    saved = stack_dump.save(await backend.take_stacks((), followed), files.dumps)
     make_dirs(files.evidence)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     evidence = {**protocol.judgement_document(judgement), "stacks": saved.document()}
@@ -91,3 +103,46 @@ async def keep_hang(backend: RunBackend, files: RunFiles, judgement: Judgement, 
     write_atomic(path, json.dumps(evidence, indent=2))
     log.warning("hung: every rank's stacks kept in %s", saved.saved_in)
     return f"every rank's stacks at the hang: {saved.saved_in}"
+
+
+class AskedDumps:
+    """Every rank's stacks as a viewer asks (``ddptui dump``, the console's ``d``), taken
+    beside the jobs (a dump is most wanted while a start or a stop hangs) through the
+    followers' open connections, kept in the run's store; the viewer is answered with the
+    folder's name. Those asked while one is taken share it."""
+
+    def __init__(
+        self,
+        backend: RunBackend,
+        files: RunFiles,
+        audience: Audience,
+        followed: Callable[[], Mapping[str, Transport]],
+    ) -> None:
+        self._backend = backend
+        self._files = files
+        self._audience = audience
+        self._followed = followed
+        self._taking: asyncio.Task[str] | None = None
+        self._answering: set[asyncio.Task[None]] = set()
+
+    def ask(self, viewer: Viewer, request: str) -> None:
+        if self._taking is None or self._taking.done():
+            self._taking = asyncio.create_task(self._take())
+        answering = asyncio.create_task(self._answer(self._taking, viewer, request))
+        self._answering.add(answering)
+        answering.add_done_callback(self._answering.discard)
+
+    async def _take(self) -> str:
+        taken = await self._backend.take_stacks((), self._followed(), own_connections=True)
+        saved = stack_dump.save(taken, self._files.dumps)
+        assert saved.saved_in is not None
+        return saved.saved_in.name
+
+    async def _answer(self, taking: asyncio.Task[str], viewer: Viewer, request: str) -> None:
+        try:
+            kept = await asyncio.shield(taking)
+        except Exception as error:  # a bug: the viewer is told, the supervisor goes on
+            log.exception("a dump failed")
+            self._audience.reply(viewer, request, False, f"the dump failed: {error}")
+        else:
+            self._audience.reply(viewer, request, True, "", {"kept": kept})

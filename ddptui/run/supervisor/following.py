@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Collection, Coroutine, Mapping
 
 from ddptui.aio import QueueReader, SizedQueue, wait_for
+from ddptui.remote.transport import Transport
 from ddptui.run import protocol
 from ddptui.run.backends import Follower
 from ddptui.run.following.model import RunModel
@@ -106,6 +107,10 @@ class Following:
     @property
     def active(self) -> bool:
         return bool(self._tasks)
+
+    def reached(self) -> dict[str, Transport]:
+        """Host → what it is followed through, for each host followed and heard now."""
+        return dict(found for follower in self._followers if (found := follower.reached()))
 
     def begin(self, record: RunRecord) -> None:
         """Follow ``record``'s latest attempt on its nodes, each from where the journal left

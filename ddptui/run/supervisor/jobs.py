@@ -113,9 +113,9 @@ def name(job: Job) -> str:
 def asked_job(
     asked: Asked, request: Request, record: RunRecord, pending: Iterable[Job | None]
 ) -> Job | str:
-    """The job a viewer's ``request`` (other than a snapshot) asks for, with ``pending`` jobs
-    under way or queued; or why there is none: a resume asked now would be one too many, or
-    the request is unknown."""
+    """The job a viewer's ``request`` (other than a snapshot or a dump) asks for, with
+    ``pending`` jobs under way or queued; or why there is none: a resume asked now would be one
+    too many, or the request is unknown."""
     match request.op:
         case "resume" if any(isinstance(job, (Launch, Resume)) for job in pending):
             attempt = len(record.attempts) + (0 if record.state is RunState.STARTING else 1)

@@ -112,6 +112,8 @@ class Supervisor(Healing):
             wall=wall,
         )
         self.timing, self.stragglers = LaunchTiming(wall), StragglerNotes()
+        reached = self.following.reached
+        self.dumps = evidence.AskedDumps(self.backend, self.files, self.audience, reached)
         self._stragglers_due = 0.0
         self.jobs: asyncio.Queue[Job] = asyncio.Queue()
         self.queued: list[Job] = []
@@ -204,6 +206,9 @@ class Supervisor(Healing):
         self.jobs.put_nowait(job)
 
     def _asked(self, viewer: Viewer, request: Request) -> None:
+        if request.op == "dump":
+            self.dumps.ask(viewer, request.id)
+            return
         if request.op == "snapshot":
             if self.following.followed is None and self.record.state.final:
                 # Started for an ended run: it knows no more than the run's files on the hosts.
@@ -227,7 +232,7 @@ class Supervisor(Healing):
 
     def _hello(self) -> Hello:
         hello = (self.record.id, os.getpid(), protocol.VERSION)
-        return Hello(*hello, self.journal.start, self.journal.end, self.judgement)
+        return Hello(*hello, self.journal.start, self.journal.end, self.judgement, protocol.OPS)
 
     async def _resume(self) -> None:
         await self._start(Resume())
@@ -351,7 +356,8 @@ class Supervisor(Healing):
             if recovering and found is None and raised is None:
                 found = recovery.blame_unreachable(report.unreachable)
             self.doing("keeping the flight recorders' dumps")
-            kept = await evidence.keep_flight_recorders(self.backend, self.files, unended)
+            reached = self.following.reached()
+            kept = await evidence.keep_flight_recorders(self.backend, self.files, unended, reached)
             if kept is not None:
                 self.note(kept)
         else:
@@ -388,7 +394,7 @@ class Supervisor(Healing):
         if self.record.state is not RunState.HUNG or self.hang is None:
             return
         self.hang_stacks = await evidence.keep_hang(
-            self.backend, self.files, self.judgement, self._wall()
+            self.backend, self.files, self.judgement, self._wall(), self.following.reached()
         )
         self.note(self.hang_stacks)
 

@@ -20,12 +20,13 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+from ddptui.run.evidence import dump as stack_dump
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
 from tests.fixtures.flight.hostile import evaluating_dump
 from tests.run.bed import Cli, host_run_dir, run_pid, run_processes, wait_for_step, write_hosts
-from tests.testbed import TestBed
+from tests.testbed import TestBed, TestHost
 from tests.testbed.faults import install_double
 from tests.ui.pilot import open_from_runs, until
 
@@ -54,6 +55,16 @@ THEIR_SITE = 'import os\nos.environ["THEIR_SITE_RAN"] = "yes"\n'
 QUIET_S = 20
 
 
+def _logins(host: TestHost) -> int:
+    """The SSH logins ``host``'s sshd has let in so far."""
+    return host.sshd_log.read_text().count("Accepted publickey")
+
+
+def _texts(saved: Path) -> dict[int, str]:
+    """Each rank's text in the dump kept in ``saved``, as its host sent it."""
+    return {stack.rank: stack.text for stack in stack_dump.load(saved).stacks}
+
+
 def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
     testbed: TestBed, tmp_path: Path, cli: Cli
 ) -> None:
@@ -76,9 +87,13 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
         assert time.monotonic() < deadline, logs
         time.sleep(1)
 
+    # Asked of the run's supervisor, which asks each host through the connection it follows
+    # the host on: not one login more on any host.
+    logins = [_logins(host) for host in hosts]
     began = time.monotonic()
     dumped = cli.run("dump", run_id)
     took = time.monotonic() - began
+    assert [_logins(host) for host in hosts] == logins
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
     assert took < 30
     lines = dumped.stdout.splitlines()
@@ -89,9 +104,12 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
     assert waiting.startswith("ranks 0–3, 5 on node0, node1, node2: all_reduce ← ")
     saved = Path(lines[-1].rpartition(": ")[2])
     assert sorted(path.name for path in saved.iterdir()) == [
-        f"node{rank // 2}-rank{rank}.txt" for rank in range(6)
+        "node0.txt",
+        "node1.txt",
+        "node2.txt",
+        stack_dump.STACKS_INDEX,
     ]
-    assert "in stuck_in_here" in (saved / "node2-rank4.txt").read_text()
+    assert "in stuck_in_here" in _texts(saved)[4]
     # py-spy where a host has it: node2's ranks through it. node1's refuses to attach (ptrace):
     # its ranks are asked by signal instead, and the dump says why.
     (hosts[2].bin_dir / "py-spy").symlink_to(Path(sys.executable).parent / "py-spy")
@@ -104,9 +122,8 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
     assert "node1: py-spy: Permission Denied: Try running again with elevated permissions" in (
         again.stdout
     )
-    saved = Path(lines[-1].rpartition(": ")[2])
-    assert (saved / "node2-rank4.txt").read_text().startswith("Process ")
-    assert (saved / "node1-rank2.txt").read_text().startswith("Current thread ")
+    texts = _texts(Path(lines[-1].rpartition(": ")[2]))
+    assert texts[4].startswith("Process ") and texts[2].startswith("Current thread ")
     # Dumping took nothing down: every rank still waits where it was.
     assert len(run_processes(hosts, run_id)) >= 12
     # Quiet and idle for the window: hung, with nothing following it.
@@ -179,6 +196,7 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
         "flight-rank0.from-host",
         "flight-rank2.from-host",
         "flight-recorder.json",
+        stack_dump.STACKS_INDEX,
     ]
     read = json.loads((saved / "flight-recorder.json").read_text())
     assert [trace["rank"] for trace in read] == [0, 2]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig, RecoveryConfig
+from ddptui.remote.transport import Transport
 from ddptui.run import protocol
 from ddptui.run.backends import (
     BackendEvent,
@@ -129,12 +130,16 @@ class FakeFollower:
     async def close(self) -> None:
         self.closed.set()
 
+    def reached(self) -> tuple[str, Transport] | None:
+        return None
+
 
 class FakeBackend(RunBackend):
     """Starts, stops and ends attempts on :class:`FakeHost` nodes; what it was asked is kept
     in :attr:`asked`. Set :attr:`refuse` (nothing starts), :attr:`fail_running` (the start
     fails once the nodes are followed, as a failed allocation check) or hold
-    :attr:`stacks_gate` to keep a stack dump from finishing."""
+    :attr:`stacks_gate` to keep a job's stack dump from finishing (:attr:`asked_stacks_gate`:
+    a dump a viewer asked for)."""
 
     ends_set_aside = True
 
@@ -150,6 +155,8 @@ class FakeBackend(RunBackend):
         self.events: asyncio.Queue[BackendEvent] = asyncio.Queue()
         self.stacks_gate = asyncio.Event()
         self.stacks_gate.set()
+        self.asked_stacks_gate = asyncio.Event()
+        self.asked_stacks_gate.set()
         self.scheduler_holds = False
         self.holds_asked = 0
         """How often the supervisor asked whether the run is held: it asks at its idle exit
@@ -223,9 +230,20 @@ class FakeBackend(RunBackend):
     def follower(self, node: NodeRecord, offsets: Mapping[str, int] | None) -> Follower:
         return FakeFollower(self.hosts[node.host])
 
-    async def take_stacks(self, skip: Collection[str] = ()) -> StackDump:
-        self.asked.append(f"stacks skip={sorted(skip)}" if skip else "stacks")
-        await self.stacks_gate.wait()
+    async def take_stacks(
+        self,
+        skip: Collection[str] = (),
+        followed: Mapping[str, Transport] | None = None,
+        *,
+        own_connections: bool = False,
+    ) -> StackDump:
+        if own_connections:
+            # A dump asked for, beside the jobs: the gate holds the jobs' alone.
+            self.asked.append("stacks asked")
+            await self.asked_stacks_gate.wait()
+        else:
+            self.asked.append(f"stacks skip={sorted(skip)}" if skip else "stacks")
+            await self.stacks_gate.wait()
         return StackDump(self.owner.record.id, time.time(), ())
 
     @property
@@ -395,6 +413,16 @@ class Bed:
                     f"moves {self.moves}; asked {self.backend.asked}"
                 )
             await asyncio.sleep(0.01)
+
+    async def hang(self) -> None:
+        """Every rank steps twice, then none for longer than a hang window of 2 s: until the
+        supervisor asks for the hang's stacks."""
+        for step in (1, 2):
+            for host in self.backend.hosts.values():
+                host.step(step)
+        await self.until(lambda: self.supervisor.following.model.attempt_steps == 8)
+        self.clock.jump(3.0)
+        await self.until(lambda: "stacks" in self.backend.asked)
 
     async def until_state(self, state: RunState) -> None:
         await self.until(lambda: self.supervisor.record.state is state)

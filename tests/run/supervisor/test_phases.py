@@ -287,22 +287,13 @@ async def a_stop_checkpoints_first(tmp_path: Path) -> list[tuple[str, str]]:
     return bed.moves
 
 
-async def _hung(bed: Bed, viewer: Viewer) -> None:
-    for step in (1, 2):
-        for host in bed.backend.hosts.values():
-            host.step(step)
-    await bed.until(lambda: bed.supervisor.following.model.attempt_steps == 8)
-    bed.clock.jump(3.0)
-    await bed.until(lambda: "stacks" in bed.backend.asked)
-
-
 @scenario((IDL, STA), (STA, RUN), (RUN, STO), (STO, IDL))
 async def a_hang_is_kept_and_goes_when_the_ranks_step_again(
     tmp_path: Path,
 ) -> list[tuple[str, str]]:
     bed = _bed(tmp_path, hang_timeout_s=2.0)
     viewer = await _launched(bed)
-    await _hung(bed, viewer)
+    await bed.hang()
     await bed.until(lambda: "every rank's stacks at the hang" in bed.record.attempt.detail)
     assert len(list(bed.supervisor.files.evidence.glob("hang-*.json"))) == 1
     for host in bed.backend.hosts.values():
@@ -320,7 +311,7 @@ async def a_hang_is_kept_and_goes_when_the_ranks_step_again(
 async def on_hang_stop_ends_a_hung_run(tmp_path: Path) -> list[tuple[str, str]]:
     bed = _bed(tmp_path, hang_timeout_s=2.0, on_hang="stop")
     viewer = await _launched(bed)
-    await _hung(bed, viewer)
+    await bed.hang()
     ended = await viewer.until(lambda item: isinstance(item, Ended))
     assert isinstance(ended, Ended) and ended.state is RunState.FAILED
     assert ended.detail.startswith("hung at step 2: no step for")
@@ -335,7 +326,7 @@ async def a_stop_asked_before_a_verdict_wins(tmp_path: Path) -> list[tuple[str, 
     bed = _bed(tmp_path, hang_timeout_s=2.0)
     viewer = await _launched(bed)
     bed.backend.stacks_gate.clear()
-    await _hung(bed, viewer)
+    await bed.hang()
     # While the hang's stacks are taken, a stop is asked, then the ranks end.
     stop = viewer.send("stop")
     await viewer.until(lambda item: isinstance(item, Said) and "queued behind" in item.line)
