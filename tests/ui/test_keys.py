@@ -16,6 +16,7 @@ from textual.widgets import DataTable, RichLog, Static
 from ddptui.health.bandwidth import BandwidthReport, read_result
 from ddptui.run.control import RunControl
 from ddptui.run.diagnose import marks_error
+from ddptui.run.evidence.dump import DumpUnreadable
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.updates import FileLine, HostBack, HostSilent
 from ddptui.run.record import RunState
@@ -27,6 +28,7 @@ from ddptui.ui.screens.help import HelpScreen
 from ddptui.ui.screens.run import RunScreen
 from ddptui.ui.widgets.loss_chart import LossChart
 from tests.ui import scenes
+from tests.ui.pilot import until
 
 
 def _run_app(state: RunState = RunState.RUNNING) -> tuple[DdptuiApp, RunScreen]:
@@ -437,3 +439,22 @@ async def _test_b_measures_the_interconnect(monkeypatch: pytest.MonkeyPatch) -> 
         assert "pairs, GB/s (gloo)" in text
         assert "0.008" in text and "0.210" in text
         assert "slow links: gpu-b" in text
+
+
+def test_a_dump_that_cannot_be_read_back_is_said_and_the_screen_goes_on() -> None:
+    asyncio.run(_test_a_dump_that_cannot_be_read_back_is_said_and_the_screen_goes_on())
+
+
+class _Unreadable:
+    async def dump(self, run_id: str) -> object:
+        raise DumpUnreadable("the stacks kept in /s cannot be read: a rank's text is\nnowhere")
+
+
+async def _test_a_dump_that_cannot_be_read_back_is_said_and_the_screen_goes_on() -> None:
+    app, screen = _run_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen.control = _Unreadable()  # type: ignore[assignment]
+        await pilot.press("D")
+        await until(pilot, "the dump's error", lambda: "cannot be read" in screen.note, 10)
+        assert screen.note == "the stacks kept in /s cannot be read: a rank's text is\\nnowhere"
+        assert app.screen is screen and screen.stacks is None

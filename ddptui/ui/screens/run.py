@@ -23,6 +23,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
+from ddptui.errors import DdptuiError
 from ddptui.present.status import incident_line, progress_line, state_line
 from ddptui.run.control import Attachment, ControlError, RunControl
 from ddptui.run.following.model import RunModel
@@ -297,8 +298,9 @@ class RunScreen(Screen[None]):
         self.say(f"asking every rank of run {self.record.id} for its stacks…")
         try:
             self.stacks = await self.control.dump(self.record.id)
-        except ControlError as error:
-            self.say(str(error))
+        except DdptuiError as error:
+            # Its supervisor's refusal, or a kept dump it could not read back.
+            self.say(plain(str(error), one_line=True))
             return
         self.query_one(StacksPane).show(self.stacks)
         self.action_pane("stacks")
