@@ -499,6 +499,8 @@ def test_what_reads_a_run_imports_no_ssh() -> None:
         "ddptui.run.attachment",
         "ddptui.run.journal",
         "ddptui.present.status",
+        "ddptui.run.evidence.kept",
+        "ddptui.present.stacks",
     )
     loaded = _modules_after("\n".join(f"import {module}" for module in pure))
     assert set(pure) <= loaded
@@ -506,9 +508,10 @@ def test_what_reads_a_run_imports_no_ssh() -> None:
 
 
 def test_the_commands_that_ask_a_run_s_supervisor_import_no_ssh() -> None:
-    """``status``, ``logs`` and ``stop`` ask the supervisor over its socket; SSH is imported only
-    where a run has none and its hosts are read directly: a tenth of a second off each."""
-    commands = ("ddptui.commands.status", "ddptui.commands.logs", "ddptui.commands.stop")
+    """``status``, ``logs``, ``stop`` and ``dump`` ask the supervisor over its socket; SSH is
+    imported only where a run has none and its hosts are read directly: a tenth of a second off
+    each."""
+    commands = tuple(f"ddptui.commands.{name}" for name in ("status", "logs", "stop", "dump"))
     loaded = _modules_after("\n".join(f"import {module}" for module in commands))
     assert set(commands) <= loaded
     assert "asyncssh" not in _top_level(loaded)

@@ -28,8 +28,8 @@ from ddptui.health import HostCheck
 from ddptui.health.findings import ProbeFailure
 from ddptui.present.runs import run_document
 from ddptui.remote.status import Reach, Reachability
-from ddptui.run.evidence.dump import StackDump
 from ddptui.run.evidence.flight import analyse, read_dump
+from ddptui.run.evidence.kept import StackDump
 from ddptui.run.evidence.stacks import RankStack, parse_stacks
 from ddptui.run.following.sample import sample_of
 from ddptui.run.following.state import Hang, Judgement, RankAtHang, Straggler

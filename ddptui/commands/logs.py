@@ -29,7 +29,7 @@ BURST_S = 0.1
 FINISHED_READ_S = 600.0
 """How long a finished run's hosts are read at most: a host that keeps sending (a log without
 end) is left then, and said to be. A host that keeps saying it is behind without sending is
-left sooner (:data:`~ddptui.run.control.BEHIND_BEATS`)."""
+left sooner (:data:`~ddptui.run.following.direct.BEHIND_BEATS`)."""
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ddptui.run.evidence.dump import StackDump
+from ddptui.run.evidence.kept import StackDump
 from ddptui.run.evidence.stacks import Frame, RankStack, StackGroup, rank_spans
 
 CHAIN_FRAMES = 4

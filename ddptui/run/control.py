@@ -11,15 +11,11 @@ supervisor (the head rebooted, the supervisor killed) starts one and says so
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddptui.aio import wait_for
 from ddptui.check.reuse import CheckCache
 from ddptui.check.reuse import RecentCheck as RecentCheck
 from ddptui.config import Config, load_config
@@ -32,9 +28,11 @@ from ddptui.plan.run_plan import RunPlan as RunPlan
 from ddptui.run.attachment import Attachment
 from ddptui.run.code.contents import CodeError as CodeError
 from ddptui.run.code.contents import CodeTree, job_code
+from ddptui.run.following.direct import StoppedWaiting as StoppedWaiting
+from ddptui.run.following.direct import read_directly
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.state import Steps
-from ddptui.run.following.updates import SILENCE_S, Heartbeat, Update
+from ddptui.run.following.updates import SILENCE_S, Update
 from ddptui.run.following.updates import FileLine as FileLine
 from ddptui.run.following.updates import HostSilent as HostSilent
 from ddptui.run.protocol import BUSY, Reply
@@ -52,25 +50,9 @@ if TYPE_CHECKING:
     from ddptui.remote.trust import HostKeyScan as HostKeyScan
     from ddptui.run.backends.cluster import Cluster
     from ddptui.run.backends.kind import Kind
-    from ddptui.run.evidence.dump import StackDump as StackDump
+    from ddptui.run.evidence.kept import StackDump as StackDump
 
 READ_BACK_S = 30.0
-BEHIND_BEATS = 15
-"""Heartbeats in a row (30 s) in which a host says it has lines unsent and sends none: it is
-not waited for any longer. The agent sends a megabyte of each file a poll, eight polls a
-heartbeat, so an honest one is that long without a line only inside a line of over 100 MiB."""
-
-
-@dataclass(frozen=True)
-class StoppedWaiting:
-    """:meth:`RunControl.lines` no longer waits for ``host`` to catch up: what was read from it
-    may lack lines."""
-
-    host: str
-    seconds: float
-    """Since the read began."""
-    why: str
-    """What the host had said, in words that follow its name: ``still says it is behind``."""
 
 
 class RunControl:
@@ -302,19 +284,22 @@ class RunControl:
         dumps (of a finished run, the flight recorders alone), saved in the run's store: taken
         by the run's supervisor while it has one, through the connections it follows the
         hosts on, else from the hosts directly."""
-        from ddptui.run.evidence import dump as stack_dump
+        from ddptui.run.evidence.kept import load, save
 
         record, config = self.open(run_id)
         dumps = self._store.files(record.id).dumps
         if self.supervisors.supervised(record.id):
             asking = Attachment(self.supervisors, record, position=None, say=quiet)
             async with await asking.open() as live:
-                kept = await live.kept_dump()
-            if kept is not None:
-                return stack_dump.load(dumps / kept)
+                folder = await live.kept_dump()
+            if folder is not None:
+                return load(dumps / folder)
+        # Imported here alone: taking a dump from the hosts brings SSH, which a kept one lacks.
+        from ddptui.run.evidence.dump import take
+
         async with _kind(config).reaching(record) as remote:
-            taken = await stack_dump.take(config, record, remote)
-        return stack_dump.save(taken, dumps)
+            taken = await take(config, record, remote)
+        return save(taken, dumps)
 
     async def view(self, run_id: str | None, *, say: Say = quiet) -> RunView:
         """The run as it stands: from its supervisor while it lives (started if it has none),
@@ -364,7 +349,7 @@ class RunControl:
         model.conclude(record.state)
         return model
 
-    async def lines(
+    def lines(
         self,
         record: RunRecord,
         config: Config,
@@ -373,90 +358,17 @@ class RunControl:
         heartbeats: int = 2,
         silence_s: float = SILENCE_S,
     ) -> AsyncIterator[Update | StoppedWaiting]:
-        """Every line of the run's files as they stand, read from its hosts directly (no
-        supervisor); it ends once each host has caught up: sent ``heartbeats`` heartbeats, the
-        last with every line written before it sent (the agent reads a file a piece at a time,
-        so a large one takes several), or stopped answering.
-
-        A host is not waited for past ``deadline_s`` from the start, nor once it has said it is
-        behind for :data:`BEHIND_BEATS` heartbeats without a line: a :class:`StoppedWaiting`
-        says so, after the lines read from it until then."""
-        from ddptui.run.following.files import HostFollower
-
-        queue: asyncio.Queue[Update | StoppedWaiting | None] = asyncio.Queue(maxsize=10000)
-        began = time.monotonic()
-        kind = _kind(config)
-        followers = [
-            HostFollower.of_node(
-                config, record, node, silence_s=silence_s, open_transport=kind.transport
-            )
-            for node in record.nodes
-        ]
-        waiting = {
-            follower.host.name: "has not said it has sent every line" for follower in followers
-        }
-
-        async def pump(follower: HostFollower) -> None:
-            host = follower.host.name
-            beats = behind = 0
-            # Closed as it is left, so its channel is ended now, not when the loop ends.
-            updates = follower.updates()
-            try:
-                async for update in updates:
-                    await queue.put(update)
-                    if isinstance(update, FileLine):
-                        behind = 0
-                    elif isinstance(update, Heartbeat):
-                        beats += 1
-                        if not update.behind and beats >= heartbeats:
-                            break
-                        behind = behind + 1 if update.behind else 0
-                        waiting[host] = (
-                            "still says it is behind"
-                            if update.behind
-                            else "has not said it has sent every line"
-                        )
-                        if behind >= BEHIND_BEATS:
-                            why = f"still says it is behind, with no line in {behind} heartbeats"
-                            await queue.put(StoppedWaiting(host, time.monotonic() - began, why))
-                            break
-                    elif isinstance(update, HostSilent):
-                        break
-                del waiting[host]
-            finally:
-                await updates.aclose()
-
-        async def pump_all() -> None:
-            await asyncio.gather(*(pump(follower) for follower in followers))
-            await queue.put(None)
-
-        task = asyncio.create_task(pump_all())
-        try:
-            while (left := began + deadline_s - time.monotonic()) > 0:
-                if not queue.empty():
-                    # A timeout armed for each line cost a sixth of reading a large log.
-                    item = queue.get_nowait()
-                else:
-                    try:
-                        item = await wait_for(queue.get(), left)
-                    except asyncio.TimeoutError:
-                        break
-                if item is None:
-                    return
-                yield item
-            # What was read before the deadline is given still: it is here already.
-            for _ in range(queue.qsize()):
-                item = queue.get_nowait()
-                if item is None:
-                    return
-                yield item
-            for host, why in list(waiting.items()):
-                yield StoppedWaiting(host, deadline_s, why)
-        finally:
-            task.cancel()
-            await asyncio.wait([task], timeout=5.0)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await wait_for(asyncio.gather(*(f.close() for f in followers)), 10.0)
+        """Every line of the run's files as they stand, read from its hosts directly
+        (:func:`~ddptui.run.following.direct.read_directly`, through the run's kind's way to
+        its nodes)."""
+        return read_directly(
+            record,
+            config,
+            _kind(config).transport,
+            deadline_s=deadline_s,
+            heartbeats=heartbeats,
+            silence_s=silence_s,
+        )
 
     # --- supervisors -----------------------------------------------------------------------
 

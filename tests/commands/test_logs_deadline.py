@@ -1,6 +1,6 @@
 """``ddptui logs`` on a finished run ends, and says why, whatever a host's heartbeats say: one
 that keeps saying it has lines unsent (``"behind": true``) is waited for no longer than
-:data:`~ddptui.run.control.BEHIND_BEATS` heartbeats without a line, nor, if it sends lines
+:data:`~ddptui.run.following.direct.BEHIND_BEATS` heartbeats without a line, nor, if it sends lines
 without end, than :data:`~ddptui.commands.logs.FINISHED_READ_S`.
 
 Both hosts are reached over SSH (an in-process server on this machine): gpu-a runs the real node
@@ -21,7 +21,7 @@ from ddptui.cli import main
 from ddptui.commands import logs
 from ddptui.config.model import ClusterConfig, Config, JobConfig
 from ddptui.config.render import config_to_toml
-from ddptui.run.control import BEHIND_BEATS
+from ddptui.run.following.direct import BEHIND_BEATS
 from ddptui.run.record import RunState, StateChange
 from ddptui.run.store import RunStore
 from tests.remote.hosts import local_host

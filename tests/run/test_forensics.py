@@ -2,7 +2,7 @@
 hang): whatever it sends, nothing runs on the head, nothing is written outside the dump's own
 folder, and the other hosts' evidence is kept.
 
-The real :func:`ddptui.run.evidence.dump.take` and :func:`~ddptui.run.evidence.dump.save` run
+The real :func:`ddptui.run.evidence.dump.take` and :func:`~ddptui.run.evidence.kept.save` run
 against :class:`PlayedHosts`, a transport that answers the node agent's ``dump`` and the reads of
 flight-recorder files as each host of the test is told to; honest hosts send the recorded
 dumps of a real gloo job (``tests/fixtures/flight``).
@@ -23,6 +23,7 @@ from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.remote.files import UnreadableFile
 from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.evidence.flight import FlightDumpError, read_dump
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
@@ -133,7 +134,7 @@ def cluster(played: Mapping[str, Played]) -> tuple[Config, RunRecord]:
     return config, record
 
 
-def take(played: Mapping[str, Played]) -> tuple[stack_dump.StackDump, PlayedHosts]:
+def take(played: Mapping[str, Played]) -> tuple[kept_dump.StackDump, PlayedHosts]:
     config, record = cluster(played)
     hosts = PlayedHosts(played)
     return asyncio.run(stack_dump.take(config, record, hosts)), hosts
@@ -159,13 +160,13 @@ def test_a_dump_that_torch_s_analyser_would_evaluate_runs_nothing_and_leaves_no_
     played["node0"] = Played([0], {0: evaluating_dump(marker)})
     taken, _ = take(played)
     dumps = tmp_path / "dumps"
-    saved = stack_dump.save(taken, dumps)
+    saved = kept_dump.save(taken, dumps)
     assert not marker.exists()
     assert saved.saved_in is not None and saved.saved_in.parent == dumps
     assert files_under(tmp_path) == {dumps, saved.saved_in, *saved.saved_in.iterdir()}
     names = sorted(path.name for path in saved.saved_in.iterdir())
     assert not [name for name in names if name.startswith("flight_")], names
-    assert "flight-rank0.from-host" in names and stack_dump.FLIGHT_READING in names
+    assert "flight-rank0.from-host" in names and kept_dump.FLIGHT_READING in names
     # The hostile group config is not read at all: the collectives still name rank 2.
     assert any(finding.odd_ranks == (2,) for finding in taken.flight), taken.flight
 
@@ -175,9 +176,9 @@ def test_honest_dumps_still_name_the_rank_behind_and_are_saved_read(tmp_path: Pa
     (finding,) = taken.flight
     assert finding.odd_ranks == (2,)
     assert "rank 2 never entered #5 (gloo:all_reduce [[1024]]" in finding.text
-    saved = stack_dump.save(taken, tmp_path)
+    saved = kept_dump.save(taken, tmp_path)
     assert saved.saved_in is not None
-    reading = json.loads((saved.saved_in / stack_dump.FLIGHT_READING).read_text())
+    reading = json.loads((saved.saved_in / kept_dump.FLIGHT_READING).read_text())
     assert [trace["rank"] for trace in reading] == [0, 1, 2]
     assert reading[2]["collectives"][-1]["op"] == "gloo:broadcast"
 

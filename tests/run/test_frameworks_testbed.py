@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable
 
-from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
@@ -172,7 +172,7 @@ def test_an_unchanged_framework_script_is_followed_judged_dumped_stopped_and_res
     dumped = cli.run("dump", run_id)
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
     saved = Path(dumped.stdout.splitlines()[-1].rpartition(": ")[2])
-    kept = stack_dump.load(saved).stacks
+    kept = kept_dump.load(saved).stacks
     assert [stack.rank for stack in kept] == list(ranks)
     assert all("File " in stack.text for stack in kept)
 

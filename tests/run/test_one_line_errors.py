@@ -23,6 +23,7 @@ from ddptui.run.agent import client as nodes
 from ddptui.run.agent.call import NodeError, kept_agents
 from ddptui.run.backends import kind_of
 from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.record import RunRecord
 from tests.helpers import Behaviour, HostileSshServer
 from tests.run.agent.test_answers import CONNECT_TIMEOUT_S, RUN_DIR, TORCHRUN, agent_host
@@ -75,7 +76,7 @@ def test_a_host_s_error_cannot_print_a_line_of_another_host_s_in_a_dump(
 ) -> None:
     config, record = two_hosts
 
-    async def take() -> stack_dump.StackDump:
+    async def take() -> kept_dump.StackDump:
         async with kind_of(config).reaching(record) as remote:
             return await stack_dump.take(config, record, remote)
 

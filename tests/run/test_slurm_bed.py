@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.record import RunRecord, RunState
 from tests.run.bed import PACED, Cli, held_until_asked_to_stop, processes_marked
 from tests.testbed import sshd
@@ -258,9 +258,9 @@ def test_a_node_whose_slurmd_dies_fails_the_run_naming_it_and_the_check_names_it
     dumped = cli.run("dump", run_id)
     assert dumped.returncode == 0, dumped.stdout + dumped.stderr
     saved = Path(dumped.stdout.splitlines()[-1].rpartition(": ")[2])
-    names = [f"node{node}.txt" for node in range(NODES)] + [stack_dump.STACKS_INDEX]
+    names = [f"node{node}.txt" for node in range(NODES)] + [kept_dump.STACKS_INDEX]
     assert sorted(path.name for path in saved.iterdir()) == names, dumped.stdout
-    kept = {stack.rank: stack.text for stack in stack_dump.load(saved).stacks}
+    kept = {stack.rank: stack.text for stack in kept_dump.load(saved).stacks}
     assert sorted(kept) == list(range(NODES * PROCS))
     assert "most recent call first" in kept[2]
     slurm_bed.kill_node(slurm_bed.bed.host("node1"))

@@ -27,7 +27,7 @@ else:
 from ddptui.layout import RunFiles
 from ddptui.run import protocol
 from ddptui.run.control import RunControl
-from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.following.state import clock_time
 from ddptui.run.following.updates import FileLine
 from ddptui.run.store import RunStore
@@ -394,7 +394,7 @@ def test_on_hang_stop_ends_a_hung_run_as_failed_and_keeps_the_evidence(
         "node0.txt",
         "node1.txt",
         "node2.txt",
-        stack_dump.STACKS_INDEX,
+        kept_dump.STACKS_INDEX,
     ]
     assert f"every rank's stacks at the hang: {saved}" in record["attempts"][0]["detail"]
     wait_until("nothing left of the run", lambda: not run_processes(hosts, run_id), 30)

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, RichLog, Static
 from ddptui.health.bandwidth import BandwidthReport, read_result
 from ddptui.run.control import RunControl
 from ddptui.run.diagnose import marks_error
-from ddptui.run.evidence.dump import DumpUnreadable
+from ddptui.run.evidence.kept import DumpUnreadable
 from ddptui.run.following.model import RunModel
 from ddptui.run.following.updates import FileLine, HostBack, HostSilent
 from ddptui.run.record import RunState

@@ -22,7 +22,7 @@ from typing import Protocol
 from ddptui.config import Config
 from ddptui.remote.transport import PerHost, Transport
 from ddptui.run.evidence import dump
-from ddptui.run.evidence.dump import StackDump
+from ddptui.run.evidence.kept import StackDump
 from ddptui.run.following.files import HostFollower, OpenTransport
 from ddptui.run.following.state import Verdict
 from ddptui.run.following.updates import Update

@@ -15,7 +15,7 @@ from ddptui.layout import RunFiles
 from ddptui.remote.transport import Transport
 from ddptui.run import protocol
 from ddptui.run.backends import RunBackend
-from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence.kept import save as save_dump
 from ddptui.run.following.state import Hang, Judgement
 from ddptui.run.record import RunRecord, RunState
 from ddptui.run.stopper import StopReport
@@ -74,7 +74,7 @@ async def keep_flight_recorders(
     it never keeps the run from being concluded."""
     try:
         taken = await backend.take_stacks(silent, followed)
-        saved = stack_dump.save(taken, files.dumps) if taken.flight_dumps else None
+        saved = save_dump(taken, files.dumps) if taken.flight_dumps else None
     except Exception as error:
         log.exception("the flight recorders could not be kept")
         return f"the flight recorders could not be kept: {type(error).__name__}"
@@ -95,7 +95,7 @@ async def keep_hang(
 ) -> str:
     """What a hang looks like, kept before anything can end it: the judgement and every rank's
     stacks, as ``evidence/hang-<time>.json``; what to add to the attempt's detail."""
-    saved = stack_dump.save(await backend.take_stacks((), followed), files.dumps)
+    saved = save_dump(await backend.take_stacks((), followed), files.dumps)
     make_dirs(files.evidence)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     evidence = {**protocol.judgement_document(judgement), "stacks": saved.document()}
@@ -134,7 +134,7 @@ class AskedDumps:
 
     async def _take(self) -> str:
         taken = await self._backend.take_stacks((), self._followed(), own_connections=True)
-        saved = stack_dump.save(taken, self._files.dumps)
+        saved = save_dump(taken, self._files.dumps)
         assert saved.saved_in is not None
         return saved.saved_in.name
 

@@ -1,5 +1,5 @@
-"""A dump kept on the head (:func:`ddptui.run.evidence.dump.save`) and read back
-(:func:`~ddptui.run.evidence.dump.load`): one file a node for people, an index for ddptui, and
+"""A dump kept on the head (:func:`ddptui.run.evidence.kept.save`) and read back
+(:func:`~ddptui.run.evidence.kept.load`): one file a node for people, an index for ddptui, and
 what is read back shows as what was taken."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from ddptui.present.stacks import dump_lines
-from ddptui.run.evidence import dump as stack_dump
-from ddptui.run.evidence.dump import DumpUnreadable, StackDump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.evidence.flight import FlightFinding
+from ddptui.run.evidence.kept import DumpUnreadable, StackDump
 from ddptui.run.evidence.stacks import RankStack, parse_stacks
 
 WAITING = 'Thread 10 (idle): "MainThread"\n    all_reduce (c10d.py:2781)\n    step (loop.py:9)\n'
@@ -48,9 +48,9 @@ def _taken() -> StackDump:
 
 def test_a_kept_dump_reads_back_as_it_was_taken_and_shows_the_same(tmp_path: Path) -> None:
     taken = _taken()
-    saved = stack_dump.save(taken, tmp_path)
+    saved = kept_dump.save(taken, tmp_path)
     assert saved.saved_in is not None
-    back = stack_dump.load(saved.saved_in)
+    back = kept_dump.load(saved.saved_in)
     assert back.stacks == taken.stacks
     assert (back.unanswered, back.attempts, back.flight) == (
         taken.unanswered,
@@ -62,12 +62,12 @@ def test_a_kept_dump_reads_back_as_it_was_taken_and_shows_the_same(tmp_path: Pat
 
 
 def test_each_node_s_ranks_are_one_file_for_people(tmp_path: Path) -> None:
-    saved = stack_dump.save(_taken(), tmp_path).saved_in
+    saved = kept_dump.save(_taken(), tmp_path).saved_in
     assert saved is not None
     assert sorted(path.name for path in saved.iterdir()) == [
         "node0.txt",
         "node1.txt",
-        stack_dump.STACKS_INDEX,
+        kept_dump.STACKS_INDEX,
     ]
     node1 = (saved / "node1.txt").read_text()
     assert node1.startswith("=== rank 2 (pid 102) via py-spy ===\n=== rank 0 (pid 1) via")
@@ -77,17 +77,17 @@ def test_each_node_s_ranks_are_one_file_for_people(tmp_path: Path) -> None:
 
 
 def test_a_kept_dump_that_is_not_as_it_was_left_is_said_so(tmp_path: Path) -> None:
-    saved = stack_dump.save(_taken(), tmp_path).saved_in
+    saved = kept_dump.save(_taken(), tmp_path).saved_in
     assert saved is not None
-    index = saved / stack_dump.STACKS_INDEX
+    index = saved / kept_dump.STACKS_INDEX
     document = json.loads(index.read_text())
     document["ranks"][0]["file"] = "../node0.txt"
     index.write_text(json.dumps(document))
     with pytest.raises(DumpUnreadable, match=r"cannot be read: a rank's text is said to be in"):
-        stack_dump.load(saved)
+        kept_dump.load(saved)
     index.write_text("{")
     with pytest.raises(DumpUnreadable, match=f"the stacks kept in {saved} cannot be read"):
-        stack_dump.load(saved)
+        kept_dump.load(saved)
     index.unlink()
     with pytest.raises(DumpUnreadable):
-        stack_dump.load(saved)
+        kept_dump.load(saved)

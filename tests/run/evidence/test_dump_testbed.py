@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
 from ddptui.ui.app import DdptuiApp
@@ -62,7 +62,7 @@ def _logins(host: TestHost) -> int:
 
 def _texts(saved: Path) -> dict[int, str]:
     """Each rank's text in the dump kept in ``saved``, as its host sent it."""
-    return {stack.rank: stack.text for stack in stack_dump.load(saved).stacks}
+    return {stack.rank: stack.text for stack in kept_dump.load(saved).stacks}
 
 
 def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
@@ -107,7 +107,7 @@ def test_dump_names_the_stuck_rank_first_and_groups_the_waiting_ones(
         "node0.txt",
         "node1.txt",
         "node2.txt",
-        stack_dump.STACKS_INDEX,
+        kept_dump.STACKS_INDEX,
     ]
     assert "in stuck_in_here" in _texts(saved)[4]
     # py-spy where a host has it: node2's ranks through it. node1's refuses to attach (ptrace):
@@ -196,7 +196,7 @@ def test_a_failed_run_s_flight_recorders_are_gathered_and_name_the_rank_without_
         "flight-rank0.from-host",
         "flight-rank2.from-host",
         "flight-recorder.json",
-        stack_dump.STACKS_INDEX,
+        kept_dump.STACKS_INDEX,
     ]
     read = json.loads((saved / "flight-recorder.json").read_text())
     assert [trace["rank"] for trace in read] == [0, 2]

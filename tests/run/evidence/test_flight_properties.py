@@ -4,7 +4,7 @@ not, evaluates nothing, and keeps the dump inside its own folder.
 Hypothesis draws dumps of the recorder's shape with hostile values (pickled as torch and
 Python pickle them, or as JSON), cut and spliced recordings of a real gloo job, and plain
 bytes; the real :func:`~ddptui.run.evidence.flight.read_dump`, and the real
-:func:`~ddptui.run.evidence.dump.take` and :func:`~ddptui.run.evidence.dump.save` over a transport
+:func:`~ddptui.run.evidence.dump.take` and :func:`~ddptui.run.evidence.kept.save` over a transport
 whose hosts answer as drawn.
 """
 
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
 from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.evidence.flight import MAX_SEQ, MAX_TEXT, FlightDumpError, RankTrace, read_dump
 from tests.fixtures.flight.hostile import evaluating_dump, recorded
 from tests.run.bed import two_host_record
@@ -172,7 +173,7 @@ def test_a_dump_keeps_to_the_run_s_folder_whatever_the_hosts_answer(
         root = Path(scratch)
         dumps = root / "run" / "dumps"
         taken = asyncio.run(stack_dump.take(CONFIG, RECORD, hosts))
-        saved = stack_dump.save(taken, dumps)
+        saved = kept_dump.save(taken, dumps)
         assert saved.saved_in is not None and saved.saved_in.parent == dumps
         written = {path.relative_to(saved.saved_in) for path in saved.saved_in.rglob("*")}
         assert {path.parent for path in written} <= {Path()}

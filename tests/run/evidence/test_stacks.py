@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ddptui.present.stacks import dump_lines
-from ddptui.run.evidence.dump import StackDump
+from ddptui.run.evidence.kept import StackDump
 from ddptui.run.evidence.stacks import Frame, RankStack, group, parse_stacks, rank_spans
 
 FAULTHANDLER = """\

@@ -28,7 +28,7 @@ from ddptui.run.backends import (
     StartFailed,
     kind_of,
 )
-from ddptui.run.evidence.dump import StackDump
+from ddptui.run.evidence.kept import StackDump
 from ddptui.run.following.state import Verdict
 from ddptui.run.following.updates import FileLine, Heartbeat, HostBack, HostSilent, Update
 from ddptui.run.protocol import Attach, Reply, Request

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ddptui.run.evidence import dump as stack_dump
+from ddptui.run.evidence import kept as kept_dump
 from ddptui.run.protocol import Hello, Reply
 from ddptui.run.record import RunState
 from ddptui.run.store import RunStore
@@ -46,7 +46,7 @@ async def _asked_beside_a_job(tmp_path: Path) -> None:
     kept = {reply.data["kept"] for reply in replies if isinstance(reply, Reply)}
     assert len(kept) == 1 and bed.backend.asked.count("stacks asked") == 1
     assert isinstance(bed.supervisor.current, DumpHang)
-    loaded = stack_dump.load(bed.supervisor.files.dumps / kept.pop())
+    loaded = kept_dump.load(bed.supervisor.files.dumps / kept.pop())
     assert loaded.run_id == record.id and loaded.saved_in is not None
 
     bed.backend.stacks_gate.set()
