@@ -106,7 +106,7 @@ async def keep_hang(
 
 
 class AskedDumps:
-    """Every rank's stacks as a viewer asks (``ddptui dump``, the console's ``d``), taken
+    """Every rank's stacks as a viewer asks (``ddptui dump``, the console's ``D``), taken
     beside the jobs (a dump is most wanted while a start or a stop hangs) through the
     followers' open connections, kept in the run's store; the viewer is answered with the
     folder's name. Those asked while one is taken share it."""
