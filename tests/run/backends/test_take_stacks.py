@@ -13,26 +13,27 @@ from typing import Any
 
 from ddptui.config.model import ClusterConfig, Config, HostConfig, JobConfig
 from ddptui.remote.commands import CommandResult
-from ddptui.remote.transport import Command, Transport
+from ddptui.remote.transport import Transport
 from ddptui.run.backends import RunBackend, StartFailed
 from ddptui.run.record import Attempt, NodeRecord, RunRecord
 from ddptui.run.stopper import StopReport
-from tests.remote.doubles import CommandsOnly
+from tests.run.hostile_answers import AnsweringHost
 
 HOSTS = ("node0", "node1", "node2")
 
 
-class Dumping(CommandsOnly):
+class Dumping(AnsweringHost):
     """Answers the node agent's ``dump`` for any host with its one rank's stack; keeps which
     hosts it was asked, and whether it was closed."""
 
     def __init__(self) -> None:
-        self.asked: list[str] = []
+        super().__init__({})
+        self.hosts: list[str] = []
         self.closed = False
 
-    async def _execute(self, host: HostConfig, command: Command) -> CommandResult:
-        assert "dump" in command.argv, command.argv
-        self.asked.append(host.name)
+    def answer(self, host: HostConfig, command: str) -> CommandResult:
+        assert command == "dump", command
+        self.hosts.append(host.name)
         rank = HOSTS.index(host.name)
         stack = f'Thread 1 (idle): "MainThread"\n    step (loop.py:{rank})\n'
         ranks = [{"rank": rank, "pid": 10 + rank, "via": "py-spy", "text": stack}]
@@ -76,9 +77,9 @@ def test_a_followed_host_is_asked_where_it_is_followed_and_no_connection_is_made
     followed = Dumping()
     taken = asyncio.run(_backend(opened).take_stacks((), {"node1": followed}, own_connections=True))
     assert [stack.rank for stack in taken.stacks] == [0, 1, 2] and not taken.unanswered
-    assert followed.asked == ["node1"] and not followed.closed
+    assert followed.hosts == ["node1"] and not followed.closed
     ((hosts, rest),) = opened
-    assert hosts == ["node0", "node2"] and sorted(rest.asked) == ["node0", "node2"]
+    assert hosts == ["node0", "node2"] and sorted(rest.hosts) == ["node0", "node2"]
     assert rest.closed
 
 
@@ -93,6 +94,6 @@ def test_within_a_job_the_others_are_asked_through_the_job_s_connections() -> No
         assert len(opened) == 1 and not job.closed
         await backend.disconnect()
         assert job.closed
-        return job.asked
+        return job.hosts
 
     assert asyncio.run(in_a_job()) == ["node0"]
